@@ -1,0 +1,1 @@
+"""Backends: reference (numpy), llvm (llvmlite JIT), cuda (CuPy raw kernels)."""

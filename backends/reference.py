@@ -1,0 +1,317 @@
+"""The numpy reference interpreter: evaluates any UOp graph, at any stage.
+
+Tensor level: movement, reduce and elementwise ops map to numpy through the
+op table's reference semantics. Kernel level: a kernel's RANGEs become
+broadcast axes, so a whole loop nest is evaluated at once; REDUCE reduces its
+range axes; loads and stores are bounds-checked wherever they are active
+(gates and WHERE branches narrow the active set), raising OutOfBounds.
+
+Integers and bools are exact at their dtype's width; floats follow IEEE in
+the dtype's numpy type (bfloat16 computes in float32 and rounds per op).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from egraph_compiler.diagnostics import MissingInput, OutOfBounds, UnsupportedOp
+from egraph_compiler.dtypes import DType, bf16_from_bits, bf16_round, compute_np, dtypes
+from egraph_compiler.ops import OP_TABLE, Category, Ops
+from egraph_compiler.uop import UOp, toposort
+
+Env = dict[str, np.ndarray]
+
+
+def _fix(x: np.ndarray, d: DType) -> np.ndarray:
+    """Bring a computed array into the compute dtype of d (rounding bfloat16)."""
+    x = np.asarray(x)
+    if d is dtypes.bfloat16:
+        return bf16_round(x.astype(np.float32, copy=False))
+    want = compute_np(d)
+    return x if x.dtype == want else x.astype(want)
+
+
+def buffer_value(u: UOp, inputs: Env) -> np.ndarray:
+    """The value of a BUFFER node: its embedded data, or the input of that name (checked)."""
+    name, shape = u.arg
+    if u.src:
+        data = u.src[0].arg.data
+        arr = bf16_from_bits(data) if u.dtype is dtypes.bfloat16 else data
+        return arr.reshape(shape)
+    if name not in inputs:
+        raise MissingInput(at=f"input {name!r}", why=f"no value was given for placeholder {name!r}",
+                           suggestion=f"pass {name}=<array of shape {shape}> when running the program",
+                           expected_shape=shape)
+    return coerce_input(name, inputs[name], shape, u.dtype)
+
+
+def coerce_input(name: str, value: Any, shape: tuple[int, ...], dtype: DType) -> np.ndarray:
+    arr = np.asarray(value)
+    if arr.shape != tuple(shape) and arr.size == math.prod(shape) and arr.ndim == 1 and len(shape) != 1:
+        arr = arr.reshape(shape)
+    if arr.shape != tuple(shape):
+        raise MissingInput(at=f"input {name!r}", why=f"expected shape {tuple(shape)}, got {arr.shape}",
+                           suggestion=f"pass an array of shape {tuple(shape)}")
+    if arr.dtype.kind not in "biuf":
+        raise MissingInput(at=f"input {name!r}", why=f"array of dtype {arr.dtype} is not numeric",
+                           suggestion=f"pass a {dtype.name} array")
+    if dtype is dtypes.bfloat16:
+        return bf16_round(arr.astype(np.float32))
+    return arr.astype(compute_np(dtype), copy=False)
+
+
+def _eval_node(u: UOp, vals: list[Any], inputs: Env, var_values: dict[str, int]) -> Any:
+    sp = OP_TABLE[u.op]
+    if u.op is Ops.CONST:
+        return _fix(np.array(u.arg), u.dtype)
+    if u.op is Ops.BUFFER:
+        return buffer_value(u, inputs)
+    if u.op is Ops.DEFINE_VAR:
+        if u.arg[0] not in var_values:
+            raise MissingInput(at=f"variable {u.arg[0]!r}", why="no value for a symbolic variable",
+                               suggestion=f"pass {u.arg[0]}=<int in [{u.arg[1]}, {u.arg[2]}]>")
+        return np.array(var_values[u.arg[0]], dtype=np.int64)
+    if u.op is Ops.BINARY:
+        return u.arg.data
+    if u.op is Ops.CAST:
+        return _fix(sp.ref(vals[0], u.dtype), u.dtype)
+    if u.op is Ops.BITCAST:
+        src = u.src[0].dtype
+        raw = vals[0].astype(src.np) if src is not dtypes.bfloat16 else (
+            (vals[0].astype(np.float32).view(np.uint32) >> 16).astype(np.uint16))
+        out = raw.view(u.dtype.np)
+        return bf16_from_bits(out) if u.dtype is dtypes.bfloat16 else out
+    if sp.is_alu:
+        return _fix(sp.ref(*vals, u.dtype), u.dtype)
+    if sp.category is Category.MOVEMENT and sp.ref is not None:
+        return sp.ref(vals[0], u.arg)
+    if u.op is Ops.REDUCE and len(u.src) == 1:
+        return _fix(sp.ref(vals[0], u.arg), u.dtype)
+    if u.op is Ops.STACK:
+        return np.stack(vals)
+    if u.op is Ops.INDEX:
+        return vals[0][tuple(np.asarray(v, dtype=np.int64) for v in vals[1:])]
+    if sp.category is Category.MARKER or u.op is Ops.AFTER:
+        return vals[0]
+    if u.op is Ops.TUPLE:
+        return tuple(vals)
+    if u.op is Ops.GETTUPLE:
+        return vals[0][u.arg]
+    raise UnsupportedOp(at=u.op.name, why=f"{u.op.name} has no tensor-level meaning in the interpreter",
+                        suggestion="evaluate kernel programs with run_kernel()")
+
+
+def evaluate(roots: UOp | Sequence[UOp], inputs: Env | None = None,
+             var_values: dict[str, int] | None = None) -> Any:
+    """Evaluate tensor-level UOp graph(s); returns an array (or a tuple for several roots)."""
+    single = isinstance(roots, UOp)
+    root_list = [roots] if single else list(roots)
+    inputs = inputs or {}
+    var_values = var_values or {}
+    vals: dict[UOp, Any] = {}
+    for u in toposort(_inline_functions(root_list)):
+        vals[u] = _eval_node(u, [vals[s] for s in u.src], inputs, var_values)
+    outs = [vals[r] if not isinstance(vals[r], np.ndarray) else _external(vals[r], r.dtype)
+            for r in _inline_functions(root_list)]
+    return outs[0] if single else tuple(outs)
+
+
+def _external(x: np.ndarray, d: DType) -> np.ndarray:
+    """What a user sees: numpy dtype of d (bfloat16 shown as float32 values)."""
+    out = x.astype(np.float32 if d is dtypes.bfloat16 else d.np, copy=False)
+    return out if out.flags.c_contiguous else out.copy()  # (ascontiguousarray would turn 0-d into 1-d)
+
+
+def _inline_functions(roots: list[UOp]) -> list[UOp]:
+    """Resolve FUNCTION/CALL nodes by substituting their PARAMs (spec: Function semantics)."""
+    if not any(u.op in (Ops.FUNCTION, Ops.CALL) for u in toposort(roots)):
+        return roots
+    memo: dict[UOp, UOp] = {}
+    for u in toposort(roots):
+        src = tuple(memo[s] for s in u.src)
+        if u.op in (Ops.FUNCTION, Ops.CALL):
+            body, args = src[0], src[1:]
+            params = {p: args[p.arg[0]] for p in toposort([body]) if p.op is Ops.PARAM}
+            memo[u] = body.substitute(params)
+        else:
+            memo[u] = u if src == u.src else UOp(u.op, u.dtype, src, u.arg)
+    return [memo[r] for r in roots]
+
+
+# ---- kernel level ------------------------------------------------------------------------------
+
+class _KernelEval:
+    """Evaluates one kernel AST with every RANGE as its own broadcast axis."""
+
+    def __init__(self, ranges: list[UOp], buffers: Env, fixed: dict[UOp, np.ndarray]) -> None:
+        self.axis = {r: i for i, r in enumerate(ranges)}
+        self.nd = len(ranges)
+        self.buffers = buffers
+        self.fixed = fixed
+        self.memo: dict[tuple[UOp, int], np.ndarray] = {}
+        self.masks: list[Any] = []
+
+    def range_value(self, r: UOp) -> np.ndarray:
+        if r in self.fixed:
+            return self.fixed[r]
+        shape = [1] * self.nd
+        shape[self.axis[r]] = int(r.src[0].arg)
+        return np.arange(shape[self.axis[r]], dtype=np.int64).reshape(shape)
+
+    def ev(self, u: UOp, mask: np.ndarray | None) -> np.ndarray:
+        """Iterative post-order evaluation under an activity mask (None = everywhere active)."""
+        key = (u, id(mask))
+        if key in self.memo:
+            return self.memo[key]
+        self.masks.append(mask)
+        stack: list[tuple[UOp, np.ndarray | None, bool]] = [(u, mask, False)]
+        while stack:
+            node, m, ready = stack.pop()
+            k = (node, id(m))
+            if k in self.memo:
+                continue
+            if node.op is Ops.WHERE and not ready:
+                # condition first, then each branch under its own narrowed mask
+                ck = (node.src[0], id(m))
+                if ck not in self.memo:
+                    stack += [(node, m, False), (node.src[0], m, False)]
+                    continue
+                c = self.memo[ck].astype(bool)
+                ma, mb = _and(m, c), _and(m, ~c)
+                self.masks += [ma, mb]
+                pend = [(s, mm) for s, mm in ((node.src[1], ma), (node.src[2], mb)) if (s, id(mm)) not in self.memo]
+                if pend:
+                    stack.append((node, m, False))
+                    stack += [(s, mm, False) for s, mm in pend]
+                    continue
+                self.memo[k] = _fix(np.where(c, self.memo[(node.src[1], id(ma))], self.memo[(node.src[2], id(mb))]),
+                                    node.dtype)
+                continue
+            srcs = self._operands(node)
+            pend = [s for s in srcs if (s, id(m)) not in self.memo]
+            if pend:
+                stack.append((node, m, False))
+                stack += [(s, m, False) for s in pend]
+                continue
+            self.memo[k] = self.compute(node, [self.memo[(s, id(m))] for s in srcs], m)
+        return self.memo[key]
+
+    @staticmethod
+    def _operands(node: UOp) -> tuple[UOp, ...]:
+        # loads and reduces evaluate their own sources (under narrowed masks / with range axes)
+        if node.op in (Ops.RANGE, Ops.CONST, Ops.DEFINE_VAR, Ops.BUFFER, Ops.PARAM, Ops.REDUCE, Ops.LOAD):
+            return ()
+        return node.src
+
+    def compute(self, u: UOp, vals: list[np.ndarray], mask: np.ndarray | None) -> np.ndarray:
+        if u.op is Ops.RANGE:
+            return self.range_value(u)
+        if u.op is Ops.CONST:
+            return _fix(np.array(u.arg), u.dtype)
+        if u.op is Ops.REDUCE:
+            return self.reduce(u, mask)
+        if u.op is Ops.LOAD:
+            return self.load(u, mask)
+        if u.op is Ops.DEFINE_VAR:
+            raise MissingInput(at=f"variable {u.arg[0]}", why="kernels here take no symbolic variables",
+                               suggestion="bind variables before lowering")
+        return _eval_node(u, vals, {}, {})
+
+    def reduce(self, u: UOp, mask: np.ndarray | None) -> np.ndarray:
+        op = u.arg[0]
+        rngs = u.src[1:]
+        body = self.ev(u.src[0], mask)
+        full = list(np.broadcast_shapes(body.shape, *(self.range_value(r).shape for r in rngs)))
+        axes = tuple(self.axis[r] for r in rngs if r not in self.fixed)
+        body = np.broadcast_to(body, full)
+        return _fix(OP_TABLE[Ops.REDUCE].ref(body, (op, axes)), u.dtype)
+
+    def _address(self, ptr: UOp, mask: np.ndarray | None, what: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        buf = ptr.src[0]
+        if buf.op is Ops.AFTER:
+            buf = buf.src[0]
+        name = buf.arg[0]
+        data = self.buffers[name]
+        idx = self.ev(ptr.src[1], mask).astype(np.int64) if len(ptr.src) > 1 else np.zeros((), np.int64)
+        active = np.ones(idx.shape, bool) if mask is None else np.broadcast_to(mask, np.broadcast_shapes(
+            mask.shape, idx.shape))
+        idx = np.broadcast_to(idx, active.shape)
+        bad = active & ((idx < 0) | (idx >= data.size))
+        if bad.any():
+            first = int(idx[bad].flat[0])
+            raise OutOfBounds(at=f"{what} of buffer {name!r}", why=f"index {first} is outside [0, {data.size})",
+                              suggestion="this is a compiler bug: the kernel's index is not guarded", buffer=name)
+        return data.reshape(-1), np.where(active, idx, 0), active
+
+    def load(self, u: UOp, mask: np.ndarray | None) -> np.ndarray:
+        gate = self.ev(u.src[2], mask).astype(bool) if len(u.src) > 2 else None
+        alt = self.ev(u.src[1], mask) if len(u.src) > 1 else None
+        inner = _and(mask, gate) if gate is not None else mask
+        self.masks.append(inner)
+        flat, idx, _ = self._address(u.src[0], inner, "load")
+        out = flat[idx]
+        if gate is not None:
+            out = np.where(gate, out, alt if alt is not None else 0)
+        return _fix(out, u.dtype)
+
+    def store(self, st: UOp, loop_shape: tuple[int, ...]) -> None:
+        gate = self.ev(st.src[2], None).astype(bool) if len(st.src) > 2 else None
+        flat, idx, active = self._address(st.src[0], gate, "store")
+        val = self.ev(st.src[1], gate)
+        shape = np.broadcast_shapes(loop_shape, idx.shape, val.shape, active.shape)
+        idx, val, active = (np.broadcast_to(a, shape) for a in (idx, val, active))
+        target = st.src[0].src[0]
+        dt = (target.src[0] if target.op is Ops.AFTER else target).dtype
+        flat[idx[active]] = _to_storage(val[active], dt)
+
+
+def _and(a: np.ndarray | None, b: np.ndarray) -> np.ndarray:
+    return b if a is None else (a & b)
+
+
+def _to_storage(x: np.ndarray, d: DType) -> np.ndarray:
+    if d is dtypes.bfloat16:
+        return bf16_round(x.astype(np.float32))
+    return x.astype(compute_np(d), copy=False)
+
+
+def kernel_ranges(ast: UOp) -> list[UOp]:
+    return [u for u in ast.toposort() if u.op is Ops.RANGE]
+
+
+def run_kernel(ast: UOp, buffers: Env, max_elements: int = 1 << 22) -> None:
+    """Execute one kernel (a SINK of END/STORE trees) on named flat buffers, in place.
+
+    Loop nests larger than `max_elements` are evaluated in slices of their
+    outermost range so memory stays bounded.
+    """
+    if ast.op is not Ops.SINK:
+        raise UnsupportedOp(at=ast.op.name, why="a kernel must be rooted at SINK", suggestion="wrap it in SINK(...)")
+    ranges = kernel_ranges(ast)
+    for item in ast.src:
+        loop = list(item.src[1:]) if item.op is Ops.END else []
+        store = item.src[0] if item.op is Ops.END else item
+        while store.op is Ops.END:  # nested ENDs: inner loops
+            loop += list(store.src[1:])
+            store = store.src[0]
+        if store.op is not Ops.STORE:
+            raise UnsupportedOp(at=store.op.name, why="expected STORE under END", suggestion="check the kernel AST")
+        total = math.prod(int(r.src[0].arg) for r in ranges) if ranges else 1
+        outer = loop[0] if loop else None
+        if outer is None or total <= max_elements:
+            ev = _KernelEval(ranges, buffers, {})
+            ev.store(store, tuple(int(r.src[0].arg) if r in loop else 1 for r in ranges))
+            continue
+        n = int(outer.src[0].arg)
+        step = max(1, n * max_elements // total)
+        for lo in range(0, n, step):
+            hi = min(n, lo + step)
+            shape = [1] * len(ranges)
+            shape[ranges.index(outer)] = hi - lo
+            ev = _KernelEval(ranges, buffers, {outer: np.arange(lo, hi, dtype=np.int64).reshape(shape)})
+            ev.store(store, tuple((hi - lo) if r is outer else (int(r.src[0].arg) if r in loop else 1)
+                                  for r in ranges))

@@ -1,0 +1,10 @@
+"""egraph-compiler: an equality-saturation compiler for tinygrad-style UOp graphs."""
+
+from egraph_compiler.diagnostics import CompilerError
+from egraph_compiler.dtypes import DType, dtypes
+from egraph_compiler.ops import AxisType, Ops
+from egraph_compiler.tensor import Tensor
+from egraph_compiler.uop import UOp
+
+__all__ = ["AxisType", "CompilerError", "DType", "Ops", "Tensor", "UOp", "dtypes"]
+__version__ = "0.1.0"

@@ -1,0 +1,234 @@
+"""Composite tensor operations, built only from the primitive Tensor methods.
+
+Activations, softmax/layernorm, conv2d (pad + movement + mul + reduce),
+attention, and the spec's compositions (cumsum by the sliding-window prefix
+sum, gather and scatter_add by one-hot masks). Mixed into `Tensor`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from egraph_compiler.diagnostics import DTypeError, InvalidArgument, ShapeMismatch
+
+if TYPE_CHECKING:
+    from egraph_compiler.tensor import Tensor
+
+
+def _pair(x: Any, what: str) -> tuple[int, int]:
+    if isinstance(x, (tuple, list)):
+        if len(x) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) for v in x):
+            raise InvalidArgument(at=what, why=f"{x!r} is not an int or a pair of ints", suggestion="pass 1 or (1, 1)")
+        return int(x[0]), int(x[1])
+    if not isinstance(x, int) or isinstance(x, bool):
+        raise InvalidArgument(at=what, why=f"{x!r} is not an int", suggestion="pass an int or a pair of ints")
+    return x, x
+
+
+def _windows(x: Tensor, axis: int, k: int, stride: int, dilation: int) -> Tensor:
+    """View axis `axis` (size n) as two axes (out, k) with out[o, i] = x[o*stride + i*dilation].
+
+    Movement ops only: tile the axis, re-read it with a row length that is
+    congruent to the dilation modulo n, and keep every stride-th column.
+    """
+    n = x.shape[axis]
+    out = (n - dilation * (k - 1) - 1) // stride + 1
+    reps = 1
+    row = dilation + n  # row length congruent to dilation (mod n)
+    while row < out * stride:
+        row += n
+    reps = -(-(k * row) // n)
+    t = x.unsqueeze(axis).expand(*x.shape[:axis], reps, *x.shape[axis:])
+    t = t.reshape(*x.shape[:axis], reps * n, *x.shape[axis + 1:])
+    t = t.shrink(tuple((0, k * row) if i == axis else None for i in range(t.ndim)))
+    t = t.reshape(*x.shape[:axis], k, row, *x.shape[axis + 1:])
+    t = t.shrink(tuple((0, out * stride) if i == axis + 1 else None for i in range(t.ndim)))
+    t = t.reshape(*x.shape[:axis], k, out, stride, *x.shape[axis + 1:])
+    t = t.shrink(tuple((0, 1) if i == axis + 2 else None for i in range(t.ndim)))
+    t = t.reshape(*x.shape[:axis], k, out, *x.shape[axis + 1:])
+    return t.transpose(axis, axis + 1)  # (..., out, k, ...)
+
+
+class TensorNN:
+    """Composite ops; `self` is a Tensor."""
+
+    # ---- activations ---------------------------------------------------------------------------
+
+    def relu(self: Tensor) -> Tensor:  # type: ignore[misc]
+        return self.maximum(0)
+
+    def sigmoid(self: Tensor) -> Tensor:  # type: ignore[misc]
+        return (1 + (-self._float()).exp()).reciprocal()
+
+    def tanh(self: Tensor) -> Tensor:  # type: ignore[misc]
+        return 2.0 * (2.0 * self._float()).sigmoid() - 1.0
+
+    def gelu(self: Tensor) -> Tensor:  # type: ignore[misc]
+        """tanh approximation (as tinygrad): 0.5*x*(1 + tanh(sqrt(2/pi)*(x + 0.044715*x**3)))."""
+        x = self._float()
+        return 0.5 * x * (1 + (math.sqrt(2 / math.pi) * (x + 0.044715 * x * x * x)).tanh())
+
+    def silu(self: Tensor) -> Tensor:  # type: ignore[misc]
+        return self * self.sigmoid()
+
+    def leaky_relu(self: Tensor, neg_slope: float = 0.01) -> Tensor:  # type: ignore[misc]
+        return (self < 0).where(self * neg_slope, self)
+
+    # ---- normalizations ------------------------------------------------------------------------
+
+    def softmax(self: Tensor, axis: int = -1) -> Tensor:  # type: ignore[misc]
+        x = self._float()
+        e = (x - x.max(axis, keepdim=True)).exp()
+        return e / e.sum(axis, keepdim=True)
+
+    def log_softmax(self: Tensor, axis: int = -1) -> Tensor:  # type: ignore[misc]
+        x = self._float()
+        m = x - x.max(axis, keepdim=True)
+        return m - m.exp().sum(axis, keepdim=True).log()
+
+    def logsumexp(self: Tensor, axis: int = -1, keepdim: bool = False) -> Tensor:  # type: ignore[misc]
+        x = self._float()
+        m = x.max(axis, keepdim=True)
+        out = (x - m).exp().sum(axis, keepdim=True).log() + m
+        return out if keepdim else out.squeeze(axis)
+
+    def layernorm(self: Tensor, axis: int | tuple[int, ...] = -1, eps: float = 1e-5) -> Tensor:  # type: ignore[misc]
+        x = self._float()
+        y = x - x.mean(axis, keepdim=True)
+        return y * ((y * y).mean(axis, keepdim=True) + eps).rsqrt()
+
+    # ---- convolution ---------------------------------------------------------------------------
+
+    def conv2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, stride: Any = 1,  # type: ignore[misc]
+               padding: Any = 0, dilation: Any = 1, groups: int = 1) -> Tensor:
+        """NCHW input, (Cout, Cin/groups, kh, kw) weight; built from pad + movement + mul + reduce."""
+        from egraph_compiler.tensor import Tensor
+
+        if not isinstance(weight, Tensor) or (bias is not None and not isinstance(bias, Tensor)):
+            raise InvalidArgument(at="conv2d", why="weight and bias must be Tensors", suggestion="wrap them in Tensor")
+        if self.ndim != 4 or weight.ndim != 4:
+            raise ShapeMismatch(at="conv2d", why=f"expects 4-d input and weight, got {self.shape} and {weight.shape}",
+                                suggestion="use NCHW input and (Cout, Cin/groups, kh, kw) weight")
+        if not isinstance(groups, int) or isinstance(groups, bool) or groups <= 0:
+            raise InvalidArgument(at="conv2d", why=f"groups={groups!r}", suggestion="groups is a positive int")
+        (sh, sw), (dh, dw) = _pair(stride, "conv2d stride"), _pair(dilation, "conv2d dilation")
+        if isinstance(padding, (tuple, list)) and len(padding) == 4:
+            pl, pr, pt, pb = (int(p) for p in padding)  # torch order: left, right, top, bottom
+        else:
+            (pt, pl) = _pair(padding, "conv2d padding")
+            pb, pr = pt, pl
+        if min(sh, sw, dh, dw) <= 0 or min(pt, pb, pl, pr) < 0:
+            raise InvalidArgument(at="conv2d", why="stride/dilation must be positive and padding non-negative",
+                                  suggestion="check stride, padding and dilation")
+        n, cin, _, _ = self.shape
+        cout, cin_g, kh, kw = weight.shape
+        if cin != cin_g * groups or cout % groups:
+            raise ShapeMismatch(at="conv2d", why=f"input channels {cin} != weight channels {cin_g} x groups {groups}"
+                                f" (or {cout} output channels not divisible by groups)",
+                                suggestion="weight must be (Cout, Cin/groups, kh, kw)")
+        if bias is not None and bias.shape != (cout,):
+            raise ShapeMismatch(at="conv2d", why=f"bias shape {bias.shape} != ({cout},)", suggestion="one bias per channel")
+        x = self.pad(((0, 0), (0, 0), (pt, pb), (pl, pr)))
+        hp, wp = x.shape[2], x.shape[3]
+        if hp < dh * (kh - 1) + 1 or wp < dw * (kw - 1) + 1:
+            raise ShapeMismatch(at="conv2d", why=f"padded input {hp}x{wp} is smaller than the dilated kernel",
+                                suggestion="use a smaller kernel or more padding")
+        xw = _windows(_windows(x, 2, kh, sh, dh), 4, kw, sw, dw)  # (n, cin, ho, kh, wo, kw)
+        ho, wo = xw.shape[2], xw.shape[4]
+        g = groups
+        xw = xw.reshape(n, g, 1, cin_g, ho, kh, wo, kw)
+        wt = weight.reshape(1, g, cout // g, cin_g, 1, kh, 1, kw)
+        out = (xw * wt).sum((3, 5, 7)).reshape(n, cout, ho, wo)
+        return out if bias is None else out + bias.reshape(1, cout, 1, 1)
+
+    # ---- attention -----------------------------------------------------------------------------
+
+    def scaled_dot_product_attention(self: Tensor, key: Tensor, value: Tensor,  # type: ignore[misc]
+                                     attn_mask: Tensor | None = None, is_causal: bool = False) -> Tensor:
+        from egraph_compiler.tensor import Tensor
+
+        if self.ndim < 2 or key.ndim < 2 or value.ndim < 2:
+            raise ShapeMismatch(at="scaled_dot_product_attention", why="query/key/value need at least 2 dims",
+                                suggestion="use (..., seq, dim) tensors")
+        if is_causal and attn_mask is not None:
+            raise InvalidArgument(at="scaled_dot_product_attention", why="both attn_mask and is_causal given",
+                                  suggestion="pass one of them")
+        qk = self.matmul(key.transpose(-2, -1)) * (1.0 / math.sqrt(self.shape[-1]))
+        if is_causal:
+            lq, lk = qk.shape[-2], qk.shape[-1]
+            attn_mask = Tensor.arange(lq).reshape(lq, 1) >= Tensor.arange(lk).reshape(1, lk)
+        if attn_mask is not None:
+            qk = attn_mask.where(qk, -math.inf) if attn_mask.dtype.is_bool else qk + attn_mask
+        return qk.softmax(-1).cast(value.dtype).matmul(value)
+
+    # ---- the spec's compositions ---------------------------------------------------------------
+
+    def cumsum(self: Tensor, axis: int = 0) -> Tensor:  # type: ignore[misc]
+        """Prefix sum by the spec's window trick: pad, tile, re-read rows of 2n, sum each window."""
+        ax = self._resolve_axis(axis, what="cumsum")
+        x = self.transpose(ax, -1) if ax != self.ndim - 1 else self
+        n = x.shape[-1]
+        lead = x.shape[:-1]
+        p = x.pad(tuple([None] * (x.ndim - 1) + [(n - 1, 0)]))                      # (..., 2n-1)
+        t = p.unsqueeze(-2).expand(*lead, n + 1, 2 * n - 1).reshape(*lead, (n + 1) * (2 * n - 1))
+        t = t.shrink(tuple([None] * len(lead) + [(0, 2 * n * n)])).reshape(*lead, n, 2 * n)
+        t = t.shrink(tuple([None] * len(lead) + [None, (0, n)]))                     # (..., n, n) windows
+        out = t.sum(-1, dtype=self.dtype if self.dtype.is_float else None)
+        return out.transpose(ax, -1) if ax != self.ndim - 1 else out
+
+    def _one_hot(self: Tensor, n: int) -> Tensor:  # type: ignore[misc]
+        """(..., 1) integer tensor -> (..., n) bool mask: mask[..., k] = (self == k)."""
+        from egraph_compiler.tensor import Tensor
+
+        return self == Tensor.arange(n, dtype=self.dtype)
+
+    def gather(self: Tensor, dim: int, index: Tensor) -> Tensor:  # type: ignore[misc]
+        """out[..., i, ...] = self[..., index[..., i, ...], ...] along `dim` (torch/tinygrad semantics)."""
+        from egraph_compiler.tensor import Tensor
+
+        if not isinstance(index, Tensor) or not index.dtype.is_int:
+            raise DTypeError(at="gather", why="index must be an integer Tensor", suggestion="cast the index to int32")
+        d = self._resolve_axis(dim, what="gather")
+        if index.ndim != self.ndim or any(i > s for k, (i, s) in enumerate(zip(index.shape, self.shape)) if k != d):
+            raise ShapeMismatch(at="gather", why=f"index shape {index.shape} does not fit {self.shape} on dim {d}",
+                                suggestion="index must have the same rank and no larger sizes off `dim`")
+        x = self.shrink(tuple(None if k == d else (0, i) for k, i in enumerate(index.shape)))
+        x = x.unsqueeze(-1).transpose(-1, d)                 # dim d -> 1, its values along a new last axis
+        mask = index.unsqueeze(-1)._one_hot(self.shape[d])   # index.shape + (n,)
+        return mask.where(x, 0).sum(-1, dtype=self.dtype)
+
+    def scatter_add(self: Tensor, dim: int, index: Tensor, src: Tensor) -> Tensor:  # type: ignore[misc]
+        """out = self; out[..., index[..., i, ...], ...] += src[..., i, ...] along `dim`."""
+        from egraph_compiler.tensor import Tensor
+
+        if not isinstance(index, Tensor) or not index.dtype.is_int or not isinstance(src, Tensor):
+            raise DTypeError(at="scatter_add", why="index must be an integer Tensor and src a Tensor",
+                             suggestion="cast the index to int32")
+        d = self._resolve_axis(dim, what="scatter_add")
+        if index.ndim != self.ndim or src.ndim != self.ndim or any(
+                i > s for k, (i, s) in enumerate(zip(index.shape, src.shape))) or any(
+                i > s for k, (i, s) in enumerate(zip(index.shape, self.shape)) if k != d):
+            raise ShapeMismatch(at="scatter_add", why=f"index {index.shape}, src {src.shape}, self {self.shape} "
+                                "do not fit", suggestion="index must be no larger than src, and than self off `dim`")
+        n = self.shape[d]
+        s = src.shrink(tuple((0, i) for i in index.shape)).cast(self.dtype)
+        contrib = index.unsqueeze(-1)._one_hot(n).where(s.unsqueeze(-1), 0)   # index.shape + (n,)
+        summed = contrib.sum(d, keepdim=True, dtype=self.dtype)               # dim d -> 1
+        placed = summed.transpose(d, -1).squeeze(-1)                          # dim d -> n
+        pads = tuple((0, 0) if k == d else (0, self.shape[k] - placed.shape[k]) for k in range(self.ndim))
+        return self + placed.pad(pads)
+
+    def tril(self: Tensor, diagonal: int = 0) -> Tensor:  # type: ignore[misc]
+        from egraph_compiler.tensor import Tensor
+
+        r, c = self.shape[-2], self.shape[-1]
+        keep = Tensor.arange(r).reshape(r, 1) + diagonal >= Tensor.arange(c).reshape(1, c)
+        return keep.where(self, 0)
+
+    def triu(self: Tensor, diagonal: int = 0) -> Tensor:  # type: ignore[misc]
+        from egraph_compiler.tensor import Tensor
+
+        r, c = self.shape[-2], self.shape[-1]
+        keep = Tensor.arange(r).reshape(r, 1) + diagonal <= Tensor.arange(c).reshape(1, c)
+        return keep.where(self, 0)

@@ -1,0 +1,1 @@
+"""Rewrite rules for the e-graph: symbolic, rangeify, optops, lowering."""
