@@ -153,7 +153,8 @@ class _KernelEval:
         self.buffers = buffers
         self.fixed = fixed
         self.memo: dict[tuple[UOp, int], np.ndarray] = {}
-        self.masks: list[Any] = []
+        self.masks: list[Any] = []  # keeps every mask alive, so its id() stays unique
+        self.branches: dict[tuple[UOp, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
 
     def range_value(self, r: UOp) -> np.ndarray:
         if r in self.fixed:
@@ -180,9 +181,10 @@ class _KernelEval:
                 if ck not in self.memo:
                     stack += [(node, m, False), (node.src[0], m, False)]
                     continue
-                c = self.memo[ck].astype(bool)
-                ma, mb = _and(m, c), _and(m, ~c)
-                self.masks += [ma, mb]
+                if k not in self.branches:  # narrow once per (node, mask): revisits must see the same masks
+                    c = self.memo[ck].astype(bool)
+                    self.branches[k] = (c, _and(m, c), _and(m, ~c))
+                c, ma, mb = self.branches[k]
                 pend = [(s, mm) for s, mm in ((node.src[1], ma), (node.src[2], mb)) if (s, id(mm)) not in self.memo]
                 if pend:
                     stack.append((node, m, False))

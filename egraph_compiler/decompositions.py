@@ -92,9 +92,10 @@ def sin(x: UOp) -> UOp:
     x = _f32(x)
     finite = (x - x).eq(0.0)                               # false for inf and nan
     xf = finite.where(x, _c(0.0))
-    k = _round_to_int(xf * (2 / math.pi))
+    k = _round_to_int((xf * (2 / math.pi)).maximum(-2.0**30).minimum(2.0**30))  # keep the int32 conversion defined
     kf = k.cast(F32)
     r = ((xf - kf * _PIO2[0]) - kf * _PIO2[1]) - kf * _PIO2[2]   # r in about [-pi/4, pi/4]
+    r = r.maximum(-0.8).minimum(0.8)  # only huge |x| (inexact reduction) reach the clamp: keeps |sin| <= 1
     r2 = r * r
     s = r * _horner(r2, [1.0, -1 / 6, 1 / 120, -1 / 5040, 1 / 362880, -1 / 39916800])
     c = _horner(r2, [1.0, -1 / 2, 1 / 24, -1 / 720, 1 / 40320, -1 / 3628800])

@@ -127,9 +127,11 @@ def to_dtype(x: Any) -> DType:
         return dtypes.default_int
     if x is float:
         return dtypes.default_float
+    if x is None:  # numpy would read None as float64
+        raise DTypeError(at="dtype None", why="None is not a dtype", suggestion="pass a DType such as dtypes.float32")
     try:
         npd = np.dtype(x)
-    except TypeError:
+    except Exception:  # numpy raises TypeError, ValueError, ... for things that are not dtypes
         npd = None
     if npd is not None and npd in _NP_TO_DTYPE:
         return _NP_TO_DTYPE[npd]
@@ -221,12 +223,13 @@ def as_const(v: Any, d: DType) -> bool | int | float:
         return wrap_int(int(v), d)
     if d.is_float:
         f = float(v)
-        if d is dtypes.float32:
-            f = float(np.float32(f))
-        elif d is dtypes.float16:
-            f = float(np.float16(f))
-        elif d is dtypes.bfloat16:
-            f = float(bf16_round(np.array([f], dtype=np.float32))[0])
+        with np.errstate(over="ignore"):  # out of range rounds to +-inf, as a cast does
+            if d is dtypes.float32:
+                f = float(np.float32(f))
+            elif d is dtypes.float16:
+                f = float(np.float16(f))
+            elif d is dtypes.bfloat16:
+                f = float(bf16_round(np.array([f], dtype=np.float32))[0])
         return f
     return v
 

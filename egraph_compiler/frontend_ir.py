@@ -48,11 +48,14 @@ class FrontendGraph:
     attrs: dict[str, Any] = field(default_factory=dict)
 
     def random_inputs(self, seed: int = 0) -> dict[str, np.ndarray]:
-        """Random inputs of the right shapes and dtypes (normal floats, small non-negative ints)."""
+        """Random inputs of the right shapes and dtypes (normal floats, small non-negative ints).
+
+        Keyed by placeholder name (the tensor name made an identifier: "x.0" -> "x_0"), as evaluation expects.
+        """
         rng = np.random.default_rng(seed)
         out = {}
-        for name, t in self.inputs.items():
-            dt = t.dtype
+        for t in self.inputs.values():
+            name, dt = t.uop.arg[0], t.dtype
             if dt.is_float:
                 out[name] = rng.standard_normal(t.shape).astype(np.float32 if dt.name == "bfloat16" else dt.np)
             elif dt.is_bool:
@@ -78,10 +81,14 @@ def _require(obj: Any, key: str, kind: type | tuple[type, ...], at: str) -> Any:
 def load_frontend_ir(source: str | Path | dict[str, Any]) -> FrontendGraph:
     """Load from a path, a JSON string or an already parsed dict."""
     name = "<dict>"
-    if isinstance(source, Path) or (isinstance(source, str) and not source.lstrip().startswith("{")):
+    if isinstance(source, Path) or (isinstance(source, str) and not source.lstrip().startswith(("{", "["))):
         path = Path(source)
-        name = str(path)
-        if not path.is_file():
+        name = str(path)[:200]
+        try:
+            found = path.is_file()
+        except (OSError, ValueError):  # name too long, NUL byte, ...
+            found = False
+        if not found:
             raise MalformedJSON(at=name, why="file not found", suggestion="check the path")
         try:
             text = path.read_text()
@@ -100,6 +107,8 @@ def load_frontend_ir(source: str | Path | dict[str, Any]) -> FrontendGraph:
         except json.JSONDecodeError as e:
             raise MalformedJSON(at=f"{name}:{e.lineno}:{e.colno}", why=f"invalid JSON: {e.msg}",
                                 suggestion="fix the JSON syntax") from None
+        except RecursionError:
+            raise MalformedJSON(at=name, why="the JSON is nested too deeply", suggestion="flatten the document") from None
     else:
         doc = source
     if not isinstance(doc, dict):
@@ -136,6 +145,10 @@ def _build(doc: dict[str, Any], name: str) -> FrontendGraph:
         if tname in inputs:
             raise _fail(f"signature.inputs[{i}]", f"input {tname!r} is listed twice", "list each input once")
         shape, dtype = decl[tname]
+        clash = [other for other in inputs if _ident(other) == _ident(tname)]
+        if clash:
+            raise _fail(f"signature.inputs[{i}]", f"inputs {clash[0]!r} and {tname!r} both become placeholder "
+                        f"{_ident(tname)!r}", "rename one of them (placeholders are identifiers)")
         inputs[tname] = env[tname] = Tensor.empty(shape, dtype=dtype, name=_ident(tname))
 
     for node in _schedule(graph, set(env)):
@@ -182,6 +195,8 @@ def _schedule(graph: list[Any], available: set[str]) -> list[dict[str, Any]]:
         outs = _require(node, "outputs", list, at)
         if not all(isinstance(x, str) for x in ins + outs) or not outs:
             raise _fail(at, "inputs/outputs must be non-empty lists of tensor names", "list tensor names as strings")
+        if not isinstance(node.get("attrs", {}), dict):
+            raise _fail(f"{at}.attrs", "attrs must be a JSON object", 'use "attrs": {"name": value, ...}')
         for o in outs:
             if o in producers or o in available:
                 raise _fail(at, f"tensor {o!r} is produced twice", "give every produced tensor a unique name")
@@ -214,11 +229,23 @@ def _schedule(graph: list[Any], available: set[str]) -> list[dict[str, Any]]:
 
 # ---- node semantics ----------------------------------------------------------------------------
 
+_NODE_FIELDS = frozenset({"op", "name", "inputs", "outputs", "attrs"})
+
+
 def _attr(node: dict[str, Any], key: str, default: Any, kind: type | tuple[type, ...] | None = None) -> Any:
-    v = node.get("attrs", {}).get(key, node.get(key, default))
+    # attributes live in "attrs" or, for brevity, on the node itself (never the node's own fields: Reduce's "op")
+    v = node.get("attrs", {}).get(key, default if key in _NODE_FIELDS else node.get(key, default))
     if kind is not None and v is not default and not isinstance(v, kind):
         raise _fail(f"{node.get('name', node['op'])}.attrs.{key}", f"{key}={v!r} has the wrong type",
                     f"use a {getattr(kind, '__name__', kind)}")
+    return v
+
+
+def _required(node: dict[str, Any], key: str, kind: type) -> Any:
+    v = _attr(node, key, None, kind)
+    if v is None:
+        raise _fail(f"{node.get('name', node['op'])}.attrs", f"{node['op']} needs the attribute {key!r}",
+                    f'add "attrs": {{"{key}": ...}}')
     return v
 
 
@@ -315,7 +342,7 @@ _NODES: dict[str, Callable[[dict[str, Any], list[Tensor]], Tensor]] = {
     "Attention": _attention, "LayerNorm": _layernorm,
     "Softmax": lambda n, x: (_arity(n, 1, 1), x[0].softmax(_attr(n, "axis", -1, int)).cast(x[0].dtype))[1],
     "Cast": lambda n, x: (_arity(n, 1, 1), x[0].cast(_attr(n, "to", None, str) or "float32"))[1],
-    "Reshape": lambda n, x: (_arity(n, 1, 1), x[0].reshape(tuple(_attr(n, "shape", None, list))))[1],
+    "Reshape": lambda n, x: (_arity(n, 1, 1), x[0].reshape(tuple(_required(n, "shape", list))))[1],
     "Transpose": lambda n, x: (_arity(n, 1, 1), x[0].permute(tuple(_attr(n, "perm", None, list)
                                                                    or reversed(range(x[0].ndim)))))[1],
 }

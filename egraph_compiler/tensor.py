@@ -33,6 +33,7 @@ from egraph_compiler.uop import Blob, UOp
 Scalar = bool | int | float
 _name_counter = itertools.count()
 _seed_counter = itertools.count()
+_MAX_MATERIALIZED = 1 << 31  # constant data built at construction (arange, rand) stays below this many elements
 
 
 def _is_scalar(x: Any) -> bool:
@@ -55,6 +56,31 @@ def _check_shape(shape: Sequence[Any], what: str) -> tuple[int, ...]:
         raise InvalidSize(at=what, why=f"shape {out} has a zero or negative size",
                           suggestion="every dimension must be a positive integer")
     return out
+
+
+def _flag(reverse: Any) -> bool:
+    if not isinstance(reverse, (bool, np.bool_)):
+        raise InvalidArgument(at="Tensor operator", why=f"reverse={reverse!r} is not a bool", suggestion="pass True/False")
+    return bool(reverse)
+
+
+def _finite(v: Any) -> bool:
+    try:
+        return math.isfinite(v)
+    except OverflowError:  # a python int beyond float range
+        return False
+
+
+def _check_materialized(shape: tuple[int, ...], what: str) -> tuple[int, ...]:
+    if math.prod(shape) > _MAX_MATERIALIZED:
+        raise InvalidSize(at=what, why=f"shape {shape} has {math.prod(shape)} elements",
+                          suggestion=f"{what} is materialized as data: keep it below {_MAX_MATERIALIZED} elements")
+    return shape
+
+
+def _rng(seed: Any, what: str) -> np.random.Generator:
+    s = next(_seed_counter) if seed is None else _as_int(seed, what)
+    return np.random.default_rng(s % (1 << 64))  # any python int: negative seeds map to distinct streams
 
 
 def _argfix(args: tuple[Any, ...], what: str) -> tuple[Any, ...]:
@@ -118,7 +144,7 @@ class Tensor(TensorNN):
     # ---- creation ------------------------------------------------------------------------------
 
     @staticmethod
-    def empty(*shape: Any, dtype: DType | str = "float32", name: str | None = None) -> Tensor:
+    def empty(*shape: Any, dtype: DType | str | None = "float32", name: str | None = None) -> Tensor:
         """A named placeholder input: supply its value when calling the optimized program."""
         shp = _check_shape(_argfix(shape, "Tensor.empty"), "Tensor.empty")
         if name is None:
@@ -126,11 +152,15 @@ class Tensor(TensorNN):
         if not isinstance(name, str) or not name.isidentifier():
             raise InvalidArgument(at="Tensor.empty", why=f"name {name!r} is not an identifier",
                                   suggestion="use names such as 'a', 'x0', 'weights'")
-        return Tensor(UOp(Ops.BUFFER, to_dtype(dtype), (), (name, shp)))
+        dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
+        return Tensor(UOp(Ops.BUFFER, dt, (), (name, shp)))
 
     @staticmethod
     def full(shape: Sequence[int] | int, fill_value: Scalar, dtype: DType | str | None = None) -> Tensor:
-        shp = _check_shape((shape,) if isinstance(shape, int) else tuple(shape), "Tensor.full")
+        if not isinstance(shape, (int, np.integer, tuple, list)) or isinstance(shape, bool):
+            raise InvalidArgument(at="Tensor.full", why=f"shape {shape!r} is not an int or a sequence of ints",
+                                  suggestion="pass a shape such as (2, 3)")
+        shp = _check_shape((shape,) if not isinstance(shape, (tuple, list)) else tuple(shape), "Tensor.full")
         if not _is_scalar(fill_value):
             raise InvalidArgument(at="Tensor.full", why=f"fill value {fill_value!r} is not a scalar",
                                   suggestion="pass a bool, int or float")
@@ -163,20 +193,23 @@ class Tensor(TensorNN):
         for v, what in ((start, "start"), (stop, "stop"), (step, "step")):
             if not _is_scalar(v) or isinstance(v, bool):
                 raise InvalidArgument(at="Tensor.arange", why=f"{what}={v!r} is not a number", suggestion="pass numbers")
-        if step == 0:
-            raise InvalidArgument(at="Tensor.arange", why="step is 0", suggestion="use a non-zero step")
+        if step == 0 or not all(_finite(v) for v in (start, stop, step)):
+            raise InvalidArgument(at="Tensor.arange", why=f"arange({start}, {stop}, {step}) needs finite values "
+                                  "and a non-zero step", suggestion="use finite numbers and a non-zero step")
         dt = to_dtype(dtype) if dtype is not None else (
             dtypes.default_float if any(isinstance(v, float) for v in (start, stop, step)) else dtypes.default_int)
         n = math.ceil((stop - start) / step)
         if n <= 0:
             raise InvalidSize(at="Tensor.arange", why=f"arange({start}, {stop}, {step}) is empty",
                               suggestion="choose start/stop/step so that at least one value results")
+        _check_materialized((n,), "Tensor.arange")
         return Tensor((start + np.arange(n, dtype=np.float64) * step).astype(dt.np if dt is not dtypes.bfloat16
                                                                               else np.float32), dt)
 
     @staticmethod
     def eye(n: int, dtype: DType | str | None = None) -> Tensor:
-        return Tensor(np.eye(_check_shape((n,), "Tensor.eye")[0]), dtype or dtypes.default_float)
+        (m,) = _check_shape((n,), "Tensor.eye")
+        return Tensor(np.eye(_check_materialized((m, m), "Tensor.eye")[0]), dtype or dtypes.default_float)
 
     @staticmethod
     def manual_seed(seed: int = 0) -> None:
@@ -186,8 +219,8 @@ class Tensor(TensorNN):
     @staticmethod
     def rand(*shape: Any, dtype: DType | str | None = None, seed: int | None = None) -> Tensor:
         """Uniform [0, 1) values, reproducible from `seed` (or Tensor.manual_seed)."""
-        shp = _check_shape(_argfix(shape, "Tensor.rand"), "Tensor.rand")
-        rng = np.random.default_rng(next(_seed_counter) if seed is None else _as_int(seed, "Tensor.rand"))
+        shp = _check_materialized(_check_shape(_argfix(shape, "Tensor.rand"), "Tensor.rand"), "Tensor.rand")
+        rng = _rng(seed, "Tensor.rand")
         dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
         if not dt.is_float:
             raise DTypeError(at="Tensor.rand", why=f"rand makes floats, not {dt.name}", suggestion="use a float dtype")
@@ -195,8 +228,8 @@ class Tensor(TensorNN):
 
     @staticmethod
     def randn(*shape: Any, dtype: DType | str | None = None, seed: int | None = None) -> Tensor:
-        shp = _check_shape(_argfix(shape, "Tensor.randn"), "Tensor.randn")
-        rng = np.random.default_rng(next(_seed_counter) if seed is None else _as_int(seed, "Tensor.randn"))
+        shp = _check_materialized(_check_shape(_argfix(shape, "Tensor.randn"), "Tensor.randn"), "Tensor.randn")
+        rng = _rng(seed, "Tensor.randn")
         return Tensor(rng.standard_normal(shp, dtype=np.float32), dtype or dtypes.default_float)
 
     # ---- properties ----------------------------------------------------------------------------
@@ -294,7 +327,7 @@ class Tensor(TensorNN):
 
     def _binop(self, op: Ops, x: Any, reverse: bool = False, dtype: DType | None = None) -> Tensor:
         y = self._to_tensor(x, op.name)
-        a, b = (y, self) if reverse else (self, y)
+        a, b = (y, self) if _flag(reverse) else (self, y)
         dt = dtype or promote(a.dtype, b.dtype)
         a, b = Tensor._broadcast(a.cast(dt), b.cast(dt), at=f"Tensor {op.name.lower()}")
         return Tensor(UOp.build(op, (a.uop, b.uop)))
@@ -313,13 +346,14 @@ class Tensor(TensorNN):
         return self.logical_not() if self.dtype.is_bool else self * -1
 
     def sub(self, x: Any, reverse: bool = False) -> Tensor:
-        a, b = (self._to_tensor(x, "sub"), self) if reverse else (self, self._to_tensor(x, "sub"))
-        if a.dtype.is_bool and b.dtype.is_bool:
+        a, b = (self._to_tensor(x, "sub"), self) if _flag(reverse) else (self, self._to_tensor(x, "sub"))
+        dt = promote(a.dtype, b.dtype)
+        if dt.is_bool:
             raise DTypeError(at="Tensor sub", why="subtracting bools", suggestion="use ^ or logical_not()")
-        return a + (-b)
+        return a.cast(dt) + (-b.cast(dt))  # promote first: negating a bool/unsigned/narrower b would wrap
 
     def div(self, x: Any, reverse: bool = False) -> Tensor:
-        a, b = (self._to_tensor(x, "div"), self) if reverse else (self, self._to_tensor(x, "div"))
+        a, b = (self._to_tensor(x, "div"), self) if _flag(reverse) else (self, self._to_tensor(x, "div"))
         dt = promote(a.dtype, b.dtype)
         if not dt.is_float:
             dt = dtypes.default_float
@@ -327,7 +361,7 @@ class Tensor(TensorNN):
         return a * b.reciprocal()
 
     def floordiv(self, x: Any, reverse: bool = False) -> Tensor:
-        a, b = (self._to_tensor(x, "//"), self) if reverse else (self, self._to_tensor(x, "//"))
+        a, b = (self._to_tensor(x, "//"), self) if _flag(reverse) else (self, self._to_tensor(x, "//"))
         dt = promote(a.dtype, b.dtype)
         if dt.is_int:
             return a._binop(Ops.IDIV, b)
@@ -336,7 +370,7 @@ class Tensor(TensorNN):
         return (a.cast(dt) / b.cast(dt)).floor()
 
     def mod(self, x: Any, reverse: bool = False) -> Tensor:
-        a, b = (self._to_tensor(x, "%"), self) if reverse else (self, self._to_tensor(x, "%"))
+        a, b = (self._to_tensor(x, "%"), self) if _flag(reverse) else (self, self._to_tensor(x, "%"))
         dt = promote(a.dtype, b.dtype)
         if dt.is_int:
             return a._binop(Ops.MOD, b)
@@ -346,18 +380,22 @@ class Tensor(TensorNN):
         return a - (a / b).floor() * b
 
     def pow(self, x: Any, reverse: bool = False) -> Tensor:
-        if not reverse and _is_scalar(x) and float(x) == int(x) and abs(int(x)) <= 4 and not isinstance(x, bool):
+        if not _flag(reverse) and _is_scalar(x) and not isinstance(x, bool) and float(x).is_integer() and abs(x) <= 4:
             n = int(x)
             base = self if n >= 0 else self._float().reciprocal()
             out = base.ones_like() if n == 0 else base
             for _ in range(abs(n) - 1):
                 out = out * base
             return out
-        a, b = (self._to_tensor(x, "pow"), self) if reverse else (self, self._to_tensor(x, "pow"))
+        a, b = (self._to_tensor(x, "pow"), self) if _flag(reverse) else (self, self._to_tensor(x, "pow"))
         dt = promote(a.dtype, b.dtype)
         dt = dt if dt.is_float else dtypes.default_float
         a, b = a.cast(dt), b.cast(dt)
-        return (a.log2() * b).exp2()  # the spec's Pow: exp2(log2(a) * b)
+        mag = (a.abs().log2() * b).exp2()  # the spec's Pow: exp2(log2(a) * b), on |a|
+        whole = b.trunc() == b
+        odd = whole & ((b * 0.5).trunc() != b * 0.5)
+        out = (a < 0).where(whole.where(odd.where(-mag, mag), math.nan), mag)  # negative bases need whole exponents
+        return ((b == 0) | (a == 1)).where(1.0, out)  # x**0 == 1**y == 1, even for nan and inf (as numpy)
 
     def maximum(self, x: Any) -> Tensor:
         return self._binop(Ops.MAX, x)
@@ -368,7 +406,7 @@ class Tensor(TensorNN):
         a, b = self.cast(dt), y.cast(dt)
         if dt.is_bool:
             return a & b
-        if dt.is_unsigned:
+        if dt.is_int:  # ~ reverses the order of every int (negation would wrap at the dtype minimum)
             return ~((~a).maximum(~b))
         return -((-a).maximum(-b))
 
@@ -386,7 +424,7 @@ class Tensor(TensorNN):
     # comparisons
     def _cmp(self, op: Ops, x: Any, reverse: bool = False) -> Tensor:
         y = self._to_tensor(x, op.name)
-        a, b = (y, self) if reverse else (self, y)
+        a, b = (y, self) if _flag(reverse) else (self, y)
         dt = promote(a.dtype, b.dtype)
         a, b = Tensor._broadcast(a.cast(dt), b.cast(dt), at=f"Tensor {op.name.lower()}")
         return Tensor(UOp.build(op, (a.uop, b.uop)))
@@ -433,6 +471,8 @@ class Tensor(TensorNN):
     def _intshift(self, op: Ops, x: Any) -> Tensor:
         if not self.dtype.is_int:
             raise DTypeError(at=f"Tensor {op.name.lower()}", why=f"shift of {self.dtype.name}", suggestion="use ints")
+        if self._to_tensor(x, op.name).dtype.is_float:
+            raise DTypeError(at=f"Tensor {op.name.lower()}", why="shift by a float amount", suggestion="shift by ints")
         return self._binop(op, x, dtype=self.dtype)
 
     __lshift__ = lshift
@@ -654,8 +694,12 @@ class Tensor(TensorNN):
                                     suggestion=f"use an index in [{-size}, {size - 1}]")
                 shrink.append((j, j + 1)); flips.append(False); strides.append(1)  # noqa: E702
             elif isinstance(i, slice):
+                if not all(v is None or (isinstance(v, (int, np.integer)) and not isinstance(v, bool))
+                           for v in (i.start, i.stop, i.step)) or i.step == 0:
+                    raise InvalidArgument(at="getitem", why=f"slice {i} needs int (or None) bounds and a non-zero step",
+                                          suggestion="use slices such as 1:5:2")
                 start, stop, step = i.indices(size)
-                if step == 0 or len(range(start, stop, step)) == 0:
+                if len(range(start, stop, step)) == 0:
                     raise InvalidSize(at="getitem", why=f"slice {i} selects nothing on axis {axis} of size {size}",
                                       suggestion="select at least one element")
                 r = range(start, stop, step)
@@ -680,6 +724,8 @@ class Tensor(TensorNN):
 
     def cat(self, *args: Tensor, dim: int = 0) -> Tensor:
         ts = (self, *args)
+        if self.ndim == 0:
+            raise ShapeMismatch(at="cat", why="0-d tensors cannot be concatenated", suggestion="use stack, or reshape to (1,)")
         d = self._resolve_axis(dim, what="cat")
         for t in ts:
             if not isinstance(t, Tensor):
@@ -751,7 +797,7 @@ class Tensor(TensorNN):
     def min(self, axis: Any = None, keepdim: bool = False) -> Tensor:
         if self.dtype.is_bool:
             return self.logical_not().max(axis, keepdim).logical_not()
-        if self.dtype.is_unsigned:
+        if self.dtype.is_int:  # ~ reverses the order of every int (negation would wrap at the dtype minimum)
             return ~((~self).max(axis, keepdim))
         return -((-self).max(axis, keepdim))
 
@@ -776,9 +822,8 @@ class Tensor(TensorNN):
 
     def matmul(self, x: Tensor, reverse: bool = False) -> Tensor:
         """The spec's gemm composition: (A.reshape(M,K,1) * B.reshape(1,K,N)).sum(K axis), with batching."""
-        a, b = (x, self) if reverse else (self, x)
-        if not isinstance(b, Tensor):
-            b = self._to_tensor(b, "matmul")
+        y = x if isinstance(x, Tensor) else self._to_tensor(x, "matmul")
+        a, b = (y, self) if _flag(reverse) else (self, y)
         if a.ndim == 0 or b.ndim == 0:
             raise ShapeMismatch(at="matmul", why="matmul of a 0-d tensor", suggestion="use * for scalars")
         a2 = a.reshape(1, a.shape[0]) if a.ndim == 1 else a

@@ -50,6 +50,12 @@ def _windows(x: Tensor, axis: int, k: int, stride: int, dilation: int) -> Tensor
     return t.transpose(axis, axis + 1)  # (..., out, k, ...)
 
 
+def _check_matrix(t: Tensor, what: str) -> None:
+    if t.ndim < 2:
+        raise ShapeMismatch(at=what, why=f"{what} needs at least 2 dims, got shape {t.shape}",
+                            suggestion="use a (..., rows, cols) tensor")
+
+
 class TensorNN:
     """Composite ops; `self` is a Tensor."""
 
@@ -114,7 +120,8 @@ class TensorNN:
             raise InvalidArgument(at="conv2d", why=f"groups={groups!r}", suggestion="groups is a positive int")
         (sh, sw), (dh, dw) = _pair(stride, "conv2d stride"), _pair(dilation, "conv2d dilation")
         if isinstance(padding, (tuple, list)) and len(padding) == 4:
-            pl, pr, pt, pb = (int(p) for p in padding)  # torch order: left, right, top, bottom
+            pl, pr = _pair(tuple(padding[:2]), "conv2d padding")  # torch order: left, right, top, bottom
+            pt, pb = _pair(tuple(padding[2:]), "conv2d padding")
         else:
             (pt, pl) = _pair(padding, "conv2d padding")
             pb, pr = pt, pl
@@ -148,6 +155,9 @@ class TensorNN:
                                      attn_mask: Tensor | None = None, is_causal: bool = False) -> Tensor:
         from egraph_compiler.tensor import Tensor
 
+        if not all(isinstance(t, Tensor) for t in (key, value)) or not isinstance(attn_mask, (Tensor, type(None))):
+            raise InvalidArgument(at="scaled_dot_product_attention", why="key, value and attn_mask must be Tensors",
+                                  suggestion="wrap them in Tensor")
         if self.ndim < 2 or key.ndim < 2 or value.ndim < 2:
             raise ShapeMismatch(at="scaled_dot_product_attention", why="query/key/value need at least 2 dims",
                                 suggestion="use (..., seq, dim) tensors")
@@ -167,6 +177,8 @@ class TensorNN:
     def cumsum(self: Tensor, axis: int = 0) -> Tensor:  # type: ignore[misc]
         """Prefix sum by the spec's window trick: pad, tile, re-read rows of 2n, sum each window."""
         ax = self._resolve_axis(axis, what="cumsum")
+        if self.ndim == 0:
+            return self.reshape(1).cumsum(0).reshape(())
         x = self.transpose(ax, -1) if ax != self.ndim - 1 else self
         n = x.shape[-1]
         lead = x.shape[:-1]
@@ -222,6 +234,7 @@ class TensorNN:
     def tril(self: Tensor, diagonal: int = 0) -> Tensor:  # type: ignore[misc]
         from egraph_compiler.tensor import Tensor
 
+        _check_matrix(self, "tril")
         r, c = self.shape[-2], self.shape[-1]
         keep = Tensor.arange(r).reshape(r, 1) + diagonal >= Tensor.arange(c).reshape(1, c)
         return keep.where(self, 0)
@@ -229,6 +242,7 @@ class TensorNN:
     def triu(self: Tensor, diagonal: int = 0) -> Tensor:  # type: ignore[misc]
         from egraph_compiler.tensor import Tensor
 
+        _check_matrix(self, "triu")
         r, c = self.shape[-2], self.shape[-1]
         keep = Tensor.arange(r).reshape(r, 1) + diagonal <= Tensor.arange(c).reshape(1, c)
         return keep.where(self, 0)

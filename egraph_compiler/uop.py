@@ -73,7 +73,12 @@ class UOp:
     def __new__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None) -> UOp:
         src = tuple(src)
         key = (op, dtype, src, _argkey(arg))
-        if (hit := UOp._interned.get(key)) is not None:
+        try:
+            hit = UOp._interned.get(key)
+        except TypeError:
+            raise InvalidArgument(at=op.name, why=f"arg {arg!r} is not hashable",
+                                  suggestion="use tuples, not lists or arrays, in a UOp's arg") from None
+        if hit is not None:
             return hit
         check_arity(op, len(src))
         self = object.__new__(cls)
@@ -119,6 +124,10 @@ class UOp:
 
     @staticmethod
     def range(bound: int | UOp, key: Any, axis_type: AxisType = AxisType.LOOP) -> UOp:
+        if not isinstance(bound, (UOp, int, np.integer)) or isinstance(bound, bool) or (
+                not isinstance(bound, UOp) and bound < 0):
+            raise InvalidArgument(at="UOp.range", why=f"bound {bound!r} is not a non-negative int or a UOp",
+                                  suggestion="pass the loop's trip count")
         b = bound if isinstance(bound, UOp) else UOp.const(int(bound), dtypes.index)
         return UOp(Ops.RANGE, dtypes.index, (b,), (key, axis_type))
 
@@ -244,6 +253,13 @@ class UOp:
 
     @cached_property
     def device(self) -> str | None:
+        if any("device" not in s.__dict__ for s in self.src):  # fill sources first: deep graphs need no recursion
+            for u in self.toposort()[:-1]:
+                if "device" not in u.__dict__:
+                    u.__dict__["device"] = u._device()
+        return self._device()
+
+    def _device(self) -> str | None:
         if self.op in (Ops.CONST, Ops.DEFINE_VAR, Ops.RANGE):
             return None
         if self.op in (Ops.BUFFER, Ops.PARAM):
@@ -252,6 +268,13 @@ class UOp:
 
     @cached_property
     def _min_max(self) -> tuple[int | float, int | float]:
+        if any("_min_max" not in s.__dict__ for s in self.src):  # fill sources first: deep graphs need no recursion
+            for u in self.toposort()[:-1]:
+                if "_min_max" not in u.__dict__:
+                    u.__dict__["_min_max"] = u._bounds()
+        return self._bounds()
+
+    def _bounds(self) -> tuple[int | float, int | float]:
         rule = OP_TABLE[self.op].bounds
         if rule is None or self.dtype is dtypes.void:
             return (self.dtype.min, self.dtype.max)
