@@ -1,1 +1,27 @@
 """Backends: reference (numpy), llvm (llvmlite JIT), cuda (CuPy raw kernels)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from egraph_compiler.diagnostics import InvalidArgument
+
+TARGETS = ("reference", "llvm", "cuda")
+
+
+def get_backend(target: str) -> Any:
+    """The backend object for a target name (imported lazily: llvmlite/cupy load only when used)."""
+    if target == "reference":
+        from egraph_compiler.backends.reference import ReferenceBackend
+
+        return ReferenceBackend()
+    if target == "llvm":
+        from egraph_compiler.backends.llvm import LLVMBackend
+
+        return LLVMBackend()
+    if target == "cuda":
+        from egraph_compiler.backends.cuda import CUDABackend
+
+        return CUDABackend()
+    raise InvalidArgument(at=f"target {target!r}", why=f"unknown target; known targets are {list(TARGETS)}",
+                        suggestion="use target='llvm', 'cuda' or 'reference'")

@@ -317,3 +317,32 @@ def run_kernel(ast: UOp, buffers: Env, max_elements: int = 1 << 22) -> None:
             ev = _KernelEval(ranges, buffers, {outer: np.arange(lo, hi, dtype=np.int64).reshape(shape)})
             ev.store(store, tuple((hi - lo) if r is outer else (int(r.src[0].arg) if r in loop else 1)
                                   for r in ranges))
+
+
+class ReferenceBackend:
+    """The interpreter as a target: kernels run through `run_kernel` on compute-dtype arrays."""
+
+    name = "reference"
+
+    def __init__(self) -> None:
+        from egraph_compiler.program import HostBuffers
+
+        self._buffers = HostBuffers()
+        self._buffers.native_storage = False
+
+    def compile(self, kernel: Any, program: Any) -> Any:
+        return lambda bufs: run_kernel(kernel.ast, bufs)
+
+    def render(self, kernel: Any, program: Any) -> str:
+        from egraph_compiler.uop import pretty
+
+        return f"// {kernel.name}\n{pretty(kernel.ast, max_lines=400)}"
+
+    def alloc(self, spec: Any) -> np.ndarray:
+        return self._buffers.alloc(spec)
+
+    def put(self, spec: Any, host: np.ndarray) -> np.ndarray:
+        return self._buffers.put(spec, host)
+
+    def get(self, spec: Any, buf: np.ndarray) -> np.ndarray:
+        return self._buffers.get(spec, buf)

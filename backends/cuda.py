@@ -1,0 +1,1304 @@
+"""CUDA backend: kernel ASTs rendered to CUDA C, compiled by NVRTC (CuPy) or nvcc, run on CuPy arrays.
+
+Rendering needs neither a GPU nor CuPy; `compile` does (CuPy is imported lazily).
+
+How a kernel maps onto CUDA (the AST contract is in egraph_compiler/program.py)
+------------------------------------------------------------------------------
+* Every SINK item is a STORE under END(..., *ranges). Consecutive items with the same
+  parallel ranges that do not touch each other's outputs form one *phase*. A kernel with
+  several phases takes a trailing `int phase` argument and is launched once per phase.
+* END ranges: GLOBAL -> blockIdx, LOCAL/WARP -> threadIdx, LOOP/THREAD -> for loops,
+  UPCAST/UNROLL -> `#pragma unroll` loops. An item without GLOBAL ranges maps its
+  LOOP/THREAD ranges onto the grid instead ("auto-parallel"), so unscheduled kernels run
+  in parallel too.
+* Grid: without block ranges (LOCAL/WARP/GROUP_REDUCE) the grid ranges are flattened over
+  256-thread blocks with a tail predicate `if (gid >= n) return;`. With block ranges, grid
+  ranges map one to one onto blockIdx.x/y/z (x innermost) when they fit (x < 2^31,
+  y, z <= 65535), else consecutive ranges are merged into one hardware dim, else all are
+  flattened over a 3D grid with a (block-uniform) tail predicate; indices are recovered
+  with unsigned / and % by constants. Blocks hold at most 1024 threads.
+* REDUCE ranges: REDUCE/LOOP/THREAD -> for loops around a register accumulator,
+  UNROLL/UPCAST -> unrolled loops, GROUP_REDUCE -> one thread per index (innermost block
+  dims) combined by a shared-memory tree reduction with __syncthreads; only group index 0
+  stores. Loop-invariant values (including whole REDUCEs, e.g. the max inside a softmax
+  sum) are hoisted out of loops.
+* Values: loads under WHERE branches or behind gates are emitted under `if`/`?:`, so
+  guarded addresses are never touched. Integer IDIV/MOD are floor division/remainder
+  (x // 0 == x % 0 == 0, as in the reference) unless both operands are proven non-negative
+  (UOp.vmin), where C's / and % are emitted. Signed ADD/MUL/SHL wrap (computed unsigned),
+  shift counts are clamped like the reference, float MAX propagates NaN. float16/bfloat16
+  are stored as half/__nv_bfloat16, computed in float and rounded after every op; bool is
+  one byte in memory; index arithmetic is `int` where UOp bounds prove it fits, else
+  `long long`.
+
+TC regions (tensor cores)
+-------------------------
+A kernel marks a tensor-core region with range tags only, so it stays a plain scalar AST
+that the reference interpreter runs unchanged. A STORE item is rendered with
+nvcuda::wmma (m16n16k16, float accumulation; float16 on sm_70+, bfloat16 on sm_80+) when
+* its END ranges hold exactly two WARP ranges of size 16 (the tile's rows m and columns n);
+  its other END ranges are GLOBAL/LOCAL (or LOOP/THREAD when there is no GLOBAL range);
+* its value holds exactly one REDUCE(ADD) of dtype float32 with one UNROLL range of size 16
+  (the tile's k); its body is MUL(CAST(LOAD a), CAST(LOAD b)), ungated loads of two
+  float16 (or two bfloat16) buffers; its other ranges are sequential (REDUCE/LOOP/UNROLL);
+* a's index is affine in (m, k) and b's in (k, n), with a unit stride on one of the two
+  (row or column major), a leading dimension that is a multiple of 8 and a 32-byte aligned
+  tile origin (every other coefficient and the constant are multiples of 16).
+One warp per tile (LOCAL ranges count warps of a block): the other REDUCE ranges loop
+around load_matrix_sync/mma_sync, the accumulator goes to shared memory, and the store,
+with any epilogue, gate or cast, runs per tile element with m, n bound to that element.
+When a WARP-tagged item does not match, its WARP ranges are rendered as LOCAL ranges and
+the kernel source says why. (Ops.WMMA, a codegen op, is not used in kernel ASTs.)
+
+Not covered: cross-thread read-after-write within one phase (an in-place kernel reading
+another thread's element), stores of several threads to one address (last writer wins in
+the reference, any writer here), out-of-range float->int casts and INT_MIN // -1 (C
+semantics), DEFINE_VAR in kernels.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from egraph_compiler.diagnostics import BackendError, BackendUnavailable, UnsupportedOp
+from egraph_compiler.dtypes import DType, dtypes
+from egraph_compiler.ops import OP_TABLE, AxisType, Ops
+from egraph_compiler.program import BufferSpec, HostBuffers, Kernel, buffer_of
+from egraph_compiler.uop import UOp, range_name
+
+# ---- C types -----------------------------------------------------------------------------------
+
+_COMPUTE: dict[DType, str] = {
+    dtypes.bool: "bool", dtypes.int8: "signed char", dtypes.int16: "short", dtypes.int32: "int",
+    dtypes.int64: "long long", dtypes.uint8: "unsigned char", dtypes.uint16: "unsigned short",
+    dtypes.uint32: "unsigned int", dtypes.uint64: "unsigned long long", dtypes.float16: "float",
+    dtypes.bfloat16: "float", dtypes.float32: "float", dtypes.float64: "double", dtypes.index: "long long",
+}
+_STORAGE: dict[DType, str] = {**_COMPUTE, dtypes.bool: "unsigned char", dtypes.float16: "half",
+                              dtypes.bfloat16: "__nv_bfloat16"}
+_RAW: dict[int, str] = {1: "unsigned char", 2: "unsigned short", 4: "unsigned int", 8: "unsigned long long"}
+_HALFS = (dtypes.float16, dtypes.bfloat16)
+_GRID_LIMITS = (2**31 - 1, 65535, 65535)
+_BLOCK_LIMITS = (1024, 1024, 64)
+_MAX_THREADS = 1024
+_FLAT_BLOCK = 256
+_INT_MIN, _INT_MAX = -(2**31), 2**31 - 1
+_AXES = "xyz"
+
+_PRELUDE_CORE = """#ifndef EGC_CUDA_CORE
+#define EGC_CUDA_CORE
+// floor division / remainder (x // 0 == x % 0 == 0), NaN-propagating float max
+template <typename T> __device__ __forceinline__ T _egc_idiv(T a, T b) {
+  if (b == 0) return (T)0;
+  T q = (T)(a / b);
+  return (q * b != a && ((a < 0) != (b < 0))) ? (T)(q - 1) : q;
+}
+template <typename T> __device__ __forceinline__ T _egc_imod(T a, T b) {
+  if (b == 0) return (T)0;
+  T r = (T)(a % b);
+  return (r != 0 && ((r < 0) != (b < 0))) ? (T)(r + b) : r;
+}
+__device__ __forceinline__ float _egc_fmax(float a, float b) { return (a != a || a > b) ? a : b; }
+__device__ __forceinline__ double _egc_fmax(double a, double b) { return (a != a || a > b) ? a : b; }
+#endif"""
+_PRELUDE_FP16 = """#ifndef EGC_CUDA_FP16
+#define EGC_CUDA_FP16
+#include <cuda_fp16.h>
+__device__ __forceinline__ float _egc_rh(float x) { return __half2float(__float2half_rn(x)); }
+#endif"""
+_PRELUDE_BF16 = """#ifndef EGC_CUDA_BF16
+#define EGC_CUDA_BF16
+#include <cuda_bf16.h>
+__device__ __forceinline__ float _egc_rb(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+#endif"""
+_PRELUDE_WMMA = """#ifndef EGC_CUDA_WMMA
+#define EGC_CUDA_WMMA
+#include <mma.h>
+#endif"""
+
+
+def c_storage_type(d: DType) -> str:
+    """The C type of a buffer element of dtype d."""
+    if d not in _STORAGE:
+        raise UnsupportedOp(at=f"dtype {d.name}", why=f"{d.name} has no CUDA storage type",
+                            suggestion="use a numeric dtype")
+    return _STORAGE[d]
+
+
+_RESERVED = frozenset({  # C++ words and CUDA builtins a kernel must not be named
+    "alignas", "alignof", "and", "asm", "auto", "bool", "break", "case", "catch", "char", "class", "const",
+    "constexpr", "continue", "default", "delete", "do", "double", "else", "enum", "explicit", "extern", "false",
+    "float", "for", "friend", "goto", "if", "inline", "int", "long", "main", "max", "min", "namespace", "new", "not",
+    "operator", "or", "private", "protected", "public", "register", "return", "short", "signed", "sizeof", "static",
+    "struct", "switch", "template", "this", "throw", "true", "try", "typedef", "typename", "union", "unsigned",
+    "using", "virtual", "void", "volatile", "while", "xor",
+})
+
+
+def _ident(s: str, prefix: str) -> str:
+    out = re.sub(r"[^0-9A-Za-z_]", "_", s)
+    bad = not out or out[0].isdigit() or out in _RESERVED or out.startswith(("__", "_egc"))
+    return f"{prefix}{out}" if bad else out
+
+
+def _bound(r: UOp) -> int:
+    b = r.src[0]
+    if b.op is not Ops.CONST:
+        raise UnsupportedOp(at=f"RANGE {r.arg[0]!r}", why="the CUDA renderer needs constant range bounds",
+                            suggestion="bind symbolic sizes before lowering")
+    return int(b.arg)
+
+
+def _atype(r: UOp) -> AxisType:
+    return r.arg[1]
+
+
+def _unsupported(at: str, why: str,
+                 suggestion: str = "check the kernel AST against egraph_compiler/program.py") -> UnsupportedOp:
+    return UnsupportedOp(at=at, why=why, suggestion=suggestion)
+
+
+def _index_of(ptr: UOp) -> UOp | None:
+    if ptr.op is not Ops.INDEX:
+        raise _unsupported(ptr.op.name, "a LOAD/STORE address must be INDEX(buffer, idx)")
+    if len(ptr.src) > 2:
+        raise _unsupported("INDEX", "kernel INDEX nodes address one flat element: INDEX(buffer, idx)")
+    return ptr.src[1] if len(ptr.src) > 1 else None
+
+
+# ---- constants and conversions -----------------------------------------------------------------
+
+def _c_const(v: Any, d: DType, ctype: str) -> str:
+    if d.is_bool:
+        return "true" if v else "false"
+    if d.is_float:
+        f, dbl = float(v), d is dtypes.float64
+        if math.isnan(f):
+            return "__longlong_as_double(0x7ff8000000000000LL)" if dbl else "__int_as_float(0x7fc00000)"
+        if math.isinf(f):
+            if dbl:
+                return f"__longlong_as_double({'(long long)0xfff0000000000000ULL' if f < 0 else '0x7ff0000000000000LL'})"
+            return f"__int_as_float({'(int)0xff800000u' if f < 0 else '0x7f800000'})"
+        s = repr(f)
+        if "e" not in s and "." not in s:
+            s += ".0"
+        s = s if dbl else s + "f"
+        return f"({s})" if s.startswith("-") else s
+    n = int(v)
+    if ctype == "int":
+        s = "(-2147483647 - 1)" if n == _INT_MIN else str(n)
+    elif ctype == "long long":
+        s = "(-9223372036854775807LL - 1)" if n == -(2**63) else f"{n}LL"
+    elif ctype == "unsigned int":
+        s = f"{n}u"
+    elif ctype == "unsigned long long":
+        s = f"{n}ull"
+    else:
+        s = f"(({ctype}){n})"
+    return f"({s})" if s.startswith("-") else s
+
+
+def _from_storage(e: str, d: DType) -> str:
+    if d is dtypes.float16:
+        return f"__half2float({e})"
+    if d is dtypes.bfloat16:
+        return f"__bfloat162float({e})"
+    if d.is_bool:
+        return f"({e} != 0)"
+    return e
+
+
+def _to_storage(e: str, d: DType) -> str:
+    if d is dtypes.float16:
+        return f"__float2half_rn({e})"
+    if d is dtypes.bfloat16:
+        return f"__float2bfloat16_rn({e})"
+    if d.is_bool:
+        return f"(unsigned char)({e})"
+    return e
+
+
+def _round(e: str, d: DType) -> str:
+    """Round a float-computed value to d's precision (float16/bfloat16 only)."""
+    if d is dtypes.float16:
+        return f"_egc_rh({e})"
+    if d is dtypes.bfloat16:
+        return f"_egc_rb({e})"
+    return e
+
+
+def _cast(e: str, src: DType, dst: DType, ctype: str) -> str:
+    if dst == src:
+        return e
+    if dst.is_bool:
+        return f"({e} != 0)"
+    if src.is_float and dst.is_int:  # truncate through 64 bits, as the reference does
+        return f"(long long)({e})" if ctype == "long long" else f"({ctype})(long long)({e})"
+    if dst is dtypes.float16:
+        return f"__half2float(__double2half({e}))" if src is dtypes.float64 else f"_egc_rh((float)({e}))"
+    if dst is dtypes.bfloat16:
+        return f"_egc_rb((float)({e}))"
+    return f"({ctype})({e})"
+
+
+def _to_bits(e: str, d: DType) -> str:
+    if d is dtypes.float32:
+        return f"__float_as_uint({e})"
+    if d is dtypes.float64:
+        return f"(unsigned long long)__double_as_longlong({e})"
+    if d is dtypes.float16:
+        return f"__half_as_ushort(__float2half_rn({e}))"
+    if d is dtypes.bfloat16:
+        return f"__bfloat16_as_ushort(__float2bfloat16_rn({e}))"
+    return f"({_RAW[d.itemsize]})({e})"
+
+
+def _from_bits(e: str, d: DType, ctype: str) -> str:
+    if d is dtypes.float32:
+        return f"__uint_as_float({e})"
+    if d is dtypes.float64:
+        return f"__longlong_as_double((long long)({e}))"
+    if d is dtypes.float16:
+        return f"__half2float(__ushort_as_half({e}))"
+    if d is dtypes.bfloat16:
+        return f"__bfloat162float(__ushort_as_bfloat16({e}))"
+    if d.is_bool:
+        return f"({e} != 0)"
+    return f"({ctype})({e})"
+
+
+def _arith(op: Ops, d: DType, a: str, b: str, ctype: str) -> str:
+    """a op b in d's semantics for the ops REDUCE can combine with (ADD, MUL, MAX)."""
+    if d.is_bool:
+        return f"({a} || {b})" if op in (Ops.ADD, Ops.MAX) else f"({a} && {b})"
+    if op is Ops.MAX:
+        return f"_egc_fmax({a}, {b})" if d.is_float else f"({a} > {b} ? {a} : {b})"
+    sym = "+" if op is Ops.ADD else "*"
+    if d.is_int and d is not dtypes.index and not (d.is_unsigned and d.bits >= 32):
+        u = _RAW[max(d.itemsize, 4)]  # wrap around: compute unsigned
+        return f"({ctype})(({u}){a} {sym} ({u}){b})"
+    return f"({a} {sym} {b})"
+
+
+# ---- plans -------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Launch:
+    phase: int
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+
+
+@dataclass(frozen=True)
+class KernelPlan:
+    """A rendered kernel: C function name, source, parameters (buffer name, dtype) and launches in order."""
+
+    name: str
+    source: str
+    params: tuple[tuple[str, DType], ...]
+    launches: tuple[Launch, ...]
+    phased: bool
+    notes: tuple[str, ...] = ()
+
+
+@dataclass
+class _TC:
+    reduce: UOp
+    m: UOp
+    n: UOp
+    k: UOp
+    a: tuple[UOp, UOp, str, int]  # (buffer, index, layout, ldm)
+    b: tuple[UOp, UOp, str, int]
+    elem: str
+
+
+@dataclass
+class _Item:
+    store: UOp
+    loop: list[UOp]
+    grid: list[UOp] = field(default_factory=list)
+    block: list[UOp] = field(default_factory=list)
+    seq: list[UOp] = field(default_factory=list)
+    group: list[UOp] = field(default_factory=list)
+    tc: _TC | None = None
+    reads: set[str] = field(default_factory=set)
+    writes: set[str] = field(default_factory=set)
+
+
+@dataclass
+class _Phase:
+    items: list[_Item]
+    grid: list[UOp]
+    block: list[UOp]
+    group: list[UOp]
+    tc: bool
+
+
+class _Scope:
+    """Values computed so far, visible to nested C blocks."""
+
+    def __init__(self, parent: _Scope | None = None) -> None:
+        self.vals: dict[UOp, str] = {}
+        self.parent = parent
+
+    def lookup(self, u: UOp) -> str | None:
+        s: _Scope | None = self
+        while s is not None:
+            if u in s.vals:
+                return s.vals[u]
+            s = s.parent
+        return None
+
+
+def _affine(u: UOp) -> dict[UOp | None, int] | None:
+    """u as {range: coefficient, None: constant} if it is an affine index expression, else None."""
+    memo: dict[UOp, dict[UOp | None, int] | None] = {}
+    for n in u.toposort():
+        if n.op is Ops.CONST and (n.dtype.is_int or n.dtype is dtypes.index):
+            memo[n] = {None: int(n.arg)}
+        elif n.op is Ops.RANGE:
+            memo[n] = {n: 1}
+        elif n.op is Ops.CAST and n.src[0].dtype.is_int:
+            memo[n] = memo[n.src[0]]
+        elif n.op is Ops.ADD and None not in (memo[n.src[0]], memo[n.src[1]]):
+            out = dict(memo[n.src[0]] or {})
+            for k, v in (memo[n.src[1]] or {}).items():
+                out[k] = out.get(k, 0) + v
+            memo[n] = out
+        elif n.op is Ops.MUL and None not in (memo[n.src[0]], memo[n.src[1]]):
+            x, y = memo[n.src[0]] or {}, memo[n.src[1]] or {}
+            if set(y) <= {None}:
+                x, y = y, x
+            memo[n] = {k: v * x.get(None, 0) for k, v in y.items()} if set(x) <= {None} else None
+        else:
+            memo[n] = None
+    return memo[u]
+
+
+# ---- the renderer ------------------------------------------------------------------------------
+
+class _Renderer:
+    def __init__(self, kernel: Kernel) -> None:
+        self.kernel = kernel
+        self.ast = kernel.ast
+        self.lines: list[str] = []
+        self.depth = 0
+        self.count = 0
+        self.cond = 0  # nesting of data-dependent `if`s (no barriers allowed inside)
+        self.notes: list[str] = []
+        self.uses: set[str] = set()
+        self._deps: dict[UOp, frozenset[UOp]] = {}
+        self._unsafe: dict[UOp, bool] = {}
+        self.rnames: dict[UOp, str] = {}
+        self.params: dict[str, tuple[str, DType]] = {}  # buffer name -> (C name, dtype)
+        self.block_total = 1
+        self.tid: str | None = None
+        self.gid_suffix = "u"
+        self.strides: dict[UOp, int] = {}
+
+    # ---- analysis -------------------------------------------------------------------------------
+
+    def deps(self, u: UOp) -> frozenset[UOp]:
+        """Ranges u's value depends on (a REDUCE binds its own ranges)."""
+        if u not in self._deps:
+            for n in u.toposort():
+                if n in self._deps:
+                    continue
+                if n.op is Ops.RANGE:
+                    d = frozenset([n])
+                elif n.op is Ops.REDUCE:
+                    d = self._deps[n.src[0]] - frozenset(n.src[1:])
+                else:
+                    d = frozenset().union(*(self._deps[s] for s in n.src))
+                self._deps[n] = d
+        return self._deps[u]
+
+    def unsafe(self, u: UOp) -> bool:
+        """Does evaluating u touch memory (so it must not be hoisted out of a condition)?"""
+        if u not in self._unsafe:
+            for n in u.toposort():
+                if n not in self._unsafe:
+                    self._unsafe[n] = n.op in (Ops.LOAD, Ops.REDUCE) or any(self._unsafe[s] for s in n.src)
+        return self._unsafe[u]
+
+    def ctype(self, u: UOp) -> str:
+        if u.dtype is dtypes.index:
+            if u.op is Ops.RANGE:
+                return "int" if _bound(u) <= 2**31 else "long long"
+            return "int" if u.vmin >= _INT_MIN and u.vmax <= _INT_MAX else "long long"
+        if u.dtype not in _COMPUTE:
+            raise _unsupported(u.op.name, f"dtype {u.dtype.name} has no CUDA type")
+        return _COMPUTE[u.dtype]
+
+    # ---- output ---------------------------------------------------------------------------------
+
+    def line(self, s: str) -> None:
+        self.lines.append("  " * self.depth + s)
+
+    def open(self, head: str) -> None:
+        self.line(f"{head} {{" if head else "{")
+        self.depth += 1
+
+    def close(self) -> None:
+        self.depth -= 1
+        self.line("}")
+
+    def fresh(self, prefix: str = "v") -> str:
+        self.count += 1
+        return f"{prefix}{self.count}"
+
+    def rname(self, r: UOp) -> str:
+        if r not in self.rnames:
+            base = _ident(range_name(r), "r")
+            name, k = base, 1
+            while name in self.rnames.values():
+                k += 1
+                name = f"{base}_{k}"
+            self.rnames[r] = name
+        return self.rnames[r]
+
+    def param(self, buf: UOp) -> str:
+        name, dt = buf.arg[0], buf.dtype
+        if name not in self.params:
+            self.params[name] = (_ident(f"buf_{name}", "buf_"), dt)
+        elif self.params[name][1] != dt:
+            raise _unsupported(f"buffer {name!r}", f"used as {self.params[name][1].name} and as {dt.name}")
+        self.track(dt)
+        return self.params[name][0]
+
+    def track(self, d: DType) -> None:
+        if d is dtypes.float16:
+            self.uses.add("fp16")
+        elif d is dtypes.bfloat16:
+            self.uses.add("bf16")
+
+    # ---- values ---------------------------------------------------------------------------------
+
+    def uncond_edges(self, n: UOp) -> tuple[UOp, ...]:
+        """Sources that are evaluated whenever n is (WHERE branches and gated addresses are not)."""
+        if n.op is Ops.REDUCE:
+            return ()
+        if n.op is Ops.WHERE:
+            return tuple(s for i, s in enumerate(n.src) if i == 0 or not self.unsafe(s))
+        if n.op is Ops.LOAD:
+            idx = _index_of(n.src[0])
+            if len(n.src) > 2:
+                return (n.src[1], n.src[2]) + ((idx,) if idx is not None and not self.unsafe(idx) else ())
+            return (idx,) if idx is not None else ()
+        return n.src
+
+    def uncond_order(self, roots: Iterable[UOp], scope: _Scope) -> list[UOp]:
+        order: list[UOp] = []
+        seen: set[UOp] = set()
+        stack: list[tuple[UOp, bool]] = [(r, False) for r in roots]
+        while stack:
+            u, done = stack.pop()
+            if done:
+                order.append(u)
+                continue
+            if u in seen or u.op is Ops.CONST or scope.lookup(u) is not None:
+                continue
+            seen.add(u)
+            stack.append((u, True))
+            stack.extend((s, False) for s in reversed(self.uncond_edges(u)))
+        return order
+
+    def val(self, u: UOp, scope: _Scope) -> str:
+        hit = scope.lookup(u)
+        if hit is not None:
+            return hit
+        if u.op is Ops.CONST:
+            self.track(u.dtype)
+            return _c_const(u.arg, u.dtype, self.ctype(u))
+        for n in self.uncond_order([u], scope):
+            self.emit_node(n, scope)
+        out = scope.lookup(u)
+        assert out is not None
+        return out
+
+    def hoist(self, roots: Iterable[UOp], scope: _Scope, inner: set[UOp]) -> None:
+        """Emit in `scope` what `roots` evaluate unconditionally and does not depend on `inner` ranges."""
+        for n in self.uncond_order(roots, scope):
+            if n.op is Ops.RANGE or self.deps(n) & inner:
+                continue
+            if all(scope.lookup(r) is not None for r in self.deps(n)) and scope.lookup(n) is None:
+                self.emit_node(n, scope)
+
+    def pre_group(self, root: UOp, scope: _Scope) -> None:
+        """Emit group reductions (they hold barriers) before any data-dependent branch."""
+        found: list[UOp] = []
+        seen: set[UOp] = set()
+        stack = [root]
+        while stack:
+            u = stack.pop()
+            if u in seen:
+                continue
+            seen.add(u)
+            if u.op is Ops.REDUCE:
+                if any(_atype(r) is AxisType.GROUP_REDUCE for r in u.src[1:]):
+                    found.append(u)
+                continue
+            stack.extend(u.src)
+        for u in found:
+            if all(scope.lookup(r) is not None for r in self.deps(u)):
+                self.val(u, scope)
+
+    def emit_node(self, n: UOp, scope: _Scope) -> None:
+        if n.op is Ops.RANGE:
+            raise _unsupported(f"RANGE {n.arg[0]!r}", "the range is used where no END or REDUCE binds it",
+                               "close every range the stored value uses with END or REDUCE")
+        if n.op is Ops.LOAD:
+            return self.emit_load(n, scope)
+        if n.op is Ops.REDUCE:
+            return self.emit_reduce(n, scope)
+        if n.op is Ops.WHERE and (self.unsafe(n.src[1]) or self.unsafe(n.src[2])):
+            return self.emit_guarded_where(n, scope)
+        if n.op is Ops.DEFINE_VAR:
+            raise _unsupported(f"variable {n.arg[0]!r}", "CUDA kernels here take no symbolic variables",
+                               "bind variables before lowering")
+        spec = OP_TABLE[n.op]
+        if not (spec.is_alu or n.op is Ops.BITCAST):
+            raise _unsupported(n.op.name, f"{n.op.name} cannot appear in a kernel value")
+        args = [self.val(s, scope) for s in n.src]
+        v, t = self.fresh(), self.ctype(n)
+        self.track(n.dtype)
+        scope.vals[n] = v
+        self.line(f"const {t} {v} = {self.alu(n, args)};")
+
+    def emit_load(self, n: UOp, scope: _Scope) -> None:
+        ptr = n.src[0]
+        buf = buffer_of(ptr)
+        p, idx = self.param(buf), _index_of(ptr)
+        v, t = self.fresh(), self.ctype(n)
+        scope.vals[n] = v
+        if len(n.src) <= 2:
+            self.line(f"const {t} {v} = {_from_storage(f'{p}[{self.val(idx, scope) if idx is not None else 0}]', buf.dtype)};")
+            return
+        g, alt = self.val(n.src[2], scope), self.val(n.src[1], scope)
+        if idx is None or not self.unsafe(idx):
+            i = self.val(idx, scope) if idx is not None else "0"
+            self.line(f"const {t} {v} = {g} ? {_from_storage(f'{p}[{i}]', buf.dtype)} : {alt};")
+            return
+        self.line(f"{t} {v} = {alt};")
+        self.open(f"if ({g})")
+        self.cond += 1
+        inner = _Scope(scope)
+        self.line(f"{v} = {_from_storage(f'{p}[{self.val(idx, inner)}]', buf.dtype)};")
+        self.cond -= 1
+        self.close()
+
+    def emit_guarded_where(self, n: UOp, scope: _Scope) -> None:
+        c = self.val(n.src[0], scope)
+        v, t = self.fresh(), self.ctype(n)
+        self.line(f"{t} {v};")
+        for head, branch in ((f"if ({c})", n.src[1]), ("else", n.src[2])):
+            self.open(head)
+            self.cond += 1
+            self.line(f"{v} = {self.val(branch, _Scope(scope))};")
+            self.cond -= 1
+            self.close()
+        scope.vals[n] = v
+
+    def alu(self, n: UOp, a: list[str]) -> str:
+        op, d = n.op, n.dtype
+        t = self.ctype(n)
+        if op is Ops.CAST:
+            return _cast(a[0], n.src[0].dtype, d, t)
+        if op is Ops.BITCAST:
+            return _from_bits(_to_bits(a[0], n.src[0].dtype), d, t)
+        if op is Ops.WHERE:
+            return f"({a[0]} ? {a[1]} : {a[2]})"
+        # index arithmetic: computed in `int` only where operands and result provably fit
+        if d is dtypes.index:
+            wide = t == "long long" or any(self.ctype(s) == "long long" for s in n.src if s.dtype is dtypes.index)
+            t = "long long" if wide else "int"
+            a = [f"(long long){x}" if wide and s.dtype is dtypes.index and self.ctype(s) == "int" else x
+                 for x, s in zip(a, n.src)]
+        if op in (Ops.ADD, Ops.MUL, Ops.MAX):
+            return _round(_arith(op, d, a[0], a[1], t), d) if op is not Ops.MAX else _arith(op, d, a[0], a[1], t)
+        if op in (Ops.IDIV, Ops.MOD):
+            x, y = n.src
+            if x.vmin >= 0 and y.vmin >= 1:
+                return OP_TABLE[op].c.format(*a)  # type: ignore[union-attr]
+            if d.is_unsigned or (x.vmin >= 0 and y.vmin >= 0):
+                return f"({a[1]} == 0 ? ({t})0 : ({t}){OP_TABLE[op].c.format(*a)})"  # type: ignore[union-attr]
+            return f"_egc_{'idiv' if op is Ops.IDIV else 'imod'}<{t}>({a[0]}, {a[1]})"
+        if op in (Ops.SHL, Ops.SHR):
+            s, top, sh = n.src[1], d.bits - 1, a[1]
+            if s.vmax > top:  # shift counts are clamped to [0, bits-1], as in the reference
+                sh = f"({sh} > {top} ? {top} : {sh})"
+            if s.vmin < 0:
+                sh = f"({a[1]} < 0 ? 0 : {sh})"
+            if op is Ops.SHR:
+                return f"({t})({a[0]} >> {sh})"
+            return f"({t})(({_RAW[max(d.itemsize, 4)]}){a[0]} << {sh})"
+        if op is Ops.TRUNC and not d.is_float:
+            return a[0]
+        tmpl = OP_TABLE[op].c
+        if tmpl is None:
+            raise _unsupported(op.name, f"{op.name} has no C spelling in the op table")
+        if op in (Ops.TRUNC, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT) and t == "float":
+            tmpl = re.sub(r"^(\w+)\(", r"\1f(", tmpl)  # float versions: exp2f, sinf, ...
+        expr = tmpl.format(*a)
+        return _round(expr, d) if op in (Ops.RECIP, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT) else expr
+
+    # ---- reduce ---------------------------------------------------------------------------------
+
+    def emit_reduce(self, u: UOp, scope: _Scope) -> None:
+        op, d = u.arg[0], u.dtype
+        if op not in (Ops.ADD, Ops.MUL, Ops.MAX):
+            raise _unsupported("REDUCE", f"reduce op {op} is not ADD, MUL or MAX")
+        rngs = list(u.src[1:])
+        for r in rngs:
+            if r.op is not Ops.RANGE:
+                raise _unsupported("REDUCE", "REDUCE sources after the value must be RANGEs")
+            if _atype(r) in (AxisType.GLOBAL, AxisType.LOCAL, AxisType.WARP):
+                raise _unsupported(f"RANGE {r.arg[0]!r}", f"a {_atype(r).name} range cannot be reduced over",
+                                   "reduce over REDUCE, UNROLL or GROUP_REDUCE ranges")
+        t = self.ctype(u)
+        if any(_bound(r) == 0 for r in rngs):  # empty reduction: 0, as the reference
+            scope.vals[u] = _c_const(0, d, t)
+            return
+        acc_d = dtypes.float32 if d in _HALFS else d
+        group = [r for r in rngs if _atype(r) is AxisType.GROUP_REDUCE]
+        seq = [r for r in rngs if r not in group]
+        if group and self.cond:
+            raise _unsupported("REDUCE", "a GROUP_REDUCE reduction sits under a data-dependent condition",
+                               "move the group reduction out of WHERE branches and gated stores")
+        init = {Ops.ADD: 0, Ops.MUL: 1, Ops.MAX: acc_d.min}[op]
+        acc = self.fresh("acc")
+        self.line(f"{t} {acc} = {_c_const(init, acc_d, t)};")
+        self.hoist([u.src[0]], scope, set(seq))
+        inner = scope
+        for r in seq:
+            self.open_loop(r)
+            inner = _Scope(inner)
+            inner.vals[r] = self.rname(r)
+        self.pre_group(u.src[0], inner)
+        self.line(f"{acc} = {_arith(op, acc_d, acc, self.val(u.src[0], inner), t)};")
+        for _ in seq:
+            self.close()
+        if group:
+            acc = self.group_tree(op, acc_d, t, acc, group)
+        if d in _HALFS:
+            res = self.fresh()
+            self.line(f"const float {res} = {_round(acc, d)};")
+            acc = res
+        scope.vals[u] = acc
+
+    def open_loop(self, r: UOp) -> None:
+        name, t = self.rname(r), self.ctype(r)
+        if _atype(r) in (AxisType.UPCAST, AxisType.UNROLL):
+            self.line("#pragma unroll")
+        self.open(f"for ({t} {name} = 0; {name} < {_c_const(_bound(r), dtypes.index, t)}; ++{name})")
+
+    def group_tree(self, op: Ops, d: DType, t: str, acc: str, group: list[UOp]) -> str:
+        if self.tid is None:
+            raise _unsupported("GROUP_REDUCE", "group reduction outside a phase with group ranges")
+        sm, tid = self.fresh("smem"), self.tid
+        self.line(f"__shared__ {t} {sm}[{self.block_total}];")
+        self.line(f"{sm}[{tid}] = {acc};")
+        self.line("__syncthreads();")
+        for g in group:
+            n, stride, name = _bound(g), self.strides[g], self.rname(g)
+            s = 1 << max(0, (n - 1).bit_length() - 1)
+            if n > 1:
+                self.open(f"for (int s = {s}; s > 0; s >>= 1)")
+                self.line(f"if ({name} < s && {name} + s < {n}) "
+                          f"{sm}[{tid}] = {_arith(op, d, f'{sm}[{tid}]', f'{sm}[{tid} + s * {stride}]', t)};")
+                self.line("__syncthreads();")
+                self.close()
+        res = self.fresh()
+        base = " - ".join([tid] + [f"{self.rname(g)} * {self.strides[g]}" for g in group])
+        self.line(f"const {t} {res} = {sm}[{base}];")
+        self.line("__syncthreads();")
+        return res
+
+    # ---- stores ---------------------------------------------------------------------------------
+
+    def emit_store(self, st: UOp, scope: _Scope, pred: str | None) -> None:
+        ptr, value = st.src[0], st.src[1]
+        buf = buffer_of(ptr)
+        p, idx = self.param(buf), _index_of(ptr)
+
+        def write(sc: _Scope) -> str:
+            i = self.val(idx, sc) if idx is not None else "0"
+            v = _cast(self.val(value, sc), value.dtype, buf.dtype, _COMPUTE[buf.dtype]) if value.dtype != buf.dtype \
+                else self.val(value, sc)
+            return f"{p}[{i}] = {_to_storage(v, buf.dtype)};"
+
+        if len(st.src) > 2:
+            g = self.val(st.src[2], scope)
+            self.open(f"if ({g}{f' && {pred}' if pred else ''})")
+            self.cond += 1
+            self.line(write(_Scope(scope)))
+            self.cond -= 1
+            self.close()
+        else:
+            s = write(scope)
+            self.line(f"if ({pred}) {s}" if pred else s)
+
+    def emit_item(self, item: _Item, scope: _Scope, pred: str | None) -> None:
+        if any(_bound(r) == 0 for r in item.loop):  # an empty loop nest stores nothing
+            return
+        if item.tc is not None:
+            return self.emit_tc(item, item.tc, scope)
+        st = item.store
+        roots = [st.src[2]] if len(st.src) > 2 else [s for s in (_index_of(st.src[0]), st.src[1]) if s is not None]
+        cur = scope
+        for j, r in enumerate(item.seq):
+            self.hoist(roots, cur, set(item.seq[j:]))
+            self.open_loop(r)
+            cur = _Scope(cur)
+            cur.vals[r] = self.rname(r)
+        self.pre_group(st, cur)
+        self.emit_store(st, cur, pred)
+        for _ in item.seq:
+            self.close()
+
+    # ---- tensor cores ---------------------------------------------------------------------------
+
+    def match_tc(self, item: _Item) -> _TC | str:
+        """The item's wmma plan, or why it has none."""
+        warps = [r for r in item.loop if _atype(r) is AxisType.WARP]
+        if len(warps) != 2 or any(_bound(w) != 16 for w in warps):
+            return "needs exactly two WARP ranges of size 16"
+        rest = [r for r in item.loop if r not in warps]
+        has_global = any(_atype(r) is AxisType.GLOBAL for r in rest)
+        allowed = (AxisType.GLOBAL, AxisType.LOCAL) if has_global else \
+            (AxisType.GLOBAL, AxisType.LOCAL, AxisType.LOOP, AxisType.THREAD)
+        if any(_atype(r) not in allowed for r in rest):
+            return "other END ranges must be GLOBAL/LOCAL (or LOOP without GLOBAL)"
+        k16 = [u for u in item.store.toposort() if u.op is Ops.REDUCE and
+               any(_atype(r) is AxisType.UNROLL and _bound(r) == 16 for r in u.src[1:])]
+        if len(k16) != 1:
+            return "needs exactly one REDUCE with an UNROLL range of size 16"
+        red = k16[0]
+        if red.arg[0] is not Ops.ADD or red.dtype is not dtypes.float32:
+            return "the REDUCE must be ADD in float32"
+        ks = [r for r in red.src[1:] if _atype(r) is AxisType.UNROLL and _bound(r) == 16]
+        if len(ks) != 1 or any(_atype(r) is AxisType.GROUP_REDUCE for r in red.src[1:]):
+            return "the REDUCE needs one UNROLL-16 range and no GROUP_REDUCE range"
+        k, body = ks[0], red.src[0]
+        if body.op is not Ops.MUL:
+            return "the REDUCE body must be a product"
+        loads: list[UOp] = []
+        for s in body.src:
+            x = s.src[0] if s.op is Ops.CAST else s
+            if x.op is not Ops.LOAD or len(x.src) > 2 or x.dtype not in _HALFS or s.dtype is not dtypes.float32:
+                return "the product must be of two ungated float16/bfloat16 loads cast to float32"
+            loads.append(x)
+        if loads[0].dtype != loads[1].dtype:
+            return "both operands must have the same dtype"
+        idx = [_index_of(x.src[0]) for x in loads]
+        if idx[0] is None or idx[1] is None:
+            return "loads need an index"
+        inside = set(rest) | set(red.src[1:])
+        wa = [w for w in warps if w in self.deps(idx[0])]
+        wb = [w for w in warps if w in self.deps(idx[1])]
+        if len(wa) != 1 or len(wb) != 1 or wa == wb:
+            return "each operand must depend on a different WARP range"
+        m, n = wa[0], wb[0]
+        sides = []
+        for x, ix, w, is_a in ((loads[0], idx[0], m, True), (loads[1], idx[1], n, False)):
+            if not self.deps(ix) <= inside | {w}:
+                return "operand indices use ranges outside the tile"
+            aff = _affine(ix)
+            if aff is None:
+                return "operand indices must be affine"
+            cw, ck = aff.get(w, 0), aff.get(k, 0)
+            if is_a:  # A: element (m, k); row_major: m*ldm + k
+                layout, ldm = ("row_major", cw) if ck == 1 else ("col_major", ck) if cw == 1 else ("", 0)
+            else:     # B: element (k, n); row_major: k*ldm + n
+                layout, ldm = ("row_major", ck) if cw == 1 else ("col_major", cw) if ck == 1 else ("", 0)
+            if not layout or ldm <= 0 or ldm % 8:
+                return "operands need a unit stride and a leading dimension that is a multiple of 8"
+            if any(c % 16 for key, c in aff.items() if key not in (w, k)):
+                return "tile origins must be 32-byte aligned (other coefficients multiples of 16)"
+            sides.append((buffer_of(x.src[0]), ix, layout, ldm))
+        elem = "half" if loads[0].dtype is dtypes.float16 else "__nv_bfloat16"
+        return _TC(red, m, n, k, sides[0], sides[1], elem)
+
+    def emit_tc(self, item: _Item, tc: _TC, scope: _Scope) -> None:
+        self.uses.add("wmma")
+        cf = self.fresh("cfrag")
+        self.line(f"nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> {cf};")
+        self.line(f"nvcuda::wmma::fill_fragment({cf}, 0.0f);")
+        zero = UOp.const(0, dtypes.index)
+        seq = [r for r in tc.reduce.src[1:] if r is not tc.k]
+        inner = scope
+        for r in seq:
+            self.open_loop(r)
+            inner = _Scope(inner)
+            inner.vals[r] = self.rname(r)
+        frags = []
+        for use, (buf, ix, layout, ldm), w in (("matrix_a", tc.a, tc.m), ("matrix_b", tc.b, tc.n)):
+            f = self.fresh("frag")
+            off = self.val(ix.substitute({w: zero, tc.k: zero}), inner)
+            self.line(f"nvcuda::wmma::fragment<nvcuda::wmma::{use}, 16, 16, 16, {tc.elem}, nvcuda::wmma::{layout}> {f};")
+            self.line(f"nvcuda::wmma::load_matrix_sync({f}, {self.param(buf)} + {off}, {ldm});")
+            frags.append(f)
+        self.line(f"nvcuda::wmma::mma_sync({cf}, {frags[0]}, {frags[1]}, {cf});")
+        for _ in seq:
+            self.close()
+        tile, tp, e = self.fresh("tile"), self.fresh("tp"), self.fresh("e")
+        self.line(f"__shared__ float {tile}[{self.block_total // 32 * 256}];")
+        self.line(f"float* {tp} = {tile} + threadIdx.y * 256;")
+        self.line(f"nvcuda::wmma::store_matrix_sync({tp}, {cf}, 16, nvcuda::wmma::mem_row_major);")
+        self.line("__syncwarp();")
+        self.line("#pragma unroll")
+        self.open(f"for (int {e} = threadIdx.x; {e} < 256; {e} += 32)")
+        el = _Scope(scope)
+        for r, expr in ((tc.m, f"{e} >> 4"), (tc.n, f"{e} & 15")):
+            el.vals[r] = self.rname(r)
+            self.line(f"const int {self.rname(r)} = {expr};")
+        el.vals[tc.reduce] = f"{tp}[{e}]"
+        self.emit_store(item.store, el, None)
+        self.close()
+
+    # ---- items, phases, launches ----------------------------------------------------------------
+
+    def items(self) -> list[_Item]:
+        if self.ast.op is not Ops.SINK:
+            raise _unsupported(self.ast.op.name, "a kernel must be rooted at SINK", "wrap it in SINK(...)")
+        out = []
+        for it in self.ast.src:
+            loop: list[UOp] = []
+            st = it
+            while st.op is Ops.END:
+                loop += list(st.src[1:])
+                st = st.src[0]
+            if st.op is not Ops.STORE:
+                raise _unsupported(st.op.name, "expected STORE under END")
+            if any(r.op is not Ops.RANGE for r in loop) or len(set(loop)) != len(loop):
+                raise _unsupported("END", "END closes distinct RANGEs")
+            free = self.deps(st) - set(loop)
+            if free:
+                raise _unsupported(f"RANGE {next(iter(free)).arg[0]!r}", "a stored value uses a range no END binds",
+                                   "close every range the store uses with END, or reduce over it")
+            item = _Item(st, loop)
+            for u in st.toposort():
+                if u.op is Ops.LOAD:
+                    item.reads.add(buffer_of(u.src[0]).arg[0])
+            item.writes.add(buffer_of(st.src[0]).arg[0])
+            self.classify(item)
+            out.append(item)
+        return out
+
+    def classify(self, item: _Item) -> None:
+        for u in item.store.toposort():
+            if u.op is Ops.REDUCE:
+                item.group += [r for r in u.src[1:] if _atype(r) is AxisType.GROUP_REDUCE and r not in item.group]
+        warp_as_local = True
+        if any(_atype(r) is AxisType.WARP for r in item.loop):
+            tc = self.match_tc(item) if not item.group else "GROUP_REDUCE ranges cannot share a tensor-core item"
+            if isinstance(tc, _TC):
+                item.tc, warp_as_local = tc, False
+            else:
+                self.notes.append(f"TC not used for the store to {buffer_of(item.store.src[0]).arg[0]!r}: {tc}")
+        has_global = any(_atype(r) is AxisType.GLOBAL for r in item.loop)
+        for r in item.loop:
+            a = _atype(r)
+            if a is AxisType.GLOBAL or (not has_global and a in (AxisType.LOOP, AxisType.THREAD)):
+                item.grid.append(r)
+            elif a in (AxisType.LOCAL, AxisType.GROUP_REDUCE) or (a is AxisType.WARP and warp_as_local):
+                item.block.append(r)
+            elif a is not AxisType.WARP:
+                item.seq.append(r)
+
+    def phases(self, items: list[_Item]) -> list[_Phase]:
+        """Consecutive independent items share a launch: same parallel ranges, or flat ones of any ranges."""
+        out: list[_Phase] = []
+        for it in items:
+            ph = out[-1] if out else None
+            flat = it.tc is None and not it.block and not it.group
+            if (ph is not None and not ph.tc and it.tc is None and ph.block == it.block and ph.group == it.group
+                    and (ph.grid == it.grid or (flat and not ph.block and not ph.group)) and not any(
+                        o.writes & it.reads or it.writes & (o.reads | o.writes) for o in ph.items)):
+                ph.items.append(it)
+            else:
+                out.append(_Phase([it], it.grid, it.block, it.group, it.tc is not None))
+        return out
+
+    def bind(self, ph: _Phase, scope: _Scope) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+        """Emit the thread -> range mapping of a phase (flat ones: only `gid`); returns (grid, block)."""
+        block_rs = ph.block + ph.group
+        self.tid, self.strides = None, {}
+        if ph.tc:
+            nw = math.prod(_bound(r) for r in block_rs)
+            if 32 * nw > _MAX_THREADS:
+                raise _unsupported("LOCAL", f"{nw} warps of tensor-core tiles exceed 1024 threads per block")
+            block = (32, nw, 1)
+            self.decompose("threadIdx.y", block_rs, "u", scope)
+        elif block_rs:
+            total = math.prod(_bound(r) for r in block_rs)
+            if total > _MAX_THREADS:
+                raise _unsupported("LOCAL", f"LOCAL/GROUP_REDUCE ranges ask for {total} threads per block (max 1024)",
+                                   "split the local ranges further or make part of them UPCAST/LOOP")
+            sizes = [_bound(r) for r in reversed(block_rs)]
+            if not ph.group and len(sizes) <= 3 and all(s <= lim for s, lim in zip(sizes, _BLOCK_LIMITS)):
+                block = tuple(sizes + [1] * (3 - len(sizes)))  # type: ignore[assignment]
+                for ax, r in zip(_AXES, reversed(block_rs)):
+                    self.line(f"const int {self.rname(r)} = threadIdx.{ax};")
+                    scope.vals[r] = self.rname(r)
+            else:
+                block = (max(total, 1), 1, 1)
+                self.decompose("threadIdx.x", block_rs, "u", scope)
+                stride = 1
+                for r in reversed(block_rs):
+                    self.strides[r] = stride
+                    stride *= _bound(r)
+                if ph.group:
+                    self.tid = "tid"
+                    self.line("const int tid = threadIdx.x;")
+        else:
+            return self.bind_flat_threads(max(math.prod(_bound(r) for r in it.grid) for it in ph.items),
+                                          any(it.grid for it in ph.items))
+        self.block_total = math.prod(block)
+        return self.bind_grid_blocks(ph.grid, scope), block  # type: ignore[return-value]
+
+    def decompose(self, lin: str, rs: list[UOp], suf: str, scope: _Scope) -> None:
+        stride = 1
+        for j in reversed(range(len(rs))):
+            r, n = rs[j], _bound(rs[j])
+            e = lin if stride == 1 else f"{lin} / {stride}{suf}"
+            if j > 0:
+                e = f"({e}) % {n}{suf}"
+            name, t = self.rname(r), self.ctype(r)
+            self.line(f"const {t} {name} = ({t})({e});")
+            scope.vals[r] = name
+            stride *= n
+
+    def bind_flat_threads(self, total: int, need_gid: bool) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+        """`gid` over `total` threads in blocks of 256 (tail predicate where needed)."""
+        bd = min(_FLAT_BLOCK, max(total, 1))
+        nb = -(-total // bd)
+        self.block_total = bd
+        self.gid_suffix = "u"
+        if total <= 1:
+            if need_gid and total == 1:
+                self.line("const unsigned int gid = 0u;")
+            return (nb, 1, 1), (bd, 1, 1)
+        if nb <= _GRID_LIMITS[0]:
+            gridd = (nb, 1, 1)
+            wide = nb * bd > 2**32 - 1
+            self.line(f"const unsigned {'long long' if wide else 'int'} gid = "
+                      f"{'(unsigned long long)' if wide else ''}blockIdx.x * {bd}u + threadIdx.x;")
+        else:
+            gx = _GRID_LIMITS[0]
+            gy = -(-nb // gx)
+            if gy > _GRID_LIMITS[1]:
+                raise _unsupported("GLOBAL", f"{total} threads exceed the CUDA grid")
+            gridd, wide = (gx, gy, 1), True
+            self.line(f"const unsigned long long gid = ((unsigned long long)blockIdx.y * gridDim.x + blockIdx.x) * "
+                      f"{bd}ull + threadIdx.x;")
+        self.gid_suffix = "ull" if wide else "u"
+        if nb * bd != total or gridd[1] > 1:
+            self.line(f"if (gid >= {total}{self.gid_suffix}) return;")
+        return gridd, (bd, 1, 1)
+
+    def bind_grid_blocks(self, grid: list[UOp], scope: _Scope) -> tuple[int, int, int]:
+        sizes = [_bound(r) for r in reversed(grid)]  # innermost first
+        if len(sizes) <= 3 and all(s <= lim for s, lim in zip(sizes, _GRID_LIMITS)):
+            for ax, r in zip(_AXES, reversed(grid)):
+                self.line(f"const int {self.rname(r)} = blockIdx.{ax};")
+                scope.vals[r] = self.rname(r)
+            return tuple(sizes + [1] * (3 - len(sizes)))  # type: ignore[return-value]
+        groups: list[list[UOp]] = [[]]
+        prod = 1
+        for r in reversed(grid):  # greedy: merge consecutive ranges into x, then y, then z
+            n = _bound(r)
+            if prod * n > _GRID_LIMITS[len(groups) - 1]:
+                groups.append([])
+                prod = 1
+                if len(groups) > 3 or n > _GRID_LIMITS[len(groups) - 1]:
+                    break
+            groups[-1].insert(0, r)
+            prod *= n
+        else:
+            dims = []
+            for ax, g in zip(_AXES, groups):
+                self.decompose(f"blockIdx.{ax}", g, "u", scope)
+                dims.append(math.prod(_bound(r) for r in g))
+            return tuple(dims + [1] * (3 - len(dims)))  # type: ignore[return-value]
+        total = math.prod(sizes)  # flatten over a 3D grid with a block-uniform tail predicate
+        gx = min(total, _GRID_LIMITS[0])
+        rest = -(-total // gx)
+        gy = min(rest, _GRID_LIMITS[1])
+        gz = -(-rest // gy)
+        if gz > _GRID_LIMITS[2]:
+            raise _unsupported("GLOBAL", f"{total} blocks exceed the CUDA grid")
+        self.line("const unsigned long long bid = blockIdx.x + (unsigned long long)gridDim.x * "
+                  "(blockIdx.y + (unsigned long long)gridDim.y * blockIdx.z);")
+        self.line(f"if (bid >= {total}ull) return;")
+        self.decompose("bid", grid, "ull", scope)
+        return (gx, gy, gz)
+
+    # ---- whole kernel ---------------------------------------------------------------------------
+
+    def render(self) -> KernelPlan:
+        name = _ident(self.kernel.name, "k_")
+        phases = self.phases(self.items())
+        launches: list[Launch] = []
+        body_lines: list[str] = []
+        max_threads = 1
+        multi = len(phases) > 1
+        self.depth = 1
+        for k, ph in enumerate(phases):
+            self.lines = []
+            if multi:
+                self.open(f"if (phase == {k})")
+            scope = _Scope()
+            grid, block = self.bind(ph, scope)
+            pred = " && ".join(f"{self.rname(g)} == 0" for g in ph.group) or None
+            if ph.tc or ph.block or ph.group:
+                for it in ph.items:
+                    self.emit_item(it, scope, pred)
+            else:  # flat: each run of items over the same ranges decomposes gid in its own block
+                total = max(math.prod(_bound(r) for r in it.grid) for it in ph.items)
+                runs: list[list[_Item]] = []
+                for it in ph.items:
+                    if math.prod(_bound(r) for r in it.grid) == 0:
+                        continue
+                    if runs and runs[-1][0].grid == it.grid:
+                        runs[-1].append(it)
+                    else:
+                        runs.append([it])
+                for run in runs:
+                    n = math.prod(_bound(r) for r in run[0].grid)
+                    inner = scope if len(runs) == 1 else _Scope(scope)
+                    if len(runs) > 1:
+                        self.open(f"if (gid < {n}{self.gid_suffix})" if n < total else "")
+                    if run[0].grid:
+                        self.decompose("gid", run[0].grid, self.gid_suffix, inner)
+                    for it in run:
+                        self.emit_item(it, inner, None)
+                    if len(runs) > 1:
+                        self.close()
+            if multi:
+                self.close()
+            body_lines += self.lines
+            max_threads = max(max_threads, math.prod(block))
+            if math.prod(grid) * math.prod(block) > 0:
+                launches.append(Launch(k, grid, block))
+        # buffers in first-use order, then ones only named in reads/writes
+        params = [f"{_STORAGE[dt]}* __restrict__ {c}" for c, dt in self.params.values()]
+        if multi:
+            params.append("const int phase")
+        head = [f"// kernel {self.kernel.name}: " + "; ".join(
+            f"phase {lc.phase} grid {lc.grid} block {lc.block}" for lc in launches)]
+        head += [f"// {n}" for n in self.notes]
+        head.append(_PRELUDE_CORE)
+        head += [p for key, p in (("fp16", _PRELUDE_FP16), ("bf16", _PRELUDE_BF16), ("wmma", _PRELUDE_WMMA))
+                 if key in self.uses]
+        src = "\n".join(head + [f'extern "C" __global__ void __launch_bounds__({max_threads}) {name}(' +
+                                ", ".join(params) + ") {"] + body_lines + ["}"])
+        return KernelPlan(name, src, tuple((b, dt) for b, (_, dt) in self.params.items()), tuple(launches),
+                          multi, tuple(self.notes))
+
+
+def plan_kernel(kernel: Kernel) -> KernelPlan:
+    """Render one kernel to CUDA C with its launch configuration (no GPU needed)."""
+    return _Renderer(kernel).render()
+
+
+# ---- toolchains --------------------------------------------------------------------------------
+
+def find_nvcc() -> str | None:
+    """nvcc on PATH, under $CUDA_HOME/$CUDA_PATH, or in /usr/local/cuda."""
+    found = shutil.which("nvcc")
+    if found:
+        return found
+    for root in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+        if root and os.path.isfile(os.path.join(root, "bin", "nvcc")):
+            return os.path.join(root, "bin", "nvcc")
+    return None
+
+
+def nvcc_version(nvcc: str | None = None) -> str | None:
+    exe = nvcc or find_nvcc()
+    if exe is None:
+        return None
+    out = subprocess.run([exe, "--version"], capture_output=True, text=True, check=False).stdout
+    m = re.search(r"release ([\d.]+)", out)
+    return m.group(1) if m else None
+
+
+def _arch(arch: str) -> str:
+    digits = re.sub(r"^(sm_|compute_)", "", arch)
+    if not digits.isdigit():
+        raise BackendError(at=f"arch {arch!r}", why="not a CUDA architecture", suggestion="use e.g. 'sm_80' or 'sm_90'")
+    return f"sm_{digits}"
+
+
+def _run_nvcc(source: str, arch: str, kind: str, options: Sequence[str], nvcc: str | None,
+              timeout: float) -> bytes:
+    exe = nvcc or find_nvcc()
+    if exe is None:
+        raise BackendUnavailable(at="nvcc", why="nvcc was not found on PATH, $CUDA_HOME or /usr/local/cuda",
+                                 suggestion="install the CUDA toolkit (e.g. apt-get install nvidia-cuda-toolkit) "
+                                            "or put nvcc on PATH")
+    with tempfile.TemporaryDirectory(prefix="egc_nvcc_") as d:
+        cu, out = os.path.join(d, "kernels.cu"), os.path.join(d, f"kernels.{kind}")
+        with open(cu, "w") as f:
+            f.write(source)
+        cmd = [exe, f"-{kind}", f"-arch={_arch(arch)}", "-std=c++17", *options, "-o", out, cu]
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+        except subprocess.TimeoutExpired:
+            raise BackendError(at=" ".join(cmd[:3]), why=f"nvcc ran longer than {timeout} s",
+                               suggestion="compile fewer kernels at once") from None
+        if r.returncode != 0:
+            raise BackendError(at=f"nvcc -{kind} -arch={_arch(arch)}", why=(r.stderr or r.stdout).strip()[-6000:],
+                               suggestion="this is a renderer bug if the kernel AST is valid; see the source above")
+        with open(out, "rb") as f:
+            return f.read()
+
+
+def compile_ptx(source: str, arch: str = "sm_80", *, options: Sequence[str] = (), nvcc: str | None = None,
+                timeout: float = 600) -> str:
+    """Compile CUDA C with `nvcc -ptx -arch=<arch>` in a temp dir; returns the PTX text."""
+    return _run_nvcc(source, arch, "ptx", options, nvcc, timeout).decode()
+
+
+def compile_cubin(source: str, arch: str, *, options: Sequence[str] = (), nvcc: str | None = None,
+                  timeout: float = 600) -> bytes:
+    """Compile CUDA C with `nvcc -cubin -arch=<arch>`; returns the cubin bytes."""
+    return _run_nvcc(source, arch, "cubin", options, nvcc, timeout)
+
+
+def cuda_include_dirs() -> list[str]:
+    """CUDA header directories for NVRTC: $CUDA_PATH/$CUDA_HOME, /usr/local/cuda, nvcc's toolkit, pip nvidia-*."""
+    roots = [os.environ.get("CUDA_PATH"), os.environ.get("CUDA_HOME"), "/usr/local/cuda"]
+    nvcc = find_nvcc()
+    if nvcc:
+        roots.append(os.path.dirname(os.path.dirname(os.path.realpath(nvcc))))
+    dirs = [os.path.join(r, "include") for r in roots if r]
+    try:
+        import nvidia  # pip wheels: nvidia-cuda-runtime-cu12, nvidia-cuda-nvcc-cu12, ...
+
+        for base in getattr(nvidia, "__path__", []):
+            dirs += [os.path.join(base, sub, "include") for sub in ("cuda_runtime", "cuda_nvcc", "cuda_nvrtc", "cuda_cccl")]
+    except ImportError:
+        pass
+    return list(dict.fromkeys(d for d in dirs if os.path.isfile(os.path.join(d, "cuda_fp16.h"))))
+
+
+def _import_cupy() -> Any:
+    try:
+        import cupy
+    except ImportError:
+        raise BackendUnavailable(at="target 'cuda'", why="CuPy is not installed",
+                                 suggestion="pip install cupy-cuda12x (CUDA 12 driver) or cupy-cuda13x; "
+                                            "or use target='llvm'") from None
+    try:
+        n = cupy.cuda.runtime.getDeviceCount()
+    except Exception as e:  # CUDARuntimeError without a driver or device
+        raise BackendUnavailable(at="target 'cuda'", why=f"no usable CUDA GPU ({e})",
+                                 suggestion="run on a machine with an NVIDIA GPU and driver, or use target='llvm'") from None
+    if n == 0:
+        raise BackendUnavailable(at="target 'cuda'", why="no CUDA GPU is visible",
+                                 suggestion="check CUDA_VISIBLE_DEVICES and the driver, or use target='llvm'")
+    return cupy
+
+
+# ---- the backend -------------------------------------------------------------------------------
+
+class CUDABackend:
+    """Kernels as CUDA C; buffers as CuPy arrays (bfloat16 as uint16 bits, bool as one byte).
+
+    `compiler`: "auto" (NVRTC through CuPy, then nvcc -cubin if that fails), "nvrtc" or "nvcc";
+    the EGC_CUDA_COMPILER environment variable overrides the default.
+    """
+
+    name = "cuda"
+
+    def __init__(self, compiler: str | None = None) -> None:
+        self.compiler = compiler or os.environ.get("EGC_CUDA_COMPILER", "auto")
+        self._plans: dict[tuple[str, UOp], KernelPlan] = {}
+        self._modules: dict[str, Any] = {}
+        self._host = HostBuffers()
+
+    def plan(self, kernel: Kernel) -> KernelPlan:
+        key = (kernel.name, kernel.ast)
+        if key not in self._plans:
+            self._plans[key] = plan_kernel(kernel)
+        return self._plans[key]
+
+    def render(self, kernel: Kernel, program: Any = None) -> str:
+        return self.plan(kernel).source
+
+    def compile(self, kernel: Kernel, program: Any = None) -> Callable[[dict[str, Any]], None]:
+        cp = _import_cupy()
+        plan = self.plan(kernel)
+        fn = self._function(cp, plan)
+        names = [b for b, _ in plan.params]
+
+        def run(bufs: dict[str, Any]) -> None:
+            missing = [n for n in names if n not in bufs]
+            if missing:
+                raise BackendError(at=f"kernel {kernel.name}", why=f"no buffer {missing[0]!r} was given",
+                                   suggestion="allocate every buffer the kernel reads or writes")
+            args = [bufs[n] for n in names]
+            for lc in plan.launches:
+                fn(lc.grid, lc.block, (*args, np.int32(lc.phase)) if plan.phased else tuple(args))
+
+        return run
+
+    def _function(self, cp: Any, plan: KernelPlan) -> Any:
+        if plan.source not in self._modules:
+            self._modules[plan.source] = self._module(cp, plan)
+        return self._modules[plan.source].get_function(plan.name)
+
+    def _module(self, cp: Any, plan: KernelPlan) -> Any:
+        errors: list[str] = []
+        if self.compiler in ("auto", "nvrtc"):
+            for opts in ((), tuple(f"-I{d}" for d in cuda_include_dirs())):  # CuPy's own headers first
+                try:
+                    mod = cp.RawModule(code=plan.source, options=tuple(opts))
+                    mod.get_function(plan.name)  # compiles now, so errors surface here
+                    return mod
+                except Exception as e:  # cupy.cuda.compiler.CompileException and driver errors
+                    errors.append(f"nvrtc {' '.join(opts) or '(no options)'}: {e}")
+        if self.compiler in ("auto", "nvcc") and find_nvcc() is not None:
+            major, minor = cp.cuda.Device().compute_capability[:-1], cp.cuda.Device().compute_capability[-1]
+            try:
+                cubin = compile_cubin(plan.source, f"sm_{major}{minor}")
+                with tempfile.TemporaryDirectory(prefix="egc_cubin_") as d:
+                    path = os.path.join(d, "k.cubin")
+                    with open(path, "wb") as f:
+                        f.write(cubin)
+                    mod = cp.RawModule(path=path)
+                    mod.get_function(plan.name)
+                    return mod
+            except Exception as e:
+                errors.append(f"nvcc: {e}")
+        raise BackendError(at=f"kernel {plan.name}", why="CUDA compilation failed:\n" + "\n".join(errors)[-6000:],
+                           suggestion="check that CUDA headers are reachable (set CUDA_PATH) or install nvcc; "
+                                      "EGC_CUDA_COMPILER=nvrtc|nvcc picks one compiler")
+
+    def alloc(self, spec: BufferSpec) -> Any:
+        cp = _import_cupy()
+        return cp.zeros(spec.size, self._host.storage_np(spec.dtype))
+
+    def put(self, spec: BufferSpec, host: Any) -> Any:
+        cp = _import_cupy()
+        if isinstance(host, cp.ndarray):
+            if spec.dtype is not dtypes.bfloat16:
+                return cp.ascontiguousarray(host).reshape(-1).astype(self._host.storage_np(spec.dtype), copy=True)
+            host = cp.asnumpy(host)
+        return cp.asarray(self._host.put(spec, np.asarray(host)))
+
+    def get(self, spec: BufferSpec, buf: Any) -> np.ndarray:
+        cp = _import_cupy()
+        return self._host.get(spec, cp.asnumpy(buf))

@@ -1,0 +1,1160 @@
+"""The LLVM backend: kernel ASTs rendered to LLVM IR, optimized at O3 for the host CPU, run through MCJIT.
+
+Kernel ABI. Every kernel becomes one LLVM module with one function per SINK
+item (a loop nest ending in a STORE), each of the form
+
+    void @k<i>(ptr noalias %b0, ..., ptr noalias %b<n-1>, i64 %start, i64 %end)
+
+`%b<j>` is the j-th buffer of the kernel in order of first appearance in
+`kernel.ast.toposort()` (through AFTER); `LLVMCompiled.buffer_order` lists
+the names. `[start, end)` is the slice of the item's parallel range (its
+outermost THREAD range, else its outermost loop range when the nest is big
+and safe to split); items without one ignore the pair. The callable returned
+by `compile` splits a parallel range into one slice per core and runs the
+slices on a process-wide ThreadPoolExecutor (ctypes drops the GIL while
+native code runs). Items run one after another, so each item sees every
+store of the items before it, as in the reference interpreter.
+
+Values in registers: bool is i1 (i8 in memory), float16 is `half` (LLVM
+promotes each op to float32 and rounds back, as numpy does), bfloat16 is a
+float32 that always holds a bfloat16-representable value (loaded by a
+16-bit shift, rounded to nearest even after every op, stored by dropping the
+low half), index is i64. REDUCE accumulates half and bfloat16 in float32 and
+rounds once at the end (as the reference does). IDIV/MOD are floor division
+and its remainder; truncating `sdiv`/`srem` appear bare only where interval
+bounds (UOp.vmin/vmax) prove both operands non-negative (then as
+`udiv`/`urem`), and division by zero yields 0 (the reference's choice).
+
+Loops: LOOP/GLOBAL/THREAD/REDUCE-typed ranges become canonical counted loops
+(i64 induction variable from 0, step 1) that LLVM's loop vectorizer accepts;
+UPCAST/UNROLL ranges are expanded into straight-line copies (tinygrad's
+"expander": every value carries one SSA name per combination of the unrolled
+ranges it depends on), which O3's SLP vectorizer packs into vector ops. A
+REDUCE inside unrolled code keeps one accumulator per copy in one loop.
+Unrolled END ranges are moved innermost. REDUCEs that do not depend on a loop
+are emitted before it (never recomputed per iteration).
+
+Memory safety: a load whose index is not proven in bounds by interval
+analysis runs only under its gate (a branch the vectorizer turns into a
+masked load), under the WHERE conditions that guard its use, or otherwise
+with its index clamped into the buffer; a store not proven in bounds is
+skipped when out of bounds; gated stores branch on their gate.
+
+Floating point is strict by default (no reassociation, no FMA contraction),
+so results match the reference up to summation order; `fast_math=True`
+allows reassociating ADD/MUL reductions and contracting to FMA.
+
+Caching: modules are keyed by a hash of the IR text (which holds no buffer or
+range names, so structurally equal kernels share code) plus the options; the
+process-wide cache makes a second compile of the same kernel do no LLVM work
+(`CACHE_STATS` counts both).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import itertools
+import math
+import os
+import struct
+import threading
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import llvmlite.binding as llvm
+import numpy as np
+
+from egraph_compiler.diagnostics import BackendError, InvalidArgument, UnsupportedOp
+from egraph_compiler.dtypes import DType, dtypes
+from egraph_compiler.ops import OP_TABLE, AxisType, Ops
+from egraph_compiler.program import HostBuffers, Kernel, Program, buffer_of
+from egraph_compiler.uop import UOp
+
+UNROLLED = frozenset({AxisType.UPCAST, AxisType.UNROLL})
+AUTO_PARALLEL_MIN_WORK = 1 << 16  # below this many iterations a thread hand-off costs more than it saves
+
+# ---- types and literals --------------------------------------------------------------------------
+
+
+def reg_ty(d: DType) -> str:
+    """LLVM type of a value of dtype d in registers."""
+    if d.is_bool:
+        return "i1"
+    if d.is_int:
+        return f"i{d.bits}"
+    if d is dtypes.float16:
+        return "half"
+    if d is dtypes.float64:
+        return "double"
+    if d in (dtypes.float32, dtypes.bfloat16):
+        return "float"
+    raise UnsupportedOp(at=f"dtype {d.name}", why=f"{d.name} has no LLVM register type",
+                        suggestion="use a numeric or bool dtype")
+
+
+def mem_ty(d: DType) -> str:
+    """LLVM type of one element of a buffer of dtype d."""
+    if d.is_bool:
+        return "i8"
+    if d is dtypes.bfloat16:
+        return "i16"
+    return reg_ty(d)
+
+
+def acc_ty(d: DType) -> str:
+    """Accumulator type of a REDUCE: half and bfloat16 accumulate in float32."""
+    return "float" if d in (dtypes.float16, dtypes.bfloat16) else reg_ty(d)
+
+
+def _fhex(value: float, ty: str) -> str:
+    if ty == "half":
+        return f"0xH{int(np.array(value, np.float16).view(np.uint16)):04X}"
+    if ty == "float":  # the literal must be exactly representable in float
+        value = float(np.float32(value))
+    return f"0x{struct.unpack('<Q', struct.pack('<d', value))[0]:016X}"
+
+
+def literal(value: Any, d: DType) -> str:
+    """An LLVM constant of dtype d in its register type."""
+    if d.is_bool:
+        return "true" if value else "false"
+    if d.is_int:
+        v = int(value) & ((1 << d.bits) - 1)
+        return str(v - (1 << d.bits) if v >= 1 << (d.bits - 1) else v)  # LLVM ints are signless
+    with np.errstate(over="ignore"):
+        v = float(value)
+        if d is dtypes.bfloat16:
+            from egraph_compiler.dtypes import bf16_round
+
+            v = float(bf16_round(np.array([v], np.float32))[0])
+        return _fhex(v, reg_ty(d))
+
+
+def _int_lit(v: int, bits: int) -> str:
+    return literal(v, _INT_OF_BITS[bits])
+
+
+_INT_OF_BITS = {8: dtypes.int8, 16: dtypes.int16, 32: dtypes.int32, 64: dtypes.int64}
+
+
+def _np_storage(d: DType) -> np.dtype:
+    return np.dtype(np.uint16) if d is dtypes.bfloat16 else np.dtype(d.np)
+
+
+# ---- analysis of a kernel AST ----------------------------------------------------------------------
+
+Cond = tuple[UOp, bool]
+
+
+def _free_ranges(order: list[UOp]) -> dict[UOp, frozenset[UOp]]:
+    """RANGEs each node depends on (a REDUCE binds its own ranges)."""
+    deps: dict[UOp, frozenset[UOp]] = {}
+    for u in order:
+        if u.op is Ops.RANGE:
+            deps[u] = frozenset({u})
+        elif u.op is Ops.REDUCE:
+            deps[u] = deps[u.src[0]] - frozenset(u.src[1:])
+        else:
+            deps[u] = frozenset().union(*(deps[s] for s in u.src)) if u.src else frozenset()
+    return deps
+
+
+def _guards(order: list[UOp]) -> dict[UOp, frozenset[Cond]]:
+    """Conditions (node, polarity) that hold wherever each node's value is used.
+
+    They come from WHERE branches, load gates and store gates; a load whose
+    index is not proven in bounds is executed only under them.
+    """
+    conds: dict[UOp, frozenset[Cond]] = {}
+
+    def give(s: UOp, c: frozenset[Cond]) -> None:
+        conds[s] = c if s not in conds else conds[s] & c
+
+    for u in reversed(order):  # every user before its sources
+        c = conds.get(u, frozenset())
+        for i, s in enumerate(u.src):
+            extra: frozenset[Cond] = frozenset()
+            if u.op is Ops.WHERE and i in (1, 2):
+                extra = frozenset({(u.src[0], i == 1)})
+            elif len(u.src) == 3 and ((u.op is Ops.LOAD and i == 0) or (u.op is Ops.STORE and i < 2)):
+                extra = frozenset({(u.src[2], True)})  # a gate guards the address (and a store's value)
+            give(s, c | extra)
+    return conds
+
+
+def _bound(r: UOp) -> int:
+    b = r.src[0]
+    if b.op is not Ops.CONST:
+        raise UnsupportedOp(at=f"RANGE {r.arg!r}", why="the LLVM backend needs constant loop bounds",
+                            suggestion="bind symbolic sizes before lowering")
+    return int(b.arg)
+
+
+def _is_unrolled(r: UOp) -> bool:
+    return r.arg[1] in UNROLLED
+
+
+def _index_of(index: UOp) -> UOp | None:
+    if index.op is not Ops.INDEX or len(index.src) > 2:
+        raise UnsupportedOp(at=index.op.name, why="loads and stores address memory through INDEX(buf[, idx])",
+                            suggestion="lower multi-dimensional INDEX to one flat index first")
+    return index.src[1] if len(index.src) > 1 else None
+
+
+def _buf_size(index: UOp) -> int:
+    return math.prod(buffer_of(index).arg[1])
+
+
+def _in_bounds(idx: UOp | None, size: int) -> bool:
+    if idx is None:
+        return size > 0
+    return idx.vmin >= 0 and idx.vmax < size
+
+
+@dataclass
+class _Item:
+    """One SINK entry: the loops around one STORE."""
+
+    store: UOp
+    loops: list[UOp]         # counted loops, outermost first
+    unrolled: list[UOp]      # straight-line ranges, innermost
+    parallel: UOp | None     # the loop split across threads, if any
+
+
+def _items(ast: UOp, deps: dict[UOp, frozenset[UOp]], threads: int, auto_parallel: bool) -> list[_Item]:
+    if ast.op is not Ops.SINK:
+        raise UnsupportedOp(at=ast.op.name, why="a kernel must be rooted at SINK", suggestion="wrap it in SINK(...)")
+    out = []
+    for item in ast.src:
+        ranges: list[UOp] = []
+        st = item
+        while st.op is Ops.END:  # outer END's ranges are the outer loops
+            ranges += list(st.src[1:])
+            st = st.src[0]
+        if st.op is not Ops.STORE:
+            raise UnsupportedOp(at=st.op.name, why="expected STORE under END", suggestion="check the kernel AST")
+        free = [r for r in st.toposort() if r in deps[st] and r not in ranges]  # used but never opened
+        ranges = list(dict.fromkeys(ranges + free))
+        loops = [r for r in ranges if not _is_unrolled(r)]
+        unrolled = [r for r in ranges if _is_unrolled(r)]
+        out.append(_Item(st, loops, unrolled, _pick_parallel(st, loops, threads, auto_parallel)))
+    return out
+
+
+def _pick_parallel(st: UOp, loops: list[UOp], threads: int, auto: bool) -> UOp | None:
+    if threads < 2 or not loops:
+        return None
+    thread = [r for r in loops if r.arg[1] is AxisType.THREAD and _bound(r) >= 2]
+    if thread:
+        return thread[0]
+    outer = loops[0]
+    if not auto or _bound(outer) < 2:
+        return None
+    nodes = st.toposort()
+    work = math.prod(_bound(r) for r in nodes if r.op is Ops.RANGE)
+    if work < AUTO_PARALLEL_MIN_WORK:
+        return None
+    # slices must not write what another slice touches: the store moves with the range, and a
+    # buffer that is stored is only read back at the very same index
+    idx = _index_of(st.src[0])
+    if idx is None or outer not in idx.toposort():
+        return None
+    target = buffer_of(st.src[0]).arg[0]
+    for u in nodes:
+        if u.op is Ops.LOAD and buffer_of(u.src[0]).arg[0] == target and _index_of(u.src[0]) is not idx:
+            return None
+    return outer
+
+
+# ---- values and scopes -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Val:
+    """A node's value: one SSA name or constant per combination of the unrolled ranges it depends on."""
+
+    axes: tuple[UOp, ...]
+    names: tuple[str, ...]
+
+
+@dataclass
+class _Scope:
+    kind: str                         # "loop": values inside are not visible after it; "unroll": straight-line
+    memo: dict[UOp, Val]
+
+
+class _Fn:
+    """Builds the text of one kernel function."""
+
+    def __init__(self, kb: _Module, name: str) -> None:
+        self.kb = kb
+        self.name = name
+        self.n = 0
+        self.blocks: list[tuple[str, list[str]]] = []
+        self.allocas: list[str] = []
+        self.scopes: list[_Scope] = [_Scope("loop", {})]
+        self.range_scope: dict[UOp, int] = {}
+        self.unroll_pos: dict[UOp, int] = {}
+        self.start_block("entry")
+
+    # -- text ---------------------------------------------------------------------------------------
+    def tmp(self) -> str:
+        self.n += 1
+        return f"%t{self.n}"
+
+    def ins(self, text: str) -> str:
+        t = self.tmp()
+        self.cur.append(f"  {t} = {text}")
+        return t
+
+    def put(self, text: str) -> None:
+        self.cur.append(f"  {text}")
+
+    def label(self, hint: str) -> str:
+        self.n += 1
+        return f"{hint}{self.n}"
+
+    def start_block(self, label: str) -> None:
+        self.cur_label = label
+        self.cur: list[str] = []
+        self.blocks.append((label, self.cur))
+
+    def text(self, params: str) -> str:
+        lines = [f"define void @{self.name}({params}) #0 {{"]
+        for i, (label, body) in enumerate(self.blocks):
+            lines.append(f"{label}:")
+            if i == 0:
+                lines += self.allocas
+            lines += body
+        lines.append("}")
+        return "\n".join(lines)
+
+    # -- scopes -------------------------------------------------------------------------------------
+    def lookup(self, u: UOp) -> Val | None:
+        for s in reversed(self.scopes):
+            v = s.memo.get(u)
+            if v is not None:
+                return v
+        return None
+
+    def remember(self, u: UOp, v: Val) -> None:
+        # the outermost scope where the value is valid: not outside the innermost loop (SSA dominance),
+        # not outside the scope binding any range it depends on
+        at = max(i for i, s in enumerate(self.scopes) if s.kind == "loop")
+        for r in self.kb.deps[u]:
+            at = max(at, self.range_scope.get(r, 0))
+        self.scopes[at].memo[u] = v
+
+    def push(self, kind: str, ranges: Iterable[tuple[UOp, Val]] = ()) -> None:
+        self.scopes.append(_Scope(kind, {}))
+        for r, v in ranges:
+            self.range_scope[r] = len(self.scopes) - 1
+            self.scopes[-1].memo[r] = v
+            if kind == "unroll":
+                self.unroll_pos[r] = len(self.unroll_pos)
+
+    def pop(self) -> None:
+        top = len(self.scopes) - 1
+        for r in [r for r, i in self.range_scope.items() if i == top]:
+            del self.range_scope[r]
+            self.unroll_pos.pop(r, None)
+        self.scopes.pop()
+
+    def bound_ranges(self) -> set[UOp]:
+        return set(self.range_scope)
+
+    # -- unrolled combinations ------------------------------------------------------------------------
+    def axes_of(self, vals: Iterable[Val], extra: Iterable[UOp] = ()) -> tuple[UOp, ...]:
+        ax = {a for v in vals for a in v.axes} | set(extra)
+        return tuple(sorted(ax, key=lambda a: self.unroll_pos[a]))
+
+    @staticmethod
+    def combos(axes: tuple[UOp, ...]) -> Iterable[dict[UOp, int]]:
+        for ks in itertools.product(*(range(_bound(a)) for a in axes)):
+            yield dict(zip(axes, ks))
+
+    @staticmethod
+    def pick(v: Val, at: dict[UOp, int]) -> str:
+        i = 0
+        for a in v.axes:
+            i = i * _bound(a) + at[a]
+        return v.names[i]
+
+    def each(self, axes: tuple[UOp, ...], fn: Callable[[dict[UOp, int]], str]) -> Val:
+        return Val(axes, tuple(fn(at) for at in self.combos(axes)))
+
+    # -- loops --------------------------------------------------------------------------------------
+    def loop(self, r: UOp, lo: str, hi: str) -> Callable[[], None]:
+        """Open a counted loop over r in [lo, hi) (i64 induction from lo, step 1); returns its closer."""
+        pre = self.cur_label
+        head, body, done = self.label("loop"), self.label("body"), self.label("exit")
+        self.put(f"br label %{head}")
+        self.start_block(head)
+        head_lines = self.cur
+        i = self.tmp()
+        head_lines.append("")  # the phi, written once the latch is known
+        c = self.ins(f"icmp slt i64 {i}, {hi}")
+        self.put(f"br i1 {c}, label %{body}, label %{done}")
+        self.start_block(body)
+        self.push("loop", [(r, Val((), (i,)))])
+
+        def close() -> None:
+            self.pop()
+            nxt = self.ins(f"add nuw nsw i64 {i}, 1")
+            self.put(f"br label %{head}")
+            head_lines[0] = f"  {i} = phi i64 [ {lo}, %{pre} ], [ {nxt}, %{self.cur_label} ]"
+            self.start_block(done)
+
+        return close
+
+    def hoist(self, root: UOp) -> None:
+        """Emit now every REDUCE under root whose ranges are all bound, so loops opened next do not redo it."""
+        bound = self.bound_ranges()
+        seen: set[UOp] = set()
+        stack = [root]
+        todo: list[UOp] = []
+        while stack:
+            u = stack.pop()
+            if u in seen or self.lookup(u) is not None:
+                continue
+            seen.add(u)
+            if u.op is Ops.REDUCE and self.kb.deps[u] <= bound:
+                todo.append(u)
+                continue
+            stack.extend(u.src)
+        for u in sorted(todo, key=lambda x: self.kb.topo_pos[x]):
+            self.emit(u)
+
+    # -- emission -----------------------------------------------------------------------------------
+    def emit(self, root: UOp) -> Val:
+        v = self.lookup(root)
+        if v is not None:
+            return v
+        stack: list[tuple[UOp, bool]] = [(root, False)]
+        while stack:
+            u, ready = stack.pop()
+            if self.lookup(u) is not None:
+                continue
+            if not ready:
+                stack.append((u, True))
+                stack.extend((s, False) for s in self.operands(u) if self.lookup(s) is None)
+                continue
+            self.remember(u, self.emit_node(u))
+        out = self.lookup(root)
+        assert out is not None
+        return out
+
+    @staticmethod
+    def operands(u: UOp) -> tuple[UOp, ...]:
+        if u.op in (Ops.REDUCE, Ops.RANGE, Ops.CONST):
+            return ()
+        if u.op is Ops.LOAD:
+            idx = _index_of(u.src[0])
+            return ((idx,) if idx is not None else ()) + u.src[1:]
+        return u.src
+
+    def emit_node(self, u: UOp) -> Val:
+        if u.op is Ops.CONST:
+            return Val((), (literal(u.arg, u.dtype),))
+        if u.op is Ops.RANGE:
+            raise UnsupportedOp(at=f"RANGE {u.arg!r}", why="a range is used outside the loops that bind it",
+                                suggestion="list the range in an END or REDUCE around its use")
+        if u.op is Ops.REDUCE:
+            return self.emit_reduce(u)
+        if u.op is Ops.LOAD:
+            return self.emit_load(u)
+        if u.op is Ops.AFTER or OP_TABLE[u.op].category.name == "MARKER":
+            return self.emit(u.src[0])
+        if u.op is Ops.BITCAST or OP_TABLE[u.op].is_alu:
+            vals = [self.emit(s) for s in u.src]
+            axes = self.axes_of(vals)
+            return self.each(axes, lambda at: self.kb.alu.node(self, u, [self.pick(v, at) for v in vals]))
+        raise UnsupportedOp(at=u.op.name, why=f"{u.op.name} cannot appear in a kernel for the LLVM backend",
+                            suggestion="lower the graph to SINK/END/STORE/LOAD/REDUCE/ALU kernels first")
+
+    # -- memory -------------------------------------------------------------------------------------
+    def address(self, index: UOp, idx: str) -> tuple[str, str, int]:
+        b = buffer_of(index)
+        ty = mem_ty(b.dtype)
+        p = self.ins(f"getelementptr inbounds {ty}, ptr {self.kb.arg_of(b.arg[0])}, i64 {idx}")
+        return p, ty, max(1, _np_storage(b.dtype).itemsize)
+
+    def to_i64(self, x: str, d: DType) -> str:
+        if d.bits == 64 or d is dtypes.index:
+            return x
+        op = "zext" if d.is_unsigned or d.is_bool else "sext"
+        return self.ins(f"{op} {reg_ty(d)} {x} to i64")
+
+    def from_mem(self, x: str, d: DType) -> str:
+        if d.is_bool:
+            return self.ins(f"icmp ne i8 {x}, 0")
+        if d is dtypes.bfloat16:
+            w = self.ins(f"zext i16 {x} to i32")
+            s = self.ins(f"shl i32 {w}, 16")
+            return self.ins(f"bitcast i32 {s} to float")
+        return x
+
+    def to_mem(self, x: str, d: DType) -> str:
+        if d.is_bool:
+            return self.ins(f"zext i1 {x} to i8")
+        if d is dtypes.bfloat16:  # registers hold rounded values: the low half is zero
+            b = self.ins(f"bitcast float {x} to i32")
+            s = self.ins(f"lshr i32 {b}, 16")
+            return self.ins(f"trunc i32 {s} to i16")
+        return x
+
+    def usable_guards(self, u: UOp) -> list[Cond]:
+        bound = self.bound_ranges()
+        return sorted((c for c in self.kb.conds.get(u, frozenset())
+                       if self.kb.deps[c[0]] <= bound and not self.kb.reaches(c[0], u)),
+                      key=lambda c: (self.kb.topo_pos[c[0]], c[1]))
+
+    def truth(self, x: str, d: DType) -> str:
+        """A value used as a condition, as i1."""
+        if d.is_bool:
+            return x
+        if d.is_float:
+            return self.ins(f"fcmp une {reg_ty(d)} {x}, {literal(0.0, d)}")
+        return self.ins(f"icmp ne {reg_ty(d)} {x}, 0")
+
+    def emit_load(self, u: UOp) -> Val:
+        index = u.src[0]
+        idx_u = _index_of(index)
+        size = _buf_size(index)
+        safe = _in_bounds(idx_u, size)
+        idx = self.emit(idx_u) if idx_u is not None else Val((), ("0",))
+        alt = self.emit(u.src[1]) if len(u.src) == 3 else None
+        gate = self.emit(u.src[2]) if len(u.src) == 3 else None
+        gate_dt = u.src[2].dtype if len(u.src) == 3 else dtypes.bool
+        guards: list[tuple[Val, UOp, bool]] = []
+        if not safe and gate is None:
+            guards = [(self.emit(c), c, pol) for c, pol in self.usable_guards(u)]
+        axes = self.axes_of([idx] + ([alt, gate] if gate is not None and alt is not None else [])
+                            + [g for g, _, _ in guards])
+        zero = literal(0, u.dtype)
+
+        def one(at: dict[UOp, int]) -> str:
+            i = self.to_i64(self.pick(idx, at), idx_u.dtype if idx_u is not None else dtypes.index)
+            if gate is not None and alt is not None:
+                g, a = self.truth(self.pick(gate, at), gate_dt), self.pick(alt, at)
+            elif guards:
+                g, a = self.all_of([(self.pick(v, at), c.dtype, pol) for v, c, pol in guards]), zero
+            else:
+                g, a = None, zero
+            if safe or g is None:
+                if not safe:  # nothing guards it: keep the address inside the buffer
+                    i = self.ins(f"call i64 @llvm.umin.i64(i64 {i}, i64 {max(size - 1, 0)})")
+                    self.kb.declare("declare i64 @llvm.umin.i64(i64, i64)")
+                p, ty, al = self.address(index, i)
+                v = self.from_mem(self.ins(f"load {ty}, ptr {p}, align {al}"), u.dtype)
+                return v if g is None else self.ins(f"select i1 {g}, {reg_ty(u.dtype)} {v}, {reg_ty(u.dtype)} {a}")
+            p, ty, al = self.address(index, i)
+            pre, ld, done = self.cur_label, self.label("ld"), self.label("ldx")
+            self.put(f"br i1 {g}, label %{ld}, label %{done}")
+            self.start_block(ld)
+            v = self.from_mem(self.ins(f"load {ty}, ptr {p}, align {al}"), u.dtype)
+            ld_end = self.cur_label
+            self.put(f"br label %{done}")
+            self.start_block(done)
+            return self.ins(f"phi {reg_ty(u.dtype)} [ {v}, %{ld_end} ], [ {a}, %{pre} ]")
+
+        return self.each(axes, one)
+
+    def all_of(self, conds: list[tuple[str, DType, bool]]) -> str:
+        acc = None
+        for x, d, pol in conds:
+            t = self.truth(x, d)
+            if not pol:
+                t = self.ins(f"xor i1 {t}, true")
+            acc = t if acc is None else self.ins(f"and i1 {acc}, {t}")
+        assert acc is not None
+        return acc
+
+    def emit_store(self, st: UOp, unrolled: list[UOp]) -> None:
+        index, value = st.src[0], st.src[1]
+        b = buffer_of(index)
+        idx_u = _index_of(index)
+        size = _buf_size(index)
+        safe = _in_bounds(idx_u, size)
+        idx = self.emit(idx_u) if idx_u is not None else Val((), ("0",))
+        val = self.emit(value)
+        gate = self.emit(st.src[2]) if len(st.src) == 3 else None
+        axes = self.axes_of([idx, val] + ([gate] if gate is not None else []), unrolled)
+        for at in self.combos(axes):
+            i = self.to_i64(self.pick(idx, at), idx_u.dtype if idx_u is not None else dtypes.index)
+            x = self.pick(val, at)
+            if value.dtype != b.dtype:
+                x = self.kb.alu.cast(self, x, value.dtype, b.dtype)
+            g = self.truth(self.pick(gate, at), st.src[2].dtype) if gate is not None else None
+            if g is None and not safe:  # an index not proven in bounds never writes outside the buffer
+                g = self.ins(f"icmp ult i64 {i}, {size}")
+            m = self.to_mem(x, b.dtype)
+            if g is None:
+                p, ty, al = self.address(index, i)
+                self.put(f"store {ty} {m}, ptr {p}, align {al}")
+                continue
+            do, done = self.label("st"), self.label("stx")
+            self.put(f"br i1 {g}, label %{do}, label %{done}")
+            self.start_block(do)
+            p, ty, al = self.address(index, i)
+            self.put(f"store {ty} {m}, ptr {p}, align {al}")
+            self.put(f"br label %{done}")
+            self.start_block(done)
+
+    # -- reduce -------------------------------------------------------------------------------------
+    def emit_reduce(self, u: UOp) -> Val:
+        op, body, rngs = u.arg[0], u.src[0], list(u.src[1:])
+        if any(_bound(r) == 0 for r in rngs):  # the reference reduces an empty range to 0
+            return Val((), (literal(0, u.dtype),))
+        outer = tuple(sorted((r for r in self.kb.deps[u] if r in self.unroll_pos), key=lambda a: self.unroll_pos[a]))
+        at_ty = acc_ty(u.dtype)
+        accs = []
+        for _ in self.combos(outer):
+            a = self.tmp()
+            self.allocas.append(f"  {a} = alloca {at_ty}")
+            self.put(f"store {at_ty} {self.kb.alu.identity(op, u.dtype)}, ptr {a}")
+            accs.append(a)
+        closers = []
+        for r in (r for r in rngs if not _is_unrolled(r)):
+            self.hoist(body)
+            closers.append(self.loop(r, "0", str(_bound(r))))
+        unr = [r for r in rngs if _is_unrolled(r)]
+        self.push("unroll", [(r, Val((r,), tuple(str(k) for k in range(_bound(r))))) for r in unr])
+        val = self.emit(body)
+        for a, at in zip(accs, self.combos(outer)):
+            x = self.ins(f"load {at_ty}, ptr {a}")
+            for k in self.combos(tuple(unr)):
+                y = self.kb.alu.to_acc(self, self.pick(val, at | k), u.dtype)
+                x = self.kb.alu.accumulate(self, op, u.dtype, x, y)
+            self.put(f"store {at_ty} {x}, ptr {a}")
+        self.pop()
+        for close in reversed(closers):
+            close()
+        return Val(outer, tuple(self.kb.alu.from_acc(self, self.ins(f"load {at_ty}, ptr {a}"), u.dtype) for a in accs))
+
+    # -- items --------------------------------------------------------------------------------------
+    def emit_item(self, item: _Item) -> None:
+        closers = []
+        for r in item.loops:
+            self.hoist(item.store)
+            lo, hi = ("%start", "%end") if r is item.parallel else ("0", str(_bound(r)))
+            closers.append(self.loop(r, lo, hi))
+        self.push("unroll", [(r, Val((r,), tuple(str(k) for k in range(_bound(r))))) for r in item.unrolled])
+        self.emit_store(item.store, item.unrolled)
+        self.pop()
+        for close in reversed(closers):
+            close()
+        self.put("ret void")
+
+
+# ---- ALU ---------------------------------------------------------------------------------------------
+
+
+class _Alu:
+    """Scalar instruction selection for every ALU op of the op table."""
+
+    def __init__(self, kb: _Module) -> None:
+        self.kb = kb
+
+    # dtype helpers
+    def intrinsic(self, name: str, ty: str, n: int = 1) -> str:
+        suffix = {"float": "f32", "double": "f64", "half": "f16"}.get(ty, ty)
+        self.kb.declare(f"declare {ty} @llvm.{name}.{suffix}({', '.join([ty] * n)})")
+        return f"@llvm.{name}.{suffix}"
+
+    def call(self, f: _Fn, name: str, ty: str, *args: str) -> str:
+        fn = self.intrinsic(name, ty, len(args))
+        return f.ins(f"call {ty} {fn}({', '.join(f'{ty} {a}' for a in args)})")
+
+    def bf16_round(self, f: _Fn, x: str) -> str:
+        self.kb.need_bf16 = True
+        return f.ins(f"call float @bf16_round(float {x})")
+
+    def fix(self, f: _Fn, x: str, d: DType) -> str:
+        """Bring a float32 result of a bfloat16 op onto the bfloat16 grid."""
+        return self.bf16_round(f, x) if d is dtypes.bfloat16 else x
+
+    def fl(self) -> str:
+        return "contract " if self.kb.fast_math else ""
+
+    def to_acc(self, f: _Fn, x: str, d: DType) -> str:
+        return f.ins(f"fpext half {x} to float") if d is dtypes.float16 else x
+
+    def from_acc(self, f: _Fn, x: str, d: DType) -> str:
+        if d is dtypes.float16:
+            return f.ins(f"fptrunc float {x} to half")
+        return self.fix(f, x, d)
+
+    def identity(self, op: Ops, d: DType) -> str:
+        if d.is_bool:
+            return "true" if op is Ops.MUL else "false"
+        one = literal(1, d) if not d.is_float else _fhex(1.0, acc_ty(d))
+        zero = literal(0, d) if not d.is_float else _fhex(0.0, acc_ty(d))
+        if op is Ops.ADD:
+            return zero
+        if op is Ops.MUL:
+            return one
+        if op is Ops.MAX:
+            return _fhex(-math.inf, acc_ty(d)) if d.is_float else literal(d.min, d)
+        raise UnsupportedOp(at=f"REDUCE {op}", why="reduce ops are ADD, MUL and MAX", suggestion="use one of those")
+
+    def accumulate(self, f: _Fn, op: Ops, d: DType, acc: str, x: str) -> str:
+        ty = acc_ty(d)
+        if d.is_float:
+            fm = "reassoc nsz contract " if self.kb.fast_math else ""
+            if op is Ops.ADD:
+                return f.ins(f"fadd {fm}{ty} {acc}, {x}")
+            if op is Ops.MUL:
+                return f.ins(f"fmul {fm}{ty} {acc}, {x}")
+            return self.call(f, "maximum", ty, acc, x)
+        if d.is_bool:
+            return f.ins(f"{'and' if op is Ops.MUL else 'or'} i1 {acc}, {x}")
+        if op is Ops.ADD:
+            return f.ins(f"add {ty} {acc}, {x}")
+        if op is Ops.MUL:
+            return f.ins(f"mul {ty} {acc}, {x}")
+        return self.call(f, "umax" if d.is_unsigned else "smax", ty, acc, x)
+
+    # the ops
+    def node(self, f: _Fn, u: UOp, a: list[str]) -> str:
+        op, d = u.op, u.dtype
+        if op is Ops.CAST:
+            return self.cast(f, a[0], u.src[0].dtype, d)
+        if op is Ops.BITCAST:
+            return self.bitcast(f, a[0], u.src[0].dtype, d)
+        if op is Ops.WHERE:
+            c = f.truth(a[0], u.src[0].dtype)
+            return f.ins(f"select i1 {c}, {reg_ty(d)} {a[1]}, {reg_ty(d)} {a[2]}")
+        if op in (Ops.CMPLT, Ops.CMPNE):
+            return self.compare(f, op, u.src[0].dtype, a[0], a[1])
+        if len(a) == 1:
+            return self.unary(f, op, d, a[0])
+        if op in (Ops.IDIV, Ops.MOD):
+            return self.divmod(f, u, a[0], a[1])
+        if op in (Ops.SHL, Ops.SHR):
+            return self.shift(f, u, a[0], a[1])
+        return self.binary(f, op, d, a[0], a[1], u)
+
+    def unary(self, f: _Fn, op: Ops, d: DType, x: str) -> str:
+        ty = reg_ty(d)
+        if op is Ops.TRUNC and not d.is_float:
+            return x
+        if op is Ops.RECIP:
+            return self.fix(f, f.ins(f"fdiv {ty} {_fhex(1.0, ty)}, {x}"), d)
+        name = {Ops.TRUNC: "trunc", Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.SQRT: "sqrt"}.get(op)
+        if name is None:
+            raise UnsupportedOp(at=op.name, why=f"no LLVM lowering for unary {op.name}", suggestion="decompose it first")
+        if d is dtypes.float16:  # libm has no half functions: compute in float32, round once
+            w = f.ins(f"fpext half {x} to float")
+            return f.ins(f"fptrunc float {self.call(f, name, 'float', w)} to half")
+        return self.fix(f, self.call(f, name, ty, x), d)
+
+    def binary(self, f: _Fn, op: Ops, d: DType, a: str, b: str, u: UOp) -> str:
+        ty = reg_ty(d)
+        if d.is_bool:  # numpy: + is or, * is and, max is or
+            ins = {Ops.ADD: "or", Ops.MUL: "and", Ops.MAX: "or", Ops.XOR: "xor", Ops.OR: "or", Ops.AND: "and"}[op]
+            return f.ins(f"{ins} i1 {a}, {b}")
+        if d.is_float:
+            if op is Ops.MAX:  # numpy's maximum propagates NaN
+                if d is dtypes.float16:
+                    wa, wb = f.ins(f"fpext half {a} to float"), f.ins(f"fpext half {b} to float")
+                    return f.ins(f"fptrunc float {self.call(f, 'maximum', 'float', wa, wb)} to half")
+                return self.call(f, "maximum", ty, a, b)
+            ins = {Ops.ADD: "fadd", Ops.MUL: "fmul"}.get(op)
+            if ins is None:
+                raise UnsupportedOp(at=op.name, why=f"{op.name} on {d.name}", suggestion="use integer operands")
+            return self.fix(f, f.ins(f"{ins} {self.fl()}{ty} {a}, {b}"), d)
+        if op is Ops.MAX:
+            return self.call(f, "umax" if d.is_unsigned else "smax", ty, a, b)
+        ins = {Ops.ADD: "add", Ops.MUL: "mul", Ops.XOR: "xor", Ops.OR: "or", Ops.AND: "and"}[op]
+        if op in (Ops.ADD, Ops.MUL):
+            ins += self.no_wrap(op, d, u)
+        return f.ins(f"{ins} {ty} {a}, {b}")
+
+    @staticmethod
+    def no_wrap(op: Ops, d: DType, u: UOp) -> str:
+        """nsw/nuw where the operand intervals prove the result fits (helps SCEV see affine indices)."""
+        (a0, a1), (b0, b1) = ((s.vmin, s.vmax) for s in u.src)
+        if any(math.isinf(x) for x in (a0, a1, b0, b1)):
+            return ""
+        vals = [a0 + b0, a1 + b1] if op is Ops.ADD else [x * y for x in (a0, a1) for y in (b0, b1)]
+        if d.min <= min(vals) and max(vals) <= d.max:
+            return " nuw" if d.is_unsigned else " nsw"
+        return ""
+
+    def compare(self, f: _Fn, op: Ops, d: DType, a: str, b: str) -> str:
+        ty = reg_ty(d)
+        if d.is_float:
+            return f.ins(f"fcmp {'olt' if op is Ops.CMPLT else 'une'} {ty} {a}, {b}")
+        if op is Ops.CMPNE:
+            return f.ins(f"icmp ne {ty} {a}, {b}")
+        return f.ins(f"icmp {'ult' if d.is_unsigned or d.is_bool else 'slt'} {ty} {a}, {b}")
+
+    def shift(self, f: _Fn, u: UOp, a: str, b: str) -> str:
+        d = u.dtype
+        ty, bits = reg_ty(d), d.bits
+        s = u.src[1]
+        if s.op is Ops.CONST:  # the reference clips the amount into [0, bits)
+            b = str(min(max(int(s.arg), 0), bits - 1))
+        elif not (s.vmin >= 0 and s.vmax <= bits - 1):
+            if not d.is_unsigned:
+                b = self.call(f, "smax", ty, b, "0")
+            b = self.call(f, "umin", ty, b, str(bits - 1))
+        ins = "shl" if u.op is Ops.SHL else ("lshr" if d.is_unsigned else "ashr")
+        return f.ins(f"{ins} {ty} {a}, {b}")
+
+    def divmod(self, f: _Fn, u: UOp, a: str, b: str) -> str:
+        """Floor division / floor remainder; x // 0 == x % 0 == 0 as in the reference."""
+        d, is_div = u.dtype, u.op is Ops.IDIV
+        ty = reg_ty(d)
+        na, nb = u.src
+        c = int(nb.arg) if nb.op is Ops.CONST else None
+        if c == 0:
+            return "0"
+        if c is not None and c > 0 and c & (c - 1) == 0:  # shifts and masks are floor ops for either sign
+            k = c.bit_length() - 1
+            return f.ins(f"{('lshr' if d.is_unsigned else 'ashr') if is_div else 'and'} {ty} {a}, "
+                         f"{k if is_div else _int_lit(c - 1, d.bits)}")
+        if d.is_unsigned:
+            if nb.vmin >= 1:
+                return f.ins(f"{'udiv' if is_div else 'urem'} {ty} {a}, {b}")
+            z = f.ins(f"icmp eq {ty} {b}, 0")
+            safe = f.ins(f"select i1 {z}, {ty} 1, {ty} {b}")
+            r = f.ins(f"{'udiv' if is_div else 'urem'} {ty} {a}, {safe}")
+            return f.ins(f"select i1 {z}, {ty} 0, {ty} {r}")
+        if na.vmin >= 0 and nb.vmin >= 1:  # both non-negative: truncation is floor
+            return f.ins(f"{'udiv' if is_div else 'urem'} {ty} {a}, {b}")
+        if c == -1:
+            return f.ins(f"sub {ty} 0, {a}") if is_div else "0"
+        guarded = not (nb.vmin >= 1 or nb.vmax <= -2)
+        z = m1 = bad = None
+        dv = b
+        if guarded:  # x/0 and INT_MIN/-1 would trap
+            z = f.ins(f"icmp eq {ty} {b}, 0")
+            m1 = f.ins(f"icmp eq {ty} {b}, -1")
+            bad = f.ins(f"or i1 {z}, {m1}")
+            dv = f.ins(f"select i1 {bad}, {ty} 1, {ty} {b}")
+        q = f.ins(f"sdiv {ty} {a}, {dv}")
+        r = f.ins(f"srem {ty} {a}, {dv}")
+        # truncation rounds toward zero; floor differs when the remainder is non-zero and its sign
+        # differs from the divisor's
+        rnz = f.ins(f"icmp ne {ty} {r}, 0")
+        x = f.ins(f"xor {ty} {r}, {b}")
+        neg = f.ins(f"icmp slt {ty} {x}, 0")
+        fix = f.ins(f"and i1 {rnz}, {neg}")
+        if is_div:
+            q = f.ins(f"sub {ty} {q}, {f.ins(f'zext i1 {fix} to {ty}')}")
+            if guarded:
+                q = f.ins(f"select i1 {m1}, {ty} {f.ins(f'sub {ty} 0, {a}')}, {ty} {q}")
+                q = f.ins(f"select i1 {z}, {ty} 0, {ty} {q}")
+            return q
+        r = f.ins(f"add {ty} {r}, {f.ins(f'select i1 {fix}, {ty} {b}, {ty} 0')}")
+        return f.ins(f"select i1 {bad}, {ty} 0, {ty} {r}") if guarded else r
+
+    def cast(self, f: _Fn, x: str, s: DType, d: DType) -> str:
+        if s == d:
+            return x
+        st, dt = reg_ty(s), reg_ty(d)
+        if d.is_bool:
+            return f.truth(x, s)
+        if s.is_bool:
+            if d.is_float:
+                return f.ins(f"select i1 {x}, {dt} {literal(1.0, d)}, {dt} {literal(0.0, d)}")
+            return f.ins(f"zext i1 {x} to {dt}")
+        if s.is_int and d.is_int:
+            if s.bits == d.bits:
+                return x
+            if s.bits > d.bits:
+                return f.ins(f"trunc {st} {x} to {dt}")
+            return f.ins(f"{'zext' if s.is_unsigned else 'sext'} {st} {x} to {dt}")
+        if s.is_int:  # int -> float
+            wide = "double" if d is dtypes.float64 else "float"
+            v = f.ins(f"{'uitofp' if s.is_unsigned else 'sitofp'} {st} {x} to {wide}")
+            if d is dtypes.float16:
+                return f.ins(f"fptrunc float {v} to half")
+            return self.fix(f, v, d)
+        if d.is_int:  # float -> int: trunc; NaN/inf -> 0, out of int64 range -> INT64_MIN, then wrap
+            if s is dtypes.float16:
+                x, st = f.ins(f"fpext half {x} to float"), "float"
+            ax = self.call(f, "fabs", st, x)
+            ok = f.ins(f"fcmp olt {st} {ax}, {_fhex(2.0 ** 63, st)}")
+            fin = f.ins(f"fcmp olt {st} {ax}, {_fhex(math.inf, st)}")
+            v = f.ins(f"fptosi {st} {f.ins(f'select i1 {ok}, {st} {x}, {st} {_fhex(0.0, st)}')} to i64")
+            v = f.ins(f"select i1 {ok}, i64 {v}, i64 {f.ins(f'select i1 {fin}, i64 {-(1 << 63)}, i64 0')}")
+            return v if d.bits == 64 else f.ins(f"trunc i64 {v} to {dt}")
+        # float -> float
+        if s is dtypes.float16:
+            x, st = f.ins(f"fpext half {x} to float"), "float"
+        if d is dtypes.float16:
+            if st == "double":
+                x = f.ins(f"fptrunc double {x} to float")
+            return f.ins(f"fptrunc float {x} to half")
+        if st == dt:
+            return self.fix(f, x, d)
+        if st == "float":
+            return f.ins(f"fpext float {x} to double")
+        return self.fix(f, f.ins(f"fptrunc double {x} to float"), d)
+
+    def bitcast(self, f: _Fn, x: str, s: DType, d: DType) -> str:
+        bits = f"i{s.itemsize * 8}"
+        if s is dtypes.bfloat16:
+            w = f.ins(f"lshr i32 {f.ins(f'bitcast float {x} to i32')}, 16")
+            raw = f.ins(f"trunc i32 {w} to i16")
+        elif s.is_bool:
+            raw = f.ins(f"zext i1 {x} to i8")
+        elif s.is_float:
+            raw = f.ins(f"bitcast {reg_ty(s)} {x} to {bits}")
+        else:
+            raw = x
+        if d is dtypes.bfloat16:
+            return f.ins(f"bitcast i32 {f.ins(f'shl i32 {f.ins(f'zext i16 {raw} to i32')}, 16')} to float")
+        if d.is_bool:
+            return f.ins(f"icmp ne i8 {raw}, 0")
+        if d.is_float:
+            return f.ins(f"bitcast {bits} {raw} to {reg_ty(d)}")
+        return raw
+
+
+# ---- module ------------------------------------------------------------------------------------------
+
+_BF16_ROUND = """define internal float @bf16_round(float %x) alwaysinline {
+  %b = bitcast float %x to i32
+  %h = lshr i32 %b, 16
+  %o = and i32 %h, 1
+  %s = add i32 %b, 32767
+  %t = add i32 %s, %o
+  %r = and i32 %t, -65536
+  %q = or i32 %b, 4194304
+  %qn = and i32 %q, -65536
+  %n = fcmp uno float %x, 0.0
+  %v = select i1 %n, i32 %qn, i32 %r
+  %y = bitcast i32 %v to float
+  ret float %y
+}"""
+
+
+class _Module:
+    """Renders one kernel: analysis shared by its item functions, declarations, the module text."""
+
+    def __init__(self, kernel: Kernel, threads: int, fast_math: bool, auto_parallel: bool) -> None:
+        ast = kernel.ast
+        self.order = ast.toposort()
+        self.topo_pos = {u: i for i, u in enumerate(self.order)}
+        self.deps = _free_ranges(self.order)
+        self.conds = _guards(self.order)
+        self.fast_math = fast_math
+        self.need_bf16 = False
+        self.decls: dict[str, None] = {}
+        self.alu = _Alu(self)
+        self._reach: dict[tuple[UOp, UOp], bool] = {}
+        self.buffers: list[UOp] = []
+        for u in self.order:
+            if u.op is Ops.INDEX:
+                b = buffer_of(u)
+                if b.op is not Ops.BUFFER:
+                    raise UnsupportedOp(at=b.op.name, why="kernels address named BUFFERs",
+                                        suggestion="give every INDEX a BUFFER (optionally behind AFTER)")
+                if all(x.arg[0] != b.arg[0] for x in self.buffers):
+                    self.buffers.append(b)
+        self.arg_names = {b.arg[0]: f"%b{i}" for i, b in enumerate(self.buffers)}
+        for u in self.order:
+            if u.op is Ops.DEFINE_VAR:
+                raise UnsupportedOp(at=f"variable {u.arg[0]}", why="LLVM kernels take no symbolic variables",
+                                    suggestion="bind variables before lowering")
+            if u.op is Ops.RANGE:
+                _bound(u)
+        self.items = _items(ast, self.deps, threads, auto_parallel)
+        params = ", ".join([f"ptr noalias {self.arg_names[b.arg[0]]}" for b in self.buffers] + ["i64 %start", "i64 %end"])
+        fns = []
+        for i, item in enumerate(self.items):
+            fn = _Fn(self, f"k{i}")
+            fn.emit_item(item)
+            fns.append(fn.text(params))
+        tm = _target_machine()
+        head = [f'target datalayout = "{tm.target_data}"', f'target triple = "{tm.triple}"', ""]
+        tail = list(self.decls) + ([_BF16_ROUND] if self.need_bf16 else [])
+        attrs = (f'attributes #0 = {{ nounwind "target-cpu"="{llvm.get_host_cpu_name()}" '
+                 f'"target-features"="{llvm.get_host_cpu_features().flatten()}" }}')
+        self.ir = "\n".join(head + fns + [""] + tail + ["", attrs]) + "\n"
+
+    def arg_of(self, name: str) -> str:
+        return self.arg_names[name]
+
+    def declare(self, line: str) -> None:
+        self.decls[line] = None
+
+    def reaches(self, src: UOp, target: UOp) -> bool:
+        """Does target occur under src? (a guard computed from the load itself cannot guard it)."""
+        key = (src, target)
+        if key not in self._reach:
+            self._reach[key] = target in set(src.toposort())
+        return self._reach[key]
+
+
+# ---- LLVM toolchain ------------------------------------------------------------------------------------
+
+_LOCK = threading.RLock()
+_TM: Any = None
+_POOL: ThreadPoolExecutor | None = None
+CACHE_STATS = {"compiles": 0, "hits": 0}
+
+
+def _new_target_machine() -> Any:
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    target = llvm.Target.from_default_triple()
+    return target.create_target_machine(cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(),
+                                        opt=3, codemodel="jitdefault", jit=True)
+
+
+def _target_machine() -> Any:
+    """The shared target machine for data layout and the optimizer (never handed to an engine)."""
+    global _TM
+    with _LOCK:
+        if _TM is None:
+            _TM = _new_target_machine()
+        return _TM
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _POOL
+    with _LOCK:
+        if _POOL is None:
+            _POOL = ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="egc-llvm")
+        return _POOL
+
+
+def optimize_ir(ir: str) -> Any:
+    """Parse, verify and optimize IR text at O3 for the host; returns the llvmlite module."""
+    tm = _target_machine()
+    try:
+        mod = llvm.parse_assembly(ir)
+        mod.verify()
+    except RuntimeError as e:
+        raise BackendError(at="LLVM IR", why=f"the rendered IR does not verify: {e}",
+                           suggestion="this is a renderer bug; LLVMBackend.render shows the IR") from e
+    pto = llvm.create_pipeline_tuning_options(speed_level=3)
+    pto.loop_vectorization = True
+    pto.slp_vectorization = True
+    pto.loop_unrolling = True
+    pb = llvm.create_pass_builder(tm, pto)
+    pb.getModulePassManager().run(mod, pb)
+    return mod
+
+
+@dataclass
+class _Native:
+    """A JIT-compiled module: the engine keeps the code alive."""
+
+    engine: Any
+    funcs: list[Any]
+    optimized_ir: str
+
+
+def _jit(ir: str, n_items: int, n_bufs: int) -> _Native:
+    key = hashlib.sha256(ir.encode()).hexdigest()
+    with _LOCK:
+        hit = _CACHE.get(key)
+        if hit is not None:
+            CACHE_STATS["hits"] += 1
+            return hit
+        mod = optimize_ir(ir)
+        engine = llvm.create_mcjit_compiler(mod, _new_target_machine())  # the engine owns (and frees) its TM
+        engine.finalize_object()
+        proto = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * n_bufs), ctypes.c_int64, ctypes.c_int64)
+        funcs = [proto(engine.get_function_address(f"k{i}")) for i in range(n_items)]
+        native = _Native(engine, funcs, str(mod))
+        _CACHE[key] = native
+        CACHE_STATS["compiles"] += 1
+        return native
+
+
+_CACHE: dict[str, _Native] = {}
+
+
+def clear_cache() -> None:
+    with _LOCK:
+        _CACHE.clear()
+
+
+# ---- the backend ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class LLVMCompiled:
+    """The callable for one kernel: `run(bufs)` with bufs a dict of numpy arrays in native storage."""
+
+    name: str
+    buffer_order: list[str]
+    checks: list[tuple[str, np.dtype, int]]
+    native: _Native
+    parallel: list[int | None]       # per item: trip count of its parallel range, or None
+    threads: int
+
+    def __call__(self, bufs: dict[str, Any]) -> None:
+        ptrs = []
+        for name, dt, size in self.checks:
+            a = bufs[name]
+            if not isinstance(a, np.ndarray) or a.dtype != dt or a.size < size or not a.flags.c_contiguous:
+                raise InvalidArgument(at=f"buffer {name!r} of kernel {self.name}",
+                                      why=f"expected a contiguous {dt} array of {size} elements",
+                                      suggestion="allocate buffers with the backend's alloc/put")
+            ptrs.append(a.ctypes.data)
+        for fn, n in zip(self.native.funcs, self.parallel):
+            parts = min(self.threads, n) if n else 1
+            if parts <= 1:
+                fn(*ptrs, 0, n or 0)
+                continue
+            cuts = [n * p // parts for p in range(parts + 1)]
+            futs = [_pool().submit(fn, *ptrs, cuts[p], cuts[p + 1]) for p in range(1, parts)]
+            fn(*ptrs, cuts[0], cuts[1])
+            for fu in futs:
+                fu.result()
+
+
+class LLVMBackend(HostBuffers):
+    """Host CPU backend: LLVM IR through llvmlite, O3 for the host CPU, MCJIT, ctypes calls.
+
+    threads: slices per parallel range (default os.cpu_count()); fast_math: allow
+    reassociating reductions and FMA contraction; auto_parallel: split the
+    outermost loop of big, safely splittable nests even without a THREAD range.
+    """
+
+    name = "llvm"
+    native_storage = True
+
+    def __init__(self, threads: int | None = None, fast_math: bool = False, auto_parallel: bool = True) -> None:
+        self.threads = threads if threads is not None else (os.cpu_count() or 1)
+        self.fast_math = fast_math
+        self.auto_parallel = auto_parallel
+
+    def _module(self, kernel: Kernel) -> _Module:
+        return _Module(kernel, self.threads, self.fast_math, self.auto_parallel)
+
+    def render(self, kernel: Kernel, program: Program | None = None) -> str:
+        """The kernel's LLVM IR before optimization, with a header naming the arguments."""
+        m = self._module(kernel)
+        args = ", ".join(f"%b{i}={b.arg[0]}" for i, b in enumerate(m.buffers))
+        head = [f"; kernel {kernel.name}: args ({args}, %start, %end)"]
+        for i, it in enumerate(m.items):
+            if it.parallel is not None:
+                head.append(f"; @k{i}: [%start, %end) slices range {it.parallel.arg[0]!r} (bound {_bound(it.parallel)})")
+        return "\n".join(head) + "\n" + m.ir
+
+    def optimized_ir(self, kernel: Kernel, program: Program | None = None) -> str:
+        """The IR after O3 (to see what was vectorized)."""
+        m = self._module(kernel)
+        return _jit(m.ir, len(m.items), len(m.buffers)).optimized_ir
+
+    def compile(self, kernel: Kernel, program: Program | None = None) -> LLVMCompiled:
+        m = self._module(kernel)
+        native = _jit(m.ir, len(m.items), len(m.buffers))
+        checks = [(b.arg[0], _np_storage(b.dtype), math.prod(b.arg[1])) for b in m.buffers]
+        if program is not None:  # the program's spec is the authority on a buffer's dtype
+            checks = [(n, self.storage_np(program.buffers[n].dtype) if n in program.buffers else dt, s)
+                      for n, dt, s in checks]
+        parallel = [_bound(it.parallel) if it.parallel is not None else None for it in m.items]
+        return LLVMCompiled(kernel.name, [b.arg[0] for b in m.buffers], checks, native, parallel, self.threads)

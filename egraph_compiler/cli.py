@@ -1,0 +1,457 @@
+"""`egc`: run, optimize, report and benchmark Frontend-IR programs from the command line.
+
+    egc run FILE.json [--target llvm|cuda|reference] [--inputs random|FILE.npz] [--seed N] [--check]
+    egc optimize FILE.json [--target ...] [--dump=frontend,uops,egraph,kernels,source]
+    egc report FILE.json -o report.html [--json report.json]
+    egc bench [args...]
+
+Exit codes: 0 success; 1 `--check` found a mismatch; 2 a diagnostic (bad input, bad arguments, missing
+toolchain); 3 an internal error (a bug: rerun with --traceback and report it); 130 interrupted.
+Diagnostics go to stderr in seed 001 §14 form (code, kind, at, why, suggestion); never a traceback unless
+--traceback is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import os
+import subprocess
+import sys
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+import numpy as np
+
+from egraph_compiler.diagnostics import CompilerError, InvalidArgument, MalformedJSON, MissingInput
+from egraph_compiler.frontend_ir import FrontendGraph, describe, load_frontend_ir
+from egraph_compiler.report import IterationStats
+
+TARGETS = ("llvm", "cuda", "reference")
+DUMP_STAGES = ("frontend", "uops", "egraph", "kernels", "source")
+NEEDS_OPTIMIZE = {"egraph", "kernels", "source"}
+RTOL = ATOL = 1e-3  # seed 001 §13
+
+
+# ---- progress --------------------------------------------------------------------------------------------------------
+
+class Progress:
+    """One status line on stderr per saturation step: rewritten in place on a TTY, one line each otherwise."""
+
+    def __init__(self, stream: TextIO, tty: bool) -> None:
+        self.stream, self.tty = stream, tty
+        self.start = time.perf_counter()
+        self.width = 0
+        self.active = False
+
+    def __call__(self, st: IterationStats) -> None:
+        classes = "" if st.classes is None else f", {st.classes} classes"
+        fired = sum(st.matches.values())
+        line = (f"[egc] saturating: iteration {st.index} ({st.stage}), {st.nodes} nodes{classes}, {fired} matches, "
+                f"{time.perf_counter() - self.start:.1f}s elapsed")
+        if self.tty:
+            self.stream.write("\r" + line.ljust(self.width))
+            self.width = max(self.width, len(line))
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+        self.active = True
+
+    def close(self) -> None:
+        if self.tty and self.active:
+            self.stream.write("\n")
+            self.stream.flush()
+        self.active = False
+
+
+# ---- helpers ---------------------------------------------------------------------------------------------------------
+
+def _limits(args: argparse.Namespace) -> dict[str, Any]:
+    return {"node_limit": args.node_limit, "iter_limit": args.iter_limit, "time_limit": args.time_limit}
+
+
+def _optimize_fn() -> Callable[..., Any]:
+    mod = importlib.import_module("egraph_compiler.optimize")
+    return mod.optimize
+
+
+def _progress(args: argparse.Namespace) -> Progress | None:
+    if args.no_progress:
+        return None
+    tty = sys.stderr.isatty()
+    return Progress(sys.stderr, tty) if (args.progress or tty) else None
+
+
+def _compile(graph: FrontendGraph, args: argparse.Namespace) -> Any:
+    """optimize() under the command's target and limits, with the progress line if wanted."""
+    prog_line = _progress(args)
+    try:
+        program = _optimize_fn()(graph, args.target, progress=prog_line, **_limits(args))
+    finally:
+        if prog_line is not None:
+            prog_line.close()
+    report = getattr(program, "report", None)
+    if report is not None and report.stop_reason not in ("", "saturated"):
+        print(f"W2001 LimitReached: saturation stopped at its {report.stop_reason.replace('_', ' ')}; the program is "
+              "the best found so far\n  suggestion: raise --node-limit / --iter-limit / --time-limit for a better one",
+              file=sys.stderr)
+    return program
+
+
+def _load_inputs(spec: str, graph: FrontendGraph, seed: int) -> dict[str, np.ndarray]:
+    """Random inputs, or arrays from an .npz keyed by placeholder or tensor name."""
+    if spec == "random":
+        return graph.random_inputs(seed)
+    path = Path(spec)
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            arrays = {k: npz[k] for k in npz.files}
+    except FileNotFoundError:
+        raise MalformedJSON(at=spec, why="inputs file not found",
+                            suggestion="pass --inputs random or an existing .npz file") from None
+    except Exception as e:  # not an npz, pickled objects, truncated zip, ...
+        raise InvalidArgument(at=spec, why=f"cannot read the inputs file: {type(e).__name__}: {e}",
+                              suggestion="save the inputs with numpy.savez(path, A=..., B=...)") from None
+    held = sorted(arrays)
+    out: dict[str, np.ndarray] = {}
+    for tname, t in graph.inputs.items():
+        ph = t.uop.arg[0]
+        if ph in arrays:
+            out[ph] = arrays.pop(ph)
+        elif tname in arrays:
+            out[ph] = arrays.pop(tname)
+        else:
+            raise MissingInput(at=f"input {tname!r}", why=f"{spec} has no array named {tname!r}",
+                               suggestion=f"add {tname}=<array of shape {t.shape}> to the .npz (it holds {held})")
+    if arrays:
+        raise MissingInput(at=f"input {sorted(arrays)[0]!r}", why=f"{spec} has arrays the graph does not take: "
+                           f"{sorted(arrays)}", suggestion=f"the graph's inputs are {list(graph.inputs)}")
+    return out
+
+
+def _stats(name: str, a: np.ndarray) -> str:
+    line = f"{name}: shape {tuple(a.shape)} dtype {a.dtype}"
+    if a.size:
+        f = a.astype(np.float64)
+        with warnings.catch_warnings():  # all-NaN outputs: print nan, no warning
+            warnings.simplefilter("ignore", RuntimeWarning)
+            line += f" min {np.nanmin(f):.6g} max {np.nanmax(f):.6g} mean {np.nanmean(f):.6g}"
+        bad = int(np.count_nonzero(~np.isfinite(f)))
+        if bad:
+            line += f" ({bad} non-finite)"
+    return line
+
+
+def compare(got: np.ndarray, want: np.ndarray, rtol: float = RTOL, atol: float = ATOL) -> tuple[bool, float, float, str]:
+    """(ok, max abs error, max relative error, note) under |got-want| <= atol + rtol*|want|, NaN == NaN."""
+    got, want = np.asarray(got), np.asarray(want)
+    if got.shape != want.shape:
+        return False, float("inf"), float("inf"), f"shape {got.shape} != reference {want.shape}"
+    g, w = got.astype(np.float64), want.astype(np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        diff = np.abs(g - w)
+        diff = np.where(np.isnan(g) & np.isnan(w), 0.0, diff)                           # NaN == NaN
+        diff = np.where(np.isinf(g) & np.isinf(w) & (np.sign(g) == np.sign(w)), 0.0, diff)  # same infinity
+        diff = np.where(np.isnan(diff), np.inf, diff)
+        rel = np.where(diff == 0, 0.0, diff / np.abs(w))
+    abs_err = float(diff.max()) if diff.size else 0.0
+    rel_err = float(rel.max()) if rel.size else 0.0
+    ok = bool(np.all(diff <= atol + rtol * np.abs(np.where(np.isfinite(w), w, 0.0))))
+    return ok, abs_err, rel_err, ""
+
+
+def _as_tuple(x: Any) -> tuple[np.ndarray, ...]:
+    return tuple(np.asarray(a) for a in x) if isinstance(x, (tuple, list)) else (np.asarray(x),)
+
+
+def _header(stage: str) -> str:
+    return f"==== {stage} " + "=" * max(0, 72 - len(stage))
+
+
+def _parse_dump(spec: str | None) -> list[str]:
+    if not spec:
+        return []
+    stages = [s.strip() for s in spec.split(",") if s.strip()]
+    if "all" in stages:
+        return list(DUMP_STAGES)
+    bad = [s for s in stages if s not in DUMP_STAGES]
+    if bad:
+        raise InvalidArgument(at=f"--dump={spec}", why=f"unknown stage(s) {bad}",
+                              suggestion=f"choose from {','.join(DUMP_STAGES)} (or all)")
+    return list(dict.fromkeys(stages))
+
+
+# ---- printing stages -------------------------------------------------------------------------------------------------
+
+def uops_text(graph: FrontendGraph, max_lines: int = 400) -> str:
+    from egraph_compiler.uop import pretty
+
+    return "\n".join(f"output {name}:\n{pretty(t.uop, max_lines=max_lines)}" for name, t in graph.outputs.items())
+
+
+def egraph_text(report: Any) -> str:
+    lines = [str(report), "", "iteration  stage            e-nodes  e-classes        ms  matches"]
+    for it in report.iterations:
+        cls = "-" if it.classes is None else str(it.classes)
+        lines.append(f"{it.index:9d}  {it.stage[:15]:15s} {it.nodes:8d}  {cls:>9s} {it.seconds * 1e3:9.1f}  "
+                     f"{sum(it.matches.values()):7d}")
+    snap = report.extra.get("egraph_snapshot")
+    if snap:
+        lines.append(f"e-graph snapshot: {snap.get('classes_drawn')} of {snap.get('classes_total')} e-classes drawn "
+                     "(egc report renders it)")
+    return "\n".join(lines)
+
+
+def kernels_text(program: Any) -> str:
+    from egraph_compiler.uop import pretty
+
+    report = getattr(program, "report", None)
+    extra = {k.get("name"): k for k in (report.extra.get("kernels", []) if report is not None else [])
+             if isinstance(k, dict)}
+    out = [program.summary() if hasattr(program, "summary") else ""]
+    for k in program.kernels:
+        out.append(f"-- kernel {k.name}: reads {list(k.reads)} writes {list(k.writes)}")
+        cost = k.cost or extra.get(k.name, {}).get("cost") or {}
+        if cost:
+            out.append("   cost: " + ", ".join(f"{n}={v:.4g}" if isinstance(v, float) else f"{n}={v}"
+                                               for n, v in cost.items()))
+        for alt in extra.get(k.name, {}).get("alternatives", []) or []:
+            out.append(f"   rejected: {alt.get('description', '?')} (cost {alt.get('cost')})")
+        out.append(pretty(k.ast, max_lines=200))
+    return "\n".join(out)
+
+
+# ---- commands --------------------------------------------------------------------------------------------------------
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from egraph_compiler.backends.reference import evaluate
+
+    graph = load_frontend_ir(args.file)
+    inputs = _load_inputs(args.inputs, graph, args.seed)  # before optimizing: a bad .npz fails fast
+    program = _compile(graph, args)
+    t0 = time.perf_counter()
+    outs = _as_tuple(program(**inputs))
+    dt = time.perf_counter() - t0
+    names = list(graph.outputs)
+    print(f"ran {args.file} on {args.target}: {len(program.kernels)} kernel(s), {dt * 1e3:.2f} ms (first run, "
+          "includes compilation)")
+    for name, a in zip(names, outs):
+        print(_stats(name, a))
+    if not args.check:
+        return 0
+    refs = _as_tuple(evaluate([t.uop for t in graph.outputs.values()], inputs))
+    all_ok = len(refs) == len(outs)
+    for name, got, want in zip(names, outs, refs):
+        ok, abs_err, rel_err, note = compare(got, want, args.rtol, args.atol)
+        all_ok &= ok
+        print(f"check {name}: {'ok' if ok else 'MISMATCH'}: max abs err {abs_err:.3g}, max rel err {rel_err:.3g} "
+              f"(rtol={args.rtol:g}, atol={args.atol:g}){'; ' + note if note else ''}")
+    if len(refs) != len(outs):
+        print(f"check: the program returned {len(outs)} outputs, the reference {len(refs)}")
+    print("check: PASS" if all_ok else "check: FAIL")
+    return 0 if all_ok else 1
+
+
+def cmd_optimize(args: argparse.Namespace) -> int:
+    stages = _parse_dump(args.dump)
+    graph = load_frontend_ir(args.file)
+    program = _compile(graph, args) if (NEEDS_OPTIMIZE & set(stages) or not stages) else None
+    if not stages:
+        print(program.summary() if hasattr(program, "summary") else program)
+        if getattr(program, "report", None) is not None:
+            print(str(program.report).splitlines()[0])
+        return 0
+    for stage in stages:
+        print(_header(stage))
+        if stage == "frontend":
+            print(describe(graph))
+        elif stage == "uops":
+            print(uops_text(graph))
+        elif stage == "egraph":
+            print(egraph_text(program.report))
+        elif stage == "kernels":
+            print(kernels_text(program))
+        elif stage == "source":
+            print(program.source)
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from egraph_compiler.report_html import render_html
+
+    graph = load_frontend_ir(args.file)
+    program = _compile(graph, args)
+    report = program.report
+    text = describe(graph) + "\n\n" + uops_text(graph, max_lines=120)
+    page = render_html(report, title=args.title or f"egc report: {Path(args.file).name} ({args.target})",
+                       input_graph_text=text, program=program)
+    _write(args.output, page)
+    print(f"wrote {args.output}")
+    if args.json:
+        _write(args.json, report.to_json())
+        print(f"wrote {args.json}")
+    return 0
+
+
+def _write(path: str, text: str) -> None:
+    try:
+        Path(path).write_text(text, encoding="utf-8")
+    except OSError as e:
+        raise InvalidArgument(at=path, why=f"cannot write the file: {e.strerror or e}",
+                              suggestion="choose a writable path") from None
+
+
+def find_bench() -> Path | None:
+    """bench/run.py of a source checkout: next to the package, or under the current directory."""
+    for base in (Path(__file__).resolve().parent.parent, Path.cwd()):
+        p = base / "bench" / "run.py"
+        if p.is_file():
+            return p
+    return None
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    script = find_bench()
+    if script is None:
+        raise InvalidArgument(at="egc bench", why="bench/run.py was not found (it ships with a source checkout, "
+                              "not with the installed package)",
+                              suggestion="run egc bench from a git checkout of egraph-compiler, or run "
+                                         "`python bench/run.py` there")
+    rest = list(args.bench_args)
+    if rest[:1] == ["--"]:
+        rest = rest[1:]
+    return subprocess.run([sys.executable, str(script), *rest], check=False).returncode
+
+
+# ---- argument parsing ------------------------------------------------------------------------------------------------
+
+def _positive_int(s: str) -> int:
+    try:
+        v = int(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{s!r} is not an integer") from None
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"{s!r} is not a positive integer")
+    return v
+
+
+def _positive_float(s: str) -> float:
+    try:
+        v = float(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{s!r} is not a number") from None
+    if not v > 0:
+        raise argparse.ArgumentTypeError(f"{s!r} is not a positive number")
+    return v
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--traceback", action="store_true", help="show Python tracebacks of internal errors")
+    compile_opts = argparse.ArgumentParser(add_help=False)
+    compile_opts.add_argument("file", metavar="FILE.json", help="Frontend-IR JSON file (seed 001 §2.2)")
+    compile_opts.add_argument("--target", choices=TARGETS, default="llvm", help="backend (default: llvm)")
+    g = compile_opts.add_argument_group("limits (default: the optimizer's)")
+    g.add_argument("--node-limit", type=_positive_int, metavar="N", help="stop saturating past N e-nodes")
+    g.add_argument("--iter-limit", type=_positive_int, metavar="N", help="at most N saturation steps per stage")
+    g.add_argument("--time-limit", type=_positive_float, metavar="SECONDS", help="saturation time budget")
+    pg = compile_opts.add_mutually_exclusive_group()
+    pg.add_argument("--progress", action="store_true", help="print saturation progress to stderr (default: on a TTY)")
+    pg.add_argument("--no-progress", action="store_true", help="never print saturation progress")
+
+    p = argparse.ArgumentParser(prog="egc", description="egraph-compiler: equality-saturation compiler for "
+                                "tinygrad-style UOp graphs.", epilog="Exit codes: 0 ok, 1 check mismatch, "
+                                "2 diagnostic, 3 internal error.")
+    p.add_argument("--version", action="version", version=f"egc {_version()}")
+    p.add_argument("--traceback", dest="traceback_top", action="store_true", help="show Python tracebacks of errors")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    r = sub.add_parser("run", parents=[common, compile_opts], help="optimize, run and optionally check a graph",
+                       description="Optimize a Frontend-IR graph, run it and print each output's statistics.")
+    r.add_argument("--inputs", default="random", metavar="random|FILE.npz",
+                   help="input arrays: random (default) or an .npz keyed by input tensor name")
+    r.add_argument("--seed", type=int, default=0, help="seed for random inputs (default 0)")
+    r.add_argument("--check", action="store_true", help="compare with the reference interpreter; exit 1 on mismatch")
+    r.add_argument("--rtol", type=float, default=RTOL, help=f"relative tolerance of --check (default {RTOL:g})")
+    r.add_argument("--atol", type=float, default=ATOL, help=f"absolute tolerance of --check (default {ATOL:g})")
+    r.set_defaults(func=cmd_run)
+
+    o = sub.add_parser("optimize", parents=[common, compile_opts], help="optimize a graph and dump stages",
+                       description="Optimize a Frontend-IR graph and print the requested stages.")
+    o.add_argument("--dump", metavar="STAGES", help=f"comma-separated: {','.join(DUMP_STAGES)} (or all)")
+    o.set_defaults(func=cmd_optimize)
+
+    rp = sub.add_parser("report", parents=[common, compile_opts], help="write the HTML (and JSON) report",
+                        description="Optimize a graph and write a self-contained HTML report.")
+    rp.add_argument("-o", "--output", required=True, metavar="report.html", help="HTML file to write")
+    rp.add_argument("--json", metavar="report.json", help="also write Report.to_json() here")
+    rp.add_argument("--title", help="page title")
+    rp.set_defaults(func=cmd_report)
+
+    b = sub.add_parser("bench", help="run the benchmarks (bench/run.py)",
+                       description="Run bench/run.py from a source checkout, passing every argument after `bench` "
+                                   "on to it (`egc bench -- --help` shows its own help).")
+    b.add_argument("bench_args", nargs=argparse.REMAINDER, help="arguments for bench/run.py")
+    b.set_defaults(func=cmd_bench)
+    return p
+
+
+def _version() -> str:
+    from egraph_compiler import __version__
+
+    return __version__
+
+
+def internal_error(e: BaseException, command: str) -> str:
+    msg = str(e).strip().splitlines()[0][:300] if str(e).strip() else ""
+    return (f"E9000 InternalError: {type(e).__name__}{': ' + msg if msg else ''}\n"
+            f"  at: egc {command}\n"
+            "  suggestion: this is a bug in egraph-compiler, not in your input; rerun with --traceback and report it")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    show_tb = "--traceback" in argv
+    command = next((a for a in argv if not a.startswith("-")), "")
+    try:
+        parser = build_parser()
+        if command == "bench" and argv[argv.index("bench") + 1:] not in (["-h"], ["--help"]):
+            # everything after `bench` belongs to bench/run.py (argparse's REMAINDER mangles leading options)
+            cut = argv.index("bench") + 1
+            args = parser.parse_args(argv[:cut])
+            args.bench_args = argv[cut:]
+        else:
+            args = parser.parse_args(argv)
+        return int(args.func(args))
+    except SystemExit as e:  # argparse: --help (0) or a usage error (2)
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
+    except CompilerError as e:
+        print(e.format(), file=sys.stderr)
+        if show_tb:
+            import traceback
+
+            traceback.print_exc()
+        return 2
+    except KeyboardInterrupt:
+        print("egc: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # `egc ... | head`: silence the flush at exit
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    except Exception as e:
+        if show_tb:
+            import traceback
+
+            traceback.print_exc()
+        print(internal_error(e, command), file=sys.stderr)
+        return 3
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,319 @@
+"""`optimize`: a tensor program in, a Program of kernels for one target out.
+
+1. normalize the input (Tensor(s), UOp(s), Frontend-IR) to output roots;
+2. encode the tensor graph and the facts rangeify needs (shapes, inverse
+   permutations, reduce masks), one buffer per output and per
+   materialization candidate;
+3. saturate rangeify + symbolic (+ interval and linear analyses) together;
+4. extract each output's kernel with the kernel cost model (DAG-aware: a
+   kernel whose result is loaded in several places is paid once), decode;
+5. split the extracted term into kernels at AFTER(buffer, kernel) and order
+   them by dependency; check every memory access statically.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from egraph_compiler.backends import get_backend
+from egraph_compiler.decode import Decoder
+from egraph_compiler.diagnostics import InvalidArgument, UnguardedAccess, UnsupportedOp
+from egraph_compiler.egraph import EGraphSession, Limits, Stage
+from egraph_compiler.encode import egg_ilist, egg_str
+from egraph_compiler.extract.extractor import extract
+from egraph_compiler.extract.kernel_cost import KernelCost
+from egraph_compiler.extract.view import ENode
+from egraph_compiler.ops import OP_TABLE, Category, Ops
+from egraph_compiler.pipeline import shared_session, uop_cost
+from egraph_compiler.program import BufferSpec, Kernel, Program, buffer_of
+from egraph_compiler.report import IterationStats, Report
+from egraph_compiler.rules import intervals, linear, rangeify, symbolic
+from egraph_compiler.uop import UOp, pretty, toposort
+
+RANGEIFY_STAGE = Stage("rangeify", rulesets=("rangeify",), max_steps=500)
+KERNEL_STAGE = Stage("kernel", rulesets=("symbolic",), analyses=("analysis", "linear"))
+STAGES = (RANGEIFY_STAGE, KERNEL_STAGE)
+KERNEL_LIMITS = {"node_limit": 80_000, "iter_limit": 10, "time_limit": 20.0, "analysis_steps": 8}
+TENSOR_ONLY = (Ops.STACK, Ops.INDEX, Ops.TUPLE, Ops.GETTUPLE, Ops.PARAM)
+
+
+def kernel_session() -> EGraphSession:
+    return EGraphSession([intervals.ANALYSIS, linear.LINEAR, symbolic.SYMBOLIC, rangeify.RANGEIFY],
+                         declarations=[intervals.DECLARATIONS, linear.DECLARATIONS, rangeify.DECLARATIONS],
+                         unextractable=set(linear.HELPERS) | set(rangeify.HELPERS))
+
+
+# ---- inputs ----------------------------------------------------------------------------------------
+
+def output_roots(graph: Any) -> tuple[list[UOp], list[str], bool]:
+    """(roots, output names, single output?) for every input form optimize accepts."""
+    from egraph_compiler.frontend_ir import FrontendGraph, load_frontend_ir
+    from egraph_compiler.tensor import Tensor
+
+    if isinstance(graph, (str, Path)):
+        graph = load_frontend_ir(graph)
+    if isinstance(graph, FrontendGraph):
+        names = list(graph.outputs)
+        return [t.uop for t in graph.outputs.values()], names, len(names) == 1
+    single = isinstance(graph, (Tensor, UOp))
+    items = [graph] if single else list(graph) if isinstance(graph, (list, tuple)) else None
+    if not items or not all(isinstance(x, (Tensor, UOp)) for x in items):
+        raise InvalidArgument(at="optimize", why=f"cannot optimize a {type(graph).__name__}",
+                              suggestion="pass a Tensor, a list of Tensors, a UOp graph, a FrontendGraph or a "
+                                         "Frontend-IR JSON path")
+    roots = [x.uop if isinstance(x, Tensor) else x for x in items]
+    return roots, [f"out{i}" for i in range(len(roots))], single
+
+
+def _inline(roots: list[UOp]) -> list[UOp]:
+    from egraph_compiler.backends.reference import _inline_functions
+
+    return _inline_functions(roots)
+
+
+def materialization_candidates(roots: list[UOp]) -> list[UOp]:
+    """Intermediates the extractor may put in their own kernel: multi-consumer computations, every
+    REDUCE (softmax-style broadcasts of a reduction), and CONTIGUOUS markers."""
+    users: dict[UOp, int] = {}
+    for u in toposort(roots):
+        for s in u.src:
+            users[s] = users.get(s, 0) + 1
+    out = []
+    for u in toposort(roots):
+        if u.op in (Ops.BUFFER, Ops.CONST, Ops.DEFINE_VAR, Ops.BINARY) or u in roots or not u.shape:
+            continue
+        cat = OP_TABLE[u.op].category
+        if u.op is Ops.REDUCE or u.op is Ops.CONTIGUOUS or (users.get(u, 0) > 1 and cat is not Category.MOVEMENT):
+            out.append(u)
+    return out
+
+
+# ---- the pipeline ----------------------------------------------------------------------------------
+
+def optimize(graph: Any, target: str = "llvm", *, node_limit: int | None = None, iter_limit: int | None = None,
+             time_limit: float | None = None, tune: bool = False,
+             progress: Callable[[IterationStats], None] | None = None) -> Program:
+    """Optimize a tensor program for `target` ("llvm", "cuda" or "reference"); returns a runnable Program."""
+    backend = get_backend(target)
+    roots, names, single = output_roots(graph)
+    roots = _inline(roots)
+    for u in toposort(roots):
+        if u.op in TENSOR_ONLY:
+            raise UnsupportedOp(at=u.op.name, why=f"{u.op.name} cannot be lowered to kernels yet",
+                                suggestion="express it with movement ops and reductions")
+    given = {k: v for k, v in (("node_limit", node_limit), ("iter_limit", iter_limit), ("time_limit", time_limit))
+             if v is not None}
+    lim = Limits.make(**{**KERNEL_LIMITS, **given})
+    report = Report()
+    program = _build(roots, names, lim, report, progress)
+    program.backend, program.target, program.single_output, program.report = backend, target, single, report
+    report.extra["input_graph"] = "\n".join(pretty(r) for r in roots)
+    return program
+
+
+def unit_reshape_map(old: tuple[int, ...], new: tuple[int, ...]) -> list[int] | None:
+    """For a reshape that only inserts or drops size-1 axes: for each old axis, the new axis that indexes it
+    (-1: a dropped size-1 axis, indexed by 0). None for any other reshape."""
+    if [d for d in old if d != 1] != [d for d in new if d != 1]:
+        return None
+    big_new = [j for j, d in enumerate(new) if d != 1]
+    out, k = [], 0
+    for d in old:
+        if d == 1:
+            out.append(-1)
+        else:
+            out.append(big_new[k])
+            k += 1
+    return out
+
+
+class _Facts:
+    """The egglog commands that tell rangeify about the input graph."""
+
+    def __init__(self, sess: EGraphSession, roots: list[UOp]) -> None:
+        self.sess = sess
+        self.cmds: list[str] = []
+        self.buffers: dict[str, BufferSpec] = {}
+        for u in toposort(roots):
+            n = sess.name_of(u)
+            shp = egg_ilist(u.shape)
+            self.cmds += [f"(set (shape {n}) {shp})", f"(is-shape {shp})"]
+            if u.op is Ops.BUFFER:
+                self.input_buffer(u)
+            if u.op is Ops.PERMUTE:
+                inv = sorted(range(len(u.arg)), key=lambda i: u.arg[i])
+                self.cmds.append(f"(set (invperm {n}) {egg_ilist(inv)})")
+            if u.op is Ops.RESHAPE:
+                m = unit_reshape_map(u.src[0].shape, u.shape)
+                self.cmds.append(f"(general-reshape {n})" if m is None else f"(set (reshape-map {n}) {egg_ilist(m)})")
+            if u.op is Ops.REDUCE:
+                self.cmds.append(f"(set (rmask {n}) {egg_ilist(int(i in u.arg[1]) for i in range(len(u.src[0].shape)))})")
+
+    def input_buffer(self, u: UOp) -> None:
+        """A placeholder or constant tensor: kernels address it as a flat buffer of the same name."""
+        name, shape = u.arg
+        data = u.src[0].arg.data.reshape(shape) if u.src else None
+        self.buffers[name] = BufferSpec(name, u.dtype, max(1, math.prod(shape)), "const" if u.src else "input",
+                                        tuple(shape), data)
+        srcs = f"(UCons {self.sess.name_of(u.src[0])} (UNil))" if u.src else "(UNil)"
+        self.cmds.append(f"(union (BufFor {self.sess.name_of(u)}) (BUFFER {egg_str(u.dtype.name)} {egg_str(name)} "
+                         f"{egg_ilist([self.buffers[name].size])} {srcs}))")
+
+    def buffer_for(self, u: UOp, name: str, kind: str) -> None:
+        size = max(1, math.prod(u.shape))
+        self.buffers[name] = BufferSpec(name, u.dtype, size, kind, tuple(u.shape))
+        self.cmds.append(f"(union (BufFor {self.sess.name_of(u)}) (BUFFER {egg_str(u.dtype.name)} {egg_str(name)} "
+                         f"{egg_ilist([size])} (UNil)))")
+        self.cmds.append(f"(mat {self.sess.name_of(u)})")
+
+
+def _build(roots: list[UOp], names: list[str], lim: Limits, report: Report,
+           progress: Callable[[IterationStats], None] | None) -> Program:
+    t0 = time.perf_counter()
+    sess = shared_session("kernel", kernel_session)
+    with sess.scope(STAGES, lim):
+        sess.add(roots)
+        facts = _Facts(sess, roots)
+        out_names: list[str] = []
+        for r, nm in zip(roots, names):
+            if r.op is Ops.BUFFER and not r.src:  # an output that is an input still gets its own copy
+                pass
+            name = _unique(nm, facts.buffers)
+            out_names.append(name)
+            if not any(b.kind == "output" and b.name == name for b in facts.buffers.values()):
+                facts.buffer_for(r, name, "output")
+        for i, c in enumerate(materialization_candidates(roots)):
+            facts.buffer_for(c, f"tmp{i}", "intermediate")
+        kernel_lets = {}
+        for r in roots:
+            let = f"$kernel_{sess.name_of(r)[1:]}"
+            if let not in kernel_lets.values():
+                facts.cmds.append(f"(let {let} (KernelOf {sess.name_of(r)}))")
+            kernel_lets[r] = let
+        sess.run_commands("\n".join(facts.cmds))
+        report.add_phase("encode", time.perf_counter() - t0)
+        sess.saturate(STAGES, lim, report, progress)
+        t1 = time.perf_counter()
+        view = sess.view()
+        reg = sess.reg
+        root_classes = {r: view.lets[let[1:]] if let[1:] in view.lets else view.lets[let] for r, let in kernel_lets.items()}
+    model = KernelCost(view, unextractable=sess.unextractable)
+    ex = extract(view, model)
+    report.add_phase("extract", time.perf_counter() - t1)
+    t2 = time.perf_counter()
+    missing = [r for r, c in root_classes.items() if c not in ex.best]
+    if missing:
+        raise UnsupportedOp(at=missing[0].op.name, why="rangeify did not reach a complete kernel for this output "
+                            f"(stop reason: {report.stop_reason})",
+                            suggestion="raise iter_limit/node_limit/time_limit, or report the graph as a bug")
+    dec = Decoder(view, ex.node, reg, rkey=_range_key)
+    asts = [dec.decode(root_classes[r]) for r in roots]
+    program = _split_kernels(asts, out_names, facts.buffers, roots)
+    report.add_phase("decode", time.perf_counter() - t2)
+    report.cost_before = float(sum(uop_cost(r) for r in roots))
+    report.cost_after = ex.dag_cost(set(root_classes.values()))
+    report.egraph_nodes, report.egraph_classes = view.num_nodes, view.num_classes
+    report.extra["kernels"] = [{"name": k.name, "reads": list(k.reads), "writes": list(k.writes)}
+                               for k in program.kernels]
+    check_accesses(program)
+    return program
+
+
+def _unique(name: str, taken: dict[str, Any]) -> str:
+    out, i = name, 0
+    while out in taken:
+        i += 1
+        out = f"{name}_{i}"
+    return out
+
+
+def _range_key(n: ENode, dec: Decoder) -> Any:
+    """Canonical range keys decode to ("out" | "red", e-class of the term they come from, axis)."""
+    return ("out" if n.fn == "RKOut" else "red", n.args[0].id, int(n.args[1]))
+
+
+def _split_kernels(asts: list[UOp], out_names: list[str], specs: dict[str, BufferSpec],
+                   roots: list[UOp]) -> Program:
+    """Kernels in dependency order: AFTER(buffer, kernel) inside a kernel means 'run that kernel first'."""
+    order: list[tuple[str, UOp]] = []
+    done: dict[UOp, UOp] = {}
+    buffers: dict[str, BufferSpec] = {}
+
+    def flat_buffer(b: UOp) -> UOp:
+        name = b.arg[0]
+        buffers[name] = specs[name]
+        return UOp(Ops.BUFFER, b.dtype, (), (name, (specs[name].size,)))
+
+    def lower(ast: UOp) -> UOp:
+        stack = [ast]
+        while stack:  # make sure every kernel this one waits on is lowered (and ordered) first
+            u = stack.pop()
+            for x in u.toposort():
+                if x.op is Ops.AFTER and x.src[1] not in done:
+                    stack.append(x.src[1])
+        memo: dict[UOp, UOp] = {}
+        for x in ast.toposort():
+            if x.op is Ops.BUFFER:
+                memo[x] = flat_buffer(x)
+            elif x.op is Ops.AFTER:
+                sub = x.src[1]
+                if sub not in done:
+                    done[sub] = lower(sub)
+                memo[x] = memo[x.src[0]]
+            else:
+                src = tuple(memo[s] for s in x.src)
+                memo[x] = x if src == x.src else UOp(x.op, x.dtype, src, x.arg)
+        out = memo[ast]
+        if out not in [a for _, a in order]:
+            order.append((f"k{len(order)}", out))
+        return out
+
+    for a in asts:
+        if a not in done:
+            done[a] = lower(a)
+    kernels = [Kernel.from_ast(name, ast) for name, ast in order]
+    inputs = [n for n, s in buffers.items() if s.kind == "input"]
+    for n in out_names:
+        buffers.setdefault(n, specs[n])
+    return Program(kernels, buffers, sorted(inputs, key=lambda n: _input_order(n, roots)), list(out_names), None, "")
+
+
+def _input_order(name: str, roots: list[UOp]) -> int:
+    for i, u in enumerate(toposort(roots)):
+        if u.op is Ops.BUFFER and not u.src and u.arg[0] == name:
+            return i
+    return 1 << 30
+
+
+def check_accesses(program: Program) -> None:
+    """Static memory safety: every ungated index's interval lies inside its buffer."""
+    for k in program.kernels:
+        for u in k.ast.toposort():
+            if u.op not in (Ops.LOAD, Ops.STORE):
+                continue
+            gated = (u.op is Ops.LOAD and len(u.src) == 3) or (u.op is Ops.STORE and len(u.src) == 3)
+            idx = u.src[0]
+            if gated or len(idx.src) < 2:
+                continue
+            b = buffer_of(idx)
+            lo, hi = idx.src[1].vmin, idx.src[1].vmax
+            if lo < 0 or hi >= b.arg[1][0]:
+                raise UnguardedAccess(at=f"{u.op.name.lower()} of {b.arg[0]!r} in kernel {k.name}",
+                                      why=f"index range [{lo}, {hi}] is not inside [0, {b.arg[1][0]})",
+                                      suggestion="this is a compiler bug; please report the input graph")
+
+
+def compile_program(program: Program) -> Program:
+    program.compile()
+    return program
+
+
+__all__ = ["optimize", "output_roots"]
+
+
+def _unused(_: Sequence[Any]) -> None:  # pragma: no cover
+    pass

@@ -1,0 +1,87 @@
+"""The optimizer's entry points: `simplify` (scalar expressions) and `optimize` (programs)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from egraph_compiler.decode import Decoder
+from egraph_compiler.diagnostics import InvalidArgument
+from egraph_compiler.egraph import EGraphSession, Limits, Stage
+from egraph_compiler.extract.cost import OP_COSTS, ScalarCost
+from egraph_compiler.extract.extractor import extract
+from egraph_compiler.ops import OP_TABLE
+from egraph_compiler.report import IterationStats, Report
+from egraph_compiler.rules import intervals, linear, symbolic
+from egraph_compiler.schema import EGG_TO_OP
+from egraph_compiler.uop import UOp
+
+SYMBOLIC_STAGE = Stage("symbolic", rulesets=("symbolic",), analyses=("analysis", "linear"))
+
+
+def symbolic_session() -> EGraphSession:
+    return EGraphSession([intervals.ANALYSIS, linear.LINEAR, symbolic.SYMBOLIC],
+                         declarations=[intervals.DECLARATIONS, linear.DECLARATIONS], unextractable=linear.HELPERS)
+
+
+_SHARED: dict[str, EGraphSession] = {}
+
+
+def shared_session(kind: str, make: Callable[[], EGraphSession]) -> EGraphSession:
+    """One session per kind and process: parsing the schema and rules once, each problem in its own scope."""
+    if kind not in _SHARED:
+        _SHARED[kind] = make()
+    return _SHARED[kind]
+
+
+def uop_cost(u: UOp) -> float:
+    """The scalar cost model applied to a UOp DAG (shared nodes once), for 'cost before'."""
+    return sum(OP_COSTS.get(n.op, 1.0 if not OP_TABLE[n.op].is_alu else 4.0) for n in u.toposort())
+
+
+@dataclass
+class SimplifyResult:
+    result: UOp
+    report: Report
+    vmin: int | None = None   # tightest bounds the e-graph proved for the root
+    vmax: int | None = None
+
+
+def simplify(u: UOp, progress: Callable[[IterationStats], None] | None = None, snapshot: bool = False,
+             **limits: Any) -> SimplifyResult:
+    """Simplify a scalar UOp expression with the symbolic rules; returns the cheapest equivalent found.
+
+    snapshot: also put a truncated DOT picture of the final e-graph into report.extra (egraph_dot.attach_snapshot)."""
+    if not isinstance(u, UOp):
+        raise InvalidArgument(at="simplify", why=f"expected a UOp, got {type(u).__name__}", suggestion="pass a UOp")
+    lim = Limits.make(**limits)
+    report = Report()
+    t0 = time.perf_counter()
+    sess = shared_session("symbolic", symbolic_session)
+    with sess.scope([SYMBOLIC_STAGE], lim):
+        sess.add([u])
+        report.add_phase("encode", time.perf_counter() - t0)
+        sess.saturate([SYMBOLIC_STAGE], lim, report, progress)
+        t0 = time.perf_counter()
+        view = sess.view(functions=("lo", "hi"))
+        root = view.lets[sess.name_of(u)]
+        reg = sess.reg
+    ex = extract(view, ScalarCost(unextractable=sess.unextractable))
+    report.add_phase("extract", time.perf_counter() - t0)
+    t0 = time.perf_counter()
+    out = Decoder(view, ex.node, reg).decode(root)
+    report.add_phase("decode", time.perf_counter() - t0)
+    if snapshot:
+        from egraph_compiler.egraph_dot import attach_snapshot
+
+        t0 = time.perf_counter()
+        attach_snapshot(report, view, roots=[root], hide=sess.unextractable)
+        report.add_phase("snapshot", time.perf_counter() - t0)
+    report.cost_before, report.cost_after = uop_cost(u), ex.cost(root)
+    report.egraph_nodes, report.egraph_classes = view.num_nodes, view.num_classes
+    return SimplifyResult(out, report, view.lookup("lo", root), view.lookup("hi", root))
+
+
+__all__ = ["EGG_TO_OP", "SimplifyResult", "simplify", "symbolic_session"]

@@ -1,0 +1,180 @@
+"""Kernel programs: what `optimize` returns and every backend runs.
+
+A Program is an ordered list of kernels over named flat buffers. Each kernel
+AST follows one contract, shared by the reference interpreter and the
+renderers:
+
+    SINK(END(STORE(INDEX(BUFFER(name, (size,)), idx), value[, gate]), *ranges), ...)
+
+RANGE nodes carry `src=(CONST bound,)` and `arg=(key, AxisType)`; values read
+memory with `LOAD(INDEX(buf, idx)[, alt, gate])` and reduce with
+`REDUCE(value, *ranges)`, `arg=(Ops.ADD|MAX|MUL, ())`. A BUFFER's dtype is its
+element dtype; its size is in elements.
+
+A Backend turns a kernel into something callable on a dict of buffers. The
+Program owns the buffers: it coerces the keyword inputs, allocates outputs
+and intermediates through the backend, runs kernels in order and hands the
+outputs back as numpy arrays.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from egraph_compiler.diagnostics import MissingInput
+from egraph_compiler.dtypes import DType, bf16_from_bits, bf16_round, compute_np, dtypes
+from egraph_compiler.ops import Ops
+from egraph_compiler.uop import UOp
+
+
+@dataclass(frozen=True)
+class BufferSpec:
+    """One flat buffer of a program. kind: input | output | intermediate | const."""
+
+    name: str
+    dtype: DType
+    size: int
+    kind: str
+    shape: tuple[int, ...] = ()
+    data: np.ndarray | None = field(default=None, compare=False, hash=False)  # const buffers only
+
+
+@dataclass
+class Kernel:
+    name: str
+    ast: UOp
+    reads: tuple[str, ...]
+    writes: tuple[str, ...]
+    cost: dict[str, float] = field(default_factory=dict)
+
+    @staticmethod
+    def from_ast(name: str, ast: UOp) -> Kernel:
+        reads, writes = [], []
+        for u in ast.toposort():
+            if u.op is Ops.LOAD:
+                reads.append(buffer_of(u.src[0]).arg[0])
+            elif u.op is Ops.STORE:
+                writes.append(buffer_of(u.src[0]).arg[0])
+        return Kernel(name, ast, tuple(dict.fromkeys(reads)), tuple(dict.fromkeys(writes)))
+
+
+def buffer_of(index: UOp) -> UOp:
+    """The BUFFER under an INDEX (looking through AFTER)."""
+    b = index.src[0]
+    while b.op is Ops.AFTER:
+        b = b.src[0]
+    return b
+
+
+CompiledKernel = Callable[[dict[str, Any]], None]
+
+
+class Backend(Protocol):
+    """What a target provides. Host backends hold buffers as numpy arrays."""
+
+    name: str
+
+    def compile(self, kernel: Kernel, program: Program) -> CompiledKernel: ...
+
+    def render(self, kernel: Kernel, program: Program) -> str: ...
+
+    def alloc(self, spec: BufferSpec) -> Any: ...
+
+    def put(self, spec: BufferSpec, host: np.ndarray) -> Any: ...
+
+    def get(self, spec: BufferSpec, buf: Any) -> np.ndarray: ...
+
+
+class HostBuffers:
+    """Buffer handling for backends that run on host numpy arrays.
+
+    `storage` decides how a dtype is held: the reference interpreter keeps
+    compute dtypes (bfloat16 as rounded float32), native code keeps the raw
+    storage (bfloat16 as uint16 bits, bool as one byte).
+    """
+
+    native_storage: bool = True
+
+    def storage_np(self, d: DType) -> np.dtype:
+        if not self.native_storage:
+            return compute_np(d)
+        return np.dtype(np.uint16) if d is dtypes.bfloat16 else np.dtype(d.np)
+
+    def alloc(self, spec: BufferSpec) -> np.ndarray:
+        return np.zeros(spec.size, self.storage_np(spec.dtype))
+
+    def put(self, spec: BufferSpec, host: np.ndarray) -> np.ndarray:
+        flat = np.ascontiguousarray(host).reshape(-1)
+        if spec.dtype is dtypes.bfloat16:
+            r = bf16_round(flat.astype(np.float32))
+            return (r.view(np.uint32) >> 16).astype(np.uint16) if self.native_storage else r
+        return flat.astype(self.storage_np(spec.dtype), copy=True)
+
+    def get(self, spec: BufferSpec, buf: np.ndarray) -> np.ndarray:
+        arr = np.asarray(buf)
+        if spec.dtype is dtypes.bfloat16:
+            arr = bf16_from_bits(arr) if arr.dtype == np.uint16 else arr.astype(np.float32)
+        else:
+            arr = arr.astype(spec.dtype.np, copy=False)
+        return arr.reshape(spec.shape).copy()
+
+
+@dataclass
+class Program:
+    """Kernels in dependency order, their buffers, and how to run them on one target."""
+
+    kernels: list[Kernel]
+    buffers: dict[str, BufferSpec]
+    inputs: list[str]                 # placeholder names, in signature order
+    outputs: list[str]                # output buffer names, in root order
+    backend: Any
+    target: str
+    report: Any = None
+    single_output: bool = True
+    _compiled: list[CompiledKernel] | None = field(default=None, repr=False)
+
+    @property
+    def source(self) -> str:
+        """Every kernel rendered for this target, one after another."""
+        return "\n\n".join(self.backend.render(k, self) for k in self.kernels)
+
+    def compile(self) -> list[CompiledKernel]:
+        if self._compiled is None:
+            self._compiled = [self.backend.compile(k, self) for k in self.kernels]
+        return self._compiled
+
+    def __call__(self, **inputs: Any) -> Any:
+        from egraph_compiler.backends.reference import coerce_input
+
+        missing = [n for n in self.inputs if n not in inputs]
+        if missing:
+            spec = self.buffers[missing[0]]
+            raise MissingInput(at=f"input {missing[0]!r}", why=f"the program needs inputs {self.inputs}",
+                               suggestion=f"call the program with {missing[0]}=<array of shape {spec.shape}>")
+        extra = sorted(set(inputs) - set(self.inputs))
+        if extra:
+            raise MissingInput(at=f"input {extra[0]!r}", why=f"the program has no input named {extra[0]!r}",
+                               suggestion=f"its inputs are {self.inputs}")
+        compiled = self.compile()
+        bufs: dict[str, Any] = {}
+        for name, spec in self.buffers.items():
+            if spec.kind == "input":
+                bufs[name] = self.backend.put(spec, coerce_input(name, inputs[name], spec.shape, spec.dtype))
+            elif spec.kind == "const":
+                bufs[name] = self.backend.put(spec, spec.data)
+            else:
+                bufs[name] = self.backend.alloc(spec)
+        for run in compiled:
+            run(bufs)
+        outs = tuple(self.backend.get(self.buffers[n], bufs[n]) for n in self.outputs)
+        return outs[0] if self.single_output else outs
+
+    def summary(self) -> str:
+        lines = [f"Program for {self.target}: {len(self.kernels)} kernel(s), inputs {self.inputs}, outputs {self.outputs}"]
+        for k in self.kernels:
+            lines.append(f"  {k.name}: reads {list(k.reads)} writes {list(k.writes)}")
+        return "\n".join(lines)

@@ -1,0 +1,103 @@
+"""What the optimizer did: rule firings, e-graph growth, phase times, stop reason, costs.
+
+Every optimization result carries a Report. `str(report)` is a readable
+summary; `report.to_json()` follows the schema in docs/REPORT_SCHEMA.md.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+SCHEMA_VERSION = 1
+
+
+@dataclass
+class IterationStats:
+    index: int
+    stage: str
+    nodes: int
+    classes: int | None
+    seconds: float
+    matches: dict[str, int]
+
+
+@dataclass
+class Report:
+    iterations: list[IterationStats] = field(default_factory=list)
+    rule_category: dict[str, str] = field(default_factory=dict)   # rule name -> category
+    rule_ruleset: dict[str, str] = field(default_factory=dict)    # rule name -> ruleset
+    phases: dict[str, float] = field(default_factory=dict)        # phase -> seconds
+    stop_reason: str = ""
+    limits: dict[str, Any] = field(default_factory=dict)
+    cost_before: float | None = None
+    cost_after: float | None = None
+    egraph_nodes: int = 0
+    egraph_classes: int = 0
+    notes: list[str] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)           # stage-specific sections (kernels, ...)
+
+    # ---- derived ---------------------------------------------------------------------------------
+
+    @property
+    def rule_totals(self) -> dict[str, int]:
+        tot: dict[str, int] = {}
+        for it in self.iterations:
+            for r, m in it.matches.items():
+                tot[r] = tot.get(r, 0) + m
+        return dict(sorted(tot.items(), key=lambda kv: (-kv[1], kv[0])))
+
+    @property
+    def fired_rules(self) -> list[str]:
+        return [r for r, m in self.rule_totals.items() if m > 0]
+
+    def add_phase(self, name: str, seconds: float) -> None:
+        self.phases[name] = self.phases.get(name, 0.0) + seconds
+
+    def merge(self, other: Report, prefix: str = "") -> None:
+        base = len(self.iterations)
+        for it in other.iterations:
+            self.iterations.append(IterationStats(base + it.index, prefix + it.stage, it.nodes, it.classes,
+                                                  it.seconds, it.matches))
+        self.rule_category.update(other.rule_category)
+        self.rule_ruleset.update(other.rule_ruleset)
+        for k, v in other.phases.items():
+            self.add_phase(prefix + k, v)
+        self.notes += other.notes
+
+    # ---- export ----------------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "stop_reason": self.stop_reason,
+            "limits": self.limits,
+            "cost": {"before": self.cost_before, "after": self.cost_after},
+            "egraph": {"nodes": self.egraph_nodes, "classes": self.egraph_classes},
+            "phases": self.phases,
+            "iterations": [asdict(it) for it in self.iterations],
+            "rules": [{"name": r, "category": self.rule_category.get(r, ""), "ruleset": self.rule_ruleset.get(r, ""),
+                       "matches": m} for r, m in self.rule_totals.items()],
+            "notes": self.notes,
+            **{k: v for k, v in self.extra.items()},
+        }
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent, default=str)
+
+    def __str__(self) -> str:
+        lines = [f"stop: {self.stop_reason}; {len(self.iterations)} iterations; e-graph {self.egraph_nodes} nodes / "
+                 f"{self.egraph_classes} classes"]
+        if self.cost_before is not None:
+            lines.append(f"cost: {self.cost_before:.6g} -> {self.cost_after:.6g}")
+        if self.phases:
+            lines.append("phases: " + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in self.phases.items()))
+        fired = [(r, m) for r, m in self.rule_totals.items() if m > 0]
+        if fired:
+            lines.append(f"rules fired ({len(fired)}):")
+            lines += [f"  {m:6d}  {r}  [{self.rule_category.get(r, '')}]" for r, m in fired[:25]]
+            if len(fired) > 25:
+                lines.append(f"  ... {len(fired) - 25} more")
+        lines += [f"note: {n}" for n in self.notes]
+        return "\n".join(lines)

@@ -1,0 +1,141 @@
+"""Costs of kernel programs in the e-graph: work weighted by how often it runs.
+
+A value inside a loop nest runs once per iteration of the ranges it depends
+on (renderers hoist it to the outermost loop where its ranges are bound), so
+an e-node costs `op cost x trip count of its e-class`, where the trip count
+is the product of the bounds of the class's free ranges: the RANGEs it
+mentions minus those a REDUCE or END binds. Each class takes the smallest
+footprint any of its e-nodes gives (`r*0` depends on no range).
+
+Memory traffic is charged per element loaded or stored (bytes x a bandwidth
+weight) and every kernel pays a launch/sync overhead, so inlining a value
+that is used in many places competes with materializing it once.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from egraph_compiler.extract.cost import OP_COSTS
+from egraph_compiler.extract.view import ClassRef, EGraphView, ENode
+
+from egraph_compiler.dtypes import to_dtype
+from egraph_compiler.ops import OP_TABLE, Category, Ops
+from egraph_compiler.schema import EGG_TO_OP
+
+INF = math.inf
+Footprint = frozenset[int]
+
+
+@dataclass
+class CPUParams:
+    """Machine figures the cost model uses (cost unit: one scalar add)."""
+
+    kernel_overhead: float = 20_000.0   # launch + thread-pool sync, in adds
+    byte_cost: float = 0.5              # per byte loaded or stored
+    store_extra: float = 1.0            # a store also costs a read-for-ownership
+
+
+def _ulist(view: EGraphView, c: int) -> list[int]:
+    out: list[int] = []
+    while True:
+        ns = [n for n in view.nodes.get(c, []) if n.fn in ("UCons", "UNil")]
+        if not ns or ns[0].fn == "UNil":
+            return out
+        out.append(ns[0].args[0].id)
+        c = ns[0].args[1].id
+
+
+def range_bounds(view: EGraphView) -> dict[int, int]:
+    """RANGE e-class -> its trip count."""
+    out: dict[int, int] = {}
+    for c, ns in view.nodes.items():
+        for n in ns:
+            if n.fn == "RANGE":
+                bound = n.args[-1]
+                for k in view.nodes.get(bound.id, []):
+                    if k.fn == "CONST":
+                        val = view.nodes[k.args[1].id][0]
+                        out[c] = max(1, int(val.args[0]))
+    return out
+
+
+def footprints(view: EGraphView, bounds: dict[int, int], max_passes: int = 64) -> dict[int, Footprint]:
+    """Free ranges of every class (smallest trip product over its nodes), to a fixed point."""
+    fp: dict[int, Footprint] = {}
+
+    def trip(f: Footprint) -> int:
+        return math.prod(bounds.get(r, 1) for r in f)
+
+    bound_by: dict[int, frozenset[int]] = {}
+    for ns in view.nodes.values():
+        for n in ns:
+            if n.fn in ("REDUCE", "END"):
+                bound_by[id(n)] = frozenset(_ulist(view, n.args[-1].id)[1:])
+    for _ in range(max_passes):
+        changed = False
+        for c, ns in view.nodes.items():
+            best = fp.get(c)
+            for n in ns:
+                kids = [a.id for a in n.args if isinstance(a, ClassRef)]
+                if any(k not in fp for k in kids if k != c):
+                    continue
+                f: set[int] = set()
+                for k in kids:
+                    if k != c:
+                        f |= fp[k]
+                if n.fn == "RANGE":
+                    f.add(c)
+                f -= bound_by.get(id(n), frozenset())
+                ff = frozenset(f)
+                if best is None or trip(ff) < trip(best) or (trip(ff) == trip(best) and len(ff) < len(best)):
+                    best = ff
+            if best is not None and fp.get(c) != best:
+                fp[c] = best
+                changed = True
+        if not changed:
+            break
+    return fp
+
+
+@dataclass
+class KernelCost:
+    """Node costs for extracting kernel programs from the e-graph."""
+
+    view: EGraphView
+    unextractable: set[str] = field(default_factory=set)
+    params: CPUParams = field(default_factory=CPUParams)
+
+    def __post_init__(self) -> None:
+        self.bounds = range_bounds(self.view)
+        self.fp = footprints(self.view, self.bounds)
+
+    def trip(self, c: int) -> int:
+        return math.prod(self.bounds.get(r, 1) for r in self.fp.get(c, frozenset()))
+
+    def node_cost(self, n: ENode, view: EGraphView) -> float:
+        if n.fn in self.unextractable:
+            return INF
+        op = EGG_TO_OP.get(n.fn)
+        if op is None:
+            return 0.0
+        t = self.trip(n.eclass)
+        if op is Ops.SINK:
+            return self.params.kernel_overhead
+        if op is Ops.REDUCE:  # the accumulate runs once per iteration of its body
+            body = _ulist(view, n.args[-1].id)
+            return 2.0 * (self.trip(body[0]) if body else t)
+        if op in (Ops.LOAD, Ops.STORE):
+            d = to_dtype(n.args[0])
+            if op is Ops.STORE:
+                idx = _ulist(view, n.args[-1].id)
+                d = to_dtype(view.nodes[idx[0]][0].args[0]) if idx else d
+                t = max(t, max((self.trip(k) for k in idx), default=1))
+            nbytes = max(1, d.itemsize) * (1 + (self.params.store_extra if op is Ops.STORE else 0))
+            return (1.0 + self.params.byte_cost * nbytes) * t
+        base = OP_COSTS.get(op)
+        if base is None:
+            cat = OP_TABLE[op].category
+            base = 0.0 if cat in (Category.SOURCE, Category.ORDERING, Category.MOVEMENT) else 4.0
+        return float(base) * t

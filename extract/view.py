@@ -1,0 +1,102 @@
+"""A Python view of a frozen egglog e-graph: e-classes, e-nodes, analysis values.
+
+egglog hands back opaque `Value`s; this module numbers e-classes, converts
+primitive fields to Python values, and separates constructors (the e-nodes
+the extractor chooses between) from analysis functions (lo/hi, ...).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from egglog import bindings
+
+PRIMITIVE_SORTS = {"i64", "String", "f64", "bool", "Unit"}
+
+
+@dataclass(frozen=True)
+class ENode:
+    fn: str                      # constructor name
+    args: tuple[Any, ...]        # primitive python values, or ClassRef for e-class children
+    eclass: int
+    sort: str
+
+
+@dataclass(frozen=True)
+class ClassRef:
+    id: int
+
+    def __repr__(self) -> str:
+        return f"c{self.id}"
+
+
+@dataclass
+class EGraphView:
+    nodes: dict[int, list[ENode]] = field(default_factory=dict)     # e-class -> its e-nodes
+    sort_of: dict[int, str] = field(default_factory=dict)
+    lets: dict[str, int] = field(default_factory=dict)              # global binding -> e-class
+    functions: dict[str, dict[tuple[Any, ...], Any]] = field(default_factory=dict)  # analysis tables
+
+    @property
+    def num_nodes(self) -> int:
+        return sum(len(v) for v in self.nodes.values())
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.nodes)
+
+    def children(self, n: ENode) -> list[int]:
+        return [a.id for a in n.args if isinstance(a, ClassRef)]
+
+    def lookup(self, fn: str, *key: Any) -> Any:
+        return self.functions.get(fn, {}).get(tuple(key))
+
+
+def build_view(eg: bindings.EGraph, constructors: Iterable[str], functions: Iterable[str] = ()) -> EGraphView:
+    """Freeze `eg` and convert it. `constructors` are the e-node tables; `functions` analysis tables to keep."""
+    cons, funs = set(constructors), set(functions)
+    frozen = eg.freeze()
+    ids: dict[Any, int] = {}
+    view = EGraphView()
+
+    def cid(v: Any) -> int:
+        if v not in ids:
+            ids[v] = len(ids)
+        return ids[v]
+
+    def prim(sort: str, v: Any) -> Any:
+        if sort == "i64":
+            return eg.value_to_i64(v)
+        if sort == "String":
+            return eg.value_to_string(v)
+        if sort == "f64":
+            return eg.value_to_f64(v)
+        if sort == "bool":
+            return eg.value_to_bool(v)
+        return None
+
+    def conv(sort: str, v: Any) -> Any:
+        return prim(sort, v) if sort in PRIMITIVE_SORTS else ClassRef(cid(v))
+
+    for name, fn in frozen.functions.items():
+        if fn.is_let_binding:
+            for row in fn.rows:
+                view.lets[name] = cid(row.output)
+            continue
+        if name in cons:
+            for row in fn.rows:
+                if row.subsumed:
+                    continue
+                c = cid(row.output)
+                node = ENode(name, tuple(conv(s, v) for s, v in zip(fn.input_sorts, row.inputs)), c, fn.output_sort)
+                view.nodes.setdefault(c, []).append(node)
+                view.sort_of[c] = fn.output_sort
+        elif name in funs:
+            table = view.functions.setdefault(name, {})
+            for row in fn.rows:
+                key = tuple(conv(s, v) if s in PRIMITIVE_SORTS else ClassRef(cid(v)).id
+                            for s, v in zip(fn.input_sorts, row.inputs))
+                table[key] = conv(fn.output_sort, row.output)
+    return view

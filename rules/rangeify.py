@@ -1,0 +1,242 @@
+"""Rangeify: tensor graphs become kernels, as rewrite rules in the same e-graph.
+
+The bridge is `(At t idx g)`: "the scalar of tensor t at index list idx",
+where g is a boolean gate (the validity accumulated through PADs; loads
+under it are gated). Rules push `At` through every tensor op until only
+kernel-level terms remain:
+
+  elementwise      At(op(a, b), i)        = op(At(a, i), At(b, i))
+  RESHAPE          At(reshape(x), i)      = At(x, Unflat(Flat(i, new), old))
+  EXPAND           At(expand(x), i)       = At(x, i with broadcast axes -> 0)
+  PERMUTE          At(permute(x, p), i)   = At(x, i picked by p's inverse)
+  FLIP / SHRINK    i -> n-1-i / i + start
+  PAD              At(pad(x), i)          = WHERE(valid, At(x, i - lo, g & valid), 0)
+  REDUCE           At(reduce(x), i)       = REDUCE(At(x, i with reduced axes -> R), R...)
+  BUFFER           At(buf, i)             = LOAD(INDEX(buf, Flat(i, shape)), 0, g)
+
+Ranges are named by the term they come from (`RKOut t k`: output axis k of
+t's kernel; `RKRed t k`: reduce axis k of the REDUCE t), never by a counter.
+Every materialization candidate t (chosen by the caller: multi-consumer
+intermediates, reduces, CONTIGUOUS, outputs) also gets the alternative
+"load it from its own buffer, after its kernel ran": the extractor's cost
+model decides between recomputing inline and a separate kernel.
+
+Shapes, inverse permutations and reduce masks are facts about the input
+graph, set by the caller (`shape`, `invperm`, `rmask`).
+"""
+
+from __future__ import annotations
+
+from egraph_compiler.rules.dsl import RuleSet, rewrite, rule
+
+from egraph_compiler.dtypes import ALL_DTYPES
+from egraph_compiler.ops import OP_TABLE, ArgKind, Category, Ops
+
+IX = '"index"'
+TRUE = '(CONST "bool" (I 1))'
+VOID = '"void"'
+
+DECLARATIONS = """
+(constructor At (U UL U) U :unextractable)
+(constructor Flat (UL IL) U :unextractable)
+(constructor PickZ (UL IL) UL :unextractable)
+(function reshape-map (U) IL :merge old)
+(relation general-reshape (U))
+(constructor Unflat (U IL) UL :unextractable)
+(constructor Bcast (UL IL) UL :unextractable)
+(constructor Offs (UL IL) UL :unextractable)
+(constructor PadIx (UL IL) UL :unextractable)
+(constructor PadValid (UL IL IL) U :unextractable)
+(constructor FlipIx (UL IL IL) UL :unextractable)
+(constructor Pick (UL IL) UL :unextractable)
+(constructor Get (UL i64) U :unextractable)
+(constructor RedIx (UL IL IL U i64) UL :unextractable)
+(constructor RedRanges (IL IL U i64) UL :unextractable)
+(constructor OutRanges (U IL i64) UL :unextractable)
+(constructor KernelOf (U) U :unextractable)
+(constructor BufFor (U) U :unextractable)
+(constructor RKOut (U i64) RKey)
+(constructor RKRed (U i64) RKey)
+(function shape (U) IL :merge old)
+(function invperm (U) IL :merge old)
+(function rmask (U) IL :merge old)
+(relation is-shape (IL))
+(function prod (IL) i64 :merge old)
+(relation mat (U))
+(function zero (String) Val :merge old)
+""" + "\n".join(f'(set (zero "{d.name}") {"(F 0.0)" if d.is_float else "(I 0)"})'
+                for d in ALL_DTYPES if d.name != "void")
+
+HELPERS = ("At", "Flat", "PickZ", "Unflat", "Bcast", "Offs", "PadIx", "PadValid", "FlipIx", "Pick", "Get",
+           "RedIx", "RedRanges", "OutRanges", "KernelOf", "BufFor")
+
+
+def ik(v: str | int) -> str:
+    return f"(CONST {IX} (I {v}))"
+
+
+def ul(*xs: str) -> str:
+    out = "(UNil)"
+    for x in reversed(xs):
+        out = f"(UCons {x} {out})"
+    return out
+
+
+def load(d: str, buf: str, idx: str, gate: str) -> str:
+    """A gated load of element idx of buf (the alternative value is the dtype's zero `z`)."""
+    return f"(LOAD {d} {ul(f'(INDEX {d} {ul(buf, idx)})', f'(CONST {d} z)', gate)})"
+
+
+def _distribute(rs: RuleSet) -> None:
+    """At distributes over every op that maps elements to elements (one op-table driven rule each)."""
+    for sp in OP_TABLE.values():
+        elementwise = sp.is_alu or sp.op in (Ops.BITCAST,)
+        if not elementwise or sp.arg is not ArgKind.NONE:
+            continue
+        n = sp.arity[0]
+        xs = [f"x{i}" for i in range(n)]
+        rewrite(rs, f"at-{sp.egg_name.lower()}", f"(At ({sp.egg_name} d {' '.join(xs)}) idx g)",
+                f"({sp.egg_name} d {' '.join(f'(At {x} idx g)' for x in xs)})", category="elementwise",
+                check="structural")
+    for sp in OP_TABLE.values():
+        if sp.category is Category.MARKER:
+            rewrite(rs, f"at-{sp.egg_name.lower()}", f"(At ({sp.egg_name} d x) idx g)", "(At x idx g)",
+                    category="marker", check="structural")
+
+
+def _index_helpers(rs: RuleSet) -> None:
+    c = "index-helper"
+    rule(rs, "shape-tail", ["(is-shape (ICons n s))"], ["(is-shape s)"], category=c, check="structural")
+    rule(rs, "prod-nil", ["(is-shape l)", "(= l (INil))"], ["(set (prod l) 1)"], category=c, check="structural")
+    rule(rs, "prod-cons", ["(is-shape l)", "(= l (ICons n s))", "(= p (prod s))"], ["(set (prod l) (* n p))"],
+         category=c, check="structural")
+    rule(rs, "flat-step", ["(= e (Flat l (ICons n s)))", "(= l (UCons i r))", "(= p (prod s))"],
+         [f'(union e (ADD {IX} (MUL {IX} i {ik("p")}) (Flat r s)))'], category=c, check="structural",
+         doc="row-major linearization: sum of index times stride")
+    rewrite(rs, "flat-end", "(Flat (UNil) (INil))", ik(0), category=c, check="structural")
+    rule(rs, "unflat-step", ["(= e (Unflat x (ICons n s)))", "(= p (prod s))", "(> p 1)"],
+         [f'(union e (UCons (MOD {IX} (IDIV {IX} x {ik("p")}) {ik("n")}) (Unflat x s)))'], category=c,
+         check="structural", doc="axis k of a linear index: (x // stride_k) % n_k")
+    rule(rs, "unflat-last", ["(= e (Unflat x (ICons n s)))", "(= p (prod s))", "(= p 1)"],
+         [f'(union e (UCons (MOD {IX} x {ik("n")}) (Unflat x s)))'], category=c, check="structural")
+    rewrite(rs, "unflat-end", "(Unflat x (INil))", "(UNil)", category=c, check="structural")
+    rule(rs, "bcast-one", ["(= e (Bcast l (ICons 1 s)))", "(= l (UCons i r))"],
+         [f"(union e (UCons {ik(0)} (Bcast r s)))"], category=c, check="structural")
+    rule(rs, "bcast-keep", ["(= e (Bcast l (ICons n s)))", "(!= n 1)", "(= l (UCons i r))"],
+         ["(union e (UCons i (Bcast r s)))"], category=c, check="structural")
+    rewrite(rs, "bcast-end", "(Bcast l (INil))", "(UNil)", category=c, check="structural")
+    rule(rs, "offs-step", ["(= e (Offs l (ICons a (ICons b p))))", "(= l (UCons i r))"],
+         [f"(union e (UCons (ADD {IX} i {ik('a')}) (Offs r p)))"], category=c, check="structural")
+    rewrite(rs, "offs-end", "(Offs l (INil))", "(UNil)", category=c, check="structural")
+    rule(rs, "padix-step", ["(= e (PadIx l (ICons a (ICons b p))))", "(= l (UCons i r))"],
+         [f"(union e (UCons (ADD {IX} i {ik('(- 0 a)')}) (PadIx r p)))"], category=c, check="structural")
+    rewrite(rs, "padix-end", "(PadIx l (INil))", "(UNil)", category=c, check="structural")
+    rule(rs, "padvalid-step", ["(= e (PadValid l (ICons a (ICons b p)) (ICons n s)))", "(= l (UCons i r))"],
+         [f'(union e (AND "bool" (AND "bool" (CMPLT "bool" {ik("(- a 1)")} i) (CMPLT "bool" i {ik("(+ a n)")})) '
+          "(PadValid r p s)))"], category=c, check="structural", doc="lo <= i < lo + n on every padded axis")
+    rewrite(rs, "padvalid-end", "(PadValid l (INil) (INil))", TRUE, category=c, check="structural")
+    rule(rs, "flip-step", ["(= e (FlipIx l (ICons 1 f) (ICons n s)))", "(= l (UCons i r))"],
+         [f"(union e (UCons (ADD {IX} {ik('(- n 1)')} (MUL {IX} i {ik(-1)})) (FlipIx r f s)))"], category=c,
+         check="structural")
+    rule(rs, "flip-keep", ["(= e (FlipIx l (ICons 0 f) (ICons n s)))", "(= l (UCons i r))"],
+         ["(union e (UCons i (FlipIx r f s)))"], category=c, check="structural")
+    rewrite(rs, "flip-end", "(FlipIx l (INil) (INil))", "(UNil)", category=c, check="structural")
+    rewrite(rs, "pick-step", "(Pick l (ICons p r))", "(UCons (Get l p) (Pick l r))", category=c, check="structural")
+    rewrite(rs, "pick-end", "(Pick l (INil))", "(UNil)", category=c, check="structural")
+    rule(rs, "pickz-step", ["(= e (PickZ l (ICons p r)))", "(>= p 0)"], ["(union e (UCons (Get l p) (PickZ l r)))"],
+         category=c, check="structural")
+    rule(rs, "pickz-zero", ["(= e (PickZ l (ICons p r)))", "(< p 0)"], [f"(union e (UCons {ik(0)} (PickZ l r)))"],
+         category=c, check="structural", doc="a new size-1 axis is indexed by 0")
+    rewrite(rs, "pickz-end", "(PickZ l (INil))", "(UNil)", category=c, check="structural")
+    rule(rs, "get-head", ["(= e (Get l 0))", "(= l (UCons a r))"], ["(union e a)"], category=c, check="structural")
+    rule(rs, "get-tail", ["(= e (Get l k))", "(> k 0)", "(= l (UCons a r))"], ["(union e (Get r (- k 1)))"],
+         category=c, check="structural")
+
+
+def _range(kind: str, t: str, k: str, n: str) -> str:
+    key = "RKOut" if kind == "L" else "RKRed"
+    return f'(RANGE {IX} ({key} {t} {k}) "{kind}" {ik(n)})'
+
+
+def _ranges(rs: RuleSet) -> None:
+    c = "range"
+    rule(rs, "redix-range", ["(= e (RedIx l (ICons n s) (ICons 1 f) t k))", "(= l (UCons i r))"],
+         [f"(union e (UCons {_range('R', 't', 'k', 'n')} (RedIx r s f t (+ k 1))))"], category=c, check="structural",
+         doc="a reduced axis is indexed by the reduce range named (t, k)")
+    rule(rs, "redix-keep", ["(= e (RedIx l (ICons n s) (ICons 0 f) t k))", "(= l (UCons i r))"],
+         ["(union e (UCons i (RedIx r s f t (+ k 1))))"], category=c, check="structural")
+    rewrite(rs, "redix-end", "(RedIx l (INil) (INil) t k)", "(UNil)", category=c, check="structural")
+    rule(rs, "redranges-range", ["(= e (RedRanges (ICons n s) (ICons 1 f) t k))"],
+         [f"(union e (UCons {_range('R', 't', 'k', 'n')} (RedRanges s f t (+ k 1))))"], category=c,
+         check="structural")
+    rule(rs, "redranges-skip", ["(= e (RedRanges (ICons n s) (ICons 0 f) t k))"],
+         ["(union e (RedRanges s f t (+ k 1)))"], category=c, check="structural")
+    rewrite(rs, "redranges-end", "(RedRanges (INil) (INil) t k)", "(UNil)", category=c, check="structural")
+    rule(rs, "outranges-range", ["(= e (OutRanges t (ICons n s) k))"],
+         [f"(union e (UCons {_range('L', 't', 'k', 'n')} (OutRanges t s (+ k 1))))"], category=c,
+         check="structural", doc="output axis k of t's kernel")
+    rewrite(rs, "outranges-end", "(OutRanges t (INil) k)", "(UNil)", category=c, check="structural")
+
+
+def _movement(rs: RuleSet) -> None:
+    c = "movement"
+    rewrite(rs, "at-const", "(At (CONST d v) idx g)", "(CONST d v)", category=c, check="structural")
+    rewrite(rs, "at-variable", "(At (DEFINE_VAR d nm a b) idx g)", "(DEFINE_VAR d nm a b)", category=c,
+            check="structural")
+    rule(rs, "at-reshape", ["(= e (At t idx g))", "(= t (RESHAPE d new x))", "(general-reshape t)", "(= sx (shape x))"],
+         ["(union e (At x (Unflat (Flat idx new) sx) g))"], category=c, check="structural",
+         doc="flatten with the new shape, unflatten with the old; symbolic rules remove the div/mod")
+    rule(rs, "at-reshape-units", ["(= e (At t idx g))", "(= t (RESHAPE d new x))", "(= m (reshape-map t))"],
+         ["(union e (At x (PickZ idx m) g))"], category=c, check="structural",
+         doc="a reshape that only adds or drops size-1 axes maps indices directly (no div/mod)")
+    rule(rs, "at-expand", ["(= e (At t idx g))", "(= t (EXPAND d new x))", "(= sx (shape x))"],
+         ["(union e (At x (Bcast idx sx) g))"], category=c, check="structural")
+    rule(rs, "at-permute", ["(= e (At t idx g))", "(= t (PERMUTE d p x))", "(= ip (invperm t))"],
+         ["(union e (At x (Pick idx ip) g))"], category=c, check="structural")
+    rule(rs, "at-flip", ["(= e (At t idx g))", "(= t (FLIP d fl x))", "(= sx (shape x))"],
+         ["(union e (At x (FlipIx idx fl sx) g))"], category=c, check="structural")
+    rule(rs, "at-shrink", ["(= e (At t idx g))", "(= t (SHRINK d pr x))"], ["(union e (At x (Offs idx pr) g))"],
+         category=c, check="structural")
+    rule(rs, "at-pad", ["(= e (At t idx g))", "(= t (PAD d pr x))", "(= sx (shape x))", "(= z (zero d))"],
+         ["(let v (PadValid idx pr sx))",
+          '(union e (WHERE d v (At x (PadIx idx pr) (AND "bool" g v)) (CONST d z)))'],
+         category=c, check="structural", doc="padding reads zero outside; loads inside are gated by validity")
+    rule(rs, "at-reduce", ["(= e (At t idx g))", "(= t (REDUCE d op ax (UCons x (UNil))))", "(= sx (shape x))",
+                           "(= f (rmask t))"],
+         ["(union e (REDUCE d op (INil) (UCons (At x (RedIx idx sx f t 0) g) (RedRanges sx f t 0))))"],
+         category="reduce", check="structural")
+    rule(rs, "at-buffer", ["(= e (At t idx g))", "(= t (BUFFER d nm shp bs))", "(= b (BufFor t))", "(= z (zero d))"],
+         [f"(union e {load('d', 'b', '(Flat idx shp)', 'g')})"], category="memory", check="structural",
+         doc="a tensor buffer is read through its flat kernel-level buffer")
+    rewrite(rs, "load-ungate", f"(LOAD d (UCons p (UCons a (UCons {TRUE} (UNil)))))", "(LOAD d (UCons p (UNil)))",
+            category="memory", check="structural", doc="a load gated by true needs no gate")
+
+
+def _kernels(rs: RuleSet) -> None:
+    c = "fusion"
+    index = f"(INDEX d {ul('b', '(Flat rs s)')})"
+    store = f"(STORE {VOID} {ul(index, f'(At t rs {TRUE})')})"
+    rule(rs, "kernel-of", ["(= kk (KernelOf t))", "(= s (shape t))", "(= s (ICons n0 s0))", "(= b (BufFor t))",
+                           "(= b (BUFFER d nm sz bs))"],
+         ["(let rs (OutRanges t s 0))", f"(union kk (SINK {VOID} {ul(f'(END {VOID} (UCons {store} rs))')}))"],
+         category=c, check="structural", doc="t's kernel: store every element of t into its buffer")
+    rule(rs, "kernel-of-scalar", ["(= kk (KernelOf t))", "(= s (shape t))", "(= s (INil))", "(= b (BufFor t))",
+                                  "(= b (BUFFER d nm sz bs))"],
+         ["(let rs (UNil))", f"(union kk (SINK {VOID} {ul(store)}))"], category=c, check="structural")
+    rule(rs, "materialize", ["(= e (At t idx g))", "(mat t)", "(= b (BufFor t))", "(= b (BUFFER d nm sz bs))",
+                             "(= s (shape t))", "(= z (zero d))"],
+         [f"(union e {load('d', '(AFTER d (UCons b (UCons (KernelOf t) (UNil))))', '(Flat idx s)', 'g')})"],
+         category=c, check="structural", doc="alternative to recomputing t inline: read it from its own kernel's buffer")
+
+
+def build() -> RuleSet:
+    rs = RuleSet("rangeify")
+    _distribute(rs)
+    _index_helpers(rs)
+    _ranges(rs)
+    _movement(rs)
+    _kernels(rs)
+    return rs
+
+
+RANGEIFY = build()

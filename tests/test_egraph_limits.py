@@ -1,0 +1,281 @@
+"""Saturation limits, the optimization report, and DAG-aware extraction.
+
+The growing input is a chain of mod/div over ten variables: unbounded it takes several steps and ~1000 e-nodes to
+saturate, so each limit visibly cuts it short. Results are compared with the reference interpreter at sampled
+points, never with the optimizer's own view of them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+
+import pytest
+from oracle import tree_size, value
+
+from egraph_compiler import UOp
+from egraph_compiler.diagnostics import InvalidArgument
+from egraph_compiler.egraph import Limits
+from egraph_compiler.extract.cost import OP_COSTS
+from egraph_compiler.extract.extractor import extract
+from egraph_compiler.extract.view import ClassRef, EGraphView, ENode
+from egraph_compiler.ops import Ops
+from egraph_compiler.pipeline import SimplifyResult, simplify
+from egraph_compiler.report import IterationStats
+from egraph_compiler.rules import intervals, linear, symbolic
+from egraph_compiler.uop import toposort
+
+ALL_RULES = {r.name: (rs.name, r.category) for rs in (intervals.ANALYSIS, linear.LINEAR, symbolic.SYMBOLIC)
+             for r in rs.rules}
+
+
+def growing_expr() -> UOp:
+    xs = [UOp.variable(f"x{i}", 0, 10 + i) for i in range(10)]
+    u = xs[0]
+    for i, x in enumerate(xs[1:]):
+        u = (u + x * (i + 2)) % 97 + x // 3
+    return u
+
+
+def points(u: UOp, n: int = 60, seed: int = 0) -> list[dict[str, int]]:
+    rng = random.Random(seed)
+    vs = sorted({v.arg for v in toposort([u]) if v.op is Ops.DEFINE_VAR})
+    corners = [{name: (lo if k == 0 else hi) for name, lo, hi in vs} for k in (0, 1)]
+    return corners + [{name: rng.randint(lo, hi) for name, lo, hi in vs} for _ in range(n)]
+
+
+def assert_equivalent(u: UOp, r: SimplifyResult) -> None:
+    for env in points(u):
+        want = value(u, env)
+        assert value(r.result, env) == want, f"at {env}: {r.result.render()} != {u.render()}"
+        if r.vmin is not None:
+            assert r.vmin <= want
+        if r.vmax is not None:
+            assert want <= r.vmax
+
+
+@pytest.fixture(scope="module")
+def unlimited() -> SimplifyResult:
+    return simplify(growing_expr())
+
+
+# ---- limits ----------------------------------------------------------------------------------------
+
+def test_unlimited_run_grows_then_saturates(unlimited: SimplifyResult) -> None:
+    rep = unlimited.report
+    assert rep.stop_reason == "saturated"
+    nodes = [it.nodes for it in rep.iterations]
+    assert len(nodes) >= 3 and nodes[-1] > nodes[0], f"the test input must grow over several steps: {nodes}"
+    assert not rep.notes
+    assert_equivalent(growing_expr(), unlimited)
+
+
+def test_node_limit_stops_growth(unlimited: SimplifyResult) -> None:
+    final = unlimited.report.iterations[-1].nodes
+    first = unlimited.report.iterations[0].nodes
+    limit = first - 1
+    u = growing_expr()
+    r = simplify(u, node_limit=limit)
+    rep = r.report
+    assert rep.stop_reason == "node_limit"
+    assert len(rep.iterations) == 1 and rep.iterations[0].nodes > limit
+    assert rep.egraph_nodes < final
+    assert any("node limit" in n for n in rep.notes)
+    assert_equivalent(u, r)
+
+
+def test_node_limit_checks_every_step(unlimited: SimplifyResult) -> None:
+    """A limit between the sizes of steps 1 and 2 stops right after the step that crosses it."""
+    its = unlimited.report.iterations
+    limit = (its[0].nodes + its[1].nodes) // 2
+    r = simplify(growing_expr(), node_limit=limit)
+    nodes = [it.nodes for it in r.report.iterations]
+    assert r.report.stop_reason == "node_limit"
+    assert all(n <= limit for n in nodes[:-1]) and nodes[-1] > limit, nodes
+    assert len(nodes) == 2
+
+
+@pytest.mark.parametrize("k", [1, 2])
+def test_iter_limit_stops_growth(unlimited: SimplifyResult, k: int) -> None:
+    u = growing_expr()
+    r = simplify(u, iter_limit=k)
+    assert r.report.stop_reason == "iter_limit"
+    assert len(r.report.iterations) == k
+    assert r.report.egraph_nodes < unlimited.report.egraph_nodes
+    assert any("iter limit" in n for n in r.report.notes)
+    assert_equivalent(u, r)
+
+
+def test_time_limit_stops_growth(unlimited: SimplifyResult) -> None:
+    u = growing_expr()
+    r = simplify(u, time_limit=1e-6)
+    assert r.report.stop_reason == "time_limit"
+    assert len(r.report.iterations) == 1  # a step is never interrupted, but no second one starts
+    assert r.report.egraph_nodes < unlimited.report.egraph_nodes
+    assert any("time limit" in n for n in r.report.notes)
+    assert_equivalent(u, r)
+
+
+def test_limits_are_recorded_and_validated() -> None:
+    r = simplify(UOp.variable("x", 0, 5) + 0, node_limit=1234, iter_limit=7, time_limit=3.5)
+    assert r.report.limits["node_limit"] == 1234
+    assert r.report.limits["iter_limit"] == 7
+    assert r.report.limits["time_limit"] == 3.5
+    x = UOp.variable("x", 0, 5)
+    for bad in ({"node_limt": 5}, {"node_limit": 0}, {"iter_limit": -1}, {"time_limit": True}, {"time_limit": "1"}):
+        with pytest.raises(InvalidArgument):
+            simplify(x, **bad)
+    assert Limits.make(node_limit=5).node_limit == 5
+
+
+def test_saturating_input_is_not_limited() -> None:
+    x = UOp.variable("x", 0, 5)
+    r = simplify((x + 3) * 1 + 0)
+    assert r.report.stop_reason == "saturated"
+    assert tree_size(r.result) == 3, r.result.render()  # x + 3
+    assert_equivalent((x + 3) * 1 + 0, r)
+
+
+# ---- the report ------------------------------------------------------------------------------------
+
+def test_report_contents(unlimited: SimplifyResult) -> None:
+    rep = unlimited.report
+    assert rep.iterations and [it.index for it in rep.iterations] == list(range(len(rep.iterations)))
+    for it in rep.iterations:
+        assert it.stage == "symbolic"
+        assert it.nodes > 0 and it.classes is not None and 0 < it.classes <= it.nodes
+        assert it.seconds >= 0
+        assert all(isinstance(m, int) and m > 0 for m in it.matches.values())
+        assert set(it.matches) <= set(ALL_RULES), f"unknown rule names {set(it.matches) - set(ALL_RULES)}"
+    assert rep.iterations[-1].nodes == rep.egraph_nodes
+    assert rep.iterations[-1].classes == rep.egraph_classes
+    # totals are the per-iteration matches summed
+    want: dict[str, int] = {}
+    for it in rep.iterations:
+        for name, m in it.matches.items():
+            want[name] = want.get(name, 0) + m
+    assert rep.rule_totals == want
+    assert list(rep.rule_totals.values()) == sorted(rep.rule_totals.values(), reverse=True)
+    assert set(rep.fired_rules) == set(want)
+    for name in want:
+        assert (rep.rule_ruleset[name], rep.rule_category[name]) == ALL_RULES[name]
+    # rules from all three rule sets take part in a div/mod simplification
+    assert {ALL_RULES[n][0] for n in want} == {"analysis", "linear", "symbolic"}
+    # phases
+    assert set(rep.phases) >= {"encode", "saturate", "extract", "decode"}
+    assert all(v >= 0 for v in rep.phases.values())
+    assert rep.phases["saturate"] >= sum(it.seconds for it in rep.iterations) * 0.999
+    # costs: the input is a tree here, so its DAG cost is the sum of its node costs
+    assert rep.cost_before == sum(OP_COSTS[u.op] for u in toposort([growing_expr()]))
+    assert rep.cost_after is not None and rep.cost_after <= rep.cost_before
+    assert rep.stop_reason == "saturated"
+    text = str(rep)
+    assert "saturated" in text and "rules fired" in text
+
+
+def test_report_phase_times_add_up() -> None:
+    u = growing_expr() * 2
+    t0 = time.perf_counter()
+    r = simplify(u)
+    wall = time.perf_counter() - t0
+    assert 0 < sum(r.report.phases.values()) <= wall + 1e-3
+
+
+def test_progress_callback_sees_every_iteration() -> None:
+    seen: list[IterationStats] = []
+    r = simplify(growing_expr(), progress=seen.append, iter_limit=3)
+    assert seen == r.report.iterations and len(seen) == 3
+
+
+def test_report_json_roundtrip(unlimited: SimplifyResult) -> None:
+    rep = unlimited.report
+    d = json.loads(rep.to_json())
+    assert d == json.loads(json.dumps(rep.to_dict()))
+    assert d["schema_version"] == 1
+    assert d["stop_reason"] == "saturated"
+    assert d["cost"] == {"before": rep.cost_before, "after": rep.cost_after}
+    assert d["egraph"] == {"nodes": rep.egraph_nodes, "classes": rep.egraph_classes}
+    assert len(d["iterations"]) == len(rep.iterations)
+    assert [it["matches"] for it in d["iterations"]] == [it.matches for it in rep.iterations]
+    assert [it["nodes"] for it in d["iterations"]] == [it.nodes for it in rep.iterations]
+    assert {r["name"]: r["matches"] for r in d["rules"]} == rep.rule_totals
+    assert all(r["category"] and r["ruleset"] for r in d["rules"])
+    assert set(d["phases"]) == set(rep.phases)
+    assert d["limits"] == rep.limits
+    compact = json.loads(rep.to_json(indent=None))
+    assert compact == d
+
+
+# ---- DAG-aware extraction ----------------------------------------------------------------------------
+
+class ByName:
+    def __init__(self, costs: dict[str, float]) -> None:
+        self.costs = costs
+
+    def node_cost(self, n: ENode, view: EGraphView) -> float:
+        return self.costs[n.fn]
+
+
+def make_view(classes: dict[int, list[tuple[str, tuple[int, ...]]]]) -> EGraphView:
+    view = EGraphView()
+    for c, nodes in classes.items():
+        view.nodes[c] = [ENode(fn, tuple(ClassRef(k) for k in kids), c, "U") for fn, kids in nodes]
+        view.sort_of[c] = "U"
+    return view
+
+
+def test_extractor_counts_a_shared_subterm_once() -> None:
+    # class 0: either pair(1, 1), using the expensive class 1 twice, or an opaque leaf costing 150
+    # class 1: big (100), built on class 2
+    view = make_view({0: [("pair", (1, 1)), ("leaf150", ())], 1: [("big", (2,))], 2: [("x", ())]})
+    ex = extract(view, ByName({"pair": 2, "leaf150": 150, "big": 99, "x": 1}))
+    assert ex.node(0).fn == "pair"      # DAG cost 2 + 99 + 1 = 102; as a tree it would be 2 + 2 * 100 = 202 > 150
+    assert ex.cost(0) == 102
+    assert ex.cost(1) == 100
+    assert ex.dag_cost([0, 1, 2]) == 102
+
+
+def test_extractor_shares_across_children() -> None:
+    # f(a, b) where a and b both contain the same costly class 3: it is paid once, not once per child
+    view = make_view({0: [("f", (1, 2))], 1: [("g", (3,))], 2: [("h", (3,))], 3: [("costly", ())]})
+    ex = extract(view, ByName({"f": 1, "g": 1, "h": 1, "costly": 50}))
+    assert ex.cost(1) == ex.cost(2) == 51
+    assert ex.cost(0) == 53  # a tree extractor would report 1 + 51 + 51 = 103
+    assert ex.best[0].dag == {0: 1, 1: 1, 2: 1, 3: 50}
+
+
+def test_extractor_never_chooses_a_cycle() -> None:
+    view = make_view({0: [("loop", (0,)), ("leaf", ())], 1: [("wrap", (0,))]})
+    ex = extract(view, ByName({"loop": 0, "leaf": 7, "wrap": 1}))
+    assert ex.node(0).fn == "leaf" and ex.cost(0) == 7 and ex.cost(1) == 8
+
+
+def test_extractor_skips_unextractable_nodes() -> None:
+    view = make_view({0: [("helper", ()), ("op", (1,))], 1: [("x", ())], 2: [("helper", ())]})
+    ex = extract(view, ByName({"helper": math.inf, "op": 3, "x": 1}))
+    assert ex.node(0).fn == "op" and ex.cost(0) == 4
+    assert 2 not in ex.best and ex.cost(2) == math.inf
+
+
+def test_simplify_cost_is_dag_cost() -> None:
+    """A large sub-expression used twice: the reported costs count it once (shared), unlike the tree size."""
+    xs = [UOp.variable(f"v{i}", 1, 9) for i in range(6)]
+    big = xs[0]
+    for x in xs[1:]:
+        big = (big * x + 7) // (x + 1)
+    u = (big < 5).where(big, big * 3)
+    dag_before = sum(OP_COSTS[n.op] for n in toposort([u]))
+    tree_before = 0.0
+    sizes: dict[UOp, float] = {}
+    for n in toposort([u]):
+        sizes[n] = OP_COSTS[n.op] + sum(sizes[s] for s in n.src)
+    tree_before = sizes[u]
+    r = simplify(u)
+    assert r.report.cost_before == dag_before < tree_before
+    after = r.report.cost_after
+    assert after is not None and after <= dag_before
+    assert after == sum(OP_COSTS[n.op] for n in toposort([r.result]))  # the decoded result costs what was reported
+    assert tree_size(r.result) > len(toposort([r.result]))            # ... and it still shares the subterm
+    assert_equivalent(u, r)

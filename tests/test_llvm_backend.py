@@ -1,0 +1,609 @@
+"""The LLVM backend against the reference interpreter, on hand-built kernel ASTs.
+
+Every test runs one Program twice, on LLVMBackend and on ReferenceBackend, and
+compares: integers and bools exactly, floats within tolerance (NaN == NaN).
+Run as a script (`python tests/test_llvm_backend.py`) for a speed sanity check.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pytest
+from egraph_compiler.backends import llvm as llvm_backend
+from egraph_compiler.backends.llvm import CACHE_STATS, LLVMBackend
+from egraph_compiler.backends.reference import ReferenceBackend
+from helpers import check, rand_array
+from hypothesis import given
+from hypothesis import strategies as st
+
+from egraph_compiler import AxisType, Ops, UOp, dtypes
+from egraph_compiler.dtypes import DType
+from egraph_compiler.program import BufferSpec, Kernel, Program
+
+F32 = dtypes.float32
+ALL = [d for d in dtypes.all() if d is not dtypes.void]
+INTS = [d for d in ALL if d.is_int]
+FLOATS = [d for d in ALL if d.is_float]
+
+
+# ---- kernel builders (the style of test_reference_kernels.py) ------------------------------------
+
+def buf(name: str, n: int, dt: DType = F32) -> UOp:
+    return UOp(Ops.BUFFER, dt, (), (name, (n,)))
+
+
+def load(b: UOp, idx: UOp | None, alt: UOp | None = None, gate: UOp | None = None) -> UOp:
+    extra = () if gate is None else (alt if alt is not None else UOp.const(0, b.dtype), gate)
+    index = UOp.build(Ops.INDEX, (b,) if idx is None else (b, idx))
+    return UOp.build(Ops.LOAD, (index, *extra))
+
+
+def store(b: UOp, idx: UOp, value: UOp, gate: UOp | None = None) -> UOp:
+    return UOp.build(Ops.STORE, (UOp.build(Ops.INDEX, (b, idx)), value, *(() if gate is None else (gate,))))
+
+
+def kernel(*stores_with_ranges: tuple[UOp, tuple[UOp, ...]]) -> UOp:
+    return UOp.build(Ops.SINK, tuple(UOp.build(Ops.END, (s, *rs)) if rs else s for s, rs in stores_with_ranges))
+
+
+def reduce(value: UOp, *ranges: UOp, op: Ops = Ops.ADD) -> UOp:
+    return UOp(Ops.REDUCE, value.dtype, (value, *ranges), (op, ()))
+
+
+def rng(n: int, key: Any, t: AxisType = AxisType.LOOP) -> UOp:
+    return UOp.range(n, key, t)
+
+
+def alu(op: Ops, *src: UOp) -> UOp:
+    return UOp.build(op, src)
+
+
+# ---- running one kernel on both backends ---------------------------------------------------------
+
+def run_both(ast: UOp, inputs: dict[str, np.ndarray], backend: LLVMBackend | None = None
+             ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Run the kernel as a Program on LLVM and on the reference; every non-input buffer is an output."""
+    specs: dict[str, BufferSpec] = {}
+    for u in ast.toposort():
+        if u.op is Ops.BUFFER:
+            name, shape = u.arg
+            kind = "input" if name in inputs else "output"
+            specs[name] = BufferSpec(name, u.dtype, math.prod(shape), kind, tuple(shape))
+    outs = [n for n, s in specs.items() if s.kind == "output"]
+    ins = [n for n in specs if n in inputs]
+    got: list[dict[str, np.ndarray]] = []
+    for be in (backend or LLVMBackend(), ReferenceBackend()):
+        prog = Program([Kernel.from_ast("k", ast)], specs, ins, outs, be, be.name, single_output=False)
+        got.append(dict(zip(outs, prog(**inputs))))
+    return got[0], got[1]
+
+
+def tol(d: DType) -> float:
+    return {dtypes.float16: 2e-3, dtypes.bfloat16: 1e-2}.get(d, 1e-4)
+
+
+def compare(ast: UOp, inputs: dict[str, np.ndarray], rtol: float = 1e-4, backend: LLVMBackend | None = None) -> None:
+    mine, ref = run_both(ast, inputs, backend)
+    for name in ref:
+        check(mine[name], ref[name], rtol=rtol, atol=rtol)
+
+
+def values(d: DType, n: int, seed: int, special: bool = True) -> np.ndarray:
+    """Random values of d with the edge cases of its type mixed in."""
+    r = np.random.default_rng(seed)
+    if d.is_bool:
+        return r.random(n) < 0.5
+    if d.is_float:
+        x = (r.standard_normal(n) * 4).astype(np.float32 if d is dtypes.bfloat16 else d.np)
+        if special:
+            x[:6] = [0.0, -0.0, np.inf, -np.inf, np.nan, 1.5]
+        return x
+    lo, hi = int(d.min), int(d.max)
+    x = r.integers(lo, hi, n, endpoint=True, dtype=np.int64 if d.kind == "i" else np.uint64).astype(d.np)
+    x[: n // 2] = r.integers(-9 if d.kind == "i" else 0, 10, n // 2).astype(d.np)
+    if special:
+        x[n // 2: n // 2 + 4] = np.array([lo, hi, 0, 1 if d.is_unsigned else -1], dtype=object).astype(d.np)
+    return x
+
+
+def elementwise(op: Ops, in_dts: list[DType], n: int = 67, out_dt: DType | None = None) -> tuple[UOp, list[str]]:
+    i = rng(n, "i")
+    srcs = [load(buf(f"x{k}", n, d), i) for k, d in enumerate(in_dts)]
+    value = alu(op, *srcs) if out_dt is None else UOp(op, out_dt, tuple(srcs))
+    return kernel((store(buf("out", n, value.dtype), i, value), (i,))), [f"x{k}" for k in range(len(in_dts))]
+
+
+# ---- every ALU op on every dtype -----------------------------------------------------------------
+
+BINARY_ALL = [Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPLT, Ops.CMPNE]
+BINARY_INT = [Ops.IDIV, Ops.MOD, Ops.SHL, Ops.SHR]
+BITWISE = [Ops.XOR, Ops.OR, Ops.AND]
+BINARY_CASES = ([(op, d) for op in BINARY_ALL for d in ALL] + [(op, d) for op in BINARY_INT for d in INTS]
+                + [(op, d) for op in BITWISE for d in [*INTS, dtypes.bool]])
+
+
+def _name(x: Any) -> str:
+    return str(getattr(x, "name", x))
+
+
+@pytest.mark.parametrize("op,d", BINARY_CASES, ids=_name)
+def test_binary_op(op: Ops, d: DType) -> None:
+    ast, names = elementwise(op, [d, d])
+    a, b = values(d, 67, 1), values(d, 67, 2)
+    if op in (Ops.SHL, Ops.SHR):  # amounts around [0, bits), negative and too big ones too
+        b = np.random.default_rng(3).integers(0 if d.is_unsigned else -3, d.bits + 3, 67).astype(d.np)
+    if op in (Ops.IDIV, Ops.MOD) and d.kind == "i":
+        a[:4], b[:4] = [d.min, d.min, -7, 7], [-1, 0, 2, -2]
+    compare(ast, dict(zip(names, (a, b))), rtol=tol(d))
+
+
+UNARY_CASES = [(op, d) for op in (Ops.RECIP, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.TRUNC) for d in FLOATS]
+
+
+@pytest.mark.parametrize("op,d", UNARY_CASES + [(Ops.TRUNC, d) for d in INTS], ids=_name)
+def test_unary_op(op: Ops, d: DType) -> None:
+    ast, names = elementwise(op, [d])
+    compare(ast, {names[0]: values(d, 67, 4)}, rtol=tol(d))
+
+
+@pytest.mark.parametrize("s,d", [(s, d) for s in ALL for d in ALL if s != d], ids=_name)
+def test_cast(s: DType, d: DType) -> None:
+    ast, names = elementwise(Ops.CAST, [s], out_dt=d)
+    x = values(s, 67, 5)
+    if s.is_float and d.is_int and s is not dtypes.float16:
+        x[6:9] = [1e30, -1e30, 3e9]  # out of range: the reference's int64 conversion
+    compare(ast, {names[0]: x}, rtol=max(tol(d), tol(s)))
+
+
+@pytest.mark.parametrize("s,d", [(s, d) for s in ALL for d in ALL if s != d and s.itemsize == d.itemsize
+                                 and not s.is_bool and not d.is_bool], ids=_name)
+def test_bitcast(s: DType, d: DType) -> None:
+    ast, names = elementwise(Ops.BITCAST, [s], out_dt=d)
+    compare(ast, {names[0]: values(s, 67, 6, special=not d.is_float)}, rtol=0)
+
+
+@pytest.mark.parametrize("d", ALL, ids=_name)
+def test_where(d: DType) -> None:
+    ast, names = elementwise(Ops.WHERE, [dtypes.bool, d, d])
+    compare(ast, {names[0]: values(dtypes.bool, 67, 7), names[1]: values(d, 67, 8), names[2]: values(d, 67, 9)})
+
+
+@pytest.mark.parametrize("d", [dtypes.int8, dtypes.int32, dtypes.int64, dtypes.uint8, dtypes.uint32, dtypes.index],
+                         ids=_name)
+@pytest.mark.parametrize("c", [1, 2, 8, 7, -1, -2, -8, -7, 0])
+def test_divmod_by_constants(d: DType, c: int) -> None:
+    if d.is_unsigned and c < 0:
+        pytest.skip("no negative unsigned divisors")
+    n = 50
+    i = rng(n, "i")
+    x = load(buf("x", n, d), i)
+    k = UOp.const(c, d)
+    r = i.cast(d)  # a non-negative numerator: the udiv/urem path
+    outs = [x // k, x % k, r // k, r % k]
+    ast = kernel(*((store(buf(f"o{j}", n, d), i, v), (i,)) for j, v in enumerate(outs)))
+    compare(ast, {"x": values(d, n, 10)}, rtol=0)
+
+
+def test_divmod_by_positive_ranges() -> None:
+    n = 40
+    i, j = rng(n, 0), rng(5, 1)
+    x = load(buf("x", n, dtypes.int32), i)
+    den = (j + 1).cast(dtypes.int32)  # vmin >= 1: no zero guard; x may be negative: floor fix-up
+    ast = kernel((store(buf("q", n * 5, dtypes.int32), i * 5 + j, x // den), (i, j)),
+                 (store(buf("m", n * 5, dtypes.int32), i * 5 + j, x % den), (i, j)))
+    compare(ast, {"x": values(dtypes.int32, n, 11)}, rtol=0)
+
+
+
+@pytest.mark.parametrize("d", ALL, ids=_name)
+def test_constants_of_every_dtype(d: DType) -> None:
+    if d.is_float:
+        consts: list[Any] = [0.0, -0.0, 1.0, -2.5, 0.1, math.inf, -math.inf, math.nan, 1e-30, 65504.0]
+    elif d.is_bool:
+        consts = [False, True]
+    else:
+        consts = [0, 1, d.max, d.min, 3 if d.is_unsigned else -3]
+    y = buf("Y", len(consts), d)
+    ast = kernel(*((store(y, UOp.const(k, dtypes.index), UOp.const(c, d)), ()) for k, c in enumerate(consts)))
+    mine, ref = run_both(ast, {})
+    check(mine["Y"], ref["Y"], rtol=0, atol=0)
+
+# ---- loops, reductions, memory -------------------------------------------------------------------
+
+@pytest.mark.parametrize("fast_math", [False, True])
+def test_gemm_with_reduce(fast_math: bool) -> None:
+    m, k, n = 9, 13, 11
+    a, b, c = buf("A", m * k), buf("B", k * n), buf("C", m * n)
+    i, j, r = rng(m, 0), rng(n, 1), rng(k, 2, AxisType.REDUCE)
+    ast = kernel((store(c, i * n + j, reduce(load(a, i * k + r) * load(b, r * n + j), r)), (i, j)))
+    av, bv = rand_array((m * k,), seed=1), rand_array((k * n,), seed=2)
+    mine, _ = run_both(ast, {"A": av, "B": bv}, LLVMBackend(fast_math=fast_math))
+    check(mine["C"], (av.reshape(m, k) @ bv.reshape(k, n)).reshape(-1), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("d", [F32, dtypes.float64, dtypes.float16, dtypes.bfloat16, dtypes.int32, dtypes.uint8,
+                               dtypes.int64, dtypes.bool], ids=_name)
+@pytest.mark.parametrize("op", [Ops.ADD, Ops.MAX, Ops.MUL], ids=_name)
+def test_reduce_ops_and_dtypes(d: DType, op: Ops) -> None:
+    rows, cols = 5, 7
+    x, y = buf("X", rows * cols, d), buf("Y", rows, d)
+    i, r = rng(rows, 0), rng(cols, 1, AxisType.REDUCE)
+    ast = kernel((store(y, i, reduce(load(x, i * cols + r), r, op=op)), (i,)))
+    xv = values(d, rows * cols, 12, special=False)
+    if d.is_float:
+        xv = (xv / 8 + 1).astype(xv.dtype)  # products stay moderate
+        if op is Ops.MAX:
+            xv[3] = np.nan  # NaN propagates through max
+    compare(ast, {"X": xv}, rtol=tol(d))
+
+
+def test_empty_reduce_is_zero_and_empty_loop_stores_nothing() -> None:
+    x, y, z = buf("X", 4), buf("Y", 3), buf("Z", 3)
+    i, r, e = rng(3, 0), rng(0, 1, AxisType.REDUCE), rng(0, 2)
+    ast = kernel((store(y, i, reduce(load(x, i), r, op=Ops.MUL)), (i,)), (store(z, e, UOp.const(1.0, F32)), (e,)))
+    compare(ast, {"X": rand_array((4,), seed=1)})
+
+
+def test_nested_and_hoisted_reduces() -> None:
+    # sum_j (x[i,j] - max_k x[i,k]) * sum_k x[i,k]: the inner reduces do not depend on j
+    rows, cols = 6, 37
+    x, y = buf("X", rows * cols), buf("Y", rows)
+    i, j, k = rng(rows, 0), rng(cols, 1, AxisType.REDUCE), rng(cols, 2, AxisType.REDUCE)
+    mx = reduce(load(x, i * cols + k), k, op=Ops.MAX)
+    sm = reduce(load(x, i * cols + k), k)
+    ast = kernel((store(y, i, reduce((load(x, i * cols + j) - mx) * sm, j)), (i,)))
+    compare(ast, {"X": rand_array((rows * cols,), seed=3)}, rtol=1e-3)
+    ir = LLVMBackend().render(Kernel.from_ast("k", ast), None)
+    assert ir.count("icmp slt i64") == 4  # rows, two hoisted k loops, j: nothing recomputed per j
+
+
+def test_two_reduces_over_one_range_and_two_stores() -> None:
+    x, s, q = buf("X", 20), buf("S", 4), buf("Q", 4)
+    i, r = rng(4, 0), rng(5, 1, AxisType.REDUCE)
+    xi = load(x, i * 5 + r)
+    ast = kernel((store(s, i, reduce(xi, r)), (i,)), (store(q, i, reduce(xi * xi, r) - reduce(xi, r)), (i,)))
+    compare(ast, {"X": rand_array((20,), seed=7)})
+
+
+def test_gated_load_pads_without_touching_memory() -> None:
+    n, pad = 10, 3
+    x, y = buf("X", n), buf("Y", n + 2 * pad)
+    i = rng(n + 2 * pad, 0)
+    v = load(x, i - pad, UOp.const(7.5, F32), (i >= pad) & (i < n + pad))
+    ast = kernel((store(y, i, v), (i,)))
+    compare(ast, {"X": rand_array((n,), seed=12)})
+    assert ", label %ld" in LLVMBackend().render(Kernel.from_ast("k", ast), None)  # a branch around the load
+
+
+def test_where_guarded_loads() -> None:
+    x, y, z = buf("X", 4), buf("Y", 5), buf("Z", 3)
+    i, k = rng(5, 0), rng(3, 1)
+    v = (i < 4).where(load(x, i), UOp.const(-1.0, F32))  # i == 4 would read X[4]
+    w = (k < 2).where((k < 1).where(load(x, k), load(x, k + 1)), load(x, k * 100 - 200))
+    compare(kernel((store(y, i, v), (i,)), (store(z, k, w), (k,))), {"X": rand_array((4,), seed=13)})
+
+
+def test_guarded_reduce_over_a_padded_window() -> None:
+    x, y = buf("X", 6), buf("Y", 6)
+    i, r = rng(6, 0), rng(3, 1, AxisType.REDUCE)
+    pos = i + r - 1
+    v = reduce(((pos >= 0) & (pos < 6)).where(load(x, pos), UOp.const(0.0, F32)), r)
+    compare(kernel((store(y, i, v), (i,))), {"X": rand_array((6,), seed=14)})
+
+
+def test_unguarded_load_is_clamped_into_the_buffer() -> None:
+    x, y = buf("X", 4), buf("Y", 4)
+    i = rng(4, 0)
+    idx = load(buf("I", 4, dtypes.int32), i)  # data-dependent index: bounds unknown
+    compare(kernel((store(y, i, load(x, idx)), (i,))), {"X": rand_array((4,), seed=15),
+                                                       "I": np.array([3, 0, 2, 1], np.int32)})
+
+
+def test_gated_stores() -> None:
+    y, y2 = buf("Y", 4), buf("Y2", 6)
+    i = rng(6, 0)
+    ast = kernel((store(y, i, i.cast(F32) * 2, gate=i < 4), (i,)),
+                 (store(y2, i, i.cast(F32) + 1.0, gate=(i % 2).eq(0)), (i,)))
+    mine, ref = run_both(ast, {})
+    check(mine["Y"], [0.0, 2.0, 4.0, 6.0])
+    check(mine["Y2"], ref["Y2"])
+
+
+def test_scalar_load_after_and_two_items_in_order() -> None:
+    # item 2 reads what item 1 stored (through AFTER); LOAD(INDEX(buf)) without an index reads element 0
+    s, x, t, y = buf("S", 1), buf("X", 8), buf("T", 8), buf("Y", 8)
+    i = rng(8, 0)
+    first = store(t, i, load(x, i) * load(s, None))
+    t_after = UOp.build(Ops.AFTER, (t, first))
+    ast = kernel((first, (i,)), (store(y, i, load(t_after, 7 - i) + 1.0), (i,)))
+    compare(ast, {"S": np.array([3.0], np.float32), "X": rand_array((8,), seed=15)})
+
+
+def test_free_range_becomes_a_loop() -> None:
+    x, y = buf("X", 6), buf("Y", 6)
+    i = rng(6, 0)
+    ast = UOp.build(Ops.SINK, (store(y, i, load(x, i) * 2.0),))  # no END around the store
+    compare(ast, {"X": rand_array((6,), seed=16)})
+
+
+# ---- UPCAST / UNROLL / THREAD ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("inner", [1, 3, 5, 8, 13])
+def test_upcast_elementwise_and_out_of_order_end(inner: int) -> None:
+    outer = 7
+    n = outer * inner
+    x, b, y, z = buf("X", n), buf("B", inner), buf("Y", n), buf("Z", n)
+    o, u = rng(outer, 0), rng(inner, 1, AxisType.UPCAST)
+    idx = o * inner + u
+    v = (load(x, idx) + load(b, u)).maximum(UOp.const(0.0, F32))
+    ast = kernel((store(y, idx, v), (o, u)), (store(z, idx, v * 2.0), (u, o)))  # upcast listed outermost too
+    compare(ast, {"X": rand_array((n,), seed=17), "B": rand_array((inner,), seed=18)})
+
+
+@pytest.mark.parametrize("up,unroll", [(1, 1), (3, 2), (4, 5), (16, 3)])
+def test_gemm_with_upcast_and_unroll(up: int, unroll: int) -> None:
+    m, n, kk = 5, 3 * up, 2 * unroll
+    a, b, c = buf("A", m * kk), buf("B", kk * n), buf("C", m * n)
+    i = rng(m, 0)
+    jo, ju = rng(3, 1), rng(up, 2, AxisType.UPCAST)
+    ko, ku = rng(2, 3, AxisType.REDUCE), rng(unroll, 4, AxisType.UNROLL)
+    j, k = jo * up + ju, ko * unroll + ku
+    ast = kernel((store(c, i * n + j, reduce(load(a, i * kk + k) * load(b, k * n + j), ko, ku)), (i, jo, ju)))
+    compare(ast, {"A": rand_array((m * kk,), seed=19), "B": rand_array((kk * n,), seed=20)})
+    if up > 1:  # one k loop holds all upcast accumulators
+        assert LLVMBackend().render(Kernel.from_ast("k", ast), None).count("icmp slt i64") == 3
+
+
+def test_reduce_of_only_unrolled_ranges() -> None:
+    x, y = buf("X", 4 * 6), buf("Y", 4)
+    i, r = rng(4, 0, AxisType.UPCAST), rng(6, 1, AxisType.UNROLL)
+    ast = kernel((store(y, i, reduce(load(x, i * 6 + r), r, op=Ops.MAX)), (i,)))
+    compare(ast, {"X": rand_array((24,), seed=21)})
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 7, 64])
+def test_thread_range_splits_across_cores(n: int) -> None:
+    x, y = buf("X", n * 5), buf("Y", n * 5)
+    t, j = rng(n, 0, AxisType.THREAD), rng(5, 1)
+    ast = kernel((store(y, t * 5 + j, load(x, t * 5 + j) * 3.0 + 1.0), (t, j)))
+    be = LLVMBackend(threads=2)
+    assert ("slices range 0" in be.render(Kernel.from_ast("k", ast), None)) == (n > 1)
+    compare(ast, {"X": rand_array((n * 5,), seed=22)}, backend=be)
+
+
+def test_thread_range_inside_a_loop_and_more_threads_than_cores() -> None:
+    x, y = buf("X", 4 * 9), buf("Y", 4 * 9)
+    o, t = rng(4, 0), rng(9, 1, AxisType.THREAD)
+    ast = kernel((store(y, o * 9 + t, load(x, o * 9 + t) + 1.0), (o, t)))
+    compare(ast, {"X": rand_array((36,), seed=23)}, backend=LLVMBackend(threads=5))
+
+
+def test_big_loops_are_parallel_only_when_safe() -> None:
+    n = 1 << 17
+    x, y = buf("X", n), buf("Y", n)
+    i = rng(n, 0)
+    be = LLVMBackend(threads=2)
+    ok = kernel((store(y, i, load(x, i) + 1.0), (i,)))
+    assert "slices" in be.render(Kernel.from_ast("k", ok), None)
+    compare(ok, {"X": rand_array((n,), seed=24)}, backend=be)
+    shifted = kernel((store(y, i, load(y, (i + 1) % n)), (i,)))  # reads what another slice writes
+    assert "slices" not in be.render(Kernel.from_ast("k", shifted), None)
+    s = rng(16, 0)
+    small = kernel((store(buf("Y", 16), s, UOp.const(1.0, F32)), (s,)))
+    assert "slices" not in be.render(Kernel.from_ast("k", small), None)
+
+
+# ---- storage -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("d", [dtypes.float16, dtypes.bfloat16], ids=_name)
+def test_half_storage_round_trip_and_arithmetic(d: DType) -> None:
+    n = 40
+    x, y, z = buf("X", n, d), buf("Y", n, d), buf("Z", n, F32)
+    i = rng(n, 0)
+    xv = values(d, n, 25)
+    ast = kernel((store(y, i, load(x, i) * load(x, i) + UOp.const(0.3, d)), (i,)),
+                 (store(z, i, load(x, i).cast(F32)), (i,)))
+    mine, ref = run_both(ast, {"X": xv})
+    check(mine["Z"], ref["Z"], rtol=0, atol=0)  # loads are exact
+    check(mine["Y"], ref["Y"], rtol=tol(d), atol=tol(d))
+    be = LLVMBackend()
+    spec = BufferSpec("X", d, n, "input", (n,))
+    raw = be.put(spec, xv)
+    assert raw.dtype.itemsize == 2 and raw.dtype.kind in "uf"  # native 16-bit storage
+    check(be.get(spec, raw), ref["Z"], rtol=0, atol=0)
+
+
+def test_bf16_stores_round_to_nearest_even() -> None:
+    x, y = buf("X", 4), buf("Y", 4, dtypes.bfloat16)
+    i = rng(4, 0)
+    xv = np.array([1 + 2 ** -8, 1 + 3 * 2 ** -8, 1 + 2 ** -8 + 2 ** -20, np.nan], np.float32)
+    mine, ref = run_both(kernel((store(y, i, load(x, i).cast(dtypes.bfloat16)), (i,))), {"X": xv})
+    check(mine["Y"], [1.0, 1 + 2 ** -6, 1 + 2 ** -7, np.nan], rtol=0, atol=0)
+    check(mine["Y"], ref["Y"], rtol=0, atol=0)
+
+
+def test_bool_storage() -> None:
+    n = 33
+    x, m, y = buf("X", n), buf("M", n, dtypes.bool), buf("Y", n, dtypes.bool)
+    i = rng(n, 0)
+    ast = kernel((store(y, i, (load(x, i) < 0.0) ^ load(m, i)), (i,)))
+    mine, ref = run_both(ast, {"X": rand_array((n,), seed=26), "M": values(dtypes.bool, n, 27)})
+    check(mine["Y"], ref["Y"])
+    assert LLVMBackend().storage_np(dtypes.bool).itemsize == 1
+
+
+def test_store_casts_to_the_buffer_dtype() -> None:
+    x, y = buf("X", 5), buf("Y", 5, dtypes.float64)
+    i = rng(5, 0)
+    compare(kernel((store(y, i, load(x, i) * 2.0), (i,))), {"X": rand_array((5,), seed=28)})
+
+
+# ---- random elementwise kernels ----------------------------------------------------------------------
+
+AXIS_TYPES = [AxisType.LOOP, AxisType.GLOBAL, AxisType.UPCAST, AxisType.UNROLL, AxisType.THREAD]
+RANDOM_DTYPES = [F32, dtypes.float64, dtypes.int32, dtypes.int8, dtypes.uint16, dtypes.float16]
+
+
+@st.composite
+def elementwise_kernels(draw: st.DrawFn) -> tuple[UOp, dict[str, np.ndarray], DType]:
+    """A random expression over broadcast loads, stored over a random loop nest with random axis types."""
+    d = draw(st.sampled_from(RANDOM_DTYPES))
+    shape = tuple(draw(st.lists(st.integers(1, 9), min_size=1, max_size=3)))
+    ranges = [rng(s, k, draw(st.sampled_from(AXIS_TYPES))) for k, s in enumerate(shape)]
+    inputs: dict[str, np.ndarray] = {}
+
+    def leaf() -> UOp:
+        if inputs and draw(st.booleans()):
+            return UOp.const(draw(st.integers(-3, 3)), d)
+        keep = [r for r in ranges if draw(st.booleans())]  # broadcast over the others
+        sizes = [int(r.src[0].arg) for r in keep]
+        idx = UOp.const(0, dtypes.index)
+        for q, r in enumerate(keep):
+            idx = idx + r * math.prod(sizes[q + 1:])
+        name = f"in{len(inputs)}"
+        inputs[name] = values(d, math.prod(sizes), len(inputs), special=False)
+        return load(buf(name, math.prod(sizes), d), idx)
+
+    def expr(depth: int) -> UOp:
+        if depth == 0 or draw(st.integers(0, 3)) == 0:
+            return leaf()
+        ops: list[Any] = [Ops.ADD, Ops.MUL, Ops.MAX, "where", "neg"]
+        ops += [Ops.IDIV, Ops.MOD, Ops.AND, Ops.XOR] if d.is_int else []
+        op = draw(st.sampled_from(ops))
+        a, b = expr(depth - 1), expr(depth - 1)
+        if op == "where":
+            return (a < b).where(a, b * b)
+        if op == "neg":
+            return a + 1 if d.is_unsigned else -a
+        return alu(op, a, b)
+
+    value = expr(3)
+    flat = UOp.const(0, dtypes.index)
+    for k, r in enumerate(ranges):
+        flat = flat + r * math.prod(shape[k + 1:])
+    order = tuple(draw(st.permutations(ranges)))
+    ast = kernel((store(buf("out", math.prod(shape), d), flat, value), order))
+    used = {u.arg[0] for u in ast.toposort() if u.op is Ops.BUFFER}
+    return ast, {k: v for k, v in inputs.items() if k in used}, d
+
+
+@given(elementwise_kernels())
+def test_random_elementwise_kernels(case: tuple[UOp, dict[str, np.ndarray], DType]) -> None:
+    ast, inputs, d = case
+    compare(ast, inputs, rtol=tol(d), backend=LLVMBackend(threads=2))
+
+
+# ---- cache and code quality ----------------------------------------------------------------------
+
+def test_compiling_an_equal_kernel_twice_does_no_llvm_work() -> None:
+    def make(names: tuple[str, str], key: str) -> Kernel:
+        i = rng(29, key)
+        x, y = buf(names[0], 29), buf(names[1], 29)
+        return Kernel.from_ast("k", kernel((store(y, i, load(x, i) * 5.0 + 0.25), (i,))))
+
+    llvm_backend.clear_cache()
+    before = dict(CACHE_STATS)
+    LLVMBackend().compile(make(("P", "Q"), "a"), None)
+    assert CACHE_STATS["compiles"] == before["compiles"] + 1
+    again = LLVMBackend().compile(make(("R", "S"), "b"), None)  # other buffer and range names, same structure
+    assert CACHE_STATS["compiles"] == before["compiles"] + 1
+    assert CACHE_STATS["hits"] == before["hits"] + 1
+    assert again.buffer_order == ["S", "R"]
+    x, y = np.arange(29, dtype=np.float32), np.zeros(29, np.float32)
+    again({"R": x, "S": y})
+    check(y, x * 5 + 0.25)
+
+
+def test_inner_loops_are_vectorized() -> None:
+    n = 1000
+    i = rng(n, 0)
+    a, b, c, y = buf("a", n), buf("b", n), buf("c", n), buf("y", n)
+    k = Kernel.from_ast("axpy", kernel((store(y, i, load(a, i) * load(b, i) + load(c, i)), (i,))))
+    assert " x float>" in LLVMBackend(threads=1).optimized_ir(k)
+
+
+@pytest.mark.skipif("+avx2" not in __import__("llvmlite.binding").binding.get_host_cpu_features().flatten(),
+                    reason="masked loads need AVX2 or AVX-512")
+def test_padded_loads_become_masked_vector_loads() -> None:
+    n = 4096
+    x, y = buf("X", n), buf("Y", n + 8)
+    i = rng(n + 8, 0)
+    valid = (i >= 4) & (i < n + 4)
+    for v in (load(x, i - 4, UOp.const(0.0, F32), valid), valid.where(load(x, i - 4), UOp.const(0.0, F32))):
+        k = Kernel.from_ast("pad", kernel((store(y, i, v * 2.0), (i,))))
+        assert "llvm.masked.load" in LLVMBackend(threads=1).optimized_ir(k)
+
+
+def test_render_names_arguments_in_order() -> None:
+    i = rng(3, 0)
+    k = Kernel.from_ast("k", kernel((store(buf("out", 3), i, load(buf("inp", 3), i)), (i,))))
+    text = LLVMBackend().render(k, None)
+    assert "args (%b0=out, %b1=inp, %start, %end)" in text
+    assert "define void @k0(ptr noalias %b0, ptr noalias %b1, i64 %start, i64 %end)" in text
+
+
+def test_wrong_buffer_is_a_diagnostic() -> None:
+    from egraph_compiler.diagnostics import InvalidArgument
+
+    i = rng(3, 0)
+    fn = LLVMBackend().compile(Kernel.from_ast("k", kernel((store(buf("o", 3), i, load(buf("x", 3), i)), (i,)))), None)
+    with pytest.raises(InvalidArgument):
+        fn({"o": np.zeros(3, np.float32), "x": np.zeros(3, np.float64)})
+
+
+# ---- speed sanity check (a script, not a test) -----------------------------------------------------
+
+def _speed() -> None:
+    import time
+
+    def timed(fn: Any, bufs: dict[str, np.ndarray], reps: int = 3) -> float:
+        fn(bufs)
+        best = math.inf
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            fn(bufs)
+            best = min(best, time.perf_counter() - t0)
+        return best
+
+    n = 1024
+    a, b, c = buf("A", n * n), buf("B", n * n), buf("C", n * n)
+    rs = np.random.default_rng(0)
+    bufs = {"A": rs.standard_normal(n * n, np.float32), "B": rs.standard_normal(n * n, np.float32),
+            "C": np.zeros(n * n, np.float32)}
+    i, j, k = rng(n, 0), rng(n, 1), rng(n, 2, AxisType.REDUCE)
+    plain = kernel((store(c, i * n + j, reduce(load(a, i * n + k) * load(b, k * n + j), k)), (i, j)))
+    jo, ju = rng(n // 16, 1), rng(16, 3, AxisType.UPCAST)
+    jj = jo * 16 + ju
+    upcast = kernel((store(c, i * n + jj, reduce(load(a, i * n + k) * load(b, k * n + jj), k)), (i, jo, ju)))
+    want = bufs["A"].reshape(n, n) @ bufs["B"].reshape(n, n)
+    for label, ast, fm in [("(i,j,k) strict", plain, False), ("(i,j,k) fast_math", plain, True),
+                           ("(i,j/16,k) upcast 16", upcast, False), ("(i,j/16,k) upcast 16 fm", upcast, True)]:
+        t0 = time.perf_counter()
+        fn = LLVMBackend(fast_math=fm).compile(Kernel.from_ast("gemm", ast), None)
+        tc = time.perf_counter() - t0
+        t = timed(fn, bufs, reps=1 if label.startswith("(i,j,k)") else 3)
+        err = float(np.abs(bufs["C"].reshape(n, n) - want).max())
+        print(f"gemm 1024^3 {label:26s}: {2 * n ** 3 / t / 1e9:7.2f} GFLOP/s ({t * 1e3:.0f} ms, "
+              f"compile {tc * 1e3:.0f} ms, max err {err:.1e})")
+    t0 = time.perf_counter()
+    _ = bufs["A"].reshape(n, n) @ bufs["B"].reshape(n, n)
+    print(f"numpy matmul: {2 * n ** 3 / (time.perf_counter() - t0) / 1e9:.1f} GFLOP/s")
+    m = 1 << 24
+    i = rng(m, 0)
+    ew = kernel((store(buf("y", m), i, load(buf("a", m), i) * load(buf("b", m), i) + load(buf("c", m), i)), (i,)))
+    bufs = {nm: rs.standard_normal(m, np.float32) for nm in "abcy"}
+    for threads in (1, 2):
+        fn = LLVMBackend(threads=threads).compile(Kernel.from_ast("fma", ew), None)
+        t = timed(fn, bufs, reps=5)
+        print(f"a*b+c 16M float32, {threads} thread(s): {16 * m / t / 1e9:6.2f} GB/s ({t * 1e3:.1f} ms)")
+    t0 = time.perf_counter()
+    for _ in range(3):
+        np.add(np.multiply(bufs["a"], bufs["b"], out=bufs["y"]), bufs["c"], out=bufs["y"])
+    print(f"numpy a*b+c: {16 * m / ((time.perf_counter() - t0) / 3) / 1e9:6.2f} GB/s (counting 16 B/element)")
+
+
+if __name__ == "__main__":
+    _speed()

@@ -1,0 +1,173 @@
+"""The HTML report and the e-graph DOT snapshot, from a real Report (simplify of a div/mod expression).
+
+The page is checked for content here, and loaded in headless Chromium when one is installed (CI installs
+it): no script errors, the inline script ran, the rule table is in the DOM.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from egraph_compiler.backends.reference import ReferenceBackend
+
+from egraph_compiler import AxisType, Ops, UOp, dtypes
+from egraph_compiler import egraph_dot as egraph_dot_mod
+from egraph_compiler.egraph_dot import render_svg, snapshot
+from egraph_compiler.pipeline import SimplifyResult, simplify
+from egraph_compiler.program import BufferSpec, Kernel, Program
+from egraph_compiler.report import IterationStats, Report
+from egraph_compiler.report_html import render_html
+
+CHROMIUMS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+
+
+@pytest.fixture(scope="module")
+def simplified() -> SimplifyResult:
+    x, y = UOp.variable("x", 0, 100), UOp.variable("y", 0, 3)
+    e = ((x * 4 + y) // 4) * 4 + ((x * 4 + y) % 4) + y * 0
+    return simplify(e, snapshot=True)
+
+
+@pytest.fixture(scope="module")
+def page(simplified: SimplifyResult) -> str:
+    return render_html(simplified.report, title="simplify <test>", input_graph_text="x*4+y & friends")
+
+
+def tiny_program() -> Program:
+    f32 = dtypes.float32
+    x, y = UOp(Ops.BUFFER, f32, (), ("x", (8,))), UOp(Ops.BUFFER, f32, (), ("y", (8,)))
+    i = UOp.range(8, "i", AxisType.LOOP)
+    v = UOp.build(Ops.LOAD, (UOp.build(Ops.INDEX, (x, i)),)) * UOp.const(2.0, f32)
+    ast = UOp.build(Ops.SINK, (UOp.build(Ops.END, (UOp.build(Ops.STORE, (UOp.build(Ops.INDEX, (y, i)), v)), i)),))
+    k = Kernel.from_ast("k_double", ast)
+    k.cost = {"flops": 8.0, "bytes": 64.0}
+    report = Report(stop_reason="iter_limit", limits={"iter_limit": 3}, notes=["stage 'kernel' stopped at its limit"])
+    report.extra["kernels"] = [{"name": "k_double", "cost": k.cost,
+                                "alternatives": [{"description": "x+x instead of x*2", "cost": {"total": 2.0}},
+                                                 {"description": "unroll by 4", "cost": 1.5}]}]
+    bufs = {"x": BufferSpec("x", f32, 8, "input", (8,)), "y": BufferSpec("y", f32, 8, "output", (8,))}
+    return Program([k], bufs, ["x"], ["y"], ReferenceBackend(), "reference", report)
+
+
+# ---- content -----------------------------------------------------------------------------------------------------------
+
+def test_page_shows_rules_charts_and_limits(simplified: SimplifyResult, page: str) -> None:
+    rep = simplified.report
+    assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
+    assert "<title>simplify &lt;test&gt;</title>" in page and "x*4+y &amp; friends" in page
+    assert rep.fired_rules, "the expression should fire rules"
+    for rule in rep.fired_rules[:10]:
+        assert f"<td>{rule}</td>" in page
+    assert '<table class="sortable rules">' in page
+    assert page.count("<svg") >= 3                                   # rule bars, category bars, growth plot, phases
+    assert "<polyline" in page and "e-nodes" in page and "e-classes" in page
+    assert "Saturation stopped: <b>saturated</b>" in page and "node_limit" in page
+    for phase in rep.phases:
+        assert f"<td>{phase}</td>" in page
+    assert page.count("<table") == page.count("</table>")
+    assert page.count("<details") == page.count("</details>")
+    assert "http://" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "").replace(
+        'xmlns:xlink="http://www.w3.org/1999/xlink"', "")          # self-contained: nothing fetched
+
+
+def test_embedded_json_is_the_report(simplified: SimplifyResult, page: str) -> None:
+    m = re.search(r'<script type="application/json" id="report-json">(.*?)</script>', page, re.S)
+    assert m
+    doc = json.loads(m.group(1))
+    assert doc == json.loads(simplified.report.to_json())
+
+
+def test_egraph_picture(simplified: SimplifyResult, page: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    info = simplified.report.extra["egraph_snapshot"]
+    assert info["classes_drawn"] <= info["max_classes"] and info["classes_total"] == simplified.report.egraph_classes
+    assert "truncated" in page and f"{info['classes_omitted']} e-classes left out" in page
+    assert "DOT source" in page and "digraph" in page
+    if shutil.which("dot"):
+        assert '<div class="egraph"><svg' in page
+    monkeypatch.setattr(egraph_dot_mod.shutil, "which", lambda name: None)
+    no_dot = render_html(simplified.report, title="t")
+    assert "Graphviz &#x27;dot&#x27; not found; e-graph picture omitted" in no_dot
+    assert '<div class="egraph">' not in no_dot and "digraph" in no_dot
+
+
+def test_kernels_section_and_escaping() -> None:
+    prog = tiny_program()
+    prog.report.iterations = [IterationStats(0, "s", 5, 3, 0.001, {"<script>alert(1)</script>": 2})]
+    page = render_html(prog.report, title="kernels", program=prog)
+    assert "k_double" in page and "x+x instead of x*2" in page and "total=2" in page and "unroll by 4" in page
+    assert "flops" in page and "STORE" in page and "// k_double" in page      # AST and reference 'source'
+    assert "<script>alert(1)</script>" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "a limit was hit" in page and "stage &#x27;kernel&#x27; stopped" in page
+    assert "This report has no e-graph snapshot" in page
+
+
+def test_empty_report_renders() -> None:
+    page = render_html(Report(), title="empty")
+    assert "No saturation iterations recorded" in page and "No kernels in this report" in page
+
+
+# ---- the DOT snapshot -------------------------------------------------------------------------------------------------
+
+def test_snapshot_truncates_and_says_so() -> None:
+    from egraph_compiler.egraph import Limits
+    from egraph_compiler.pipeline import SYMBOLIC_STAGE, shared_session, symbolic_session
+
+    sess = shared_session("symbolic", symbolic_session)
+    x = UOp.variable("x", 0, 100)
+    e = (x * 4 + 3) // 4 + (x % 4)
+    lim = Limits.make(iter_limit=3)
+    with sess.scope([SYMBOLIC_STAGE], lim):
+        sess.add([e])
+        sess.saturate([SYMBOLIC_STAGE], lim, Report())
+        view = sess.view()
+        root = view.lets[sess.name_of(e)]
+    small = snapshot(view, roots=[root], max_classes=3, hide=sess.unextractable)
+    assert small.classes_drawn == 3 and small.classes_omitted > 0
+    assert small.dot.count("subgraph cluster_") == 3
+    assert f"… {small.classes_omitted} e-classes left out" in small.dot and "limit 3" in small.dot
+    assert f"cluster_c{root}" in small.dot
+    big = snapshot(view, roots=[root], max_classes=10_000, hide=sess.unextractable)
+    assert big.classes_drawn + big.classes_inlined + big.classes_omitted == big.classes_total
+    assert "DEFINE_VAR index x 0 100" in big.dot and "CONST index 4" in big.dot
+    if shutil.which("dot"):
+        svg, msg = render_svg(small.dot)
+        assert svg is not None and svg.startswith("<svg"), msg
+        assert render_svg("digraph { broken")[0] is None
+
+
+# ---- headless Chromium ------------------------------------------------------------------------------------------------
+
+def _chromium() -> str | None:
+    return next((p for p in map(shutil.which, CHROMIUMS) if p), None)
+
+
+# clicks the rule table's "matches" header and records whether the rows came out in ascending order
+SORT_PROBE = """<script>(function(){var t=document.querySelector('table.rules');t.querySelectorAll('th')[3].click();
+var v=Array.prototype.map.call(t.tBodies[0].rows,function(r){return parseFloat(r.cells[3].getAttribute('data-v'));});
+var ok=v.length>1&&v.every(function(x,i){return i===0||v[i-1]<=x;})&&v[0]<v[v.length-1];
+document.documentElement.setAttribute('data-probe-sorted',ok?'asc':'no');})();</script>"""
+
+
+@pytest.mark.skipif(_chromium() is None, reason="no Chromium on PATH (CI installs it: apt-get install chromium)")
+def test_page_loads_in_headless_chromium(page: str, tmp_path: Path) -> None:
+    html_file = tmp_path / "report.html"
+    html_file.write_text(page.replace("</body>", SORT_PROBE + "</body>"), encoding="utf-8")
+    exe = _chromium()
+    assert exe is not None
+    cmd = [exe, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+           "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage", "--enable-logging=stderr",
+           "--v=0", f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom", html_file.as_uri()]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180, check=False)
+    console = [ln for ln in proc.stderr.splitlines() if ":CONSOLE" in ln or "Uncaught" in ln]
+    assert not console, "console messages:\n" + "\n".join(console)
+    dom = proc.stdout
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert 'data-report-ready="1"' in dom, "the inline script did not run to the end"
+    assert '<table class="sortable rules">' in dom and "Rule firings" in dom
+    assert "<polyline" in dom
+    assert 'data-probe-sorted="asc"' in dom, "clicking the 'matches' header did not sort the rule table"
