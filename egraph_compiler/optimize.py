@@ -37,7 +37,7 @@ from egraph_compiler.uop import UOp, pretty, toposort
 RANGEIFY_STAGE = Stage("rangeify", rulesets=("rangeify",), max_steps=500)
 KERNEL_STAGE = Stage("kernel", rulesets=("symbolic",), analyses=("analysis", "linear"))
 STAGES = (RANGEIFY_STAGE, KERNEL_STAGE)
-KERNEL_LIMITS = {"node_limit": 80_000, "iter_limit": 10, "time_limit": 20.0, "analysis_steps": 8}
+KERNEL_LIMITS = {"node_limit": 30_000, "iter_limit": 10, "time_limit": 10.0, "analysis_steps": 8}
 TENSOR_ONLY = (Ops.STACK, Ops.INDEX, Ops.TUPLE, Ops.GETTUPLE, Ops.PARAM)
 
 
@@ -115,20 +115,41 @@ def optimize(graph: Any, target: str = "llvm", *, node_limit: int | None = None,
     return program
 
 
-def unit_reshape_map(old: tuple[int, ...], new: tuple[int, ...]) -> list[int] | None:
-    """For a reshape that only inserts or drops size-1 axes: for each old axis, the new axis that indexes it
-    (-1: a dropped size-1 axis, indexed by 0). None for any other reshape."""
-    if [d for d in old if d != 1] != [d for d in new if d != 1]:
-        return None
-    big_new = [j for j, d in enumerate(new) if d != 1]
-    out, k = [], 0
-    for d in old:
-        if d == 1:
-            out.append(-1)
-        else:
-            out.append(big_new[k])
-            k += 1
-    return out
+def reshape_groups(old: tuple[int, ...], new: tuple[int, ...]) -> list[tuple[list[int], list[int]]]:
+    """Split a reshape into groups of (new sizes, old sizes) with equal products, smallest first: kept axes
+    map one to one, size-1 axes stand alone, and only real merges/splits need div/mod."""
+    groups: list[tuple[list[int], list[int]]] = []
+    i = j = 0
+    while i < len(old) or j < len(new):
+        if j < len(new) and new[j] == 1:
+            groups.append(([1], []))
+            j += 1
+            continue
+        if i < len(old) and old[i] == 1:
+            groups.append(([], [1]))
+            i += 1
+            continue
+        nd, od = [new[j]], [old[i]]
+        j, i = j + 1, i + 1
+        while math.prod(nd) != math.prod(od):
+            if math.prod(nd) < math.prod(od):
+                nd.append(new[j])
+                j += 1
+            else:
+                od.append(old[i])
+                i += 1
+        groups.append((nd, od))
+    return groups
+
+
+def _group_term(nd: list[int], od: list[int]) -> str:
+    if nd == [1] and not od:
+        return "(GNewUnit)"
+    if od == [1] and not nd:
+        return "(GOldUnit)"
+    if len(nd) == 1 and nd == od:
+        return "(GKeep)"
+    return f"(GMix {egg_ilist(nd)} {egg_ilist(od)})"
 
 
 class _Facts:
@@ -148,8 +169,10 @@ class _Facts:
                 inv = sorted(range(len(u.arg)), key=lambda i: u.arg[i])
                 self.cmds.append(f"(set (invperm {n}) {egg_ilist(inv)})")
             if u.op is Ops.RESHAPE:
-                m = unit_reshape_map(u.src[0].shape, u.shape)
-                self.cmds.append(f"(general-reshape {n})" if m is None else f"(set (reshape-map {n}) {egg_ilist(m)})")
+                groups = reshape_groups(u.src[0].shape, u.shape)
+                text = "".join(f"(GCons {_group_term(nd, od)} " for nd, od in groups)
+                self.cmds.append(f"(set (reshape-plan {n}) {text}(GNil){')' * len(groups)})")
+                self.cmds += [f"(is-shape {egg_ilist(x)})" for g in groups for x in g if len(g[0]) + len(g[1]) > 2]
             if u.op is Ops.REDUCE:
                 self.cmds.append(f"(set (rmask {n}) {egg_ilist(int(i in u.arg[1]) for i in range(len(u.src[0].shape)))})")
 

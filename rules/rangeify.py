@@ -39,9 +39,13 @@ VOID = '"void"'
 DECLARATIONS = """
 (constructor At (U UL U) U :unextractable)
 (constructor Flat (UL IL) U :unextractable)
-(constructor PickZ (UL IL) UL :unextractable)
-(function reshape-map (U) IL :merge old)
-(relation general-reshape (U))
+(datatype Grp (GKeep) (GNewUnit) (GOldUnit) (GMix IL IL))
+(datatype GL (GNil) (GCons Grp GL))
+(constructor Regroup (UL GL) UL :unextractable)
+(constructor TakeL (UL IL) UL :unextractable)
+(constructor DropL (UL IL) UL :unextractable)
+(constructor Append (UL UL) UL :unextractable)
+(function reshape-plan (U) GL :merge old)
 (constructor Unflat (U IL) UL :unextractable)
 (constructor Bcast (UL IL) UL :unextractable)
 (constructor Offs (UL IL) UL :unextractable)
@@ -67,7 +71,7 @@ DECLARATIONS = """
 """ + "\n".join(f'(set (zero "{d.name}") {"(F 0.0)" if d.is_float else "(I 0)"})'
                 for d in ALL_DTYPES if d.name != "void")
 
-HELPERS = ("At", "Flat", "PickZ", "Unflat", "Bcast", "Offs", "PadIx", "PadValid", "FlipIx", "Pick", "Get",
+HELPERS = ("At", "Flat", "Regroup", "TakeL", "DropL", "Append", "Unflat", "Bcast", "Offs", "PadIx", "PadValid", "FlipIx", "Pick", "Get",
            "RedIx", "RedRanges", "OutRanges", "KernelOf", "BufFor")
 
 
@@ -143,11 +147,25 @@ def _index_helpers(rs: RuleSet) -> None:
     rewrite(rs, "flip-end", "(FlipIx l (INil) (INil))", "(UNil)", category=c, check="structural")
     rewrite(rs, "pick-step", "(Pick l (ICons p r))", "(UCons (Get l p) (Pick l r))", category=c, check="structural")
     rewrite(rs, "pick-end", "(Pick l (INil))", "(UNil)", category=c, check="structural")
-    rule(rs, "pickz-step", ["(= e (PickZ l (ICons p r)))", "(>= p 0)"], ["(union e (UCons (Get l p) (PickZ l r)))"],
+    rule(rs, "regroup-keep", ["(= e (Regroup l (GCons (GKeep) rest)))", "(= l (UCons i r))"],
+         ["(union e (UCons i (Regroup r rest)))"], category=c, check="structural", doc="an axis kept as is")
+    rule(rs, "regroup-new-unit", ["(= e (Regroup l (GCons (GNewUnit) rest)))", "(= l (UCons i r))"],
+         ["(union e (Regroup r rest))"], category=c, check="structural", doc="a new size-1 axis indexes nothing")
+    rewrite(rs, "regroup-old-unit", "(Regroup l (GCons (GOldUnit) rest))", f"(UCons {ik(0)} (Regroup l rest))",
+            category=c, check="structural", doc="a dropped size-1 axis is indexed by 0")
+    rewrite(rs, "regroup-mix", "(Regroup l (GCons (GMix nd od) rest))",
+            "(Append (Unflat (Flat (TakeL l nd) nd) od) (Regroup (DropL l nd) rest))", category=c,
+            check="structural", doc="axes that merge or split: flatten the new indices, unflatten with the old sizes")
+    rewrite(rs, "regroup-end", "(Regroup l (GNil))", "(UNil)", category=c, check="structural")
+    rule(rs, "take-step", ["(= e (TakeL l (ICons n s)))", "(= l (UCons i r))"], ["(union e (UCons i (TakeL r s)))"],
          category=c, check="structural")
-    rule(rs, "pickz-zero", ["(= e (PickZ l (ICons p r)))", "(< p 0)"], [f"(union e (UCons {ik(0)} (PickZ l r)))"],
-         category=c, check="structural", doc="a new size-1 axis is indexed by 0")
-    rewrite(rs, "pickz-end", "(PickZ l (INil))", "(UNil)", category=c, check="structural")
+    rewrite(rs, "take-end", "(TakeL l (INil))", "(UNil)", category=c, check="structural")
+    rule(rs, "drop-step", ["(= e (DropL l (ICons n s)))", "(= l (UCons i r))"], ["(union e (DropL r s))"],
+         category=c, check="structural")
+    rewrite(rs, "drop-end", "(DropL l (INil))", "l", category=c, check="structural")
+    rule(rs, "append-step", ["(= e (Append l m))", "(= l (UCons a r))"], ["(union e (UCons a (Append r m)))"],
+         category=c, check="structural")
+    rewrite(rs, "append-end", "(Append (UNil) m)", "m", category=c, check="structural")
     rule(rs, "get-head", ["(= e (Get l 0))", "(= l (UCons a r))"], ["(union e a)"], category=c, check="structural")
     rule(rs, "get-tail", ["(= e (Get l k))", "(> k 0)", "(= l (UCons a r))"], ["(union e (Get r (- k 1)))"],
          category=c, check="structural")
@@ -183,12 +201,10 @@ def _movement(rs: RuleSet) -> None:
     rewrite(rs, "at-const", "(At (CONST d v) idx g)", "(CONST d v)", category=c, check="structural")
     rewrite(rs, "at-variable", "(At (DEFINE_VAR d nm a b) idx g)", "(DEFINE_VAR d nm a b)", category=c,
             check="structural")
-    rule(rs, "at-reshape", ["(= e (At t idx g))", "(= t (RESHAPE d new x))", "(general-reshape t)", "(= sx (shape x))"],
-         ["(union e (At x (Unflat (Flat idx new) sx) g))"], category=c, check="structural",
-         doc="flatten with the new shape, unflatten with the old; symbolic rules remove the div/mod")
-    rule(rs, "at-reshape-units", ["(= e (At t idx g))", "(= t (RESHAPE d new x))", "(= m (reshape-map t))"],
-         ["(union e (At x (PickZ idx m) g))"], category=c, check="structural",
-         doc="a reshape that only adds or drops size-1 axes maps indices directly (no div/mod)")
+    rule(rs, "at-reshape", ["(= e (At t idx g))", "(= t (RESHAPE d new x))", "(= pl (reshape-plan t))"],
+         ["(union e (At x (Regroup idx pl) g))"], category=c, check="structural",
+         doc="per group of axes whose sizes multiply up equally: flatten the new indices, unflatten with the old "
+             "sizes; symbolic rules remove the div/mod")
     rule(rs, "at-expand", ["(= e (At t idx g))", "(= t (EXPAND d new x))", "(= sx (shape x))"],
          ["(union e (At x (Bcast idx sx) g))"], category=c, check="structural")
     rule(rs, "at-permute", ["(= e (At t idx g))", "(= t (PERMUTE d p x))", "(= ip (invperm t))"],
