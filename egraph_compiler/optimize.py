@@ -23,6 +23,7 @@ from egraph_compiler.backends import get_backend
 from egraph_compiler.decode import Decoder
 from egraph_compiler.diagnostics import InvalidArgument, UnguardedAccess, UnsupportedOp
 from egraph_compiler.egraph import EGraphSession, Limits, Stage
+from egraph_compiler.egraph_dot import attach_snapshot
 from egraph_compiler.encode import egg_ilist, egg_str
 from egraph_compiler.extract.extractor import extract
 from egraph_compiler.extract.kernel_cost import KernelCost
@@ -100,7 +101,8 @@ def optimize(graph: Any, target: str = "llvm", *, node_limit: int | None = None,
     """Optimize a tensor program for `target` ("llvm", "cuda" or "reference"); returns a runnable Program."""
     backend = get_backend(target)
     roots, names, single = output_roots(graph)
-    roots = _inline(roots)
+    # an output that is an input tensor still needs its own buffer (and kernel): a copy
+    roots = [UOp(Ops.CONTIGUOUS, r.dtype, (r,)) if r.op is Ops.BUFFER else r for r in _inline(roots)]
     for u in toposort(roots):
         if u.op in TENSOR_ONLY:
             raise UnsupportedOp(at=u.op.name, why=f"{u.op.name} cannot be lowered to kernels yet",
@@ -202,13 +204,14 @@ def _build(roots: list[UOp], names: list[str], lim: Limits, report: Report,
         sess.add(roots)
         facts = _Facts(sess, roots)
         out_names: list[str] = []
+        first: dict[UOp, str] = {}
         for r, nm in zip(roots, names):
-            if r.op is Ops.BUFFER and not r.src:  # an output that is an input still gets its own copy
-                pass
-            name = _unique(nm, facts.buffers)
-            out_names.append(name)
-            if not any(b.kind == "output" and b.name == name for b in facts.buffers.values()):
-                facts.buffer_for(r, name, "output")
+            if r in first:  # the same tensor returned twice: one buffer
+                out_names.append(first[r])
+                continue
+            first[r] = _unique(nm, facts.buffers)
+            out_names.append(first[r])
+            facts.buffer_for(r, first[r], "output")
         for i, c in enumerate(materialization_candidates(roots)):
             facts.buffer_for(c, f"tmp{i}", "intermediate")
         kernel_lets = {}
@@ -224,6 +227,7 @@ def _build(roots: list[UOp], names: list[str], lim: Limits, report: Report,
         view = sess.view()
         reg = sess.reg
         root_classes = {r: view.lets[let[1:]] if let[1:] in view.lets else view.lets[let] for r, let in kernel_lets.items()}
+    attach_snapshot(report, view, roots=list(root_classes.values()), hide=sess.unextractable)
     model = KernelCost(view, unextractable=sess.unextractable)
     ex = extract(view, model)
     report.add_phase("extract", time.perf_counter() - t1)
@@ -287,6 +291,10 @@ def _split_kernels(asts: list[UOp], out_names: list[str], specs: dict[str, Buffe
                 if sub not in done:
                     done[sub] = lower(sub)
                 memo[x] = memo[x.src[0]]
+            elif x.op in (Ops.END, Ops.REDUCE):  # a size-1 range may be extracted as its value, 0: no loop
+                body, *rngs = (memo[s] for s in x.src)
+                rngs = [r for r in rngs if r.op is Ops.RANGE]
+                memo[x] = UOp(x.op, x.dtype, (body, *rngs), x.arg) if rngs else body
             else:
                 src = tuple(memo[s] for s in x.src)
                 memo[x] = x if src == x.src else UOp(x.op, x.dtype, src, x.arg)
@@ -330,13 +338,4 @@ def check_accesses(program: Program) -> None:
                                       suggestion="this is a compiler bug; please report the input graph")
 
 
-def compile_program(program: Program) -> Program:
-    program.compile()
-    return program
-
-
 __all__ = ["optimize", "output_roots"]
-
-
-def _unused(_: Sequence[Any]) -> None:  # pragma: no cover
-    pass

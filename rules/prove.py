@@ -864,11 +864,29 @@ def _pattern_constants(body: list[SExpr]) -> list[str]:
     return sorted(found - computed)
 
 
+# Z3 budgets are resource limits ("rlimit"), not wall-clock timeouts, so a verdict does not depend on how busy the
+# machine is: a nominal millisecond buys RLIMIT_PER_MS units, about what Z3 gets through in a millisecond of one
+# core. A wall-clock timeout WALL_SLACK times the nominal one stays as a backstop. Each rule is proved in a fresh
+# Z3 context (see _fresh_context), so its verdict does not depend on which rules the process proved before it.
+RLIMIT_PER_MS = 4_000
+WALL_SLACK = 10
+
+
+def _fresh_context() -> None:
+    """Start a new default Z3 context: Z3's search depends on the state of the context (term ids, caches), and a
+    rule's proof should not depend on the proofs before it. z3 keeps its default context in z3.z3._main_ctx and
+    creates one on first use; objects of the old context keep it alive as long as they live."""
+    import z3.z3 as z3mod
+
+    z3mod._main_ctx = None
+
+
 def _solve(assumptions: list[Any], goals: list[Any], timeout_ms: int) -> tuple[str, Any]:
     import z3
 
     s = z3.Solver()
-    s.set("timeout", timeout_ms)
+    s.set("rlimit", timeout_ms * RLIMIT_PER_MS)
+    s.set("timeout", timeout_ms * WALL_SLACK)
     s.add(*assumptions)
     s.add(z3.Not(z3.And(*goals)))
     res = s.check()
@@ -890,6 +908,7 @@ def prove_rule(rule: Rule, sig: Signatures, timeout_ms: int = 1_000, domain: tup
                ) -> ProofResult:
     import z3
 
+    _fresh_context()
     body = [parse_sexprs(f)[0] for f in rule.body]
     head = [parse_sexprs(a)[0] for a in rule.head]
     typing = Typing(sig)

@@ -23,7 +23,7 @@ from egraph_compiler.uop import toposort
 
 # a few small inputs make the e-graph grow for a long time; the limits keep every example short (the result must
 # be equivalent whatever limit stops saturation)
-LIMITS = {"time_limit": 3.0, "node_limit": 20_000}
+LIMITS = {"node_limit": 5_000, "iter_limit": 12, "time_limit": 20.0}
 GLOBALS = {"where": lambda c, a, b: a if c else b, "max": max, "__builtins__": {}}
 
 
