@@ -12,11 +12,11 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
+from egraph_compiler.backends.reference import evaluate
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from egraph_compiler import Tensor
-from egraph_compiler.backends.reference import evaluate
 from egraph_compiler.diagnostics import CompilerError
 from egraph_compiler.frontend_ir import load_frontend_ir
 from egraph_compiler.ops import Ops
