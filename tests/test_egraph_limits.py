@@ -13,18 +13,18 @@ import random
 import time
 
 import pytest
+from egraph_compiler.extract.cost import OP_COSTS
+from egraph_compiler.extract.extractor import extract
+from egraph_compiler.extract.view import ClassRef, EGraphView, ENode
+from egraph_compiler.rules import intervals, linear, symbolic
 from oracle import tree_size, value
 
 from egraph_compiler import UOp
 from egraph_compiler.diagnostics import InvalidArgument
 from egraph_compiler.egraph import Limits
-from egraph_compiler.extract.cost import OP_COSTS
-from egraph_compiler.extract.extractor import extract
-from egraph_compiler.extract.view import ClassRef, EGraphView, ENode
 from egraph_compiler.ops import Ops
 from egraph_compiler.pipeline import SimplifyResult, simplify
 from egraph_compiler.report import IterationStats
-from egraph_compiler.rules import intervals, linear, symbolic
 from egraph_compiler.uop import toposort
 
 ALL_RULES = {r.name: (rs.name, r.category) for rs in (intervals.ANALYSIS, linear.LINEAR, symbolic.SYMBOLIC)
