@@ -864,12 +864,14 @@ def _pattern_constants(body: list[SExpr]) -> list[str]:
     return sorted(found - computed)
 
 
-# Z3 budgets are resource limits ("rlimit"), not wall-clock timeouts, so a verdict does not depend on how busy the
-# machine is: a nominal millisecond buys RLIMIT_PER_MS units, about what Z3 gets through in a millisecond of one
-# core. A wall-clock timeout WALL_SLACK times the nominal one stays as a backstop. Each rule is proved in a fresh
-# Z3 context (see _fresh_context), so its verdict does not depend on which rules the process proved before it.
+# Z3 budgets are resource limits ("rlimit"), not wall-clock timeouts, so that a verdict depends as little as Z3
+# allows on how busy the machine is: a nominal millisecond buys RLIMIT_PER_MS units, about what Z3 gets through in
+# a millisecond of one core. A wall-clock timeout WALL_SLACK times the nominal one stays as a backstop. Each rule is
+# proved in a fresh Z3 context (see _fresh_context), so its verdict does not depend on the rules proved before it.
+# (Near the budget a rule can still come out proved-bounded in one run and proved in another, rarely.)
 RLIMIT_PER_MS = 4_000
 WALL_SLACK = 10
+BV_BUDGET_MS = 50  # the bit-vector retry: 200_000 rlimit units
 
 
 def _fresh_context() -> None:
@@ -938,15 +940,16 @@ def prove_rule(rule: Rule, sig: Signatures, timeout_ms: int = 1_000, domain: tup
             continue
         status, model = _solve(m.assumptions, m.goals, timeout_ms)
         if status == "unknown" and not any(x in " ".join(rule.body + rule.head) for x in ("TCons", "lin ", "(L ")):
-            try:  # bitwise identities: decide them on bit-vectors of the dtype's width (those that Z3 decides
-                # at all are decided at once: the ones proved so far took < 1000 rlimit units of the 2M given here)
+            try:  # bitwise identities: decide them on bit-vectors of the dtype's width. Z3 decides those it can
+                # at once (each took < 1000 rlimit units so far); the others exhaust any budget, so this one is small
                 mb = _model(rule, typing, assign, sig, body, head, bv=True)
-                status_bv, model_bv = _solve(mb.assumptions, mb.goals, timeout_ms // 2)
+                status_bv, model_bv = _solve(mb.assumptions, mb.goals, BV_BUDGET_MS)
                 if status_bv != "unknown":
                     status, model = status_bv, model_bv
             except (Unsupported, z3.Z3Exception):
                 pass
         checked.append("/".join(names))
+        why = ""
         if status == "unknown":  # nonlinear in the rule's constants: decide each instance in a box
             names_c = [v for v in _pattern_constants(body) if v in m.syms]
             consts = [m.syms[v] for v in names_c]
@@ -965,17 +968,22 @@ def prove_rule(rule: Rule, sig: Signatures, timeout_ms: int = 1_000, domain: tup
                 if _solve([*m.assumptions, *fix], [z3.BoolVal(False)], timeout_ms // 2)[0] == "unsat":
                     continue  # this instance never matches: proves nothing
                 status, model = _solve([*m.assumptions, *fix], m.goals, timeout_ms * 2)
+                if status == "unknown":  # instances are easy; should one not be, try once more with a larger budget
+                    status, model = _solve([*m.assumptions, *fix], m.goals, timeout_ms * 8)
                 if status != "unsat":
+                    why = f" on the instance {dict(zip(names_c, combo))}"
                     break
                 live += 1
             else:
                 status = "unsat" if live else "unknown"
+                if not live:
+                    why = f": none of {len(combos)} instances of {names_c} in [{BOX[0]}, {BOX[-1]}] can match"
             if status == "unsat":
                 bounded.append(f"{'/'.join(names)}: {live} instances of {names_c} in [{BOX[0]}, {BOX[-1]}]")
         if status == "sat":
             return ProofResult(rule.name, "failed", f"counterexample for dtypes {names}: {model}", checked)
         if status == "unknown":
-            return ProofResult(rule.name, "unknown", f"z3 gave unknown for dtypes {names}", checked)
+            return ProofResult(rule.name, "unknown", f"z3 gave unknown for dtypes {names}{why}", checked)
     if not checked:
         return ProofResult(rule.name, "skipped", "no integer/boolean instance has a value goal", checked)
     if bounded:

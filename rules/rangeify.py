@@ -71,8 +71,8 @@ DECLARATIONS = """
 """ + "\n".join(f'(set (zero "{d.name}") {"(F 0.0)" if d.is_float else "(I 0)"})'
                 for d in ALL_DTYPES if d.name != "void")
 
-HELPERS = ("At", "Flat", "Regroup", "TakeL", "DropL", "Append", "Unflat", "Bcast", "Offs", "PadIx", "PadValid", "FlipIx", "Pick", "Get",
-           "RedIx", "RedRanges", "OutRanges", "KernelOf", "BufFor")
+HELPERS = ("At", "Flat", "Regroup", "TakeL", "DropL", "Append", "Unflat", "Bcast", "Offs", "PadIx", "PadValid",
+           "FlipIx", "Pick", "Get", "RedIx", "RedRanges", "OutRanges", "KernelOf", "BufFor")
 
 
 def ik(v: str | int) -> str:

@@ -186,6 +186,14 @@ def test_distinct_nans_and_infinities_stay_apart(session: EGraphSession) -> None
     check_roundtrip(session, roots)
 
 
+def test_args_equal_in_python_but_distinct_as_uops_stay_apart(session: EGraphSession) -> None:
+    """1 == 1.0 == True in Python, but they make three different UOps: opaque args and range keys keep them so."""
+    vec = UOp(Ops.VECTORIZE, F32, (UOp.const(1.0, F32), UOp.const(2.0, F32)))
+    wmmas = [UOp(Ops.WMMA, F32, (vec, vec, vec), ("cfg", a)) for a in (1, True, 1.0, 0.0, (1, 2), (True, 2))]
+    ranges = [UOp.range(4, key) for key in (1, True, 1.0, (0, 1), (0, True))]
+    check_roundtrip(session, [*wmmas, *ranges])
+
+
 @pytest.mark.xfail(strict=True, reason="egglog's f64 does not keep the sign of zero: CONST -0.0 comes back as 0.0")
 def test_negative_zero_roundtrip(session: EGraphSession) -> None:
     z = UOp.const(-0.0, F32)
