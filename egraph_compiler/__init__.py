@@ -3,8 +3,11 @@
 from egraph_compiler.diagnostics import CompilerError
 from egraph_compiler.dtypes import DType, dtypes
 from egraph_compiler.ops import AxisType, Ops
+
+# after the submodule import, so that the package attribute `optimize` is the function, not the module
+from egraph_compiler.optimize import optimize
 from egraph_compiler.tensor import Tensor
 from egraph_compiler.uop import UOp
 
-__all__ = ["AxisType", "CompilerError", "DType", "Ops", "Tensor", "UOp", "dtypes"]
+__all__ = ["AxisType", "CompilerError", "DType", "Ops", "Tensor", "UOp", "dtypes", "optimize"]
 __version__ = "0.1.0"

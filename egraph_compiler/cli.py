@@ -90,12 +90,12 @@ def _compile(graph: FrontendGraph, args: argparse.Namespace) -> Any:
     """optimize() under the command's target and limits, with the progress line if wanted."""
     prog_line = _progress(args)
     try:
-        program = _optimize_fn()(graph, args.target, progress=prog_line, **_limits(args))
+        program = _optimize_fn()(graph, args.target, progress=prog_line, tune=args.tune, **_limits(args))
     finally:
         if prog_line is not None:
             prog_line.close()
     report = getattr(program, "report", None)
-    if report is not None and report.stop_reason not in ("", "saturated"):
+    if report is not None and report.limit_hit:
         print(f"W2001 LimitReached: saturation stopped at its {report.stop_reason.replace('_', ' ')}; the program is "
               "the best found so far\n  suggestion: raise --node-limit / --iter-limit / --time-limit for a better one",
               file=sys.stderr)
@@ -359,6 +359,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--node-limit", type=_positive_int, metavar="N", help="stop saturating past N e-nodes")
     g.add_argument("--iter-limit", type=_positive_int, metavar="N", help="at most N saturation steps per stage")
     g.add_argument("--time-limit", type=_positive_float, metavar="SECONDS", help="saturation time budget")
+    compile_opts.add_argument("--tune", action="store_true",
+                              help="time the best few schedules of each kernel on this machine and keep the fastest "
+                                   "(cached on disk)")
     pg = compile_opts.add_mutually_exclusive_group()
     pg.add_argument("--progress", action="store_true", help="print saturation progress to stderr (default: on a TTY)")
     pg.add_argument("--no-progress", action="store_true", help="never print saturation progress")

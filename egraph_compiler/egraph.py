@@ -1,12 +1,15 @@
 """An egglog e-graph session: schema, rules, insertion, bounded saturation.
 
 egglog has no node limit or timeout of its own, so saturation runs in
-steps: each step saturates the analysis rulesets (bounded), then applies
-the stage's rules once under a back-off scheduler (a rule that matches too
-often is banned for a few steps), then checks the limits. Hitting a limit
-ends the stage with the e-graph as it is; the report says which limit.
-Durations are measured here, not taken from egglog's run report.
-"""
+steps: each step runs the analysis rulesets one iteration at a time (up to
+`analysis_steps`), then applies the stage's rules once; both under back-off
+schedulers (a rule that matches too often is banned for a few iterations).
+The limits are checked after every analysis iteration and every step: node
+count, time, step count, and growth (a step may not multiply a large
+e-graph by more than `step_growth`). Hitting one ends saturation with the
+e-graph as it is; the report says which. `simplify` also stops a stage whose
+watched root has not improved for `patience` steps ("converged").
+Durations are measured here, not taken from egglog's run report."""
 
 from __future__ import annotations
 
@@ -27,6 +30,8 @@ from egraph_compiler.rules.dsl import RuleSet
 from egraph_compiler.schema import EGG_TO_OP, schema_program
 from egraph_compiler.uop import UOp
 
+ANALYSIS_CHUNK = 1     # analysis iterations between two limit checks
+GROWTH_FLOOR = 3_000   # e-graphs smaller than this may grow by any factor in one step
 BASE_CONSTRUCTORS = {"I", "F", "INil", "ICons", "UNil", "UCons", "RK", *EGG_TO_OP}
 
 
@@ -40,6 +45,8 @@ class Limits:
     match_limit: int = 2_000      # back-off: a rule matching more often than this in a step is banned
     ban_length: int = 3           # ... for this many steps
     analysis_steps: int = 30      # bound on analysis saturation per step
+    step_growth: float = 4.0      # a step may multiply the e-graph by at most this (once past GROWTH_FLOOR nodes)
+    patience: int = 3             # steps without a better watched root before a stage counts as converged
 
     @staticmethod
     def make(**kw: object) -> Limits:
@@ -62,6 +69,7 @@ class Stage:
     rulesets: tuple[str, ...]
     analyses: tuple[str, ...] = ()
     max_steps: int | None = None   # a terminating ruleset may run longer than limits.iter_limit
+    growth_check: bool = True      # False for a terminating ruleset that must finish (limits.step_growth)
 
 
 _DECL = re.compile(r"\((?:constructor|datatype)\s+([^\s()]+)")
@@ -154,9 +162,33 @@ class EGraphSession:
         sizes = getattr(out[-1], "sizes", [])
         return sum(n for name, n in sizes if name in self.constructors)
 
+    def num_classes(self) -> int:
+        """E-classes of the term tables, counted on a frozen copy (far cheaper than building a view)."""
+        frozen = self.eg.freeze()
+        return len({row.output for name, fn in frozen.functions.items() if name in self.constructors
+                    for row in fn.rows if not row.subsumed})
+
+    def tree_cost(self, let_name: str) -> int:
+        """egglog's own (tree, node-count) extraction cost of a bound term: a cheap progress signal."""
+        return int(self._run(f"(extract {let_name})")[-1].cost)  # type: ignore[attr-defined]
+
+    def _run_counted(self, cmd: str, matches: dict[str, int]) -> tuple[bool, bool]:
+        """Run one schedule, add its rule matches to `matches`; returns (updated, can_stop)."""
+        rep = self._run(cmd)[-1].report  # type: ignore[attr-defined]
+        for k, v in rep.num_matches_per_rule.items():
+            if v:
+                matches[k] = matches.get(k, 0) + v
+        return rep.updated, rep.can_stop
+
     def saturate(self, stages: Sequence[Stage], limits: Limits, report: Report,
-                 progress: Callable[[IterationStats], None] | None = None, count_classes: int = 20_000) -> str:
-        """Run the stages in order under `limits`; returns (and records) the stop reason."""
+                 progress: Callable[[IterationStats], None] | None = None, count_classes: int = 20_000,
+                 watch: Sequence[str] = ()) -> str:
+        """Run the stages in order under `limits`; returns (and records) the stop reason.
+
+        Each step saturates the analyses in chunks of ANALYSIS_CHUNK iterations, checking the limits after every
+        chunk (an analysis iteration can grow the e-graph as much as a rule step), then runs the stage's rules
+        once. `watch` names let-bound roots: when their tree cost has not improved for `limits.patience`
+        steps, the stage stops as "converged" (more rewriting is then unlikely to pay for its growth)."""
         report.limits = asdict(limits)
         for rs in self.rulesets.values():
             for r in rs.rules:
@@ -164,43 +196,71 @@ class EGraphSession:
                 report.rule_ruleset[r.name] = rs.name
         start = time.perf_counter()
         reason = "saturated"
+
+        def over_limit(stage: Stage, step_start: int) -> str | None:
+            nodes = self.size()
+            if nodes > limits.node_limit:
+                return "node_limit"
+            if stage.growth_check and nodes > max(GROWTH_FLOOR, limits.step_growth * step_start):
+                return "growth_limit"
+            if time.perf_counter() - start > limits.time_limit:
+                return "time_limit"
+            return None
+
         for stage in stages:
             main = self._ruleset_for(stage.rulesets)
             if stage.name not in self._schedulers:
                 self._new_schedulers([stage], limits)
             sched = self._schedulers[stage.name]
-            pre = (f"(repeat {limits.analysis_steps} (run-with {sched}_an {self._ruleset_for(stage.analyses)}))"
-                   if stage.analyses else "")
-            step_cmd = f"(run-schedule (seq {pre} (run-with {sched} {main})))"
-            stage_reason = "saturated"
-            while True:
+            analysis_cmd = (f"(run-schedule (repeat {ANALYSIS_CHUNK} (run-with {sched}_an "
+                            f"{self._ruleset_for(stage.analyses)})))" if stage.analyses else "")
+            main_cmd = f"(run-schedule (run-with {sched} {main}))"
+            stage_reason: str | None = None
+            best: tuple[int, ...] | None = None
+            stale = steps = 0
+            while stage_reason is None:
                 t0 = time.perf_counter()
-                out = self._run(step_cmd)
+                step_start = self.size()
+                matches: dict[str, int] = {}
+                updated = False
+                for _ in range(0, limits.analysis_steps, ANALYSIS_CHUNK) if analysis_cmd else ():
+                    an_updated, _ = self._run_counted(analysis_cmd, matches)
+                    updated |= an_updated
+                    stage_reason = over_limit(stage, step_start)
+                    if not an_updated or stage_reason:
+                        break
+                can_stop = True
+                if stage_reason is None:
+                    main_updated, can_stop = self._run_counted(main_cmd, matches)
+                    updated |= main_updated
                 dt = time.perf_counter() - t0
-                run_report = out[-1].report  # type: ignore[attr-defined]
                 nodes = self.size()
-                classes = self.view().num_classes if nodes <= count_classes else None
-                stats = IterationStats(len(report.iterations), stage.name, nodes, classes, dt,
-                                       {k: v for k, v in run_report.num_matches_per_rule.items() if v})
+                classes = self.num_classes() if nodes <= count_classes else None
+                stats = IterationStats(len(report.iterations), stage.name, nodes, classes, dt, matches)
                 report.iterations.append(stats)
                 if progress is not None:
                     progress(stats)
-                steps = sum(1 for it in report.iterations if it.stage == stage.name)
-                if not run_report.updated and run_report.can_stop:
+                steps += 1
+                if stage_reason is not None:
                     break
-                if nodes > limits.node_limit:
-                    stage_reason = "node_limit"
-                elif time.perf_counter() - start > limits.time_limit:
-                    stage_reason = "time_limit"
-                elif steps >= (stage.max_steps or limits.iter_limit):
+                if not updated and can_stop:
+                    break
+                stage_reason = over_limit(stage, step_start)
+                if stage_reason is None and steps >= (stage.max_steps or limits.iter_limit):
                     stage_reason = "iter_limit"
-                if stage_reason != "saturated":
-                    break
-            if stage_reason != "saturated":
+                if stage_reason is None and watch:
+                    costs = tuple(self.tree_cost(w) for w in watch)
+                    stale = stale + 1 if best is not None and costs >= best else 0
+                    best = costs if best is None else min(best, costs)
+                    if stale >= limits.patience:
+                        stage_reason = "converged"
+            if stage_reason is not None:
                 reason = stage_reason
-                report.notes.append(f"stage {stage.name!r} stopped at its {stage_reason.replace('_', ' ')}; "
-                                    "the result is the best program found so far")
-                if stage_reason in ("node_limit", "time_limit"):
+                why = (f"its result had not improved for {limits.patience} steps" if stage_reason == "converged"
+                       else f"it reached its {stage_reason.replace('_', ' ')}")
+                report.notes.append(f"stage {stage.name!r} stopped because {why}; the result is the best program "
+                                    "found so far")
+                if stage_reason in ("node_limit", "time_limit", "growth_limit"):
                     break
         report.add_phase("saturate", time.perf_counter() - start)
         report.stop_reason = reason

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import math
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -27,24 +28,28 @@ from egraph_compiler.egraph_dot import attach_snapshot
 from egraph_compiler.encode import egg_ilist, egg_str
 from egraph_compiler.extract.extractor import extract
 from egraph_compiler.extract.kernel_cost import KernelCost
+from egraph_compiler.extract.schedule import choose_schedules, kernel_entry, kernel_sinks, schedule_report
 from egraph_compiler.extract.view import ENode
 from egraph_compiler.ops import OP_TABLE, Category, Ops
 from egraph_compiler.pipeline import shared_session, uop_cost
 from egraph_compiler.program import BufferSpec, Kernel, Program, buffer_of
 from egraph_compiler.report import IterationStats, Report
-from egraph_compiler.rules import intervals, linear, rangeify, symbolic
+from egraph_compiler.rules import intervals, linear, optops, rangeify, symbolic
+from egraph_compiler.split_ranges import bind_split_ranges
+from egraph_compiler.tuning import tune_schedules
 from egraph_compiler.uop import UOp, pretty, toposort
 
-RANGEIFY_STAGE = Stage("rangeify", rulesets=("rangeify",), max_steps=500)
-KERNEL_STAGE = Stage("kernel", rulesets=("symbolic",), analyses=("analysis", "linear"))
+RANGEIFY_STAGE = Stage("rangeify", rulesets=("rangeify",), max_steps=500, growth_check=False)
+KERNEL_STAGE = Stage("kernel", rulesets=("symbolic", "optops"), analyses=("analysis", "linear"))
 STAGES = (RANGEIFY_STAGE, KERNEL_STAGE)
 KERNEL_LIMITS = {"node_limit": 30_000, "iter_limit": 10, "time_limit": 10.0, "analysis_steps": 8}
 TENSOR_ONLY = (Ops.STACK, Ops.INDEX, Ops.TUPLE, Ops.GETTUPLE, Ops.PARAM)
 
 
 def kernel_session() -> EGraphSession:
-    return EGraphSession([intervals.ANALYSIS, linear.LINEAR, symbolic.SYMBOLIC, rangeify.RANGEIFY],
-                         declarations=[intervals.DECLARATIONS, linear.DECLARATIONS, rangeify.DECLARATIONS],
+    return EGraphSession([intervals.ANALYSIS, linear.LINEAR, symbolic.SYMBOLIC, rangeify.RANGEIFY, optops.OPTOPS],
+                         declarations=[intervals.DECLARATIONS, linear.DECLARATIONS, rangeify.DECLARATIONS,
+                                       optops.DECLARATIONS],
                          unextractable=set(linear.HELPERS) | set(rangeify.HELPERS))
 
 
@@ -97,8 +102,13 @@ def materialization_candidates(roots: list[UOp]) -> list[UOp]:
 
 def optimize(graph: Any, target: str = "llvm", *, node_limit: int | None = None, iter_limit: int | None = None,
              time_limit: float | None = None, tune: bool = False,
-             progress: Callable[[IterationStats], None] | None = None) -> Program:
-    """Optimize a tensor program for `target` ("llvm", "cuda" or "reference"); returns a runnable Program."""
+             progress: Callable[[IterationStats], None] | None = None,
+             alternatives: list[tuple[str, Program]] | None = None) -> Program:
+    """Optimize a tensor program for `target` ("llvm", "cuda" or "reference"); returns a runnable Program.
+
+    tune: time the cost model's best schedules on this machine and keep the fastest (cached on disk).
+    alternatives: a list to receive (schedule, Program) for every ranked schedule of every kernel (the
+    other kernels at their chosen schedule), best first per kernel: for inspection and testing."""
     backend = get_backend(target)
     roots, names, single = output_roots(graph)
     # an output that is an input tensor still needs its own buffer (and kernel): a copy
@@ -111,7 +121,7 @@ def optimize(graph: Any, target: str = "llvm", *, node_limit: int | None = None,
              if v is not None}
     lim = Limits.make(**{**KERNEL_LIMITS, **given})
     report = Report()
-    program = _build(roots, names, lim, report, progress)
+    program = _build(roots, names, target, backend, tune, lim, report, progress, alternatives)
     program.backend, program.target, program.single_output, program.report = backend, target, single, report
     report.extra["input_graph"] = "\n".join(pretty(r) for r in roots)
     return program
@@ -185,19 +195,22 @@ class _Facts:
         self.buffers[name] = BufferSpec(name, u.dtype, max(1, math.prod(shape)), "const" if u.src else "input",
                                         tuple(shape), data)
         srcs = f"(UCons {self.sess.name_of(u.src[0])} (UNil))" if u.src else "(UNil)"
-        self.cmds.append(f"(union (BufFor {self.sess.name_of(u)}) (BUFFER {egg_str(u.dtype.name)} {egg_str(name)} "
+        self.cmds.append(f"(in-buf {self.sess.name_of(u)} (BUFFER {egg_str(u.dtype.name)} {egg_str(name)} "
                          f"{egg_ilist([self.buffers[name].size])} {srcs}))")
 
-    def buffer_for(self, u: UOp, name: str, kind: str) -> None:
+    def buffer_for(self, u: UOp, name: str, kind: str) -> str:
+        """Give u a buffer of its own (`mat-buf`: a relation, so tensors proven equal never alias two buffers);
+        returns the buffer's term."""
         size = max(1, math.prod(u.shape))
         self.buffers[name] = BufferSpec(name, u.dtype, size, kind, tuple(u.shape))
-        self.cmds.append(f"(union (BufFor {self.sess.name_of(u)}) (BUFFER {egg_str(u.dtype.name)} {egg_str(name)} "
-                         f"{egg_ilist([size])} (UNil)))")
-        self.cmds.append(f"(mat {self.sess.name_of(u)})")
+        term = f"(BUFFER {egg_str(u.dtype.name)} {egg_str(name)} {egg_ilist([size])} (UNil))"
+        self.cmds.append(f"(mat-buf {self.sess.name_of(u)} {term})")
+        return term
 
 
-def _build(roots: list[UOp], names: list[str], lim: Limits, report: Report,
-           progress: Callable[[IterationStats], None] | None) -> Program:
+def _build(roots: list[UOp], names: list[str], target: str, backend: Any, tune: bool, lim: Limits, report: Report,
+           progress: Callable[[IterationStats], None] | None,
+           alternatives: list[tuple[str, Program]] | None = None) -> Program:
     t0 = time.perf_counter()
     sess = shared_session("kernel", kernel_session)
     with sess.scope(STAGES, lim):
@@ -205,22 +218,23 @@ def _build(roots: list[UOp], names: list[str], lim: Limits, report: Report,
         facts = _Facts(sess, roots)
         out_names: list[str] = []
         first: dict[UOp, str] = {}
+        out_terms: dict[UOp, str] = {}
         for r, nm in zip(roots, names):
             if r in first:  # the same tensor returned twice: one buffer
                 out_names.append(first[r])
                 continue
             first[r] = _unique(nm, facts.buffers)
             out_names.append(first[r])
-            facts.buffer_for(r, first[r], "output")
+            out_terms[r] = facts.buffer_for(r, first[r], "output")
         for i, c in enumerate(materialization_candidates(roots)):
             facts.buffer_for(c, f"tmp{i}", "intermediate")
         kernel_lets = {}
         for r in roots:
             let = f"$kernel_{sess.name_of(r)[1:]}"
             if let not in kernel_lets.values():
-                facts.cmds.append(f"(let {let} (KernelOf {sess.name_of(r)}))")
+                facts.cmds.append(f"(let {let} (KernelOf {sess.name_of(r)} {out_terms[r]}))")
             kernel_lets[r] = let
-        sess.run_commands("\n".join(facts.cmds))
+        sess.run_commands("\n".join(facts.cmds + optops.split_facts(target)))
         report.add_phase("encode", time.perf_counter() - t0)
         sess.saturate(STAGES, lim, report, progress)
         t1 = time.perf_counter()
@@ -237,15 +251,33 @@ def _build(roots: list[UOp], names: list[str], lim: Limits, report: Report,
         raise UnsupportedOp(at=missing[0].op.name, why="rangeify did not reach a complete kernel for this output "
                             f"(stop reason: {report.stop_reason})",
                             suggestion="raise iter_limit/node_limit/time_limit, or report the graph as a bug")
-    dec = Decoder(view, ex.node, reg, rkey=_range_key)
-    asts = [dec.decode(root_classes[r]) for r in roots]
-    program = _split_kernels(asts, out_names, facts.buffers, roots)
+    schedules = choose_schedules(view, ex, kernel_sinks(view, ex, list(root_classes.values())),
+                                 lambda c, choose: Decoder(view, choose, reg, rkey=_range_key).decode(c))
+
+    def assemble(choice: dict[int, ENode]) -> Program:
+        dec = Decoder(view, lambda c: choice.get(c) or ex.node(c), reg, rkey=_range_key)
+        prog = _split_kernels([dec.decode(root_classes[r]) for r in roots], out_names, facts.buffers, roots)
+        prog.backend, prog.target = backend, target
+        return prog
+
+    chosen = {c: n for ks in schedules.values() for c, n in ks.best.choice.items()}
+    report.add_phase("schedule", time.perf_counter() - t2)
+    if tune and backend.name != "reference":
+        t3 = time.perf_counter()
+        chosen = tune_schedules(schedules, chosen, target, assemble, report,
+                                None if progress is None else lambda msg: print(msg, file=sys.stderr))
+        report.add_phase("tune", time.perf_counter() - t3)
+    t2 = time.perf_counter()
+    report.extra["schedules"] = [schedule_report(ks, chosen) for ks in schedules.values()]
+    if alternatives is not None:
+        alternatives += [(c.describe(), assemble({**chosen, **c.choice})) for ks in schedules.values()
+                         for c in ks.ranked]
+    program = assemble(chosen)
     report.add_phase("decode", time.perf_counter() - t2)
     report.cost_before = float(sum(uop_cost(r) for r in roots))
     report.cost_after = ex.dag_cost(set(root_classes.values()))
     report.egraph_nodes, report.egraph_classes = view.num_nodes, view.num_classes
-    report.extra["kernels"] = [{"name": k.name, "reads": list(k.reads), "writes": list(k.writes)}
-                               for k in program.kernels]
+    report.extra["kernels"] = [kernel_entry(k, report.extra["schedules"]) for k in program.kernels]
     check_accesses(program)
     return program
 
@@ -259,7 +291,10 @@ def _unique(name: str, taken: dict[str, Any]) -> str:
 
 
 def _range_key(n: ENode, dec: Decoder) -> Any:
-    """Canonical range keys decode to ("out" | "red", e-class of the term they come from, axis)."""
+    """Canonical range keys decode to ("out" | "red", e-class of the term they come from, axis), and split
+    parts to ("split", parent key, factor, part)."""
+    if n.fn == "RKSplit":
+        return ("split", dec.range_key(n.args[0].id), int(n.args[1]), int(n.args[2]))
     return ("out" if n.fn == "RKOut" else "red", n.args[0].id, int(n.args[1]))
 
 
@@ -298,7 +333,7 @@ def _split_kernels(asts: list[UOp], out_names: list[str], specs: dict[str, Buffe
             else:
                 src = tuple(memo[s] for s in x.src)
                 memo[x] = x if src == x.src else UOp(x.op, x.dtype, src, x.arg)
-        out = memo[ast]
+        out = bind_split_ranges(memo[ast])
         if out not in [a for _, a in order]:
             order.append((f"k{len(order)}", out))
         return out

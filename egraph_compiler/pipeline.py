@@ -63,7 +63,7 @@ def simplify(u: UOp, progress: Callable[[IterationStats], None] | None = None, s
     with sess.scope([SYMBOLIC_STAGE], lim):
         sess.add([u])
         report.add_phase("encode", time.perf_counter() - t0)
-        sess.saturate([SYMBOLIC_STAGE], lim, report, progress)
+        sess.saturate([SYMBOLIC_STAGE], lim, report, progress, watch=[sess.name_of(u)])
         t0 = time.perf_counter()
         view = sess.view(functions=("lo", "hi"))
         root = view.lets[sess.name_of(u)]

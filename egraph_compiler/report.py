@@ -23,6 +23,10 @@ class IterationStats:
     matches: dict[str, int]
 
 
+# stop reasons that mean "cut short": saturated and converged (no improvement for `patience` steps) are not
+LIMIT_REASONS = ("node_limit", "iter_limit", "time_limit", "growth_limit")
+
+
 @dataclass
 class Report:
     iterations: list[IterationStats] = field(default_factory=list)
@@ -39,6 +43,11 @@ class Report:
     extra: dict[str, Any] = field(default_factory=dict)           # stage-specific sections (kernels, ...)
 
     # ---- derived ---------------------------------------------------------------------------------
+
+    @property
+    def limit_hit(self) -> bool:
+        """True when a limit (not saturation or convergence) ended the run."""
+        return self.stop_reason in LIMIT_REASONS
 
     @property
     def rule_totals(self) -> dict[str, int]:

@@ -201,7 +201,7 @@ def _summary(report: Report, program: Any) -> str:
 def _stop_section(report: Report) -> str:
     out = ["<h2 id=\"stop\">Stop reason and limits</h2>",
            f"<p>Saturation stopped: <b>{_e(report.stop_reason or 'unknown')}</b>"]
-    if report.stop_reason and report.stop_reason != "saturated":
+    if report.limit_hit:
         out.append(' <span class="warn">(a limit was hit: the result is the best program found so far)</span>')
     out.append("</p>")
     if report.limits:

@@ -16,6 +16,10 @@ kernel-level terms remain:
 
 Ranges are named by the term they come from (`RKOut t k`: output axis k of
 t's kernel; `RKRed t k`: reduce axis k of the REDUCE t), never by a counter.
+Buffers are facts, not equalities: `in-buf t b` (t is an input read from b)
+and `mat-buf t b` (t may be stored to b by `KernelOf t b`) are relations, so
+when rewriting proves an intermediate or output equal to an input, their
+buffers stay apart (a union would let loads pick the wrong one).
 Every materialization candidate t (chosen by the caller: multi-consumer
 intermediates, reduces, CONTIGUOUS, outputs) also gets the alternative
 "load it from its own buffer, after its kernel ran": the extractor's cost
@@ -57,8 +61,9 @@ DECLARATIONS = """
 (constructor RedIx (UL IL IL U i64) UL :unextractable)
 (constructor RedRanges (IL IL U i64) UL :unextractable)
 (constructor OutRanges (U IL i64) UL :unextractable)
-(constructor KernelOf (U) U :unextractable)
-(constructor BufFor (U) U :unextractable)
+(constructor KernelOf (U U) U :unextractable)
+(relation in-buf (U U))
+(relation mat-buf (U U))
 (constructor RKOut (U i64) RKey)
 (constructor RKRed (U i64) RKey)
 (function shape (U) IL :merge old)
@@ -66,13 +71,12 @@ DECLARATIONS = """
 (function rmask (U) IL :merge old)
 (relation is-shape (IL))
 (function prod (IL) i64 :merge old)
-(relation mat (U))
 (function zero (String) Val :merge old)
 """ + "\n".join(f'(set (zero "{d.name}") {"(F 0.0)" if d.is_float else "(I 0)"})'
                 for d in ALL_DTYPES if d.name != "void")
 
 HELPERS = ("At", "Flat", "Regroup", "TakeL", "DropL", "Append", "Unflat", "Bcast", "Offs", "PadIx", "PadValid",
-           "FlipIx", "Pick", "Get", "RedIx", "RedRanges", "OutRanges", "KernelOf", "BufFor")
+           "FlipIx", "Pick", "Get", "RedIx", "RedRanges", "OutRanges", "KernelOf")
 
 
 def ik(v: str | int) -> str:
@@ -221,7 +225,7 @@ def _movement(rs: RuleSet) -> None:
                            "(= f (rmask t))"],
          ["(union e (REDUCE d op (INil) (UCons (At x (RedIx idx sx f t 0) g) (RedRanges sx f t 0))))"],
          category="reduce", check="structural")
-    rule(rs, "at-buffer", ["(= e (At t idx g))", "(= t (BUFFER d nm shp bs))", "(= b (BufFor t))", "(= z (zero d))"],
+    rule(rs, "at-buffer", ["(= e (At t idx g))", "(= t (BUFFER d nm shp bs))", "(in-buf t b)", "(= z (zero d))"],
          [f"(union e {load('d', 'b', '(Flat idx shp)', 'g')})"], category="memory", check="structural",
          doc="a tensor buffer is read through its flat kernel-level buffer")
     rewrite(rs, "load-ungate", f"(LOAD d (UCons p (UCons a (UCons {TRUE} (UNil)))))", "(LOAD d (UCons p (UNil)))",
@@ -232,16 +236,16 @@ def _kernels(rs: RuleSet) -> None:
     c = "fusion"
     index = f"(INDEX d {ul('b', '(Flat rs s)')})"
     store = f"(STORE {VOID} {ul(index, f'(At t rs {TRUE})')})"
-    rule(rs, "kernel-of", ["(= kk (KernelOf t))", "(= s (shape t))", "(= s (ICons n0 s0))", "(= b (BufFor t))",
+    rule(rs, "kernel-of", ["(= kk (KernelOf t b))", "(= s (shape t))", "(= s (ICons n0 s0))",
                            "(= b (BUFFER d nm sz bs))"],
          ["(let rs (OutRanges t s 0))", f"(union kk (SINK {VOID} {ul(f'(END {VOID} (UCons {store} rs))')}))"],
          category=c, check="structural", doc="t's kernel: store every element of t into its buffer")
-    rule(rs, "kernel-of-scalar", ["(= kk (KernelOf t))", "(= s (shape t))", "(= s (INil))", "(= b (BufFor t))",
+    rule(rs, "kernel-of-scalar", ["(= kk (KernelOf t b))", "(= s (shape t))", "(= s (INil))",
                                   "(= b (BUFFER d nm sz bs))"],
          ["(let rs (UNil))", f"(union kk (SINK {VOID} {ul(store)}))"], category=c, check="structural")
-    rule(rs, "materialize", ["(= e (At t idx g))", "(mat t)", "(= b (BufFor t))", "(= b (BUFFER d nm sz bs))",
+    rule(rs, "materialize", ["(= e (At t idx g))", "(mat-buf t b)", "(= b (BUFFER d nm sz bs))",
                              "(= s (shape t))", "(= z (zero d))"],
-         [f"(union e {load('d', '(AFTER d (UCons b (UCons (KernelOf t) (UNil))))', '(Flat idx s)', 'g')})"],
+         [f"(union e {load('d', '(AFTER d (UCons b (UCons (KernelOf t b) (UNil))))', '(Flat idx s)', 'g')})"],
          category=c, check="structural", doc="alternative to recomputing t inline: read it from its own kernel's buffer")
 
 

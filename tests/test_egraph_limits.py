@@ -56,9 +56,15 @@ def assert_equivalent(u: UOp, r: SimplifyResult) -> None:
             assert want <= r.vmax
 
 
+def exploding_expr() -> UOp:
+    """tinygrad's test_div_mod_recombine_after_asymmetric_fold: one step takes it from ~200 e-nodes to thousands."""
+    a, b = UOp.variable("a", 0, 7), UOp.variable("b", 0, 14)
+    return (a * 15 + b) // 10 * 2 + (a * 15 + b) // 5 % 2
+
+
 @pytest.fixture(scope="module")
 def unlimited() -> SimplifyResult:
-    return simplify(growing_expr())
+    return simplify(growing_expr(), patience=1_000)  # no early stop: run to saturation
 
 
 # ---- limits ----------------------------------------------------------------------------------------
@@ -128,6 +134,38 @@ def test_limits_are_recorded_and_validated() -> None:
         with pytest.raises(InvalidArgument):
             simplify(x, **bad)
     assert Limits.make(node_limit=5).node_limit == 5
+
+
+def test_patience_stops_a_run_whose_result_stopped_improving(unlimited: SimplifyResult) -> None:
+    r = simplify(growing_expr(), patience=1)
+    assert r.report.stop_reason == "converged"
+    assert len(r.report.iterations) < len(unlimited.report.iterations)
+    assert any("not improved for 1 steps" in n for n in r.report.notes)
+    assert_equivalent(growing_expr(), r)
+
+
+def test_growth_limit_stops_an_exploding_step() -> None:
+    """Without the growth limit, the step after the crossing goes past 20_000 e-nodes (measured)."""
+    u = exploding_expr()
+    r = simplify(u, step_growth=4.0)
+    rep = r.report
+    assert rep.stop_reason == "growth_limit"
+    assert any("growth limit" in n for n in rep.notes)
+    sizes = [it.nodes for it in rep.iterations]
+    assert all(n <= 3_000 for n in sizes[:-1]) and sizes[-1] < 20_000, sizes
+    assert_equivalent(u, r)
+    loose = simplify(u, step_growth=1e9, node_limit=20_000, patience=1_000)
+    assert loose.report.stop_reason == "node_limit"
+
+
+def test_node_limit_is_checked_between_analysis_iterations() -> None:
+    """The analyses alone can multiply the e-graph within one step; the limit is checked after each of their
+    iterations, so the overshoot is one analysis iteration, not a whole step."""
+    u = exploding_expr()
+    r = simplify(u, node_limit=2_000, step_growth=1e9)
+    assert r.report.stop_reason == "node_limit"
+    assert r.report.iterations[-1].nodes < 10_000, [it.nodes for it in r.report.iterations]
+    assert_equivalent(u, r)
 
 
 def test_saturating_input_is_not_limited() -> None:

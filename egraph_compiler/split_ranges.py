@@ -1,0 +1,72 @@
+"""Split ranges after extraction: define every range a kernel uses from the ranges its loop nests bind.
+
+An OptOps split unions r with outer*f + inner (rules/optops.py), so an
+extracted kernel may bind a range's parts while its body still mentions the
+range, or bind the range while an index mentions a part. Both are well formed:
+the unbound one is defined from the bound ones (r = outer*f + inner,
+outer = r // f, inner = r % f), which is what invariant 4 of the design asks
+of lowering. Range keys decode to ("out" | "red", e-class, axis) for ranges
+from rangeify and ("split", parent key, factor, part) for split parts.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from egraph_compiler.ops import Ops
+from egraph_compiler.uop import UOp
+
+
+def split_key(key: Any) -> tuple[Any, int, int] | None:
+    """(parent key, factor, part) of a split part's key, else None."""
+    if isinstance(key, tuple) and len(key) == 4 and key[0] == "split":
+        return key[1], key[2], key[3]
+    return None
+
+
+def _define(key: Any, bound: dict[Any, UOp], depth: int = 0) -> UOp | None:
+    """An expression for range `key` over the `bound` ranges (by key), or None."""
+    if key in bound:
+        return bound[key]
+    if depth > 8:
+        return None
+    for part_key in [k for k in bound if (sk := split_key(k)) is not None and sk[0] == key and sk[2] == 0]:
+        _, f, _ = split_key(part_key)  # type: ignore[misc]
+        inner = ("split", key, f, 1)
+        if (o := _define(part_key, bound, depth + 1)) is not None and (i := _define(inner, bound, depth + 1)) is not None:
+            return o * f + i   # r = outer * f + inner
+    if (sk := split_key(key)) is not None and (p := _define(sk[0], bound, depth + 1)) is not None:
+        return p // sk[1] if sk[2] == 0 else p % sk[1]   # outer = r // f, inner = r % f
+    return None
+
+
+def bind_split_ranges(ast: UOp) -> UOp:
+    """`ast` with every RANGE that is not bound where it is used, but is defined by the ranges bound around it,
+    replaced by its definition. Scopes matter: two REDUCEs over the same canonical range may bind it
+    differently (one split, one not), and nested REDUCEs may bind the two parts of one split."""
+    memo: dict[tuple[UOp, frozenset[UOp]], UOp] = {}
+    stack: list[tuple[UOp, frozenset[UOp], bool]] = [(ast, frozenset(), False)]
+    while stack:
+        u, env, ready = stack.pop()
+        if (u, env) in memo:
+            continue
+        if u.op in (Ops.END, Ops.REDUCE):
+            scopes = [(u.src[0], env | {r for r in u.src[1:] if r.op is Ops.RANGE})]
+            scopes += [(r, env) for r in u.src[1:]]
+        elif u.op is Ops.AFTER:   # the kernel it waits on has scopes of its own
+            scopes = [(u.src[0], env), *((s, frozenset()) for s in u.src[1:])]
+        else:
+            scopes = [(s, env) for s in u.src]
+        if not ready:
+            stack.append((u, env, True))
+            stack.extend((s, e, False) for s, e in scopes if (s, e) not in memo)
+            continue
+        if u.op is Ops.RANGE and u not in env:
+            d = _define(u.arg[0], {r.arg[0]: r for r in env})
+            memo[(u, env)] = u if d is None else d
+            continue
+        src = tuple(memo[se] for se in scopes)
+        if u.op in (Ops.END, Ops.REDUCE):
+            src = (src[0], *u.src[1:])
+        memo[(u, env)] = u if src == u.src else UOp(u.op, u.dtype, src, u.arg)
+    return memo[(ast, frozenset())]

@@ -1,0 +1,267 @@
+"""A roofline estimate of one kernel's run time on the host CPU, from its loop nest.
+
+Schedules (which ranges are split, upcast, unrolled) change how often each
+operation runs and whether it runs on vectors, which a per-e-node cost cannot
+see: the cost of a load depends on the loops around it. So a candidate kernel
+is decoded to UOps and estimated here as a whole (seed 001 §11):
+
+    time = max(compute cycles / (clock x cores used), compulsory bytes / bandwidth) + loop overhead + launch
+
+Compute: each operation runs once per iteration of the loops enclosing the
+deepest loop it depends on (LLVM hoists the rest), times one copy per
+combination of the UPCAST/UNROLL ranges it depends on. Copies pack into SIMD
+vectors when the operation is arithmetic or a contiguous load; the innermost
+plain loop is vectorized by LLVM when it is contiguous and not a strict-FP
+reduction. Strided loads that miss the cache pay per access. A REDUCE keeps
+one accumulator per copy: more vector accumulators than registers spill.
+The outermost loop runs on every core when it is big enough (the backend's
+auto-parallel rule).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import asdict, dataclass, field
+from functools import cache
+
+from egraph_compiler.ops import AxisType, Ops
+from egraph_compiler.program import buffer_of
+from egraph_compiler.uop import UOp
+
+UNROLLED = (AxisType.UPCAST, AxisType.UNROLL)
+# cycles per scalar operation (throughput on a modern x86 core); anything else costs DEFAULT_OP
+OP_CYCLES = {Ops.ADD: 0.5, Ops.MUL: 0.5, Ops.MAX: 0.5, Ops.CMPLT: 0.5, Ops.CMPNE: 0.5, Ops.WHERE: 0.5,
+             Ops.AND: 0.5, Ops.OR: 0.5, Ops.XOR: 0.5, Ops.CAST: 1.0, Ops.IDIV: 20.0, Ops.MOD: 20.0,
+             Ops.RECIP: 4.0, Ops.SQRT: 6.0, Ops.EXP2: 15.0, Ops.LOG2: 15.0, Ops.SIN: 20.0,
+             Ops.LOAD: 0.5, Ops.STORE: 1.0}
+FREE = (Ops.CONST, Ops.RANGE, Ops.DEFINE_VAR, Ops.BUFFER, Ops.INDEX, Ops.AFTER, Ops.END, Ops.SINK, Ops.REDUCE,
+        Ops.VECTORIZE, Ops.GEP)
+DEFAULT_OP = 1.0
+# math calls: LLVM's loop vectorizer widens them, but unrolled copies stay one scalar call each
+SCALAR_WHEN_UNROLLED = (Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIP)
+MISS_CYCLES = 8.0          # a load that leaves the cache line every access and whose buffer is out of cache
+ADD_LATENCY = 4.0          # cycles before a dependent add can start
+SPILL_CYCLES = 2.0         # reload + spill of one accumulator vector per iteration
+LOOP_CYCLES = 1.0          # increment, compare, branch
+AUTO_PARALLEL_MIN_WORK = 1 << 16
+
+
+@dataclass(frozen=True)
+class CPUMachine:
+    """What the estimate needs of the CPU: read from llvmlite's host description, bandwidth from a config."""
+
+    cores: int = 2
+    simd_bytes: int = 32           # AVX2: 32, AVX-512: 64
+    vector_regs: int = 16
+    ghz: float = 3.0
+    mem_gbps: float = 12.0         # DRAM bandwidth for streaming (overridable: EGC_MEM_GBPS)
+    cache_bytes: int = 1 << 20     # per-core cache a tile must fit in
+    launch_us: float = 5.0         # thread-pool hand-off and call overhead per kernel
+
+    @staticmethod
+    @cache
+    def host() -> CPUMachine:
+        import llvmlite.binding as llvm
+
+        llvm.initialize_native_target()
+        feats = llvm.get_host_cpu_features()
+        avx512 = bool(feats.get("avx512f", False))
+        simd = 64 if avx512 else 32 if feats.get("avx2", False) or feats.get("avx", False) else 16
+        return CPUMachine(cores=os.cpu_count() or 1, simd_bytes=simd, vector_regs=32 if avx512 else 16,
+                          mem_gbps=float(os.environ.get("EGC_MEM_GBPS", CPUMachine.mem_gbps)))
+
+    def lanes(self, itemsize: int) -> int:
+        return max(1, self.simd_bytes // max(1, itemsize))
+
+
+@dataclass
+class KernelEstimate:
+    seconds: float = 0.0
+    compute_s: float = 0.0
+    memory_s: float = 0.0
+    overhead_s: float = 0.0
+    cycles: float = 0.0
+    bytes: int = 0
+    parallel: int = 1
+    spills: bool = False
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def _bound(r: UOp) -> int:
+    b = r.src[0]
+    return int(b.arg) if b.op is Ops.CONST else 1
+
+
+def _unrolled(r: UOp) -> bool:
+    return r.arg[1] in UNROLLED
+
+
+def stride(idx: UOp, r: UOp) -> int | None:
+    """Coefficient of range r in a linear index (0 if absent, None if r enters non-linearly)."""
+    if r not in idx.toposort():
+        return 0
+    if idx is r:
+        return 1
+    if idx.op is Ops.ADD:
+        a, b = (stride(s, r) for s in idx.src)
+        return None if a is None or b is None else a + b
+    if idx.op is Ops.MUL:
+        x, c = idx.src if idx.src[1].op is Ops.CONST else idx.src[::-1]
+        if c.op is Ops.CONST and (s := stride(x, r)) is not None:
+            return s * int(c.arg)
+    return None
+
+
+class _Walk:
+    """Counts cycles of one loop nest item; `loops` are the enclosing non-unrolled ranges, outermost first."""
+
+    def __init__(self, m: CPUMachine) -> None:
+        self.m = m
+        self.cycles = 0.0
+        self.loop_cycles = 0.0
+        self.spills = False
+        self.ranges: dict[UOp, frozenset[UOp]] = {}
+
+    def deps(self, u: UOp) -> frozenset[UOp]:
+        """Ranges u depends on (a REDUCE's own ranges are bound inside it)."""
+        if u in self.ranges:
+            return self.ranges[u]
+        for x in u.toposort():
+            if x in self.ranges:
+                continue
+            s: set[UOp] = {x} if x.op is Ops.RANGE else set()
+            for c in x.src:
+                if not (x.op is Ops.AFTER and c is not x.src[0]):
+                    s |= self.ranges[c]
+            if x.op is Ops.REDUCE:
+                s -= set(x.src[1:])
+            self.ranges[x] = frozenset(s)
+        return self.ranges[u]
+
+    def item(self, value: UOp, loops: list[UOp], unrolled: list[UOp]) -> None:
+        trips = [1]
+        for r in loops:
+            trips.append(trips[-1] * _bound(r))
+            self.loop_cycles += trips[-1] * LOOP_CYCLES
+        self.visit(value, loops, trips, frozenset(unrolled), vector_loop=True)
+
+    def visit(self, root: UOp, loops: list[UOp], trips: list[int], unrolled: frozenset[UOp],
+              vector_loop: bool) -> None:
+        """Charge every node under root not below a REDUCE (those are visited with the REDUCE's loops)."""
+        seen: set[UOp] = set()
+        stack = [root]
+        while stack:
+            u = stack.pop()
+            if u in seen:
+                continue
+            seen.add(u)
+            if u.op is Ops.AFTER:
+                stack.append(u.src[0])
+                continue
+            if u.op is Ops.REDUCE:
+                self.reduce(u, loops, trips, unrolled)
+                continue
+            stack.extend(u.src)
+            self.charge(u, loops, trips, unrolled, vector_loop)
+
+    def place(self, u: UOp, loops: list[UOp], unrolled: frozenset[UOp]) -> int:
+        """How many of the enclosing loops u runs inside: up to the deepest it depends on, or all of them
+        when it depends on an unrolled range (the backend expands those innermost)."""
+        d = self.deps(u)
+        if d & unrolled:
+            return len(loops)
+        return max((i + 1 for i, r in enumerate(loops) if r in d), default=0)
+
+    def copies(self, u: UOp) -> int:
+        return math.prod(_bound(r) for r in self.deps(u) if _unrolled(r))
+
+    def charge(self, u: UOp, loops: list[UOp], trips: list[int], unrolled: frozenset[UOp],
+               vector_loop: bool) -> None:
+        if u.op in FREE:
+            return
+        depth = self.place(u, loops, unrolled)
+        trip = trips[depth]
+        copies = self.copies(u)
+        if u.dtype.is_int and u.op not in (Ops.IDIV, Ops.MOD, Ops.LOAD):  # index math: folded into addressing
+            self.cycles += trip * OP_CYCLES.get(u.op, DEFAULT_OP)
+            return
+        itemsize = max(1, (u.src[1].dtype if u.op is Ops.STORE and len(u.src) > 1 else u.dtype).itemsize)
+        lanes = self.m.lanes(itemsize)
+        per = OP_CYCLES.get(u.op, DEFAULT_OP)
+        vectorizes = u.op not in SCALAR_WHEN_UNROLLED or copies == 1
+        if u.op in (Ops.LOAD, Ops.STORE):
+            idx = u.src[0]
+            lin = idx.src[1] if idx.op is Ops.INDEX and len(idx.src) > 1 else None
+            unr = [r for r in self.deps(u) if _unrolled(r)]
+            vectorizes = lin is not None and (not unr or any(stride(lin, r) == 1 for r in unr))
+            inner = loops[depth - 1] if depth else None
+            if lin is not None and inner is not None and u.op is Ops.LOAD:
+                s = stride(lin, inner)
+                b = buffer_of(idx)
+                big = b is not None and b.arg[1][0] * itemsize > self.m.cache_bytes
+                if big and (s is None or abs(s) * itemsize >= 64):
+                    per += MISS_CYCLES / max(1, min(copies, 64 // itemsize) if vectorizes else 1)
+        auto = vector_loop and depth == len(loops) and depth > 0 and copies == 1
+        if copies > 1 and vectorizes:
+            cost = math.ceil(copies / lanes) * per
+        elif auto and vectorizes:
+            cost = per / lanes
+        else:
+            cost = copies * per
+        self.cycles += trip * cost
+
+    def reduce(self, u: UOp, loops: list[UOp], trips: list[int], unrolled: frozenset[UOp]) -> None:
+        depth = self.place(u, loops, unrolled)
+        own = [r for r in u.src[1:] if r.op is Ops.RANGE]
+        inner_loops = loops[:depth] + [r for r in own if not _unrolled(r)]
+        inner_trips = trips[:depth + 1]
+        for r in inner_loops[depth:]:
+            inner_trips.append(inner_trips[-1] * _bound(r))
+            self.loop_cycles += inner_trips[-1] * LOOP_CYCLES
+        acc = self.copies(u)   # one accumulator per copy of the unrolled ranges around it; its own add up in order
+        vectors = math.ceil(acc / self.m.lanes(max(1, u.dtype.itemsize)))
+        chain = math.prod(_bound(r) for r in own if _unrolled(r))
+        # a strict-FP reduction loop is not vectorized by LLVM: its body runs one element per iteration
+        self.visit(u.src[0], inner_loops, inner_trips, unrolled | {r for r in own if _unrolled(r)},
+                   vector_loop=False)
+        # the accumulating adds: one per accumulator vector and own unrolled copy, but each accumulator's adds
+        # form a dependency chain, so few accumulators wait on the add latency
+        self.cycles += inner_trips[-1] * max(vectors * chain * 0.5, chain * ADD_LATENCY)
+        if vectors > self.m.vector_regs - 4:   # accumulators live in memory: a reload and a spill each
+            self.spills = True
+            self.cycles += inner_trips[-1] * vectors * SPILL_CYCLES
+
+
+def estimate(kernel: UOp, m: CPUMachine | None = None) -> KernelEstimate:
+    """Estimate a kernel AST (SINK of END-wrapped STOREs over bound ranges)."""
+    m = m or CPUMachine.host()
+    w = _Walk(m)
+    est = KernelEstimate()
+    nbytes = 0
+    for item in kernel.src if kernel.op is Ops.SINK else (kernel,):
+        ranges: list[UOp] = []
+        st = item
+        while st.op is Ops.END:
+            ranges += [r for r in st.src[1:] if r.op is Ops.RANGE]
+            st = st.src[0]
+        loops = [r for r in ranges if not _unrolled(r)]
+        before = w.cycles + w.loop_cycles
+        w.item(st, loops, [r for r in ranges if _unrolled(r)])
+        work = math.prod(_bound(r) for r in ranges)
+        par = min(m.cores, _bound(loops[0])) if loops and work >= AUTO_PARALLEL_MIN_WORK else 1
+        est.parallel = max(est.parallel, par)
+        est.compute_s += (w.cycles + w.loop_cycles - before) / (m.ghz * 1e9 * par)
+    for u in kernel.toposort():
+        if u.op is Ops.BUFFER:
+            nbytes += u.arg[1][0] * u.dtype.itemsize
+    est.cycles, est.bytes, est.spills = w.cycles + w.loop_cycles, nbytes, w.spills
+    est.memory_s = nbytes / (m.mem_gbps * 1e9)
+    est.overhead_s = m.launch_us * 1e-6
+    est.seconds = max(est.compute_s, est.memory_s) + est.overhead_s
+    if w.spills:
+        est.notes.append("more accumulators than vector registers: spills")
+    return est

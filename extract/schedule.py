@@ -1,0 +1,189 @@
+"""Choosing each kernel's schedule among the loop nests the OptOps rules put in the e-graph.
+
+The DAG extractor picks every e-class's node by a per-node cost, which cannot
+tell a vectorized loop nest from a scalar one. So after it ran, the classes
+that hold several binders (END or REDUCE nodes: one per schedule, see
+rules/optops.py) are decided per kernel: every combination of their
+alternatives (or, when there are too many, one class at a time, keeping the
+others at their best so far) is decoded to a kernel, its split ranges bound,
+and estimated by the loop-nest roofline (extract/loop_cost.py). The cheapest
+wins; the rest are kept, ranked, for the report and for tuning.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from egraph_compiler.extract.extractor import Extraction
+from egraph_compiler.extract.loop_cost import CPUMachine, KernelEstimate, estimate
+from egraph_compiler.extract.view import EGraphView, ENode
+
+from egraph_compiler.ops import Ops
+from egraph_compiler.split_ranges import bind_split_ranges
+from egraph_compiler.uop import UOp
+
+BINDERS = ("END", "REDUCE")
+MAX_COMBINATIONS = 96
+
+
+@dataclass
+class Candidate:
+    choice: dict[int, ENode]          # schedule class -> its binder node
+    kernel: UOp                       # decoded, split ranges bound
+    estimate: KernelEstimate
+
+    def describe(self) -> str:
+        return describe_schedule(self.kernel)
+
+
+@dataclass
+class KernelSchedule:
+    sink_class: int
+    ranked: list[Candidate] = field(default_factory=list)   # best first
+
+    @property
+    def best(self) -> Candidate:
+        return self.ranked[0]
+
+
+def describe_schedule(kernel: UOp) -> str:
+    """The loop nest in words: each binder's ranges as bound + AxisType letter, outermost first (another
+    kernel behind an AFTER is not part of this one)."""
+    parts: list[str] = []
+    seen: set[UOp] = set()
+
+    def walk(u: UOp) -> None:
+        if u in seen:
+            return
+        seen.add(u)
+        if u.op in (Ops.END, Ops.REDUCE):
+            rs = [f"{r.src[0].arg}{r.arg[1].value}" for r in u.src[1:] if r.op is Ops.RANGE]
+            parts.append(("red[" if u.op is Ops.REDUCE else "[") + " ".join(rs) + "]")
+        for x in u.src[:1] if u.op is Ops.AFTER else u.src:
+            walk(x)
+
+    walk(kernel)
+    return " ".join(parts)
+
+
+def schedule_classes(view: EGraphView, ex: Extraction, sink: int) -> list[int]:
+    """Classes with several binders reachable from a kernel's SINK class, not crossing into other kernels."""
+    out: list[int] = []
+    seen: set[int] = set()
+    stack = [sink]
+    while stack:
+        c = stack.pop()
+        if c in seen or c not in ex.best:
+            continue
+        seen.add(c)
+        binders = [n for n in view.nodes.get(c, []) if n.fn in BINDERS]
+        nodes = binders if len(binders) > 1 else [ex.node(c)]
+        if len(binders) > 1:
+            out.append(c)
+        for n in nodes:
+            stack.extend(_children_in_kernel(view, ex, n))
+    return sorted(out)
+
+
+def _children_in_kernel(view: EGraphView, ex: Extraction, n: ENode) -> list[int]:
+    """n's children, except that AFTER(buffer, kernel) leads only to the buffer: the kernel is another one."""
+    kids = view.children(n)
+    if n.fn != "AFTER":
+        return kids
+    first = ex.node(kids[0])
+    return [first.args[0].id] if first.fn == "UCons" else []
+
+
+def kernel_sinks(view: EGraphView, ex: Extraction, roots: list[int]) -> list[int]:
+    """Every kernel's SINK class under the extracted roots, sub-kernels (through AFTER) included."""
+    out: list[int] = []
+    seen: set[int] = set()
+    stack = list(roots)
+    while stack:
+        c = stack.pop()
+        if c in seen or c not in ex.best:
+            continue
+        seen.add(c)
+        n = ex.node(c)
+        if n.fn == "SINK":
+            out.append(c)
+        stack.extend(view.children(n))
+    return sorted(out)
+
+
+def choose_schedules(view: EGraphView, ex: Extraction, sinks: list[int],
+                     decode: Callable[[int, Callable[[int], ENode]], UOp],
+                     machine: CPUMachine | None = None) -> dict[int, KernelSchedule]:
+    """For every kernel SINK class: candidate schedules ranked by estimated time (best first)."""
+    machine = machine or CPUMachine.host()
+    return {sink: _rank(view, ex, sink, decode, machine) for sink in sinks}
+
+
+def _rank(view: EGraphView, ex: Extraction, sink: int, decode: Callable[[int, Callable[[int], ENode]], UOp],
+          machine: CPUMachine) -> KernelSchedule:
+    classes = [c for c in schedule_classes(view, ex, sink) if all(
+        math.isfinite(ex.cost(k)) for n in view.nodes[c] if n.fn in BINDERS for k in view.children(n))]
+    alts = {c: [n for n in view.nodes[c] if n.fn in BINDERS] for c in classes}
+
+    def evaluate(choice: dict[int, ENode]) -> Candidate | None:
+        try:
+            kernel = bind_split_ranges(decode(sink, lambda c: choice.get(c) or ex.node(c)))
+        except (KeyError, ValueError):  # an alternative with an unextractable part is not a program
+            return None
+        return Candidate(dict(choice), kernel, estimate(kernel, machine))
+
+    found: list[Candidate] = []
+    if math.prod(len(a) for a in alts.values()) <= MAX_COMBINATIONS:
+        for pick in itertools.product(*alts.values()):
+            if (cand := evaluate(dict(zip(alts, pick)))) is not None:
+                found.append(cand)
+    else:  # coordinate descent: one class at a time, the others at their best so far
+        current = {c: ex.node(c) for c in alts}
+        for c, nodes in alts.items():
+            tried = [cand for n in nodes if (cand := evaluate({**current, c: n})) is not None]
+            found += tried
+            if tried:
+                current = dict(min(tried, key=lambda x: x.estimate.seconds).choice)
+    if not found:
+        found = [c for c in [evaluate({})] if c is not None]
+    unique: dict[UOp, Candidate] = {}
+    for cand in sorted(found, key=lambda x: x.estimate.seconds):
+        unique.setdefault(cand.kernel, cand)
+    return KernelSchedule(sink, list(unique.values()))
+
+
+def schedule_report(ks: KernelSchedule, chosen: dict[int, ENode]) -> dict[str, object]:
+    """One kernel's schedule decision for the report: the chosen loop nest, its estimate, the best rejected."""
+    pick = next((c for c in ks.ranked if all(chosen.get(k) is n for k, n in c.choice.items())), ks.best)
+    return {"candidates": len(ks.ranked), "chosen": pick.describe(), "estimate": pick.estimate.to_dict(),
+            "rejected": [{"schedule": c.describe(), "estimate": c.estimate.to_dict()}
+                         for c in ks.ranked if c is not pick][:5]}
+
+
+def _estimate_cell(est: dict[str, Any]) -> dict[str, Any]:
+    keep = ("seconds", "compute_s", "memory_s", "overhead_s", "bytes", "parallel", "spills")
+    return {k: est[k] for k in keep if k in est}
+
+
+def kernel_entry(kernel: Any, schedules: list[dict[str, Any]]) -> dict[str, Any]:
+    """A program kernel for the report: its schedule, cost breakdown and best rejected schedules (matched to
+    the schedule decisions by loop nest)."""
+    entry: dict[str, Any] = {"name": kernel.name, "reads": list(kernel.reads), "writes": list(kernel.writes)}
+    nest = describe_schedule(kernel.ast)
+    for s in schedules:
+        if s["chosen"] == nest:
+            entry["schedule"] = nest
+            entry["cost"] = _estimate_cell(s["estimate"])
+            entry["alternatives"] = [{"description": r["schedule"], "cost": _estimate_cell(r["estimate"])}
+                                     for r in s["rejected"]]
+            break
+    return entry
+
+
+__all__ = ["Candidate", "KernelSchedule", "choose_schedules", "describe_schedule", "kernel_entry", "kernel_sinks",
+           "schedule_classes",
+           "schedule_report"]

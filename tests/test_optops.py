@@ -1,0 +1,222 @@
+"""OptOps as e-graph rules: the split identity is proved, every schedule the e-graph offers computes the same
+result (reference interpreter and LLVM, against numpy), every extracted program binds its ranges, and the
+loop-nest cost model ranks known-good schedules above known-bad ones."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+import z3
+from egraph_compiler.extract.loop_cost import CPUMachine, estimate
+from egraph_compiler.rules.optops import OPTOPS, SPLIT_FACTORS
+from helpers import rand_array
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_llvm_backend import buf, kernel, load, reduce, rng, store
+
+from egraph_compiler import AxisType, Ops, Tensor, UOp, optimize
+from egraph_compiler.program import Program
+
+MACHINE = CPUMachine(cores=2, simd_bytes=32, vector_regs=16)   # fixed, so rankings don't depend on the host
+
+
+# ---- soundness of the split ------------------------------------------------------------------------------
+
+def test_split_identity_is_a_bijection() -> None:
+    """r == outer*f + inner maps [0, n/f) x [0, f) onto [0, n) one to one, with outer == r//f and inner == r%f
+    (floor division, as the spec defines it): what every split rule unions."""
+    n, f, o, i, r = z3.Ints("n f o i r")
+    s = z3.Solver()
+    pre = z3.And(f > 0, n > 0, n % f == 0)
+    in_parts = z3.And(o >= 0, o < n / f, i >= 0, i < f)
+    s.add(pre, z3.Not(z3.Implies(in_parts, z3.And(o * f + i >= 0, o * f + i < n,
+                                                  (o * f + i) / f == o, (o * f + i) % f == i))))
+    assert s.check() == z3.unsat
+    s = z3.Solver()  # onto: every r in [0, n) has parts in range
+    s.add(pre, r >= 0, r < n, z3.Not(z3.And(r / f >= 0, r / f < n / f, r % f >= 0, r % f < f)))
+    assert s.check() == z3.unsat
+
+
+def test_every_split_rule_is_named_and_categorized() -> None:
+    names = [r.name for r in OPTOPS.rules]
+    assert len(names) == len(set(names)) and all(r.category == "optops" for r in OPTOPS.rules)
+    assert any("upcast" in n for n in names) and any("unroll" in n for n in names)
+    assert SPLIT_FACTORS["llvm"]
+
+
+# ---- every schedule is the same program ------------------------------------------------------------------
+
+def bound_ranges_ok(ast: UOp) -> list[str]:
+    """Independent well-formedness check: every RANGE a value uses is bound by an END around its store or by a
+    REDUCE around it."""
+    problems: list[str] = []
+
+    def walk(u: UOp, bound: frozenset[UOp], seen: set[tuple[UOp, frozenset[UOp]]]) -> None:
+        if (u, bound) in seen:
+            return
+        seen.add((u, bound))
+        if u.op is Ops.RANGE:
+            if u not in bound:
+                problems.append(f"range {u.arg[0]} is used but not bound")
+            return
+        if u.op is Ops.AFTER:
+            walk(u.src[0], bound, seen)
+            return
+        if u.op in (Ops.END, Ops.REDUCE):
+            inner = bound | {r for r in u.src[1:] if r.op is Ops.RANGE}
+            walk(u.src[0], inner, seen)
+            return
+        for s in u.src:
+            walk(s, bound, seen)
+
+    walk(ast, frozenset(), set())
+    return problems
+
+
+def candidates(t: Tensor) -> list[tuple[str, Program]]:
+    alts: list[tuple[str, Program]] = []
+    optimize(t, target="llvm", alternatives=alts)
+    return alts
+
+
+def _np_softmax(z: np.ndarray) -> np.ndarray:
+    e = np.exp(z - z.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+PROGRAMS: dict[str, tuple[Any, dict[str, tuple[int, ...]], Any]] = {
+    "gemm": (lambda a, b: a @ b, {"a": (16, 24), "b": (24, 32)}, lambda a, b: a @ b),
+    "gemm_bias_relu": (lambda a, b, c: (a @ b + c).relu(), {"a": (8, 16), "b": (16, 16), "c": (16,)},
+                       lambda a, b, c: np.maximum(a @ b + c, 0)),
+    "row_sum": (lambda a: a.sum(1), {"a": (32, 64)}, lambda a: a.sum(1)),
+    "softmax": (lambda a: a.softmax(-1), {"a": (8, 32)}, _np_softmax),
+    "elementwise": (lambda a, b: a * b + a, {"a": (4, 64), "b": (4, 64)}, lambda a, b: a * b + a),
+    # the same canonical reduce range is bound by several REDUCEs (h @ w2 inlined three times), split in some and
+    # not in others: each scope must define its own ranges
+    "mlp_softmax_sum": (lambda x, w1, w2: ((x @ w1).relu() @ w2).softmax().sum(0),
+                        {"x": (4, 6), "w1": (6, 8), "w2": (8, 3)},
+                        lambda x, w1, w2: _np_softmax(np.maximum(x @ w1, 0) @ w2).sum(0)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_every_schedule_matches_numpy(name: str) -> None:
+    build, shapes, ref = PROGRAMS[name]
+    ts = [Tensor.empty(s, dtype="float32", name=n) for n, s in shapes.items()]
+    alts = candidates(build(*ts))
+    assert len(alts) > 1, "the OptOps rules offered no alternative schedule"
+    inputs = {n: rand_array(s, seed=i, lo=-2, hi=2) for i, (n, s) in enumerate(shapes.items())}
+    want = ref(*inputs.values())
+    for desc, prog in alts:
+        for k in prog.kernels:
+            assert not bound_ranges_ok(k.ast), (desc, bound_ranges_ok(k.ast))
+        np.testing.assert_allclose(prog(**inputs), want, rtol=1e-4, atol=1e-4, err_msg=desc)
+        prog.backend = __import__("egraph_compiler.backends", fromlist=["get_backend"]).get_backend("reference")
+        prog._compiled = None
+        np.testing.assert_allclose(prog(**inputs), want, rtol=1e-4, atol=1e-4, err_msg=f"reference: {desc}")
+
+
+@st.composite
+def random_program(draw: st.DrawFn) -> tuple[Any, tuple[int, int], str]:
+    m = draw(st.sampled_from([4, 8, 12, 16]))
+    n = draw(st.sampled_from([4, 8, 16, 20]))
+    kind = draw(st.sampled_from(["ew", "sum0", "sum1", "max1", "matvec", "bcast"]))
+    return kind, (m, n), draw(st.sampled_from(["relu", "exp", "none"]))
+
+
+def _numpy_and_tensor(kind: str, a: Any, b: Any) -> Any:
+    return {"ew": lambda: a * b - a, "sum0": lambda: a.sum(0), "sum1": lambda: a.sum(1), "max1": lambda: a.max(1),
+            "matvec": lambda: (a * b).sum(1), "bcast": lambda: a + b[:1]}[kind]()
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(random_program())
+def test_random_kernels_every_schedule_is_well_formed_and_equal(case: tuple[str, tuple[int, int], str]) -> None:
+    kind, shape, post = case
+    a, b = Tensor.empty(shape, dtype="float32", name="a"), Tensor.empty(shape, dtype="float32", name="b")
+    x, y = rand_array(shape, seed=1, lo=-2, hi=2), rand_array(shape, seed=2, lo=-2, hi=2)
+    t = _numpy_and_tensor(kind, a, b)
+    want = _numpy_and_tensor(kind, x, y)
+    if post == "relu":
+        t, want = t.relu(), np.maximum(want, 0)
+    elif post == "exp":
+        t, want = t.exp(), np.exp(want)
+    alts: list[tuple[str, Program]] = []
+    prog = optimize(t, target="llvm", alternatives=alts)
+    for desc, p in [("chosen", prog), *alts]:
+        for k in p.kernels:
+            assert not bound_ranges_ok(k.ast), (desc, bound_ranges_ok(k.ast))
+        inputs = {k: v for k, v in {"a": x, "b": y}.items() if k in p.inputs}
+        np.testing.assert_allclose(p(**inputs), want, rtol=1e-4, atol=1e-4, err_msg=desc)
+
+
+def test_report_explains_the_schedule_choice() -> None:
+    a, b = Tensor.empty((64, 64), dtype="float32", name="a"), Tensor.empty((64, 64), dtype="float32", name="b")
+    prog = optimize(a @ b, target="llvm")
+    (sched,) = prog.report.extra["schedules"]
+    assert sched["candidates"] > 1 and sched["rejected"]
+    assert sched["estimate"]["seconds"] <= min(r["estimate"]["seconds"] for r in sched["rejected"])
+    assert "u" in sched["chosen"], f"GEMM should be upcast: {sched}"
+    assert {"compute_s", "memory_s", "overhead_s", "bytes"} <= set(sched["estimate"])
+
+
+# ---- the cost model's ranking ----------------------------------------------------------------------------
+
+def _gemm(n: int, up_i: int, up_j: int) -> UOp:
+    a, b, c = buf("A", n * n), buf("B", n * n), buf("C", n * n)
+    k = rng(n, "k", AxisType.REDUCE)
+    io, jo = rng(n // up_i, "io"), rng(n // up_j, "jo")
+    ii = rng(up_i, "ii", AxisType.UPCAST) if up_i > 1 else None
+    ji = rng(up_j, "ji", AxisType.UPCAST) if up_j > 1 else None
+    i = io * up_i + ii if ii is not None else io
+    j = jo * up_j + ji if ji is not None else jo
+    loops = tuple(r for r in (io, ii, jo, ji) if r is not None)
+    return kernel((store(c, i * n + j, reduce(load(a, i * n + k) * load(b, k * n + j), k)), loops))
+
+
+def test_cost_model_prefers_a_register_tiled_gemm() -> None:
+    plain, tiled = estimate(_gemm(1024, 1, 1), MACHINE), estimate(_gemm(1024, 4, 16), MACHINE)
+    assert tiled.seconds < plain.seconds / 4, (tiled, plain)
+    spilling = estimate(_gemm(1024, 16, 64), MACHINE)   # 128 vector accumulators: far more than 16 registers
+    assert spilling.spills and spilling.seconds > tiled.seconds
+
+
+def _row_reduce_then_scale(n: int, m: int, upcast_rows: int) -> UOp:
+    """out[i, j] = x[i, j] / sum_k x[i, k]: the row sum must stay hoisted out of the j loop."""
+    x, out = buf("X", n * m), buf("O", n * m)
+    k = rng(m, "k", AxisType.REDUCE)
+    io = rng(n // upcast_rows, "io")
+    ii = rng(upcast_rows, "ii", AxisType.UPCAST) if upcast_rows > 1 else None
+    i = io * upcast_rows + ii if ii is not None else io
+    j = rng(m, "j")
+    total = reduce(load(x, i * m + k), k)
+    loops = (io, ii, j) if ii is not None else (io, j)
+    return kernel((store(out, i * m + j, load(x, i * m + j) / total), loops))
+
+
+def test_cost_model_ranks_a_hoisted_reduction_above_a_recomputed_one() -> None:
+    """Upcasting the rows moves the reduction into the innermost loop (the backend expands upcasts innermost),
+    so it is recomputed for every column: the model must see that."""
+    good, bad = estimate(_row_reduce_then_scale(256, 512, 1), MACHINE), estimate(_row_reduce_then_scale(256, 512, 8),
+                                                                                  MACHINE)
+    assert good.seconds * 10 < bad.seconds, (good, bad)
+
+
+def test_tune_times_the_top_candidates_and_caches_the_decision(tmp_path: Any, monkeypatch: Any) -> None:
+    monkeypatch.setenv("EGC_CACHE_DIR", str(tmp_path))
+    a, b = Tensor.empty((32, 48), dtype="float32", name="a"), Tensor.empty((48, 32), dtype="float32", name="b")
+    x, y = rand_array((32, 48), seed=3, lo=-2, hi=2), rand_array((48, 32), seed=4, lo=-2, hi=2)
+    first = optimize(a @ b, target="llvm", tune=True)
+    (log,) = first.report.extra["tuning"]
+    assert not log["cached"] and 1 < len(log["timings"]) <= 4
+    fastest = min(log["timings"], key=lambda t: t["seconds"])
+    assert log["chosen"] == fastest["schedule"] == first.report.extra["schedules"][0]["chosen"]
+    np.testing.assert_allclose(first(a=x, b=y), x @ y, rtol=1e-4, atol=1e-4)
+    assert (tmp_path / "schedules.json").is_file()
+    again = optimize(a @ b, target="llvm", tune=True)
+    (log2,) = again.report.extra["tuning"]
+    assert log2["cached"] and log2["chosen"] == log["chosen"] and "timings" not in log2
+    untuned = optimize(a @ b, target="llvm")
+    assert "tuning" not in untuned.report.extra
