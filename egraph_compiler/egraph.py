@@ -70,6 +70,8 @@ class Stage:
     analyses: tuple[str, ...] = ()
     max_steps: int | None = None   # a terminating ruleset may run longer than limits.iter_limit
     growth_check: bool = True      # False for a terminating ruleset that must finish (limits.step_growth)
+    after_limit_steps: int = 0     # steps it still gets when a limit ended saturation: no analyses, and ...
+    after_limit_rulesets: tuple[str, ...] = ()   # ... only these rulesets (default: its own)
 
 
 _DECL = re.compile(r"\((?:constructor|datatype)\s+([^\s()]+)")
@@ -180,6 +182,23 @@ class EGraphSession:
                 matches[k] = matches.get(k, 0) + v
         return rep.updated, rep.can_stop
 
+    def _steps_after_limit(self, stage: Stage, main_cmd: str, report: Report,
+                           progress: Callable[[IterationStats], None] | None) -> None:
+        """A few steps of cheap rules, no analyses: the e-graph is already at its budget."""
+        for _ in range(stage.after_limit_steps):
+            t0 = time.perf_counter()
+            matches: dict[str, int] = {}
+            updated, _ = self._run_counted(main_cmd, matches)
+            nodes = self.size()
+            stats = IterationStats(len(report.iterations), stage.name, nodes, None, time.perf_counter() - t0, matches)
+            report.iterations.append(stats)
+            if progress is not None:
+                progress(stats)
+            if not updated:
+                break
+        report.notes.append(f"stage {stage.name!r} ran {stage.after_limit_rulesets or stage.rulesets} only, "
+                            "without analyses, after the limit")
+
     def saturate(self, stages: Sequence[Stage], limits: Limits, report: Report,
                  progress: Callable[[IterationStats], None] | None = None, count_classes: int = 20_000,
                  watch: Sequence[str] = ()) -> str:
@@ -196,6 +215,7 @@ class EGraphSession:
                 report.rule_ruleset[r.name] = rs.name
         start = time.perf_counter()
         reason = "saturated"
+        cut = False   # a node, time or growth limit ends saturation, but for a stage's after_limit_steps
 
         def over_limit(stage: Stage, step_start: int) -> str | None:
             nodes = self.size()
@@ -215,6 +235,11 @@ class EGraphSession:
             analysis_cmd = (f"(run-schedule (repeat {ANALYSIS_CHUNK} (run-with {sched}_an "
                             f"{self._ruleset_for(stage.analyses)})))" if stage.analyses else "")
             main_cmd = f"(run-schedule (run-with {sched} {main}))"
+            if cut:
+                if stage.after_limit_steps:
+                    only = self._ruleset_for(stage.after_limit_rulesets or stage.rulesets)
+                    self._steps_after_limit(stage, f"(run-schedule (run-with {sched} {only}))", report, progress)
+                continue
             stage_reason: str | None = None
             best: tuple[int, ...] | None = None
             stale = steps = 0
@@ -260,8 +285,7 @@ class EGraphSession:
                        else f"it reached its {stage_reason.replace('_', ' ')}")
                 report.notes.append(f"stage {stage.name!r} stopped because {why}; the result is the best program "
                                     "found so far")
-                if stage_reason in ("node_limit", "time_limit", "growth_limit"):
-                    break
+                cut = stage_reason in ("node_limit", "time_limit", "growth_limit")
         report.add_phase("saturate", time.perf_counter() - start)
         report.stop_reason = reason
         return reason

@@ -35,13 +35,18 @@ from egraph_compiler.pipeline import shared_session, uop_cost
 from egraph_compiler.program import BufferSpec, Kernel, Program, buffer_of
 from egraph_compiler.report import IterationStats, Report
 from egraph_compiler.rules import intervals, linear, optops, rangeify, symbolic
+from egraph_compiler.rules.optops import MAX_POSITION
+from egraph_compiler.late_simplify import LateSimplifier
 from egraph_compiler.split_ranges import bind_split_ranges
 from egraph_compiler.tuning import tune_schedules
 from egraph_compiler.uop import UOp, pretty, toposort
 
 RANGEIFY_STAGE = Stage("rangeify", rulesets=("rangeify",), max_steps=500, growth_check=False)
-KERNEL_STAGE = Stage("kernel", rulesets=("symbolic", "optops"), analyses=("analysis", "linear"))
-STAGES = (RANGEIFY_STAGE, KERNEL_STAGE)
+KERNEL_STAGE = Stage("kernel", rulesets=("symbolic",), analyses=("analysis", "linear"))
+# schedules are split after the index math settled: splitting first multiplies the terms the symbolic rules work on
+SCHEDULE_STAGE = Stage("schedule", rulesets=("symbolic", "optops"), analyses=("analysis", "linear"),
+                       after_limit_steps=MAX_POSITION + 2, after_limit_rulesets=("optops",))
+STAGES = (RANGEIFY_STAGE, KERNEL_STAGE, SCHEDULE_STAGE)
 KERNEL_LIMITS = {"node_limit": 30_000, "iter_limit": 10, "time_limit": 10.0, "analysis_steps": 8}
 TENSOR_ONLY = (Ops.STACK, Ops.INDEX, Ops.TUPLE, Ops.GETTUPLE, Ops.PARAM)
 
@@ -251,12 +256,14 @@ def _build(roots: list[UOp], names: list[str], target: str, backend: Any, tune: 
         raise UnsupportedOp(at=missing[0].op.name, why="rangeify did not reach a complete kernel for this output "
                             f"(stop reason: {report.stop_reason})",
                             suggestion="raise iter_limit/node_limit/time_limit, or report the graph as a bug")
+    # a limit may have left index math the rules simplify when it is alone: finish it per expression
+    late: Callable[[UOp], UOp] = LateSimplifier() if report.limit_hit else (lambda a: a)
     schedules = choose_schedules(view, ex, kernel_sinks(view, ex, list(root_classes.values())),
-                                 lambda c, choose: Decoder(view, choose, reg, rkey=_range_key).decode(c))
+                                 lambda c, choose: late(Decoder(view, choose, reg, rkey=_range_key).decode(c)))
 
     def assemble(choice: dict[int, ENode]) -> Program:
         dec = Decoder(view, lambda c: choice.get(c) or ex.node(c), reg, rkey=_range_key)
-        prog = _split_kernels([dec.decode(root_classes[r]) for r in roots], out_names, facts.buffers, roots)
+        prog = _split_kernels([late(dec.decode(root_classes[r])) for r in roots], out_names, facts.buffers, roots)
         prog.backend, prog.target = backend, target
         return prog
 

@@ -40,11 +40,13 @@ FREE = (Ops.CONST, Ops.RANGE, Ops.DEFINE_VAR, Ops.BUFFER, Ops.INDEX, Ops.AFTER, 
 DEFAULT_OP = 1.0
 # math calls: LLVM's loop vectorizer widens them, but unrolled copies stay one scalar call each
 SCALAR_WHEN_UNROLLED = (Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIP)
+GATE_CYCLES = 2.0          # the branch (or select) around a gated load
 MISS_CYCLES = 8.0          # a load that leaves the cache line every access and whose buffer is out of cache
 ADD_LATENCY = 4.0          # cycles before a dependent add can start
-SPILL_CYCLES = 2.0         # reload + spill of one accumulator vector per iteration
+SPILL_CYCLES = 4.0         # reload + spill of one accumulator vector per iteration
 LOOP_CYCLES = 1.0          # increment, compare, branch
 AUTO_PARALLEL_MIN_WORK = 1 << 16
+MAX_UNROLLED = 512         # product of a kernel's UPCAST/UNROLL bounds
 
 
 @dataclass(frozen=True)
@@ -55,7 +57,8 @@ class CPUMachine:
     simd_bytes: int = 32           # AVX2: 32, AVX-512: 64
     vector_regs: int = 16
     ghz: float = 3.0
-    mem_gbps: float = 12.0         # DRAM bandwidth for streaming (overridable: EGC_MEM_GBPS)
+    mem_gbps: float = 12.0         # DRAM streaming bandwidth of one core (overridable: EGC_MEM_GBPS)
+    mem_gbps_all: float = 20.0     # ... of all cores together (EGC_MEM_GBPS_ALL)
     cache_bytes: int = 1 << 20     # per-core cache a tile must fit in
     launch_us: float = 5.0         # thread-pool hand-off and call overhead per kernel
 
@@ -69,7 +72,8 @@ class CPUMachine:
         avx512 = bool(feats.get("avx512f", False))
         simd = 64 if avx512 else 32 if feats.get("avx2", False) or feats.get("avx", False) else 16
         return CPUMachine(cores=os.cpu_count() or 1, simd_bytes=simd, vector_regs=32 if avx512 else 16,
-                          mem_gbps=float(os.environ.get("EGC_MEM_GBPS", CPUMachine.mem_gbps)))
+                          mem_gbps=float(os.environ.get("EGC_MEM_GBPS", CPUMachine.mem_gbps)),
+                          mem_gbps_all=float(os.environ.get("EGC_MEM_GBPS_ALL", CPUMachine.mem_gbps_all)))
 
     def lanes(self, itemsize: int) -> int:
         return max(1, self.simd_bytes // max(1, itemsize))
@@ -124,6 +128,7 @@ class _Walk:
         self.cycles = 0.0
         self.loop_cycles = 0.0
         self.spills = False
+        self.group_parallel = 1
         self.ranges: dict[UOp, frozenset[UOp]] = {}
 
     def deps(self, u: UOp) -> frozenset[UOp]:
@@ -197,7 +202,10 @@ class _Walk:
             idx = u.src[0]
             lin = idx.src[1] if idx.op is Ops.INDEX and len(idx.src) > 1 else None
             unr = [r for r in self.deps(u) if _unrolled(r)]
-            vectorizes = lin is not None and (not unr or any(stride(lin, r) == 1 for r in unr))
+            gated = u.op is Ops.LOAD and len(u.src) == 3
+            vectorizes = lin is not None and not gated and (not unr or any(stride(lin, r) == 1 for r in unr))
+            if gated:  # a branch around every copy: neither vectorized nor cheap
+                per += GATE_CYCLES
             inner = loops[depth - 1] if depth else None
             if lin is not None and inner is not None and u.op is Ops.LOAD:
                 s = stride(lin, inner)
@@ -225,15 +233,22 @@ class _Walk:
         acc = self.copies(u)   # one accumulator per copy of the unrolled ranges around it; its own add up in order
         vectors = math.ceil(acc / self.m.lanes(max(1, u.dtype.itemsize)))
         chain = math.prod(_bound(r) for r in own if _unrolled(r))
+        before = self.cycles + self.loop_cycles
         # a strict-FP reduction loop is not vectorized by LLVM: its body runs one element per iteration
         self.visit(u.src[0], inner_loops, inner_trips, unrolled | {r for r in own if _unrolled(r)},
                    vector_loop=False)
         # the accumulating adds: one per accumulator vector and own unrolled copy, but each accumulator's adds
         # form a dependency chain, so few accumulators wait on the add latency
         self.cycles += inner_trips[-1] * max(vectors * chain * 0.5, chain * ADD_LATENCY)
-        if vectors > self.m.vector_regs - 4:   # accumulators live in memory: a reload and a spill each
+        if vectors > self.m.vector_regs // 2:   # with operands needing the other half: accumulators spill
             self.spills = True
             self.cycles += inner_trips[-1] * vectors * SPILL_CYCLES
+        group = math.prod(_bound(r) for r in own if r.arg[1] is AxisType.GROUP_REDUCE)
+        if group > 1:  # slices on separate cores: the work inside runs that much faster, plus a hand-off
+            par = min(self.m.cores, group)
+            self.group_parallel = max(self.group_parallel, par)
+            self.cycles -= (self.cycles + self.loop_cycles - before) * (1 - 1 / par)
+            self.cycles += self.m.launch_us * 1e-6 * self.m.ghz * 1e9
 
 
 def estimate(kernel: UOp, m: CPUMachine | None = None) -> KernelEstimate:
@@ -259,9 +274,14 @@ def estimate(kernel: UOp, m: CPUMachine | None = None) -> KernelEstimate:
         if u.op is Ops.BUFFER:
             nbytes += u.arg[1][0] * u.dtype.itemsize
     est.cycles, est.bytes, est.spills = w.cycles + w.loop_cycles, nbytes, w.spills
-    est.memory_s = nbytes / (m.mem_gbps * 1e9)
+    est.parallel = max(est.parallel, w.group_parallel)
+    est.memory_s = nbytes / ((m.mem_gbps_all if est.parallel > 1 else m.mem_gbps) * 1e9)
     est.overhead_s = m.launch_us * 1e-6
     est.seconds = max(est.compute_s, est.memory_s) + est.overhead_s
+    unrolled = math.prod(_bound(r) for r in {u for u in kernel.toposort() if u.op is Ops.RANGE and _unrolled(u)})
+    if unrolled > MAX_UNROLLED:  # straight-line code this long compiles slowly and thrashes registers and caches
+        est.seconds = math.inf
+        est.notes.append(f"{unrolled} unrolled copies: more than {MAX_UNROLLED}")
     if w.spills:
         est.notes.append("more accumulators than vector registers: spills")
     return est

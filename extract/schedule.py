@@ -148,8 +148,8 @@ def _rank(view: EGraphView, ex: Extraction, sink: int, decode: Callable[[int, Ca
             found += tried
             if tried:
                 current = dict(min(tried, key=lambda x: x.estimate.seconds).choice)
-    if not found:
-        found = [c for c in [evaluate({})] if c is not None]
+    viable = [c for c in found if math.isfinite(c.estimate.seconds)]   # e.g. not unrolled beyond reason
+    found = viable or found or [c for c in [evaluate({})] if c is not None]
     unique: dict[UOp, Candidate] = {}
     for cand in sorted(found, key=lambda x: x.estimate.seconds):
         unique.setdefault(cand.kernel, cand)

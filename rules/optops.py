@@ -21,9 +21,12 @@ Legality is in the guards: the factor divides the bound (no tail loop), and
 
 from __future__ import annotations
 
+import os
+
 from egraph_compiler.rules.dsl import RuleSet, rule
 
 IX = '"index"'
+GROUP_MIN = 1 << 16  # a reduce shorter than this is not worth a thread hand-off
 MAX_POSITION = 4   # ranges after the 4th of one loop nest are not split (kernels here have at most 4-5 axes)
 
 DECLARATIONS = """
@@ -68,13 +71,13 @@ def _split_rule(rs: RuleSet, binder: str, kind: str, inner: str, keyc: str, pos:
              f"{'UPCAST' if inner == 'u' else 'UNROLL'} (r == outer*f + inner, proved in tests/test_optops.py)")
 
 
-def _accumulate_rule(rs: RuleSet, pos: int) -> None:
+def _accumulate_rule(rs: RuleSet, pos: int, key_pattern: str, suffix: str) -> None:
     """A reduce over r becomes a reduce over the UPCAST part of partial reduces over the outer part: f
     independent accumulators instead of one dependency chain (a reassociation: float sums change by rounding)."""
     before = [f"x{i}" for i in range(pos)]
-    rule(rs, f"split-accumulate-{pos}",
+    rule(rs, f"split-accumulate-{pos}{suffix}",
          [f"(= e (REDUCE d op ax (UCons body {_nest(before, '(UCons r rest)')})))",
-          f'(= r (RANGE {IX} key "R" (CONST {IX} (I n))))', "(= key (RKRed t k))",
+          f'(= r (RANGE {IX} key "R" (CONST {IX} (I n))))', f"(= key {key_pattern})",
           '(split-factor "acc" f)', "(< f n)", "(= (% n f) 0)"],
          [f'(let ro (RANGE {IX} (RKSplit key f 0) "R" {ik("(/ n f)")}))',
           f'(let ri (RANGE {IX} (RKSplit key f 1) "u" {ik("f")}))',
@@ -85,13 +88,32 @@ def _accumulate_rule(rs: RuleSet, pos: int) -> None:
          doc="f partial accumulators (UPCAST) over the outer part, combined after the loop")
 
 
+def _group_rule(rs: RuleSet) -> None:
+    """A whole reduce over one big range becomes a GROUP_REDUCE over T contiguous slices (one per core) of
+    partial reduces; the backend combines the partials in slice order (a reassociation, like the above)."""
+    rule(rs, "split-group",
+         ["(= e (REDUCE d op ax (UCons body (UCons r (UNil)))))",
+          f'(= r (RANGE {IX} key "R" (CONST {IX} (I n))))', "(= key (RKRed t k))",
+          '(split-factor "group" g)', f"(>= n {GROUP_MIN})", "(= (% n g) 0)"],
+         ["(let f (/ n g))",
+          f'(let rg (RANGE {IX} (RKSplit key f 0) "G" {ik("g")}))',
+          f'(let ro (RANGE {IX} (RKSplit key f 1) "R" {ik("f")}))',
+          f"(union r (ADD {IX} (MUL {IX} rg {ik('f')}) ro))",
+          "(union e (REDUCE d op ax (UCons (REDUCE d op ax (UCons body (UCons ro (UNil)))) (UCons rg (UNil)))))"],
+         category="optops", check="structural",
+         doc="GROUP_REDUCE: g slices of the reduce run on g cores, partials combined in order")
+
+
 def build() -> RuleSet:
     rs = RuleSet("optops")
     for binder, kind, inner, keyc in SPLITS:
         for pos in range(MAX_POSITION):
             _split_rule(rs, binder, kind, inner, keyc, pos)
     for pos in range(MAX_POSITION):
-        _accumulate_rule(rs, pos)
+        _accumulate_rule(rs, pos, "(RKRed t k)", "")
+    # the slice of a group reduce gets accumulators too
+    _accumulate_rule(rs, 0, "(RKSplit kk ff 1)", "-slice")
+    _group_rule(rs)
     return rs
 
 
@@ -108,4 +130,8 @@ SPLIT_FACTORS: dict[str, dict[str, tuple[int, ...]]] = {
 
 
 def split_facts(target: str) -> list[str]:
-    return [f'(split-factor "{kind}" {f})' for kind, fs in SPLIT_FACTORS.get(target, {}).items() for f in fs]
+    facts = [f'(split-factor "{kind}" {f})' for kind, fs in SPLIT_FACTORS.get(target, {}).items() for f in fs]
+    cores = os.cpu_count() or 1
+    if target == "llvm" and cores > 1:  # GROUP_REDUCE: one slice per core
+        facts.append(f'(split-factor "group" {cores})')
+    return facts
