@@ -30,13 +30,13 @@ from egraph_compiler.extract.extractor import extract
 from egraph_compiler.extract.kernel_cost import KernelCost
 from egraph_compiler.extract.schedule import choose_schedules, kernel_entry, kernel_sinks, schedule_report
 from egraph_compiler.extract.view import ENode
+from egraph_compiler.late_simplify import LateSimplifier
 from egraph_compiler.ops import OP_TABLE, Category, Ops
 from egraph_compiler.pipeline import shared_session, uop_cost
 from egraph_compiler.program import BufferSpec, Kernel, Program, buffer_of
 from egraph_compiler.report import IterationStats, Report
 from egraph_compiler.rules import intervals, linear, optops, rangeify, symbolic
 from egraph_compiler.rules.optops import MAX_POSITION
-from egraph_compiler.late_simplify import LateSimplifier
 from egraph_compiler.split_ranges import bind_split_ranges
 from egraph_compiler.tuning import tune_schedules
 from egraph_compiler.uop import UOp, pretty, toposort
