@@ -15,6 +15,28 @@ slices on a process-wide ThreadPoolExecutor (ctypes drops the GIL while
 native code runs). Items run one after another, so each item sees every
 store of the items before it, as in the reference interpreter.
 
+Group reductions. A REDUCE over exactly one GROUP_REDUCE range g (bound T)
+in an item without loops (a scalar output) and outside every other REDUCE's
+body is computed in parallel. Its j-th such REDUCE (in toposort order) gets
+a partials function
+
+    void @k<i>_g<j>(ptr noalias %b0, ..., i64 %start, i64 %end, ptr noalias %p)
+
+that evaluates the REDUCE's body (nested REDUCEs, unrolled accumulators and
+all) for g in [start, end) and stores each value, in the REDUCE's
+accumulator type (float32 for half/bfloat16, i8 for bool), to %p[g]. The
+item's function then takes the scratch buffer as one more argument,
+
+    void @k<i>(ptr noalias %b0, ..., i64 %start, i64 %end, ptr noalias %p)
+
+and reads the REDUCE as the T partials at %p + offset_j combined with its op
+in order of g, exactly what a sequential REDUCE over g computes, so results
+do not depend on the thread count. The callable allocates the scratch per
+call (`LLVMCompiled.groups` and `.scratch` give the functions, the bounds,
+the offsets and its size), runs each partials function in min(threads, T)
+slices, and then the item. A GROUP_REDUCE range anywhere else is an
+ordinary sequential loop.
+
 Values in registers: bool is i1 (i8 in memory), float16 is `half` (LLVM
 promotes each op to float32 and rounds back, as numpy does), bfloat16 is a
 float32 that always holds a bfloat16-representable value (loaded by a
@@ -61,7 +83,7 @@ import struct
 import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import llvmlite.binding as llvm
@@ -149,6 +171,24 @@ def _np_storage(d: DType) -> np.dtype:
 Cond = tuple[UOp, bool]
 
 
+def _value_nodes(root: UOp) -> list[UOp]:
+    """Nodes under root in topological order, not entering the stores an AFTER waits on (other items)."""
+    out: list[UOp] = []
+    seen: set[UOp] = set()
+    stack: list[tuple[UOp, bool]] = [(root, False)]
+    while stack:
+        u, ready = stack.pop()
+        if ready:
+            out.append(u)
+            continue
+        if u in seen:
+            continue
+        seen.add(u)
+        stack.append((u, True))
+        stack.extend((s, False) for s in reversed(u.src[:1] if u.op is Ops.AFTER else u.src))
+    return out
+
+
 def _free_ranges(order: list[UOp]) -> dict[UOp, frozenset[UOp]]:
     """RANGEs each node depends on (a REDUCE binds its own ranges)."""
     deps: dict[UOp, frozenset[UOp]] = {}
@@ -157,6 +197,8 @@ def _free_ranges(order: list[UOp]) -> dict[UOp, frozenset[UOp]]:
             deps[u] = frozenset({u})
         elif u.op is Ops.REDUCE:
             deps[u] = deps[u.src[0]] - frozenset(u.src[1:])
+        elif u.op is Ops.AFTER:  # the buffer after other stores: their loops are not this value's
+            deps[u] = deps[u.src[0]]
         else:
             deps[u] = frozenset().union(*(deps[s] for s in u.src)) if u.src else frozenset()
     return deps
@@ -244,6 +286,45 @@ def _items(ast: UOp, deps: dict[UOp, frozenset[UOp]], threads: int, auto_paralle
     return out
 
 
+def _group_reduces(item: _Item, deps: dict[UOp, frozenset[UOp]]) -> list[UOp]:
+    """REDUCEs of the item computed as parallel partials: those over exactly one non-empty GROUP_REDUCE range,
+    in an item without loops, not inside any REDUCE's body (their value is one scalar for the whole item).
+
+    A GROUP_REDUCE range anywhere else is an ordinary sequential loop.
+    """
+    if item.loops or item.unrolled:
+        return []
+    nodes = _value_nodes(item.store)
+    inside: set[UOp] = set()
+    stack = [u.src[0] for u in nodes if u.op is Ops.REDUCE]
+    while stack:
+        u = stack.pop()
+        if u not in inside:
+            inside.add(u)
+            stack.extend(u.src[:1] if u.op is Ops.AFTER else u.src)
+    return [u for u in nodes if u.op is Ops.REDUCE and len(u.src) == 2 and u not in inside and not deps[u]
+            and u.src[1].op is Ops.RANGE and u.src[1].arg[1] is AxisType.GROUP_REDUCE and _bound(u.src[1]) > 0]
+
+
+def _part_ty(d: DType) -> str:
+    """LLVM type of one partial result of a group REDUCE in the scratch buffer (its accumulator type)."""
+    return "i8" if d.is_bool else acc_ty(d)
+
+
+def _part_size(d: DType) -> int:
+    return {"i8": 1, "i16": 2, "i32": 4, "i64": 8, "float": 4, "double": 8}[_part_ty(d)]
+
+
+@dataclass
+class _Group:
+    """One group REDUCE of an item: its partials function and its slot in the item's scratch buffer."""
+
+    reduce: UOp
+    fn: str        # name of the partials function
+    bound: int     # T, the trip count of its GROUP_REDUCE range
+    offset: int    # byte offset of its T partials in the scratch buffer
+
+
 def _pick_parallel(st: UOp, loops: list[UOp], threads: int, auto: bool) -> UOp | None:
     if threads < 2 or not loops:
         return None
@@ -298,6 +379,7 @@ class _Fn:
         self.scopes: list[_Scope] = [_Scope("loop", {})]
         self.range_scope: dict[UOp, int] = {}
         self.unroll_pos: dict[UOp, int] = {}
+        self.groups: dict[UOp, _Group] = {}  # group REDUCEs read back from the partials at %p
         self.start_block("entry")
 
     # -- text ---------------------------------------------------------------------------------------
@@ -424,7 +506,7 @@ class _Fn:
             if u.op is Ops.REDUCE and self.kb.deps[u] <= bound:
                 todo.append(u)
                 continue
-            stack.extend(u.src)
+            stack.extend(u.src[:1] if u.op is Ops.AFTER else u.src)  # not into the items an AFTER waits on
         for u in sorted(todo, key=lambda x: self.kb.topo_pos[x]):
             self.emit(u)
 
@@ -463,7 +545,7 @@ class _Fn:
             raise UnsupportedOp(at=f"RANGE {u.arg!r}", why="a range is used outside the loops that bind it",
                                 suggestion="list the range in an END or REDUCE around its use")
         if u.op is Ops.REDUCE:
-            return self.emit_reduce(u)
+            return self.emit_combine(u) if u in self.groups else self.emit_reduce(u)
         if u.op is Ops.LOAD:
             return self.emit_load(u)
         if u.op is Ops.AFTER or OP_TABLE[u.op].category.name == "MARKER":
@@ -634,6 +716,42 @@ class _Fn:
         for close in reversed(closers):
             close()
         return Val(outer, tuple(self.kb.alu.from_acc(self, self.ins(f"load {at_ty}, ptr {a}"), u.dtype) for a in accs))
+
+    # -- group reduce -------------------------------------------------------------------------------
+    def part_ptr(self, base: str, d: DType, g: str) -> str:
+        return self.ins(f"getelementptr inbounds {_part_ty(d)}, ptr {base}, i64 {g}")
+
+    def emit_partials(self, u: UOp) -> None:
+        """The body of a group REDUCE for g in [%start, %end), each value stored (as its accumulator) to %p[g]."""
+        body, g = u.src[0], u.src[1]
+        self.hoist(body)
+        close = self.loop(g, "%start", "%end")
+        v = self.emit(body)
+        assert not v.axes, "a group REDUCE's body depends on no unrolled range"
+        x = self.kb.alu.to_acc(self, v.names[0], u.dtype)
+        if u.dtype.is_bool:
+            x = self.ins(f"zext i1 {x} to i8")
+        self.put(f"store {_part_ty(u.dtype)} {x}, ptr {self.part_ptr('%p', u.dtype, self.lookup(g).names[0])}")
+        close()
+        self.put("ret void")
+
+    def emit_combine(self, u: UOp) -> Val:
+        """A group REDUCE's value: its T partials combined with its op in order of g (as a sequential REDUCE)."""
+        grp, op, d = self.groups[u], u.arg[0], u.dtype
+        at_ty = acc_ty(d)
+        base = self.ins(f"getelementptr inbounds i8, ptr %p, i64 {grp.offset}") if grp.offset else "%p"
+        a = self.tmp()
+        self.allocas.append(f"  {a} = alloca {at_ty}")
+        self.put(f"store {at_ty} {self.kb.alu.identity(op, d)}, ptr {a}")
+        g = u.src[1]
+        close = self.loop(g, "0", str(grp.bound))
+        x = self.ins(f"load {_part_ty(d)}, ptr {self.part_ptr(base, d, self.lookup(g).names[0])}")
+        if d.is_bool:
+            x = self.ins(f"icmp ne i8 {x}, 0")
+        acc = self.kb.alu.accumulate(self, op, d, self.ins(f"load {at_ty}, ptr {a}"), x)
+        self.put(f"store {at_ty} {acc}, ptr {a}")
+        close()
+        return Val((), (self.kb.alu.from_acc(self, self.ins(f"load {at_ty}, ptr {a}"), d),))
 
     # -- items --------------------------------------------------------------------------------------
     def emit_item(self, item: _Item) -> None:
@@ -968,11 +1086,27 @@ class _Module:
                 _bound(u)
         self.items = _items(ast, self.deps, threads, auto_parallel)
         params = ", ".join([f"ptr noalias {self.arg_names[b.arg[0]]}" for b in self.buffers] + ["i64 %start", "i64 %end"])
+        self.groups: list[list[_Group]] = []  # per item
+        self.scratch: list[int] = []          # per item: bytes of partials
+        self.signatures: list[tuple[str, int]] = []  # every function: name, number of trailing pointer arguments
         fns = []
         for i, item in enumerate(self.items):
+            groups, off = [], 0
+            for j, u in enumerate(_group_reduces(item, self.deps)):
+                groups.append(_Group(u, f"k{i}_g{j}", _bound(u.src[1]), off))
+                off += -(-_bound(u.src[1]) * _part_size(u.dtype) // 64) * 64  # each group on its own cache lines
+            self.groups.append(groups)
+            self.scratch.append(off)
+            for grp in groups:
+                fn = _Fn(self, grp.fn)
+                fn.emit_partials(grp.reduce)
+                fns.append(fn.text(params + ", ptr noalias %p"))
+                self.signatures.append((grp.fn, 1))
             fn = _Fn(self, f"k{i}")
+            fn.groups = {grp.reduce: grp for grp in groups}
             fn.emit_item(item)
-            fns.append(fn.text(params))
+            fns.append(fn.text(params + (", ptr noalias %p" if groups else "")))
+            self.signatures.append((f"k{i}", 1 if groups else 0))
         tm = _target_machine()
         head = [f'target datalayout = "{tm.target_data}"', f'target triple = "{tm.triple}"', ""]
         tail = list(self.decls) + ([_BF16_ROUND] if self.need_bf16 else [])
@@ -1050,11 +1184,11 @@ class _Native:
     """A JIT-compiled module: the engine keeps the code alive."""
 
     engine: Any
-    funcs: list[Any]
+    funcs: dict[str, Any]  # function name -> ctypes callable
     optimized_ir: str
 
 
-def _jit(ir: str, n_items: int, n_bufs: int) -> _Native:
+def _jit(ir: str, signatures: list[tuple[str, int]], n_bufs: int) -> _Native:
     key = hashlib.sha256(ir.encode()).hexdigest()
     with _LOCK:
         hit = _CACHE.get(key)
@@ -1064,8 +1198,11 @@ def _jit(ir: str, n_items: int, n_bufs: int) -> _Native:
         mod = optimize_ir(ir)
         engine = llvm.create_mcjit_compiler(mod, _new_target_machine())  # the engine owns (and frees) its TM
         engine.finalize_object()
-        proto = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * n_bufs), ctypes.c_int64, ctypes.c_int64)
-        funcs = [proto(engine.get_function_address(f"k{i}")) for i in range(n_items)]
+        funcs = {}
+        for name, extra in signatures:
+            proto = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * n_bufs), ctypes.c_int64, ctypes.c_int64,
+                                     *([ctypes.c_void_p] * extra))
+            funcs[name] = proto(engine.get_function_address(name))
         native = _Native(engine, funcs, str(mod))
         _CACHE[key] = native
         CACHE_STATS["compiles"] += 1
@@ -1093,6 +1230,22 @@ class LLVMCompiled:
     native: _Native
     parallel: list[int | None]       # per item: trip count of its parallel range, or None
     threads: int
+    groups: list[list[tuple[str, int, int]]] = field(default_factory=list)  # per item: (function, T, offset)
+    scratch: list[int] = field(default_factory=list)                         # per item: bytes of partials
+
+    def _slices(self, fn: Any, ptrs: list[int], n: int, extra: tuple[int, ...] = ()) -> None:
+        """Run fn over [0, n) in min(threads, n) slices, the first on the calling thread."""
+        parts = min(self.threads, n) if n else 1
+        if parts <= 1:
+            fn(*ptrs, 0, n, *extra)
+            return
+        cuts = [n * p // parts for p in range(parts + 1)]
+        futs = [_pool().submit(fn, *ptrs, cuts[p], cuts[p + 1], *extra) for p in range(1, parts)]
+        try:
+            fn(*ptrs, cuts[0], cuts[1], *extra)
+        finally:
+            for fu in futs:
+                fu.result()
 
     def __call__(self, bufs: dict[str, Any]) -> None:
         ptrs = []
@@ -1103,16 +1256,17 @@ class LLVMCompiled:
                                       why=f"expected a contiguous {dt} array of {size} elements",
                                       suggestion="allocate buffers with the backend's alloc/put")
             ptrs.append(a.ctypes.data)
-        for fn, n in zip(self.native.funcs, self.parallel):
-            parts = min(self.threads, n) if n else 1
-            if parts <= 1:
-                fn(*ptrs, 0, n or 0)
+        for i, n in enumerate(self.parallel):
+            fn = self.native.funcs[f"k{i}"]
+            groups = self.groups[i] if self.groups else []
+            if not groups:
+                self._slices(fn, ptrs, n or 0)
                 continue
-            cuts = [n * p // parts for p in range(parts + 1)]
-            futs = [_pool().submit(fn, *ptrs, cuts[p], cuts[p + 1]) for p in range(1, parts)]
-            fn(*ptrs, cuts[0], cuts[1])
-            for fu in futs:
-                fu.result()
+            scratch = np.empty(self.scratch[i], np.uint8)  # per call: concurrent calls never share partials
+            base = scratch.ctypes.data
+            for name, t, off in groups:  # all partials first, then the item combines them in order
+                self._slices(self.native.funcs[name], ptrs, t, (base + off,))
+            fn(*ptrs, 0, 0, base)
 
 
 class LLVMBackend(HostBuffers):
@@ -1142,19 +1296,24 @@ class LLVMBackend(HostBuffers):
         for i, it in enumerate(m.items):
             if it.parallel is not None:
                 head.append(f"; @k{i}: [%start, %end) slices range {it.parallel.arg[0]!r} (bound {_bound(it.parallel)})")
+            for grp in m.groups[i]:
+                head.append(f"; @{grp.fn}(..., %p): [%start, %end) slices group range {grp.reduce.src[1].arg[0]!r} "
+                            f"(bound {grp.bound}); @k{i} reads its partials at %p + {grp.offset}")
         return "\n".join(head) + "\n" + m.ir
 
     def optimized_ir(self, kernel: Kernel, program: Program | None = None) -> str:
         """The IR after O3 (to see what was vectorized)."""
         m = self._module(kernel)
-        return _jit(m.ir, len(m.items), len(m.buffers)).optimized_ir
+        return _jit(m.ir, m.signatures, len(m.buffers)).optimized_ir
 
     def compile(self, kernel: Kernel, program: Program | None = None) -> LLVMCompiled:
         m = self._module(kernel)
-        native = _jit(m.ir, len(m.items), len(m.buffers))
+        native = _jit(m.ir, m.signatures, len(m.buffers))
         checks = [(b.arg[0], _np_storage(b.dtype), math.prod(b.arg[1])) for b in m.buffers]
         if program is not None:  # the program's spec is the authority on a buffer's dtype
             checks = [(n, self.storage_np(program.buffers[n].dtype) if n in program.buffers else dt, s)
                       for n, dt, s in checks]
         parallel = [_bound(it.parallel) if it.parallel is not None else None for it in m.items]
-        return LLVMCompiled(kernel.name, [b.arg[0] for b in m.buffers], checks, native, parallel, self.threads)
+        groups = [[(grp.fn, grp.bound, grp.offset) for grp in gs] for gs in m.groups]
+        return LLVMCompiled(kernel.name, [b.arg[0] for b in m.buffers], checks, native, parallel, self.threads,
+                            groups, m.scratch)

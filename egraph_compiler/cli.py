@@ -194,11 +194,7 @@ def uops_text(graph: FrontendGraph, max_lines: int = 400) -> str:
 
 
 def egraph_text(report: Any) -> str:
-    lines = [str(report), "", "iteration  stage            e-nodes  e-classes        ms  matches"]
-    for it in report.iterations:
-        cls = "-" if it.classes is None else str(it.classes)
-        lines.append(f"{it.index:9d}  {it.stage[:15]:15s} {it.nodes:8d}  {cls:>9s} {it.seconds * 1e3:9.1f}  "
-                     f"{sum(it.matches.values()):7d}")
+    lines = [report.format(iterations=None)]
     snap = report.extra.get("egraph_snapshot")
     if snap:
         lines.append(f"e-graph snapshot: {snap.get('classes_drawn')} of {snap.get('classes_total')} e-classes drawn "

@@ -25,6 +25,8 @@ class IterationStats:
 
 # stop reasons that mean "cut short": saturated and converged (no improvement for `patience` steps) are not
 LIMIT_REASONS = ("node_limit", "iter_limit", "time_limit", "growth_limit")
+ITERATIONS_SHOWN = 20   # str(report) shows the last iterations and the most-matched rules; to_dict() has all
+RULES_SHOWN = 12
 
 
 @dataclass
@@ -96,17 +98,27 @@ class Report:
         return json.dumps(self.to_dict(), indent=indent, default=str)
 
     def __str__(self) -> str:
+        return self.format()
+
+    def format(self, iterations: int | None = ITERATIONS_SHOWN) -> str:
+        """Readable summary: stop reason, cost, phases, the last `iterations` steps (None: all), top rules."""
         lines = [f"stop: {self.stop_reason}; {len(self.iterations)} iterations; e-graph {self.egraph_nodes} nodes / "
                  f"{self.egraph_classes} classes"]
         if self.cost_before is not None:
             lines.append(f"cost: {self.cost_before:.6g} -> {self.cost_after:.6g}")
         if self.phases:
             lines.append("phases: " + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in self.phases.items()))
+        if self.iterations:
+            lines.append("iteration  stage       e-nodes  e-classes       ms  top rules (matches)")
+            for it in self.iterations[-iterations if iterations else 0:]:
+                top = ", ".join(f"{r} {m}" for r, m in sorted(it.matches.items(), key=lambda kv: -kv[1])[:3])
+                classes = "-" if it.classes is None else str(it.classes)
+                lines.append(f"{it.index:9d}  {it.stage:10s} {it.nodes:8d} {classes:>10s} {it.seconds * 1e3:8.1f}  {top}")
         fired = [(r, m) for r, m in self.rule_totals.items() if m > 0]
         if fired:
             lines.append(f"rules fired ({len(fired)}):")
-            lines += [f"  {m:6d}  {r}  [{self.rule_category.get(r, '')}]" for r, m in fired[:25]]
-            if len(fired) > 25:
-                lines.append(f"  ... {len(fired) - 25} more")
+            lines += [f"  {m:6d}  {r}  [{self.rule_category.get(r, '')}]" for r, m in fired[:RULES_SHOWN]]
+            if len(fired) > RULES_SHOWN:
+                lines.append(f"  ... {len(fired) - RULES_SHOWN} more")
         lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines)

@@ -396,6 +396,181 @@ def test_big_loops_are_parallel_only_when_safe() -> None:
     assert "slices" not in be.render(Kernel.from_ast("k", small), None)
 
 
+# ---- GROUP_REDUCE: parallel partials -----------------------------------------------------------------
+
+G = AxisType.GROUP_REDUCE
+
+
+def scalar_items(*values: UOp) -> UOp:
+    """One item per value, storing it to its own one-element buffer o<k> (no END loops)."""
+    zero = UOp.const(0, dtypes.index)
+    return UOp.build(Ops.SINK, tuple(store(buf(f"o{k}", 1, v.dtype), zero, v) for k, v in enumerate(values)))
+
+
+def run_llvm(ast: UOp, inputs: dict[str, np.ndarray], backend: LLVMBackend) -> dict[str, np.ndarray]:
+    specs = {u.arg[0]: BufferSpec(u.arg[0], u.dtype, math.prod(u.arg[1]), "input" if u.arg[0] in inputs else "output",
+                                  tuple(u.arg[1])) for u in ast.toposort() if u.op is Ops.BUFFER}
+    outs = [n for n, s in specs.items() if s.kind == "output"]
+    prog = Program([Kernel.from_ast("k", ast)], specs, [n for n in specs if n in inputs], outs, backend, backend.name,
+                   single_output=False)
+    return dict(zip(outs, prog(**inputs)))
+
+
+def compare_group(ast: UOp, inputs: dict[str, np.ndarray], rtol: float = 1e-4, groups: int | None = 1,
+                  threads: tuple[int, ...] = (1, 2, 3)) -> None:
+    """Against the reference, and bit-identical for every thread count; `groups`: partials functions expected."""
+    mine, ref = run_both(ast, inputs, LLVMBackend(threads=threads[0]))
+    for name in ref:
+        check(mine[name], ref[name], rtol=rtol, atol=rtol)
+    for t in threads[1:]:
+        other = run_llvm(ast, inputs, LLVMBackend(threads=t))
+        for name in mine:
+            assert mine[name].tobytes() == other[name].tobytes(), f"{name}: threads={threads[0]} vs {t}"
+    if groups is not None:
+        ir = LLVMBackend().render(Kernel.from_ast("k", ast), None)
+        assert ir.count("(..., %p): [%start, %end) slices group range") == groups
+
+
+def group_values(d: DType, n: int, seed: int, op: Ops) -> np.ndarray:
+    """Values whose reductions stay moderate (no cancellation in sums, products near 1)."""
+    if d.is_float:
+        r = np.random.default_rng(seed)
+        x = r.uniform(0.5, 1.5, n) if op is Ops.ADD else r.uniform(0.9, 1.1, n) if op is Ops.MUL else r.normal(0, 4, n)
+        return x.astype(np.float32 if d is dtypes.bfloat16 else d.np)
+    return values(d, n, seed, special=False)
+
+
+@pytest.mark.parametrize("d", [F32, dtypes.float64, dtypes.float16, dtypes.bfloat16, dtypes.int32, dtypes.uint8,
+                               dtypes.bool], ids=_name)
+@pytest.mark.parametrize("op", [Ops.ADD, Ops.MAX, Ops.MUL], ids=_name)
+def test_group_reduce_ops_and_dtypes(d: DType, op: Ops) -> None:
+    t, m = 3, 7  # three groups on two threads
+    x = buf("X", t * m, d)
+    g, r = rng(t, "g", G), rng(m, "r", AxisType.REDUCE)
+    ast = scalar_items(reduce(reduce(load(x, g * m + r), r, op=op), g, op=op))
+    compare_group(ast, {"X": group_values(d, t * m, 30, op)}, rtol=tol(d))
+
+
+@pytest.mark.parametrize("t", [1, 2, 3, 5, 8])
+def test_group_reduce_bounds_and_thread_counts(t: int) -> None:
+    m = 11
+    x = buf("X", t * m)
+    g, r = rng(t, "g", G), rng(m, "r", AxisType.REDUCE)
+    ast = scalar_items(reduce(reduce(load(x, g * m + r), r), g))
+    compare_group(ast, {"X": group_values(F32, t * m, 31, Ops.ADD)}, threads=(1, 2, 3, 8))
+
+
+def test_group_reduce_of_a_plain_load_and_of_an_empty_range() -> None:
+    x = buf("X", 6)
+    g, e = rng(6, "g", G), rng(0, "e", G)
+    ast = scalar_items(reduce(load(x, g), g, op=Ops.MAX), reduce(load(x, e), e))  # the empty reduce is 0
+    compare_group(ast, {"X": rand_array((6,), seed=32)}, groups=1)
+
+
+@pytest.mark.parametrize("d", [F32, dtypes.float16, dtypes.int32], ids=_name)
+@pytest.mark.parametrize("t,up", [(2, 16), (3, 8), (1, 4)])
+def test_group_sum_with_upcast_accumulators(d: DType, t: int, up: int) -> None:
+    # the optimizer's x.sum(): T slices, each summing with `up` independent accumulators
+    n = t * up * 37
+    x = buf("X", n, d)
+    g, ro, ri = rng(t, "g", G), rng(n // t // up, "ro", AxisType.REDUCE), rng(up, "ri", AxisType.UPCAST)
+    ast = scalar_items(reduce(reduce(reduce(load(x, g * (n // t) + ro * up + ri), ro), ri), g))
+    compare_group(ast, {"X": group_values(d, n, 33, Ops.ADD)}, rtol=tol(d))
+
+
+def test_group_sum_is_vectorized() -> None:
+    n = 1 << 12
+    x = buf("X", n)
+    g, ro, ri = rng(2, "g", G), rng(n // 32, "ro", AxisType.REDUCE), rng(16, "ri", AxisType.UPCAST)
+    ast = scalar_items(reduce(reduce(reduce(load(x, g * (n // 2) + ro * 16 + ri), ro), ri), g))
+    ir = LLVMBackend(threads=2).optimized_ir(Kernel.from_ast("sum", ast))
+    partials = ir[ir.index("define void @k0_g0"):]
+    assert " x float>" in partials[:partials.index("\n}")]
+
+
+def test_group_reduce_with_epilogue_and_two_groups_in_one_item() -> None:
+    # sqrt(sum x^2) * 2 and the variance E[x^2] - E[x]^2: two group REDUCEs sharing one GROUP_REDUCE range
+    t, m = 3, 50
+    n = t * m
+    x = buf("X", n)
+    g, r = rng(t, "g", G), rng(m, "r", AxisType.REDUCE)
+    xi = load(x, g * m + r)
+    sq = reduce(reduce(xi * xi, r), g)
+    s = reduce(reduce(xi, r), g)
+    mean = s * (1.0 / n)
+    ast = scalar_items(sq.sqrt() * 2.0, sq * (1.0 / n) - mean * mean)
+    compare_group(ast, {"X": rand_array((n,), seed=34)}, groups=3)  # sq once per item that uses it
+
+
+def test_group_reduce_body_with_hoisted_and_nested_reduces() -> None:
+    # sum_g max_r (x[g, r] - max_k x[k]) * sum_j x[g, j]: the max over k does not depend on g
+    t, m = 4, 9
+    x = buf("X", t * m)
+    g, r, k, j = rng(t, "g", G), rng(m, "r", AxisType.REDUCE), rng(t * m, "k", AxisType.REDUCE), rng(m, "j")
+    whole = reduce(load(x, k), k, op=Ops.MAX)
+    row = reduce(load(x, g * m + j), j)
+    ast = scalar_items(reduce(reduce(load(x, g * m + r) - whole, r, op=Ops.MAX) * row, g))
+    compare_group(ast, {"X": rand_array((t * m,), seed=35)})
+
+
+def test_group_reduce_items_run_in_order() -> None:
+    # item 1 writes T (in parallel slices of a THREAD range); item 2's group REDUCE reads it through AFTER
+    n, t = 64, 4
+    x, tb = buf("X", n), buf("T", n)
+    i = rng(n, "i", AxisType.THREAD)
+    first = store(tb, i, load(x, i) * 2.0)
+    g, r = rng(t, "g", G), rng(n // t, "r", AxisType.REDUCE)
+    total = reduce(reduce(load(UOp.build(Ops.AFTER, (tb, first)), g * (n // t) + r), r), g)
+    ast = UOp.build(Ops.SINK, (UOp.build(Ops.END, (first, i)), store(buf("S", 1), UOp.const(0, dtypes.index), total)))
+    compare_group(ast, {"X": rand_array((n,), seed=36)})
+
+
+def test_group_reduce_elsewhere_is_a_sequential_loop() -> None:
+    rows, t, m = 5, 3, 4
+    x = buf("X", rows * t * m)
+    i, g, r = rng(rows, "i"), rng(t, "g", G), rng(m, "r", AxisType.REDUCE)
+    per_row = reduce(reduce(load(x, i * (t * m) + g * m + r), r), g)  # in an item with loops
+    in_loops = kernel((store(buf("Y", rows), i, per_row), (i,)))
+    g2, q = rng(t, "g2", G), rng(rows, "q", AxisType.REDUCE)
+    inner = reduce(load(x, q * (t * m) + g2), g2, op=Ops.MAX)  # inside another REDUCE's body
+    in_body = scalar_items(reduce(inner * 2.0, q))
+    # a REDUCE over a group range and another range is no group REDUCE either
+    both = scalar_items(reduce(load(x, g * m + r), g, r, op=Ops.MAX))
+    for ast in (in_loops, in_body, both):
+        compare_group(ast, {"X": rand_array((rows * t * m,), seed=37)}, groups=0)
+
+
+def test_reference_treats_group_ranges_as_ordinary_ranges() -> None:
+    t, m = 3, 5
+    xv = rand_array((t * m,), seed=38)
+    outs = []
+    for axis in (G, AxisType.REDUCE):
+        g, r = rng(t, "g", axis), rng(m, "r", AxisType.REDUCE)
+        ast = scalar_items(reduce(reduce(load(buf("X", t * m), g * m + r), r), g, op=Ops.MAX))
+        outs.append(run_both(ast, {"X": xv})[1]["o0"])
+    assert outs[0].tobytes() == outs[1].tobytes()
+    check(outs[0], [xv.reshape(t, m).sum(1).max()])
+
+
+def test_group_kernel_cache_and_concurrent_calls() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    t, m = 4, 1000
+    g, r = rng(t, "g", G), rng(m, "r", AxisType.REDUCE)
+    k = Kernel.from_ast("k", scalar_items(reduce(reduce(load(buf("X", t * m), g * m + r), r), g)))
+    llvm_backend.clear_cache()
+    before = dict(CACHE_STATS)
+    fn = LLVMBackend(threads=2).compile(k, None)
+    LLVMBackend(threads=1).compile(k, None)  # the thread count does not change the code
+    assert CACHE_STATS["compiles"] == before["compiles"] + 1
+    xs = [rand_array((t * m,), seed=s) for s in range(8)]
+    outs = [np.zeros(1, np.float32) for _ in xs]
+    with ThreadPoolExecutor(4) as ex:  # each call has its own partials
+        list(ex.map(lambda a: fn({"X": a[0], "o0": a[1]}), zip(xs, outs)))
+    for xv, o in zip(xs, outs):
+        check(o, [xv.sum()], rtol=1e-4, atol=1e-4)
+
+
 # ---- storage -------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("d", [dtypes.float16, dtypes.bfloat16], ids=_name)
