@@ -30,7 +30,7 @@ CHROMIUMS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-sta
 def simplified() -> SimplifyResult:
     x, y = UOp.variable("x", 0, 100), UOp.variable("y", 0, 3)
     e = ((x * 4 + y) // 4) * 4 + ((x * 4 + y) % 4) + y * 0
-    return simplify(e, snapshot=True, patience=1_000)  # run to saturation
+    return simplify(e, snapshot=True, patience=1_000, step_growth=100.0)  # run to saturation
 
 
 @pytest.fixture(scope="module")
