@@ -44,6 +44,7 @@ GATE_CYCLES = 2.0          # the branch (or select) around a gated load
 MISS_CYCLES = 8.0          # a load that leaves the cache line every access and whose buffer is out of cache
 ADD_LATENCY = 4.0          # cycles before a dependent add can start
 SPILL_CYCLES = 4.0         # reload + spill of one accumulator vector per iteration
+LOOP_VECTOR_INTERLEAVE = 2  # LLVM interleaves a vectorized loop: two vectors in flight per iteration
 LOOP_CYCLES = 1.0          # increment, compare, branch
 AUTO_PARALLEL_MIN_WORK = 1 << 16
 MAX_UNROLLED = 512         # product of a kernel's UPCAST/UNROLL bounds
@@ -149,9 +150,11 @@ class _Walk:
 
     def item(self, value: UOp, loops: list[UOp], unrolled: list[UOp]) -> None:
         trips = [1]
-        for r in loops:
+        for i, r in enumerate(loops):
             trips.append(trips[-1] * _bound(r))
-            self.loop_cycles += trips[-1] * LOOP_CYCLES
+            # the innermost loop is vectorized by LLVM when it can be: one iteration per vectors in flight
+            per_iteration = 1 if i < len(loops) - 1 or unrolled else self.m.lanes(4) * LOOP_VECTOR_INTERLEAVE
+            self.loop_cycles += trips[-1] * LOOP_CYCLES / per_iteration
         self.visit(value, loops, trips, frozenset(unrolled), vector_loop=True)
 
     def visit(self, root: UOp, loops: list[UOp], trips: list[int], unrolled: frozenset[UOp],
@@ -217,7 +220,7 @@ class _Walk:
         if copies > 1 and vectorizes:
             cost = math.ceil(copies / lanes) * per
         elif auto and vectorizes:
-            cost = per / lanes
+            cost = per / (lanes * LOOP_VECTOR_INTERLEAVE)
         else:
             cost = copies * per
         self.cycles += trip * cost

@@ -28,6 +28,7 @@ from egraph_compiler.uop import UOp
 
 BINDERS = ("END", "REDUCE")
 MAX_COMBINATIONS = 96
+DESCENT_ROUNDS = 3
 
 
 @dataclass
@@ -141,13 +142,17 @@ def _rank(view: EGraphView, ex: Extraction, sink: int, decode: Callable[[int, Ca
         for pick in itertools.product(*alts.values()):
             if (cand := evaluate(dict(zip(alts, pick)))) is not None:
                 found.append(cand)
-    else:  # coordinate descent: one class at a time, the others at their best so far
+    else:  # coordinate descent: one class at a time, the others at their best so far, until nothing changes
         current = {c: ex.node(c) for c in alts}
-        for c, nodes in alts.items():
-            tried = [cand for n in nodes if (cand := evaluate({**current, c: n})) is not None]
-            found += tried
-            if tried:
-                current = dict(min(tried, key=lambda x: x.estimate.seconds).choice)
+        for _ in range(DESCENT_ROUNDS):
+            before = dict(current)
+            for c, nodes in alts.items():
+                tried = [cand for n in nodes if (cand := evaluate({**current, c: n})) is not None]
+                found += tried
+                if tried:
+                    current = dict(min(tried, key=lambda x: x.estimate.seconds).choice)
+            if current == before:
+                break
     viable = [c for c in found if math.isfinite(c.estimate.seconds)]   # e.g. not unrolled beyond reason
     found = viable or found or [c for c in [evaluate({})] if c is not None]
     unique: dict[UOp, Candidate] = {}
