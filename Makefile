@@ -23,9 +23,12 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
+# the benchmark tables (bench/run.py): installs the [bench] extra (tinygrad, threadpoolctl) first.
+# Arguments through BENCH_ARGS, e.g.  make bench BENCH_ARGS="--quick"  or  BENCH_ARGS="--beam --json bench.json"
+BENCH_ARGS ?=
 bench: $(STAMP)
 	$(PY) -m pip install -q -e '.[bench]'
-	$(PY) bench/run.py
+	$(PY) bench/run.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis

@@ -28,7 +28,7 @@ from egraph_compiler.egraph_dot import attach_snapshot
 from egraph_compiler.encode import egg_ilist, egg_str
 from egraph_compiler.extract.extractor import extract
 from egraph_compiler.extract.kernel_cost import KernelCost
-from egraph_compiler.extract.schedule import choose_schedules, kernel_entry, kernel_sinks, schedule_report
+from egraph_compiler.extract.schedule import choose_fusion_and_schedules, kernel_entry, schedule_report
 from egraph_compiler.extract.view import ENode
 from egraph_compiler.late_simplify import LateSimplifier
 from egraph_compiler.ops import OP_TABLE, Category, Ops
@@ -258,8 +258,9 @@ def _build(roots: list[UOp], names: list[str], target: str, backend: Any, tune: 
                             suggestion="raise iter_limit/node_limit/time_limit, or report the graph as a bug")
     # a limit may have left index math the rules simplify when it is alone: finish it per expression
     late: Callable[[UOp], UOp] = LateSimplifier() if report.limit_hit else (lambda a: a)
-    schedules = choose_schedules(view, ex, kernel_sinks(view, ex, list(root_classes.values())),
-                                 lambda c, choose: late(Decoder(view, choose, reg, rkey=_range_key).decode(c)))
+    fusion, schedules = choose_fusion_and_schedules(
+        view, ex, list(root_classes.values()),
+        lambda c, choose: late(Decoder(view, choose, reg, rkey=_range_key).decode(c)))
 
     def assemble(choice: dict[int, ENode]) -> Program:
         dec = Decoder(view, lambda c: choice.get(c) or ex.node(c), reg, rkey=_range_key)
@@ -267,7 +268,7 @@ def _build(roots: list[UOp], names: list[str], target: str, backend: Any, tune: 
         prog.backend, prog.target = backend, target
         return prog
 
-    chosen = {c: n for ks in schedules.values() for c, n in ks.best.choice.items()}
+    chosen = {**fusion, **{c: n for ks in schedules.values() for c, n in ks.best.choice.items()}}
     report.add_phase("schedule", time.perf_counter() - t2)
     if tune and backend.name != "reference":
         t3 = time.perf_counter()

@@ -38,8 +38,8 @@ OP_CYCLES = {Ops.ADD: 0.5, Ops.MUL: 0.5, Ops.MAX: 0.5, Ops.CMPLT: 0.5, Ops.CMPNE
 FREE = (Ops.CONST, Ops.RANGE, Ops.DEFINE_VAR, Ops.BUFFER, Ops.INDEX, Ops.AFTER, Ops.END, Ops.SINK, Ops.REDUCE,
         Ops.VECTORIZE, Ops.GEP)
 DEFAULT_OP = 1.0
-# math calls: LLVM's loop vectorizer widens them, but unrolled copies stay one scalar call each
-SCALAR_WHEN_UNROLLED = (Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIP)
+# math calls stay one scalar call per element: neither the loop nor the SLP vectorizer widens them here
+SCALAR_MATH = (Ops.EXP2, Ops.LOG2, Ops.SIN)
 GATE_CYCLES = 2.0          # the branch (or select) around a gated load
 MISS_CYCLES = 8.0          # a load that leaves the cache line every access and whose buffer is out of cache
 ADD_LATENCY = 4.0          # cycles before a dependent add can start
@@ -200,7 +200,7 @@ class _Walk:
         itemsize = max(1, (u.src[1].dtype if u.op is Ops.STORE and len(u.src) > 1 else u.dtype).itemsize)
         lanes = self.m.lanes(itemsize)
         per = OP_CYCLES.get(u.op, DEFAULT_OP)
-        vectorizes = u.op not in SCALAR_WHEN_UNROLLED or copies == 1
+        vectorizes = u.op not in SCALAR_MATH
         if u.op in (Ops.LOAD, Ops.STORE):
             idx = u.src[0]
             lin = idx.src[1] if idx.op is Ops.INDEX and len(idx.src) > 1 else None

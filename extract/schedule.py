@@ -29,6 +29,8 @@ from egraph_compiler.uop import UOp
 BINDERS = ("END", "REDUCE")
 MAX_COMBINATIONS = 96
 DESCENT_ROUNDS = 3
+MAX_FUSION_TRIALS = 8    # materialization alternatives tried per program
+FUSION_MARGIN = 0.3      # a new kernel must save this fraction of the estimate (estimates are rough)
 
 
 @dataclass
@@ -161,6 +163,117 @@ def _rank(view: EGraphView, ex: Extraction, sink: int, decode: Callable[[int, Ca
     return KernelSchedule(sink, list(unique.values()))
 
 
+class Overridden:
+    """An extraction with some e-classes' choices replaced (same interface as Extraction where used here)."""
+
+    def __init__(self, ex: Extraction, choice: dict[int, ENode]) -> None:
+        self.ex, self.choice, self.best = ex, choice, ex.best
+
+    def node(self, c: int) -> ENode:
+        return self.choice.get(c) or self.ex.node(c)
+
+    def cost(self, c: int) -> float:
+        return self.ex.cost(c)
+
+
+def _materialized(view: EGraphView, ex: Extraction, n: ENode) -> bool:
+    """Is n a LOAD from a buffer that another kernel writes, LOAD(INDEX(AFTER(buf, kernel), idx))?"""
+    if n.fn != "LOAD":
+        return False
+    first = [ex.node(view.children(n)[0])] if view.children(n) else []
+    if not first or first[0].fn != "UCons":
+        return False
+    index = ex.node(first[0].args[0].id)
+    if index.fn != "INDEX":
+        return False
+    lst = ex.node(view.children(index)[0])
+    return lst.fn == "UCons" and ex.node(lst.args[0].id).fn == "AFTER"
+
+
+def fusion_classes(view: EGraphView, ex: Extraction, roots: list[int]) -> dict[int, ENode]:
+    """Reachable e-classes that compute a value inline but could load it from its own kernel: class -> that load."""
+    out: dict[int, ENode] = {}
+    seen: set[int] = set()
+    stack = list(roots)
+    while stack:
+        c = stack.pop()
+        if c in seen or c not in ex.best:
+            continue
+        seen.add(c)
+        n = ex.node(c)
+        if not _materialized(view, ex, n):
+            mat = [m for m in view.nodes.get(c, []) if m is not n and _materialized(view, ex, m)
+                   and all(math.isfinite(ex.cost(k)) for k in view.children(m))]
+            if mat:
+                out[c] = mat[0]
+        stack.extend(view.children(n))
+    return out
+
+
+def _kernel_classes(view: EGraphView, ex: Overridden, sink: int) -> set[int]:
+    """The e-classes one kernel is made of under the current choices (other kernels behind AFTER excluded)."""
+    seen: set[int] = set()
+    stack = [sink]
+    while stack:
+        c = stack.pop()
+        if c in seen or c not in ex.best:
+            continue
+        seen.add(c)
+        stack.extend(_children_in_kernel(view, ex, ex.node(c)))  # type: ignore[arg-type]
+    return seen
+
+
+def _reaches(view: EGraphView, ex: Overridden, starts: list[int], target: int) -> bool:
+    """Does the chosen program under `starts` (crossing kernels) use e-class `target`?"""
+    seen: set[int] = set()
+    stack = list(starts)
+    while stack:
+        c = stack.pop()
+        if c == target:
+            return True
+        if c in seen or c not in ex.best:
+            continue
+        seen.add(c)
+        stack.extend(view.children(ex.node(c)))
+    return False
+
+
+def choose_fusion_and_schedules(view: EGraphView, ex: Extraction, roots: list[int],
+                                decode: Callable[[int, Callable[[int], ENode]], UOp],
+                                machine: CPUMachine | None = None,
+                                max_trials: int = MAX_FUSION_TRIALS) -> tuple[dict[int, ENode], dict[int, KernelSchedule]]:
+    """Fusion decided by the loop-nest estimate: starting from the per-node extraction, each value that is
+    computed inline but could be its own kernel is tried materialized (with every kernel at its best schedule),
+    and kept when the whole program's estimate drops. Returns the fusion choice and the schedules under it."""
+    machine = machine or CPUMachine.host()
+
+    memo: dict[tuple[int, frozenset[tuple[int, int]]], KernelSchedule] = {}
+
+    def evaluate(choice: dict[int, ENode]) -> tuple[float, dict[int, KernelSchedule]]:
+        """The program's estimate with every kernel at its best schedule; a kernel whose own e-classes keep
+        their choices is not ranked again."""
+        ov = Overridden(ex, choice)
+        scheds: dict[int, KernelSchedule] = {}
+        for sink in kernel_sinks(view, ov, roots):  # type: ignore[arg-type]
+            mine = _kernel_classes(view, ov, sink)
+            key = (sink, frozenset((c, id(n)) for c, n in choice.items() if c in mine))
+            if key not in memo:
+                memo[key] = _rank(view, ov, sink, decode, machine)  # type: ignore[arg-type]
+            scheds[sink] = memo[key]
+        return sum(ks.best.estimate.seconds for ks in scheds.values() if ks.ranked), scheds
+
+    choice: dict[int, ENode] = {}
+    best, scheds = evaluate(choice)
+    for c, load in list(fusion_classes(view, ex, roots).items())[:max_trials]:
+        trial = {**choice, c: load}
+        if _reaches(view, Overridden(ex, trial), view.children(load), c):  # its kernel would read itself
+            continue
+        cost, trial_scheds = evaluate(trial)
+        if cost < best * (1 - FUSION_MARGIN):
+            choice, best, scheds = trial, cost, trial_scheds
+    return choice, scheds
+
+
 def schedule_report(ks: KernelSchedule, chosen: dict[int, ENode]) -> dict[str, object]:
     """One kernel's schedule decision for the report: the chosen loop nest, its estimate, the best rejected."""
     pick = next((c for c in ks.ranked if all(chosen.get(k) is n for k, n in c.choice.items())), ks.best)
@@ -190,5 +303,5 @@ def kernel_entry(kernel: Any, schedules: list[dict[str, Any]]) -> dict[str, Any]
 
 
 __all__ = ["Candidate", "KernelSchedule", "choose_schedules", "describe_schedule", "kernel_entry", "kernel_sinks",
-           "schedule_classes",
+           "choose_fusion_and_schedules", "fusion_classes", "schedule_classes",
            "schedule_report"]

@@ -1,0 +1,89 @@
+"""bench/run.py end to end at --quick sizes: it runs, writes its JSON, and our outputs agree with numpy.
+
+No timing is ever asserted: only that numbers were produced and results were correct.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+RUN = ROOT / "bench" / "run.py"
+CHEAP = ["gemm_32", "mul_add", "sum"]
+HAVE_TINYGRAD = importlib.util.find_spec("tinygrad") is not None
+
+
+@pytest.fixture(scope="module")
+def bench_json(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    out = tmp_path_factory.mktemp("bench") / "bench.json"
+    proc = subprocess.run([sys.executable, str(RUN), "--quick", "--only", ",".join(CHEAP), "--repeat", "2",
+                           "--json", str(out)], capture_output=True, text=True, timeout=300, check=False)
+    assert out.is_file(), f"no JSON written (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+    return proc, json.loads(out.read_text())
+
+
+def test_bench_runs_and_ours_is_correct(bench_json: tuple[subprocess.CompletedProcess[str], dict[str, Any]]) -> None:
+    proc, doc = bench_json
+    results = {r["name"]: r for r in doc["results"]}
+    assert sorted(results) == sorted(CHEAP)
+    for name, r in results.items():
+        ours = r["ours"]
+        assert ours["error"] is None, (name, ours["error"])
+        assert ours["ok"] is True, (name, ours["check"])
+        assert ours["median_ms"] is not None and ours["first_call_s"] is not None
+        assert r["peers"]["numpy"]["median_ms"] is not None
+        assert r["peers"]["numpy_1t"]["median_ms"] is not None
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "geomean speedup over tinygrad" in proc.stdout
+    assert "copy bandwidth" in proc.stdout
+
+
+def test_bench_tinygrad_peer(bench_json: tuple[subprocess.CompletedProcess[str], dict[str, Any]]) -> None:
+    if not HAVE_TINYGRAD:
+        pytest.skip("tinygrad is not installed (pip install -e '.[bench]')")
+    _, doc = bench_json
+    for r in doc["results"]:
+        tg = r["peers"]["tinygrad"]
+        assert tg["error"] is None, (r["name"], tg["error"])
+        assert tg["median_ms"] is not None and tg["first_call_s"] is not None
+        assert tg["ok"] is True, (r["name"], tg["check"])
+        assert r["speedup"]["tinygrad"] is not None or not r["ours"]["ok"]
+
+
+def test_bench_without_tinygrad_says_so(tmp_path: Path) -> None:
+    """A Python path where `import tinygrad` finds nothing: the bench still runs, and says tinygrad is missing."""
+    blocker = tmp_path / "sitecustomize.py"
+    blocker.write_text("import importlib.abc, sys\n"
+                       "class _NoTinygrad(importlib.abc.MetaPathFinder):\n"
+                       "    def find_spec(self, name, path=None, target=None):\n"
+                       "        if name == 'tinygrad' or name.startswith('tinygrad.'):\n"
+                       "            raise ModuleNotFoundError(name)\n"
+                       "        return None\n"
+                       "sys.meta_path.insert(0, _NoTinygrad())\n")
+    out = tmp_path / "b.json"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.run([sys.executable, str(RUN), "--quick", "--only", "mul_add", "--repeat", "1", "--json",
+                           str(out)], capture_output=True, text=True, timeout=120, env=env, check=False)
+    assert proc.returncode in (0, 1), proc.stdout + proc.stderr   # 1: ours was wrong, tested above
+    assert "tinygrad was not installed" in proc.stdout
+    doc = json.loads(out.read_text())
+    (r,) = doc["results"]
+    assert doc["meta"]["tinygrad"] is None and "tinygrad" not in r["peers"] and r["speedup"] == {
+        "numpy": r["speedup"]["numpy"], "numpy_1t": r["speedup"]["numpy_1t"]}
+    assert "geomean speedup over tinygrad" in proc.stdout and "n/a" in proc.stdout
+
+
+def test_bench_list_and_bad_name() -> None:
+    proc = subprocess.run([sys.executable, str(RUN), "--list"], capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 0 and "gemm_1024" in proc.stdout and "attention" in proc.stdout
+    proc = subprocess.run([sys.executable, str(RUN), "--only", "nope"], capture_output=True, text=True, timeout=60,
+                          check=False)
+    assert proc.returncode == 2 and "unknown benchmark" in proc.stderr
