@@ -77,17 +77,8 @@ def warm_up_ours() -> None:
 def bound_runner(prog: Any, x: Arrays) -> Callable[[], None]:
     """The program's compiled kernels on buffers placed once, as a TinyJit replay runs on buffers it holds:
     what `prog(**x)` does minus setting up the buffers (inputs coerced, outputs allocated) and copying outputs out."""
-    from egraph_compiler.backends.reference import coerce_input
-
     compiled = prog.compile()
-    bufs: dict[str, Any] = {}
-    for name, spec in prog.buffers.items():
-        if spec.kind == "input":
-            bufs[name] = prog.backend.put(spec, coerce_input(name, x[name], spec.shape, spec.dtype))
-        elif spec.kind == "const":
-            bufs[name] = prog.backend.put(spec, spec.data)
-        else:
-            bufs[name] = prog.backend.alloc(spec)
+    bufs = prog.place_buffers(**x)
 
     def run() -> None:
         for kernel in compiled:

@@ -148,6 +148,18 @@ class Program:
         return self._compiled
 
     def __call__(self, **inputs: Any) -> Any:
+        compiled = self.compile()
+        bufs = self.place_buffers(**inputs)
+        for run in compiled:
+            run(bufs)
+        outs = tuple(self.backend.get(self.buffers[n], bufs[n]) for n in self.outputs)
+        if len(set(self.outputs)) < len(self.outputs):  # one buffer returned twice: two independent arrays
+            outs = tuple(o.copy() for o in outs)
+        return outs[0] if self.single_output else outs
+
+    def place_buffers(self, **inputs: Any) -> dict[str, Any]:
+        """Every buffer of the program on its backend: inputs checked and placed, constants placed, the rest
+        allocated."""
         from egraph_compiler.backends.reference import coerce_input
 
         missing = [n for n in self.inputs if n not in inputs]
@@ -159,7 +171,6 @@ class Program:
         if extra:
             raise MissingInput(at=f"input {extra[0]!r}", why=f"the program has no input named {extra[0]!r}",
                                suggestion=f"its inputs are {self.inputs}")
-        compiled = self.compile()
         bufs: dict[str, Any] = {}
         for name, spec in self.buffers.items():
             if spec.kind == "input":
@@ -168,12 +179,7 @@ class Program:
                 bufs[name] = self.backend.put(spec, spec.data)
             else:
                 bufs[name] = self.backend.alloc(spec)
-        for run in compiled:
-            run(bufs)
-        outs = tuple(self.backend.get(self.buffers[n], bufs[n]) for n in self.outputs)
-        if len(set(self.outputs)) < len(self.outputs):  # one buffer returned twice: two independent arrays
-            outs = tuple(o.copy() for o in outs)
-        return outs[0] if self.single_output else outs
+        return bufs
 
     def summary(self) -> str:
         lines = [f"Program for {self.target}: {len(self.kernels)} kernel(s), inputs {self.inputs}, outputs {self.outputs}"]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -101,9 +101,9 @@ def _children_in_kernel(view: EGraphView, ex: Extraction, n: ENode) -> list[int]
     return [first.args[0].id] if first.fn == "UCons" else []
 
 
-def kernel_sinks(view: EGraphView, ex: Extraction, roots: list[int]) -> list[int]:
-    """Every kernel's SINK class under the extracted roots, sub-kernels (through AFTER) included."""
-    out: list[int] = []
+def _reachable(view: EGraphView, ex: Extraction, roots: list[int],
+               children: Callable[[ENode], list[int]] | None = None) -> Iterator[tuple[int, ENode]]:
+    """(e-class, chosen e-node) of every class reachable from `roots` through chosen nodes, each once."""
     seen: set[int] = set()
     stack = list(roots)
     while stack:
@@ -112,10 +112,13 @@ def kernel_sinks(view: EGraphView, ex: Extraction, roots: list[int]) -> list[int
             continue
         seen.add(c)
         n = ex.node(c)
-        if n.fn == "SINK":
-            out.append(c)
-        stack.extend(view.children(n))
-    return sorted(out)
+        yield c, n
+        stack.extend(children(n) if children is not None else view.children(n))
+
+
+def kernel_sinks(view: EGraphView, ex: Extraction, roots: list[int]) -> list[int]:
+    """Every kernel's SINK class under the extracted roots, sub-kernels (through AFTER) included."""
+    return sorted(c for c, n in _reachable(view, ex, roots) if n.fn == "SINK")
 
 
 def choose_schedules(view: EGraphView, ex: Extraction, sinks: list[int],
@@ -193,49 +196,23 @@ def _materialized(view: EGraphView, ex: Extraction, n: ENode) -> bool:
 def fusion_classes(view: EGraphView, ex: Extraction, roots: list[int]) -> dict[int, ENode]:
     """Reachable e-classes that compute a value inline but could load it from its own kernel: class -> that load."""
     out: dict[int, ENode] = {}
-    seen: set[int] = set()
-    stack = list(roots)
-    while stack:
-        c = stack.pop()
-        if c in seen or c not in ex.best:
-            continue
-        seen.add(c)
-        n = ex.node(c)
+    for c, n in _reachable(view, ex, roots):
         if not _materialized(view, ex, n):
             mat = [m for m in view.nodes.get(c, []) if m is not n and _materialized(view, ex, m)
                    and all(math.isfinite(ex.cost(k)) for k in view.children(m))]
             if mat:
                 out[c] = mat[0]
-        stack.extend(view.children(n))
     return out
 
 
 def _kernel_classes(view: EGraphView, ex: Overridden, sink: int) -> set[int]:
     """The e-classes one kernel is made of under the current choices (other kernels behind AFTER excluded)."""
-    seen: set[int] = set()
-    stack = [sink]
-    while stack:
-        c = stack.pop()
-        if c in seen or c not in ex.best:
-            continue
-        seen.add(c)
-        stack.extend(_children_in_kernel(view, ex, ex.node(c)))  # type: ignore[arg-type]
-    return seen
+    return {c for c, _ in _reachable(view, ex, [sink], lambda n: _children_in_kernel(view, ex, n))}  # type: ignore[arg-type]
 
 
 def _reaches(view: EGraphView, ex: Overridden, starts: list[int], target: int) -> bool:
     """Does the chosen program under `starts` (crossing kernels) use e-class `target`?"""
-    seen: set[int] = set()
-    stack = list(starts)
-    while stack:
-        c = stack.pop()
-        if c == target:
-            return True
-        if c in seen or c not in ex.best:
-            continue
-        seen.add(c)
-        stack.extend(view.children(ex.node(c)))
-    return False
+    return any(c == target for c, _ in _reachable(view, ex, starts))  # type: ignore[arg-type]
 
 
 def choose_fusion_and_schedules(view: EGraphView, ex: Extraction, roots: list[int],
