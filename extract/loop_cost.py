@@ -201,12 +201,15 @@ class _Walk:
         lanes = self.m.lanes(itemsize)
         per = OP_CYCLES.get(u.op, DEFAULT_OP)
         vectorizes = u.op not in SCALAR_MATH
+        width = lanes   # copies one vector instruction covers
         if u.op in (Ops.LOAD, Ops.STORE):
             idx = u.src[0]
             lin = idx.src[1] if idx.op is Ops.INDEX and len(idx.src) > 1 else None
             unr = [r for r in self.deps(u) if _unrolled(r)]
             gated = u.op is Ops.LOAD and len(u.src) == 3
-            vectorizes = lin is not None and not gated and (not unr or any(stride(lin, r) == 1 for r in unr))
+            runs = [min(_bound(r), lanes) for r in unr if lin is not None and stride(lin, r) == 1]
+            vectorizes = lin is not None and not gated and (not unr or bool(runs))
+            width = max(runs, default=lanes)   # one vector per contiguous run; other copies are more loads
             if gated:  # a branch around every copy: neither vectorized nor cheap
                 per += GATE_CYCLES
             inner = loops[depth - 1] if depth else None
@@ -218,7 +221,7 @@ class _Walk:
                     per += MISS_CYCLES / max(1, min(copies, 64 // itemsize) if vectorizes else 1)
         auto = vector_loop and depth == len(loops) and depth > 0 and copies == 1
         if copies > 1 and vectorizes:
-            cost = math.ceil(copies / lanes) * per
+            cost = math.ceil(copies / width) * per
         elif auto and vectorizes:
             cost = per / (lanes * LOOP_VECTOR_INTERLEAVE)
         else:

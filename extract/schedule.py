@@ -29,7 +29,7 @@ from egraph_compiler.uop import UOp
 BINDERS = ("END", "REDUCE")
 MAX_COMBINATIONS = 96
 DESCENT_ROUNDS = 3
-MAX_FUSION_TRIALS = 8    # materialization alternatives tried per program
+MAX_FUSION_TRIALS = 16   # materialization alternatives tried per program
 FUSION_MARGIN = 0.3      # a new kernel must save this fraction of the estimate (estimates are rough)
 
 
