@@ -545,7 +545,7 @@ class _Renderer:
                 continue
             seen.add(u)
             if u.op is Ops.REDUCE:
-                if any(_atype(r) is AxisType.GROUP_REDUCE for r in u.src[1:]):
+                if any(r.op is Ops.RANGE and _atype(r) is AxisType.GROUP_REDUCE for r in u.src[1:]):
                     found.append(u)
                 continue
             stack.extend(u.src)
@@ -658,7 +658,7 @@ class _Renderer:
         op, d = u.arg[0], u.dtype
         if op not in (Ops.ADD, Ops.MUL, Ops.MAX):
             raise _unsupported("REDUCE", f"reduce op {op} is not ADD, MUL or MAX")
-        rngs = list(u.src[1:])
+        rngs = [r for r in u.src[1:] if r.op is not Ops.CONST]   # a range of one proven 0 binds nothing
         for r in rngs:
             if r.op is not Ops.RANGE:
                 raise _unsupported("REDUCE", "REDUCE sources after the value must be RANGEs")
@@ -780,7 +780,7 @@ class _Renderer:
         if any(_atype(r) not in allowed for r in rest):
             return "other END ranges must be GLOBAL/LOCAL (or LOOP without GLOBAL)"
         k16 = [u for u in item.store.toposort() if u.op is Ops.REDUCE and
-               any(_atype(r) is AxisType.UNROLL and _bound(r) == 16 for r in u.src[1:])]
+               any(r.op is Ops.RANGE and _atype(r) is AxisType.UNROLL and _bound(r) == 16 for r in u.src[1:])]
         if len(k16) != 1:
             return "needs exactly one REDUCE with an UNROLL range of size 16"
         red = k16[0]
@@ -875,8 +875,8 @@ class _Renderer:
         for it in self.ast.src:
             loop: list[UOp] = []
             st = it
-            while st.op is Ops.END:
-                loop += list(st.src[1:])
+            while st.op is Ops.END:   # a constant in the list is a range of one proven 0: it binds nothing
+                loop += [r for r in st.src[1:] if r.op is not Ops.CONST]
                 st = st.src[0]
             if st.op is not Ops.STORE:
                 raise _unsupported(st.op.name, "expected STORE under END")
@@ -898,7 +898,8 @@ class _Renderer:
     def classify(self, item: _Item) -> None:
         for u in item.store.toposort():
             if u.op is Ops.REDUCE:
-                item.group += [r for r in u.src[1:] if _atype(r) is AxisType.GROUP_REDUCE and r not in item.group]
+                item.group += [r for r in u.src[1:] if r.op is Ops.RANGE and _atype(r) is AxisType.GROUP_REDUCE
+                               and r not in item.group]
         warp_as_local = True
         if any(_atype(r) is AxisType.WARP for r in item.loop):
             tc = self.match_tc(item) if not item.group else "GROUP_REDUCE ranges cannot share a tensor-core item"

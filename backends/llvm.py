@@ -208,7 +208,10 @@ def _guards(order: list[UOp]) -> dict[UOp, frozenset[Cond]]:
     """Conditions (node, polarity) that hold wherever each node's value is used.
 
     They come from WHERE branches, load gates and store gates; a load whose
-    index is not proven in bounds is executed only under them.
+    index is not proven in bounds is executed only under them. They do not
+    enter a REDUCE's body: a REDUCE may be hoisted above the code that computes
+    them (the body's loads are clamped instead; the value is used only where
+    the condition holds, and there the index is in bounds).
     """
     conds: dict[UOp, frozenset[Cond]] = {}
 
@@ -216,7 +219,7 @@ def _guards(order: list[UOp]) -> dict[UOp, frozenset[Cond]]:
         conds[s] = c if s not in conds else conds[s] & c
 
     for u in reversed(order):  # every user before its sources
-        c = conds.get(u, frozenset())
+        c = conds.get(u, frozenset()) if u.op is not Ops.REDUCE else frozenset()
         for i, s in enumerate(u.src):
             extra: frozenset[Cond] = frozenset()
             if u.op is Ops.WHERE and i in (1, 2):
@@ -1170,7 +1173,7 @@ def optimize_ir(ir: str) -> Any:
     except RuntimeError as e:
         raise BackendError(at="LLVM IR", why=f"the rendered IR does not verify: {e}",
                            suggestion="this is a renderer bug; LLVMBackend.render shows the IR") from e
-    pto = llvm.create_pipeline_tuning_options(speed_level=3)
+    pto = llvm.create_pipeline_tuning_options(speed_level=int(os.environ.get("EGC_LLVM_SPEED", "3")))
     pto.loop_vectorization = True
     pto.slp_vectorization = True
     pto.loop_unrolling = True

@@ -34,12 +34,17 @@ class Decoder:
     """Builds UOps from a choice of one e-node per e-class."""
 
     def __init__(self, view: EGraphView, choose: Callable[[int], ENode], reg: Registry,
-                 rkey: Callable[[ENode, Decoder], Any] | None = None) -> None:
+                 rkey: Callable[[ENode, Decoder], Any] | None = None, own_kernel: bool = False,
+                 memo: dict[int, Any] | None = None) -> None:
+        """own_kernel: decode AFTER(buffer, other kernel) as the plain buffer, leaving the other kernel out (what a
+        kernel's cost estimate needs: program order runs that one first). memo: e-classes already decoded (it is
+        filled in as decoding goes)."""
+        self.own_kernel = own_kernel
         self.view = view
         self.choose = choose
         self.reg = reg
         self.rkey_hook = rkey
-        self.memo: dict[int, Any] = {}
+        self.memo: dict[int, Any] = {} if memo is None else memo
 
     def ilist(self, c: int) -> tuple[int, ...]:
         out: list[int] = []
@@ -116,9 +121,14 @@ class Decoder:
             if n.fn not in EGG_TO_OP:
                 raise ValueError(f"e-class {c} chose non-op constructor {n.fn}")
             kids = self.src_classes(n)
+            if self.own_kernel and n.fn == "AFTER":
+                kids = kids[:1]
             if not ready:
                 stack.append((c, True))
                 stack.extend((k, False) for k in kids if k not in self.memo)
+                continue
+            if self.own_kernel and n.fn == "AFTER":
+                self.memo[c] = self.memo[kids[0]]
                 continue
             op = EGG_TO_OP[n.fn]
             sp = OP_TABLE[op]

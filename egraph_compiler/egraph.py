@@ -47,6 +47,8 @@ class Limits:
     analysis_steps: int = 30      # bound on analysis saturation per step
     step_growth: float = 4.0      # a step may multiply the e-graph by at most this (once past GROWTH_FLOOR nodes)
     patience: int = 3             # steps without a better watched root before a stage counts as converged
+    plain_below: int = 2_000      # smaller e-graphs run their rules without the back-off scheduler (no bans):
+    #                               a scheduler compiles every rule on its first run, which costs more here
 
     @staticmethod
     def make(**kw: object) -> Limits:
@@ -232,9 +234,10 @@ class EGraphSession:
             if stage.name not in self._schedulers:
                 self._new_schedulers([stage], limits)
             sched = self._schedulers[stage.name]
-            analysis_cmd = (f"(run-schedule (repeat {ANALYSIS_CHUNK} (run-with {sched}_an "
-                            f"{self._ruleset_for(stage.analyses)})))" if stage.analyses else "")
-            main_cmd = f"(run-schedule (run-with {sched} {main}))"
+            analyses = self._ruleset_for(stage.analyses) if stage.analyses else ""
+            analysis_cmds = (f"(run {analyses} {ANALYSIS_CHUNK})",
+                             f"(run-schedule (repeat {ANALYSIS_CHUNK} (run-with {sched}_an {analyses})))")
+            main_cmds = (f"(run {main} 1)", f"(run-schedule (run-with {sched} {main}))")
             if cut:
                 if stage.after_limit_steps:
                     only = self._ruleset_for(stage.after_limit_rulesets or stage.rulesets)
@@ -246,17 +249,18 @@ class EGraphSession:
             while stage_reason is None:
                 t0 = time.perf_counter()
                 step_start = self.size()
+                scheduled = step_start >= limits.plain_below
                 matches: dict[str, int] = {}
                 updated = False
-                for _ in range(0, limits.analysis_steps, ANALYSIS_CHUNK) if analysis_cmd else ():
-                    an_updated, _ = self._run_counted(analysis_cmd, matches)
+                for _ in range(0, limits.analysis_steps, ANALYSIS_CHUNK) if analyses else ():
+                    an_updated, _ = self._run_counted(analysis_cmds[scheduled], matches)
                     updated |= an_updated
                     stage_reason = over_limit(stage, step_start)
                     if not an_updated or stage_reason:
                         break
                 can_stop = True
                 if stage_reason is None:
-                    main_updated, can_stop = self._run_counted(main_cmd, matches)
+                    main_updated, can_stop = self._run_counted(main_cmds[scheduled], matches)
                     updated |= main_updated
                 dt = time.perf_counter() - t0
                 nodes = self.size()

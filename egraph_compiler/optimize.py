@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import gc
 import math
 import sys
 import time
@@ -28,7 +29,7 @@ from egraph_compiler.egraph_dot import attach_snapshot
 from egraph_compiler.encode import egg_ilist, egg_str
 from egraph_compiler.extract.extractor import extract
 from egraph_compiler.extract.kernel_cost import KernelCost
-from egraph_compiler.extract.schedule import choose_fusion_and_schedules, kernel_entry, schedule_report
+from egraph_compiler.extract.schedule import choose_fusion_and_schedules, estimator_for, kernel_entry, schedule_report
 from egraph_compiler.extract.view import ENode
 from egraph_compiler.late_simplify import LateSimplifier
 from egraph_compiler.ops import OP_TABLE, Category, Ops
@@ -47,7 +48,7 @@ KERNEL_STAGE = Stage("kernel", rulesets=("symbolic",), analyses=("analysis", "li
 SCHEDULE_STAGE = Stage("schedule", rulesets=("symbolic", "optops"), analyses=("analysis", "linear"),
                        after_limit_steps=MAX_POSITION + 2, after_limit_rulesets=("optops",))
 STAGES = (RANGEIFY_STAGE, KERNEL_STAGE, SCHEDULE_STAGE)
-KERNEL_LIMITS = {"node_limit": 30_000, "iter_limit": 10, "time_limit": 10.0, "analysis_steps": 8}
+KERNEL_LIMITS = {"node_limit": 10_000, "iter_limit": 10, "time_limit": 10.0, "analysis_steps": 8}
 TENSOR_ONLY = (Ops.STACK, Ops.INDEX, Ops.TUPLE, Ops.GETTUPLE, Ops.PARAM)
 
 
@@ -106,14 +107,27 @@ def materialization_candidates(roots: list[UOp]) -> list[UOp]:
 # ---- the pipeline ----------------------------------------------------------------------------------
 
 def optimize(graph: Any, target: str = "llvm", *, node_limit: int | None = None, iter_limit: int | None = None,
-             time_limit: float | None = None, tune: bool = False,
+             time_limit: float | None = None, tune: bool = False, nolocals: bool = False,
              progress: Callable[[IterationStats], None] | None = None,
              alternatives: list[tuple[str, Program]] | None = None) -> Program:
     """Optimize a tensor program for `target` ("llvm", "cuda" or "reference"); returns a runnable Program.
 
     tune: time the cost model's best schedules on this machine and keep the fastest (cached on disk).
+    nolocals: the Nolocals OptOp: explore no schedule with workgroup dims (LOCAL, GROUP_REDUCE threads, TC).
     alternatives: a list to receive (schedule, Program) for every ranked schedule of every kernel (the
     other kernels at their chosen schedule), best first per kernel: for inspection and testing."""
+    collecting = gc.isenabled()
+    gc.disable()   # optimize allocates many small objects and frees them at the end: collections would only scan
+    try:
+        return _optimize(graph, target, node_limit, iter_limit, time_limit, tune, nolocals, progress, alternatives)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _optimize(graph: Any, target: str, node_limit: int | None, iter_limit: int | None, time_limit: float | None,
+              tune: bool, nolocals: bool, progress: Callable[[IterationStats], None] | None,
+              alternatives: list[tuple[str, Program]] | None) -> Program:
     backend = get_backend(target)
     roots, names, single = output_roots(graph)
     # an output that is an input tensor still needs its own buffer (and kernel): a copy
@@ -126,7 +140,7 @@ def optimize(graph: Any, target: str = "llvm", *, node_limit: int | None = None,
              if v is not None}
     lim = Limits.make(**{**KERNEL_LIMITS, **given})
     report = Report()
-    program = _build(roots, names, target, backend, tune, lim, report, progress, alternatives)
+    program = _build(roots, names, target, backend, tune, lim, report, progress, alternatives, nolocals)
     program.backend, program.target, program.single_output, program.report = backend, target, single, report
     report.extra["input_graph"] = "\n".join(pretty(r) for r in roots)
     return program
@@ -215,7 +229,7 @@ class _Facts:
 
 def _build(roots: list[UOp], names: list[str], target: str, backend: Any, tune: bool, lim: Limits, report: Report,
            progress: Callable[[IterationStats], None] | None,
-           alternatives: list[tuple[str, Program]] | None = None) -> Program:
+           alternatives: list[tuple[str, Program]] | None = None, nolocals: bool = False) -> Program:
     t0 = time.perf_counter()
     sess = shared_session("kernel", kernel_session)
     with sess.scope(STAGES, lim):
@@ -239,7 +253,7 @@ def _build(roots: list[UOp], names: list[str], target: str, backend: Any, tune: 
             if let not in kernel_lets.values():
                 facts.cmds.append(f"(let {let} (KernelOf {sess.name_of(r)} {out_terms[r]}))")
             kernel_lets[r] = let
-        sess.run_commands("\n".join(facts.cmds + optops.split_facts(target)))
+        sess.run_commands("\n".join(facts.cmds + optops.split_facts(target, nolocals)))
         report.add_phase("encode", time.perf_counter() - t0)
         sess.saturate(STAGES, lim, report, progress)
         t1 = time.perf_counter()
@@ -260,7 +274,8 @@ def _build(roots: list[UOp], names: list[str], target: str, backend: Any, tune: 
     late: Callable[[UOp], UOp] = LateSimplifier() if report.limit_hit else (lambda a: a)
     fusion, schedules = choose_fusion_and_schedules(
         view, ex, list(root_classes.values()),
-        lambda c, choose: late(Decoder(view, choose, reg, rkey=_range_key).decode(c)))
+        lambda c, choose, memo: late(Decoder(view, choose, reg, rkey=_range_key, own_kernel=True, memo=memo).decode(c)),
+        estimator_for(target))
 
     def assemble(choice: dict[int, ENode]) -> Program:
         dec = Decoder(view, lambda c: choice.get(c) or ex.node(c), reg, rkey=_range_key)
@@ -300,9 +315,9 @@ def _unique(name: str, taken: dict[str, Any]) -> str:
 
 def _range_key(n: ENode, dec: Decoder) -> Any:
     """Canonical range keys decode to ("out" | "red", e-class of the term they come from, axis), and split
-    parts to ("split", parent key, factor, part)."""
-    if n.fn == "RKSplit":
-        return ("split", dec.range_key(n.args[0].id), int(n.args[1]), int(n.args[2]))
+    parts to ("split" | "pad", parent key, factor, part)."""
+    if n.fn in ("RKSplit", "RKPad"):
+        return ("split" if n.fn == "RKSplit" else "pad", dec.range_key(n.args[0].id), int(n.args[1]), int(n.args[2]))
     return ("out" if n.fn == "RKOut" else "red", n.args[0].id, int(n.args[1]))
 
 
@@ -364,14 +379,22 @@ def _input_order(name: str, roots: list[UOp]) -> int:
 
 
 def check_accesses(program: Program) -> None:
-    """Static memory safety: every ungated index's interval lies inside its buffer."""
+    """Static memory safety: every index's interval lies inside its buffer, unless the access runs only under a
+    gate: its own, its store's (a padded loop nest, see rules/optops.py), or a WHERE branch's (backends evaluate
+    a branch's loads only where it is taken)."""
     for k in program.kernels:
-        for u in k.ast.toposort():
-            if u.op not in (Ops.LOAD, Ops.STORE):
+        seen: set[tuple[UOp, bool]] = set()
+        stack = [(k.ast, False)]
+        while stack:
+            u, guarded = stack.pop()
+            if (u, guarded) in seen:
                 continue
-            gated = (u.op is Ops.LOAD and len(u.src) == 3) or (u.op is Ops.STORE and len(u.src) == 3)
-            idx = u.src[0]
-            if gated or len(idx.src) < 2:
+            seen.add((u, guarded))
+            gated = u.op in (Ops.LOAD, Ops.STORE) and len(u.src) == 3
+            for i, s in enumerate(u.src):
+                stack.append((s, guarded or gated or (u.op is Ops.WHERE and i > 0)))
+            idx = u.src[0] if u.op in (Ops.LOAD, Ops.STORE) else None
+            if idx is None or guarded or gated or len(idx.src) < 2:
                 continue
             b = buffer_of(idx)
             lo, hi = idx.src[1].vmin, idx.src[1].vmax

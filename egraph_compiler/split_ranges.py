@@ -6,7 +6,10 @@ range, or bind the range while an index mentions a part. Both are well formed:
 the unbound one is defined from the bound ones (r = outer*f + inner,
 outer = r // f, inner = r % f), which is what invariant 4 of the design asks
 of lowering. Range keys decode to ("out" | "red", e-class, axis) for ranges
-from rangeify and ("split", parent key, factor, part) for split parts.
+from rangeify, ("split", parent key, factor, part) for split parts and
+("pad", parent key, factor, part) for the parts of a padded split (Padto),
+which define their parent but not the other way round: they also run over
+the padding, where the parent does not exist.
 """
 
 from __future__ import annotations
@@ -17,9 +20,9 @@ from egraph_compiler.ops import Ops
 from egraph_compiler.uop import UOp
 
 
-def split_key(key: Any) -> tuple[Any, int, int] | None:
-    """(parent key, factor, part) of a split part's key, else None."""
-    if isinstance(key, tuple) and len(key) == 4 and key[0] == "split":
+def split_key(key: Any, kinds: tuple[str, ...] = ("split",)) -> tuple[Any, int, int] | None:
+    """(parent key, factor, part) of a split part's key (or a padded split's, with "pad" in kinds), else None."""
+    if isinstance(key, tuple) and len(key) == 4 and key[0] in kinds:
         return key[1], key[2], key[3]
     return None
 
@@ -30,9 +33,10 @@ def _define(key: Any, bound: dict[Any, UOp], depth: int = 0) -> UOp | None:
         return bound[key]
     if depth > 8:
         return None
-    for part_key in [k for k in bound if (sk := split_key(k)) is not None and sk[0] == key and sk[2] == 0]:
-        _, f, _ = split_key(part_key)  # type: ignore[misc]
-        inner = ("split", key, f, 1)
+    for part_key in [k for k in bound if (sk := split_key(k, ("split", "pad"))) is not None and sk[0] == key
+                     and sk[2] == 0]:
+        _, f, _ = split_key(part_key, ("split", "pad"))  # type: ignore[misc]
+        inner = (part_key[0], key, f, 1)
         if (o := _define(part_key, bound, depth + 1)) is not None and (i := _define(inner, bound, depth + 1)) is not None:
             return o * f + i   # r = outer * f + inner
     if (sk := split_key(key)) is not None and (p := _define(sk[0], bound, depth + 1)) is not None:

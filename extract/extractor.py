@@ -49,17 +49,29 @@ def _key(n: ENode) -> tuple[str, str]:
 
 
 def extract(view: EGraphView, model: NodeCost, max_passes: int = 200) -> Extraction:
+    """Passes over all classes until no choice changes; a pass re-evaluates only classes a child of which
+    changed (the others would choose the same)."""
     best: dict[int, Choice] = {}
     own_cost = {id(n): model.node_cost(n, view) for ns in view.nodes.values() for n in ns}
+    kids_of: dict[int, list[list[int]]] = {}
+    parents: dict[int, set[int]] = {}
+    for c, nodes in view.nodes.items():
+        kids_of[c] = [view.children(n) for n in nodes]
+        for kids in kids_of[c]:
+            for k in kids:
+                parents.setdefault(k, set()).add(c)
+    dirty = set(view.nodes)
     for _ in range(max_passes):
         changed = False
         for c, nodes in view.nodes.items():
+            if c not in dirty:
+                continue
+            dirty.discard(c)
             cur = best.get(c)
-            for n in nodes:
+            for n, kids in zip(nodes, kids_of[c]):
                 nc = own_cost[id(n)]
                 if nc == math.inf:
                     continue
-                kids = view.children(n)
                 if any(k not in best or k == c or c in best[k].dag for k in kids):
                     continue
                 dag: dict[int, float] = {}
@@ -74,6 +86,7 @@ def extract(view: EGraphView, model: NodeCost, max_passes: int = 200) -> Extract
                     cur = Choice(n, total, dag)
                     best[c] = cur
                     changed = True
+                    dirty |= parents.get(c, set())
         if not changed:
             break
     return Extraction(view, best)

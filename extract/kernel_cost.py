@@ -62,29 +62,42 @@ def range_bounds(view: EGraphView) -> dict[int, int]:
 
 
 def footprints(view: EGraphView, bounds: dict[int, int], max_passes: int = 64) -> dict[int, Footprint]:
-    """Free ranges of every class (smallest trip product over its nodes), to a fixed point."""
+    """Free ranges of every class (smallest trip product over its nodes), to a fixed point. A pass re-evaluates
+    only classes a child of which changed (the others would give the same answer)."""
     fp: dict[int, Footprint] = {}
+    trips: dict[Footprint, int] = {}
 
     def trip(f: Footprint) -> int:
-        return math.prod(bounds.get(r, 1) for r in f)
+        if f not in trips:
+            trips[f] = math.prod(bounds.get(r, 1) for r in f)
+        return trips[f]
 
     bound_by: dict[int, frozenset[int]] = {}
-    for ns in view.nodes.values():
+    kids_of: dict[int, list[list[int]]] = {}
+    parents: dict[int, set[int]] = {}
+    for c, ns in view.nodes.items():
+        kids_of[c] = []
         for n in ns:
             if n.fn in ("REDUCE", "END"):
                 bound_by[id(n)] = frozenset(_ulist(view, n.args[-1].id)[1:])
+            kids = [a.id for a in n.args if isinstance(a, ClassRef) and a.id != c]
+            kids_of[c].append(kids)
+            for k in kids:
+                parents.setdefault(k, set()).add(c)
+    dirty = set(view.nodes)
     for _ in range(max_passes):
         changed = False
         for c, ns in view.nodes.items():
+            if c not in dirty:
+                continue
+            dirty.discard(c)
             best = fp.get(c)
-            for n in ns:
-                kids = [a.id for a in n.args if isinstance(a, ClassRef)]
-                if any(k not in fp for k in kids if k != c):
+            for n, kids in zip(ns, kids_of[c]):
+                if any(k not in fp for k in kids):
                     continue
                 f: set[int] = set()
                 for k in kids:
-                    if k != c:
-                        f |= fp[k]
+                    f |= fp[k]
                 if n.fn == "RANGE":
                     f.add(c)
                 f -= bound_by.get(id(n), frozenset())
@@ -94,6 +107,7 @@ def footprints(view: EGraphView, bounds: dict[int, int], max_passes: int = 64) -
             if best is not None and fp.get(c) != best:
                 fp[c] = best
                 changed = True
+                dirty |= parents.get(c, set())
         if not changed:
             break
     return fp
@@ -110,9 +124,12 @@ class KernelCost:
     def __post_init__(self) -> None:
         self.bounds = range_bounds(self.view)
         self.fp = footprints(self.view, self.bounds)
+        self._trips: dict[int, int] = {}
 
     def trip(self, c: int) -> int:
-        return math.prod(self.bounds.get(r, 1) for r in self.fp.get(c, frozenset()))
+        if c not in self._trips:
+            self._trips[c] = math.prod(self.bounds.get(r, 1) for r in self.fp.get(c, frozenset()))
+        return self._trips[c]
 
     def node_cost(self, n: ENode, view: EGraphView) -> float:
         if n.fn in self.unextractable:

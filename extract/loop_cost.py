@@ -15,7 +15,7 @@ plain loop is vectorized by LLVM when it is contiguous and not a strict-FP
 reduction. Strided loads that miss the cache pay per access. A REDUCE keeps
 one accumulator per copy: more vector accumulators than registers spill.
 The outermost loop runs on every core when it is big enough (the backend's
-auto-parallel rule).
+auto-parallel rule), a THREAD range always.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import asdict, dataclass, field
-from functools import cache
+from functools import cache, lru_cache
 
 from egraph_compiler.ops import AxisType, Ops
 from egraph_compiler.program import buffer_of
@@ -105,9 +105,15 @@ def _unrolled(r: UOp) -> bool:
     return r.arg[1] in UNROLLED
 
 
+@lru_cache(maxsize=1 << 16)
+def ranges_in(u: UOp) -> frozenset[UOp]:
+    """The RANGEs u mentions."""
+    return frozenset(x for x in u.toposort() if x.op is Ops.RANGE)
+
+
 def stride(idx: UOp, r: UOp) -> int | None:
     """Coefficient of range r in a linear index (0 if absent, None if r enters non-linearly)."""
-    if r not in idx.toposort():
+    if r not in ranges_in(idx):
         return 0
     if idx is r:
         return 1
@@ -273,7 +279,9 @@ def estimate(kernel: UOp, m: CPUMachine | None = None) -> KernelEstimate:
         before = w.cycles + w.loop_cycles
         w.item(st, loops, [r for r in ranges if _unrolled(r)])
         work = math.prod(_bound(r) for r in ranges)
-        par = min(m.cores, _bound(loops[0])) if loops and work >= AUTO_PARALLEL_MIN_WORK else 1
+        thread = [r for r in loops if r.arg[1] is AxisType.THREAD]   # a THREAD split is parallel at any size
+        par = min(m.cores, _bound(thread[0])) if thread else \
+            min(m.cores, _bound(loops[0])) if loops and work >= AUTO_PARALLEL_MIN_WORK else 1
         est.parallel = max(est.parallel, par)
         est.compute_s += (w.cycles + w.loop_cycles - before) / (m.ghz * 1e9 * par)
     for u in kernel.toposort():

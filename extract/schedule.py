@@ -6,8 +6,9 @@ that hold several binders (END or REDUCE nodes: one per schedule, see
 rules/optops.py) are decided per kernel: every combination of their
 alternatives (or, when there are too many, one class at a time, keeping the
 others at their best so far) is decoded to a kernel, its split ranges bound,
-and estimated by the loop-nest roofline (extract/loop_cost.py). The cheapest
-wins; the rest are kept, ranked, for the report and for tuning.
+and estimated by the target's roofline (extract/loop_cost.py for the CPU,
+extract/gpu_cost.py for CUDA; `estimator_for`). The cheapest wins; the rest
+are kept, ranked, for the report and for tuning.
 """
 
 from __future__ import annotations
@@ -27,6 +28,10 @@ from egraph_compiler.split_ranges import bind_split_ranges
 from egraph_compiler.uop import UOp
 
 BINDERS = ("END", "REDUCE")
+Estimator = Callable[[UOp], KernelEstimate]
+# decode(c, choose, memo): the kernel at SINK class c alone (its AFTER inputs as plain buffers) under `choose`,
+# starting from and filling `memo` (e-class -> UOp)
+Decode = Callable[[int, Callable[[int], ENode], dict[int, UOp]], UOp]
 MAX_COMBINATIONS = 96
 DESCENT_ROUNDS = 3
 MAX_FUSION_TRIALS = 16   # materialization alternatives tried per program
@@ -121,26 +126,71 @@ def kernel_sinks(view: EGraphView, ex: Extraction, roots: list[int]) -> list[int
     return sorted(c for c, n in _reachable(view, ex, roots) if n.fn == "SINK")
 
 
+def estimator_for(target: str) -> Estimator:
+    """The kernel estimate of a target: the GPU roofline for CUDA, the CPU loop-nest one otherwise."""
+    if target == "cuda":
+        from egraph_compiler.extract.gpu_cost import GPUMachine, estimate_gpu
+
+        gpu = GPUMachine.device()
+        return lambda k: estimate_gpu(k, gpu)
+    cpu = CPUMachine.host()
+    return lambda k: estimate(k, cpu)
+
+
 def choose_schedules(view: EGraphView, ex: Extraction, sinks: list[int],
-                     decode: Callable[[int, Callable[[int], ENode]], UOp],
-                     machine: CPUMachine | None = None) -> dict[int, KernelSchedule]:
+                     decode: Decode,
+                     estimator: Estimator | None = None) -> dict[int, KernelSchedule]:
     """For every kernel SINK class: candidate schedules ranked by estimated time (best first)."""
-    machine = machine or CPUMachine.host()
-    return {sink: _rank(view, ex, sink, decode, machine) for sink in sinks}
+    est = estimator or estimator_for("llvm")
+    return {sink: _rank(view, ex, sink, decode, est) for sink in sinks}
 
 
-def _rank(view: EGraphView, ex: Extraction, sink: int, decode: Callable[[int, Callable[[int], ENode]], UOp],
-          machine: CPUMachine) -> KernelSchedule:
+def _choice_dependent(view: EGraphView, ex: Extraction, sink: int, alts: dict[int, list[ENode]]) -> set[int]:
+    """The kernel's e-classes whose decoding depends on a schedule choice: the schedule classes and what uses them."""
+    users: dict[int, set[int]] = {}
+    seen: set[int] = set()
+    stack = [sink]
+    while stack:
+        c = stack.pop()
+        if c in seen or c not in ex.best:
+            continue
+        seen.add(c)
+        for n in alts.get(c) or [ex.node(c)]:
+            for k in _children_in_kernel(view, ex, n):
+                users.setdefault(k, set()).add(c)
+                stack.append(k)
+    out: set[int] = set()
+    stack = list(alts)
+    while stack:
+        c = stack.pop()
+        if c not in out:
+            out.add(c)
+            stack.extend(users.get(c, ()))
+    return out
+
+
+def _rank(view: EGraphView, ex: Extraction, sink: int, decode: Decode,
+          estimator: Estimator) -> KernelSchedule:
     classes = [c for c in schedule_classes(view, ex, sink) if all(
         math.isfinite(ex.cost(k)) for n in view.nodes[c] if n.fn in BINDERS for k in view.children(n))]
     alts = {c: [n for n in view.nodes[c] if n.fn in BINDERS] for c in classes}
 
+    evaluated: dict[tuple[int, ...], Candidate | None] = {}   # coordinate descent comes back to the same choices
+    variant = _choice_dependent(view, ex, sink, alts)
+    shared: dict[int, UOp] = {}   # decoded e-classes no schedule choice changes, for every candidate
+
     def evaluate(choice: dict[int, ENode]) -> Candidate | None:
+        key = tuple(id(choice.get(c) or ex.node(c)) for c in alts)
+        if key in evaluated:
+            return evaluated[key]
         try:
-            kernel = bind_split_ranges(decode(sink, lambda c: choice.get(c) or ex.node(c)))
+            memo = dict(shared)
+            kernel = bind_split_ranges(decode(sink, lambda c: choice.get(c) or ex.node(c), memo))
+            shared.update((c, u) for c, u in memo.items() if c not in variant)
+            evaluated[key] = Candidate(dict(choice), kernel, estimator(kernel))
         except (KeyError, ValueError):  # an alternative with an unextractable part is not a program
-            return None
-        return Candidate(dict(choice), kernel, estimate(kernel, machine))
+            evaluated[key] = None
+        return evaluated[key]
 
     found: list[Candidate] = []
     if math.prod(len(a) for a in alts.values()) <= MAX_COMBINATIONS:
@@ -216,13 +266,18 @@ def _reaches(view: EGraphView, ex: Overridden, starts: list[int], target: int) -
 
 
 def choose_fusion_and_schedules(view: EGraphView, ex: Extraction, roots: list[int],
-                                decode: Callable[[int, Callable[[int], ENode]], UOp],
-                                machine: CPUMachine | None = None,
+                                decode: Decode,
+                                estimator: Estimator | None = None,
                                 max_trials: int = MAX_FUSION_TRIALS) -> tuple[dict[int, ENode], dict[int, KernelSchedule]]:
     """Fusion decided by the loop-nest estimate: starting from the per-node extraction, each value that is
     computed inline but could be its own kernel is tried materialized (with every kernel at its best schedule),
     and kept when the whole program's estimate drops. Returns the fusion choice and the schedules under it."""
-    machine = machine or CPUMachine.host()
+    estimates: dict[UOp, KernelEstimate] = {}   # trials re-rank kernels, mostly into the same loop nests
+
+    def est(kernel: UOp) -> KernelEstimate:
+        if kernel not in estimates:
+            estimates[kernel] = (estimator or estimator_for("llvm"))(kernel)
+        return estimates[kernel]
 
     memo: dict[tuple[int, frozenset[tuple[int, int]]], KernelSchedule] = {}
 
@@ -235,7 +290,7 @@ def choose_fusion_and_schedules(view: EGraphView, ex: Extraction, roots: list[in
             mine = _kernel_classes(view, ov, sink)
             key = (sink, frozenset((c, id(n)) for c, n in choice.items() if c in mine))
             if key not in memo:
-                memo[key] = _rank(view, ov, sink, decode, machine)  # type: ignore[arg-type]
+                memo[key] = _rank(view, ov, sink, decode, est)  # type: ignore[arg-type]
             scheds[sink] = memo[key]
         return sum(ks.best.estimate.seconds for ks in scheds.values() if ks.ranked), scheds
 
@@ -279,6 +334,6 @@ def kernel_entry(kernel: Any, schedules: list[dict[str, Any]]) -> dict[str, Any]
     return entry
 
 
-__all__ = ["Candidate", "KernelSchedule", "choose_schedules", "describe_schedule", "kernel_entry", "kernel_sinks",
-           "choose_fusion_and_schedules", "fusion_classes", "schedule_classes",
+__all__ = ["Candidate", "Estimator", "KernelSchedule", "choose_fusion_and_schedules", "choose_schedules",
+           "describe_schedule", "estimator_for", "fusion_classes", "kernel_entry", "kernel_sinks", "schedule_classes",
            "schedule_report"]

@@ -7,16 +7,41 @@ split itself (invariant 4: `RKSplit key f 0` is the outer part, `RKSplit key f
   r == outer * f + inner                      (unioned: index math simplifies through it)
   END(x, .. r ..) == END(x, .. outer, inner ..)   (the loop nest that binds the parts)
 
-The inner part takes the split's target AxisType (UPCAST for an output axis,
-UNROLL for a reduce axis); the outer part keeps the parent's. A loop nest
-binds either r or its parts; decoding defines the unbound one from the bound
-ones (optimize.bind_split_ranges), so whatever index form the extractor picks
-is well formed. Only ranges that come straight from rangeify are split (their
-key is RKOut/RKRed), so a split is never split again and every schedule is one
-term: splitting i then j gives the same END as splitting j then i.
+One part takes the split's target AxisType (the spec's "split from" table):
 
-Legality is in the guards: the factor divides the bound (no tail loop), and
-`split-factor` facts (set per target by optimize.py) name the factors tried.
+  split-upcast-<pos>          END  L -> L outer, UPCAST inner           (registers / SIMD lanes)
+  split-local-<pos>           END  L -> L outer, LOCAL inner            (threads of a GPU block)
+  split-thread                END  L -> THREAD outer (one per core), L inner
+  split-unroll-<pos>          REDUCE R -> R outer, UNROLL inner
+  split-group-threads-<pos>   REDUCE R -> R outer, GROUP_REDUCE inner   (a block's threads, shared-memory tree)
+  split-group                 REDUCE R -> GROUP_REDUCE outer (one slice per core), R inner
+  split-accumulate-<pos>      REDUCE R -> partial reduces over R outer, combined over an UPCAST inner part
+  swap-0                      END: the two outermost ranges trade places
+  padto-<kind>-<pos>          a split whose factor does not divide the bound: the range is padded up to
+                              a multiple, and the padding is masked (a gated store, or the reduce
+                              identity under WHERE)
+  tc                          tensor cores: a float16/bfloat16 GEMM's two output ranges split into
+                              WARP tiles of 16 and its reduce range into an UNROLL part of 16
+
+A loop nest binds either r or its parts; decoding defines the unbound one from
+the bound ones (split_ranges.bind_split_ranges), so whatever index form the
+extractor picks is well formed. Only ranges that come straight from rangeify
+are split (their key is RKOut/RKRed), so a split is never split again and
+every schedule is one term: splitting i then j gives the same END as
+splitting j then i.
+
+Legality is in the guards: the factor divides the bound (Padto: it does not,
+and the padding is masked), output axes split into output AxisTypes and reduce
+axes into reduce ones, and facts set per target by optimize.py (`split-factor
+kind f`, see SPLIT_FACTORS) name the factors tried, so each target explores
+only what its backend can use. Nolocals is the target option that sets no
+LOCAL/GROUP_REDUCE/TC facts: every kernel keeps its unsplit, block-free
+alternative in the e-graph anyway, so Nolocals only narrows the search.
+
+A padded range is not unioned with outer*f + inner: that sum exceeds r's
+bound in the padding, and interval analysis would use r's bound to drop the
+very mask that guards it. Its parts are keyed `RKPad key f part`, and decoding
+defines r from them.
 """
 
 from __future__ import annotations
@@ -28,14 +53,21 @@ from egraph_compiler.rules.dsl import RuleSet, rule
 IX = '"index"'
 GROUP_MIN = 1 << 16  # a reduce shorter than this is not worth a thread hand-off
 MAX_POSITION = 4   # ranges after the 4th of one loop nest are not split (kernels here have at most 4-5 axes)
+TC_TILE = 16       # the WMMA tile (m16n16k16) the CUDA backend renders
 
 DECLARATIONS = """
 (constructor RKSplit (RKey i64 i64) RKey)
+(constructor RKPad (RKey i64 i64) RKey)
 (relation split-factor (String i64))
+(relation tc-value (U U))
 """
 
-# (binder op, the AxisType letter of the ranges it splits, the inner part's AxisType, rangeify's key constructor)
-SPLITS = (("END", "L", "u", "RKOut"), ("REDUCE", "R", "r", "RKRed"))
+# name, binder op, the AxisType letter of the ranges it splits, the new part's AxisType, rangeify's key
+# constructor, and whether the new part is the inner one
+SPLITS = (("upcast", "END", "L", "u", "RKOut"), ("local", "END", "L", "l", "RKOut"),
+          ("unroll", "REDUCE", "R", "r", "RKRed"), ("group-threads", "REDUCE", "R", "G", "RKRed"))
+PADS = (("upcast", "END", "u"), ("local", "END", "l"), ("unroll", "REDUCE", "r"), ("group-threads", "REDUCE", "G"))
+PADDED_REDUCES = {"ADD": "(F 0.0)", "MAX": "(F -inf)"}   # the identity of each float reduce op
 
 
 def ik(v: str | int) -> str:
@@ -49,17 +81,16 @@ def _nest(prefix: list[str], tail: str) -> str:
     return out
 
 
-def _split_rule(rs: RuleSet, binder: str, kind: str, inner: str, keyc: str, pos: int) -> None:
+def _binder(binder: str, body: str, ranges: str, op: str = "op") -> str:
+    return f"(END d (UCons {body} {ranges}))" if binder == "END" else f"(REDUCE d {op} ax (UCons {body} {ranges}))"
+
+
+def _split_rule(rs: RuleSet, name: str, binder: str, kind: str, inner: str, keyc: str, pos: int) -> None:
     """Split the range at position `pos` of the binder's range list (after its body)."""
     before = [f"x{i}" for i in range(pos)]
-    lst = _nest(before, "(UCons r rest)")
-    new = _nest(before, "(UCons ro (UCons ri rest))")
-    if binder == "END":
-        e, e_new = f"(END d (UCons body {lst}))", f"(END d (UCons body {new}))"
-    else:
-        e, e_new = f"(REDUCE d op ax (UCons body {lst}))", f"(REDUCE d op ax (UCons body {new}))"
-    part = "upcast" if inner == "u" else "unroll"
-    rule(rs, f"split-{part}-{pos}",
+    e = _binder(binder, "body", _nest(before, "(UCons r rest)"))
+    e_new = _binder(binder, "body", _nest(before, "(UCons ro (UCons ri rest))"))
+    rule(rs, f"split-{name}-{pos}",
          [f"(= e {e})", f'(= r (RANGE {IX} key "{kind}" (CONST {IX} (I n))))', f"(= key ({keyc} t k))",
           f'(split-factor "{inner}" f)', "(< f n)", "(= (% n f) 0)"],
          [f'(let ro (RANGE {IX} (RKSplit key f 0) "{kind}" {ik("(/ n f)")}))',
@@ -68,7 +99,34 @@ def _split_rule(rs: RuleSet, binder: str, kind: str, inner: str, keyc: str, pos:
           f"(union e {e_new})"],
          category="optops", check="structural",
          doc=f"range {pos} of a {binder} split by f: outer part keeps its AxisType, inner part becomes "
-             f"{'UPCAST' if inner == 'u' else 'UNROLL'} (r == outer*f + inner, proved in tests/test_optops.py)")
+             f"{name.upper()} (r == outer*f + inner, proved in tests/test_optops.py)")
+
+
+def _padto_rule(rs: RuleSet, name: str, binder: str, inner: str, pos: int, op: str = "") -> None:
+    """Pad range `pos` up to a multiple of f and split it; the padding is masked off."""
+    before = [f"x{i}" for i in range(pos)]
+    kind, keyc = ("L", "RKOut") if binder == "END" else ("R", "RKRed")
+    quoted_op = f'"{op}"'
+    valid = f'(CMPLT "bool" (ADD {IX} (MUL {IX} ro {ik("f")}) ri) {ik("n")})'
+    ranges, ranges_new = _nest(before, "(UCons r rest)"), _nest(before, "(UCons ro (UCons ri rest))")
+    guards = [f'(= r (RANGE {IX} key "{kind}" (CONST {IX} (I n))))', f"(= key ({keyc} t k))",
+              f'(split-factor "pad-{inner}" f)', "(< f n)", "(!= (% n f) 0)"]
+    if binder == "END":   # the store of a padded iteration is skipped (its loads run under the gate too)
+        body, masked = "(STORE sd (UCons i (UCons v (UNil))))", f"(STORE sd (UCons i (UCons v (UCons {valid} (UNil)))))"
+        guards = [f"(= e (END d (UCons {body} {ranges})))", *guards]
+        rname = f"padto-{name}-{pos}"
+    else:                 # a padded iteration adds the identity
+        guards = [f"(= e {_binder(binder, 'body', ranges, quoted_op)})", *guards, "(dt-float d)"]
+        masked = f"(WHERE d {valid} body (CONST d {PADDED_REDUCES[op]}))"
+        rname = f"padto-{name}-{op.lower()}-{pos}"
+    rule(rs, rname, guards,
+         ["(let np (* (/ (+ n (- f 1)) f) f))",
+          f'(let ro (RANGE {IX} (RKPad key f 0) "{kind}" {ik("(/ np f)")}))',
+          f'(let ri (RANGE {IX} (RKPad key f 1) "{inner}" {ik("f")}))',
+          f"(union e {_binder(binder, masked, ranges_new, quoted_op)})"],
+         category="optops", check="structural",
+         doc=f"Padto: range {pos} of a {binder} padded to a multiple of f and split (inner part "
+             f"{name.upper()}); padded iterations are masked")
 
 
 def _accumulate_rule(rs: RuleSet, pos: int, key_pattern: str, suffix: str) -> None:
@@ -88,49 +146,119 @@ def _accumulate_rule(rs: RuleSet, pos: int, key_pattern: str, suffix: str) -> No
          doc="f partial accumulators (UPCAST) over the outer part, combined after the loop")
 
 
-def _group_rule(rs: RuleSet) -> None:
-    """A whole reduce over one big range becomes a GROUP_REDUCE over T contiguous slices (one per core) of
-    partial reduces; the backend combines the partials in slice order (a reassociation, like the above)."""
-    rule(rs, "split-group",
-         ["(= e (REDUCE d op ax (UCons body (UCons r (UNil)))))",
-          f'(= r (RANGE {IX} key "R" (CONST {IX} (I n))))', "(= key (RKRed t k))",
-          '(split-factor "group" g)', f"(>= n {GROUP_MIN})", "(= (% n g) 0)"],
+def _top_split_rule(rs: RuleSet, name: str, binder: str, outer: str, factor_kind: str, doc: str) -> None:
+    """Split the first range of a binder into `g` outer slices (the factor is the outer part's bound: the spec's
+    "top" split) of type `outer`; the inner part keeps the parent's AxisType."""
+    kind, keyc = ("L", "RKOut") if binder == "END" else ("R", "RKRed")
+    whole = binder == "REDUCE"   # a group reduce splits a reduce over one range only
+    tail = "(UNil)" if whole else "rest"
+    e = _binder(binder, "body", f"(UCons r {tail})")
+    if whole:   # the slices' partial reduces, combined over the group range
+        e_new = "(REDUCE d op ax (UCons (REDUCE d op ax (UCons body (UCons ro (UNil)))) (UCons rg (UNil))))"
+    else:
+        e_new = _binder(binder, "body", f"(UCons rg (UCons ro {tail}))")
+    rule(rs, name,
+         [f"(= e {e})", f'(= r (RANGE {IX} key "{kind}" (CONST {IX} (I n))))', f"(= key ({keyc} t k))",
+          f'(split-factor "{factor_kind}" g)', f"(>= n {GROUP_MIN if whole else 2} )", "(< g n)", "(= (% n g) 0)"],
          ["(let f (/ n g))",
-          f'(let rg (RANGE {IX} (RKSplit key f 0) "G" {ik("g")}))',
-          f'(let ro (RANGE {IX} (RKSplit key f 1) "R" {ik("f")}))',
+          f'(let rg (RANGE {IX} (RKSplit key f 0) "{outer}" {ik("g")}))',
+          f'(let ro (RANGE {IX} (RKSplit key f 1) "{kind}" {ik("f")}))',
           f"(union r (ADD {IX} (MUL {IX} rg {ik('f')}) ro))",
-          "(union e (REDUCE d op ax (UCons (REDUCE d op ax (UCons body (UCons ro (UNil)))) (UCons rg (UNil)))))"],
+          f"(union e {e_new})"],
+         category="optops", check="structural", doc=doc)
+
+
+def _swap_rule(rs: RuleSet) -> None:
+    rule(rs, "swap-0",
+         ["(= e (END d (UCons body (UCons a (UCons b rest)))))",
+          f'(= a (RANGE {IX} ka "L" na))', f'(= b (RANGE {IX} kb "L" nb))', "(= ka (RKOut ta ia))",
+          "(= kb (RKOut tb ib))", '(split-factor "swap" 1)'],
+         ["(union e (END d (UCons body (UCons b (UCons a rest)))))"],
          category="optops", check="structural",
-         doc="GROUP_REDUCE: g slices of the reduce run on g cores, partials combined in order")
+         doc="Swap: the two outermost output ranges of a loop nest trade places (which one is innermost)")
+
+
+def _tc_rules(rs: RuleSet) -> None:
+    """TC: a GEMM accumulating float32 products of two float16 (or bfloat16) loads, stored by a loop nest over two
+    output ranges, gets the WARP/UNROLL split the CUDA backend renders with WMMA tiles.
+
+    The tiled reduce is not unioned with the plain one: its value is rebuilt up to the store (`tc-value v v2`:
+    v with the reduce replaced by its tiled twin, through an elementwise epilogue), so the tiled loop nest owns
+    its reduce and the extractor picks the two together."""
+    tiles = {p: (f'(let {p}o (RANGE {IX} (RKSplit k{p} {TC_TILE} 0) "{t}" {ik(f"(/ n{p} {TC_TILE})")}))',
+                 f'(let {p}i (RANGE {IX} (RKSplit k{p} {TC_TILE} 1) "{ti}" {ik(TC_TILE)}))',
+                 f"(union {p} (ADD {IX} (MUL {IX} {p}o {ik(TC_TILE)}) {p}i))")
+             for p, t, ti in (("m", "L", "w"), ("n", "L", "w"), ("k", "R", "r"))}
+    for d in ("float16", "bfloat16"):
+        rule(rs, f"tc-reduce-{d}",
+             ['(= red (REDUCE "float32" "ADD" ax (UCons body (UCons k (UNil)))))',
+              '(= body (MUL "float32" (CAST "float32" la) (CAST "float32" lb)))',
+              f'(= la (LOAD "{d}" sa))', f'(= lb (LOAD "{d}" sb))', '(split-factor "tc" 16)',
+              f'(= k (RANGE {IX} kk "R" (CONST {IX} (I nk))))', "(= kk (RKRed tk ak))", f"(= (% nk {TC_TILE}) 0)"],
+             [*tiles["k"], '(tc-value red (REDUCE "float32" "ADD" ax (UCons body (UCons ko (UCons ki (UNil))))))'],
+             category="optops", check="structural",
+             doc=f"a {d} x {d} -> float32 dot product a tensor core can compute, over k in steps of 16 (UNROLL)")
+    # the stored value may wrap the reduce in an elementwise epilogue (bias, activation, cast)
+    for op, args in (("CAST", "x"), ("ADD", "x y"), ("ADD", "y x"), ("MUL", "x y"), ("MUL", "y x"),
+                     ("MAX", "x y"), ("MAX", "y x")):
+        rule(rs, f"tc-epilogue-{op.lower()}-{args.index('x') // 2}",
+             [f"(= v ({op} dv {args}))", "(tc-value x x2)"], [f"(tc-value v ({op} dv {args.replace('x', 'x2')}))"],
+             category="optops", check="structural", doc=f"a {op} of a tensor-core result, computed from the tiles")
+    rule(rs, "tc",
+         ["(= e (END d (UCons (STORE sd (UCons i (UCons v (UNil)))) (UCons m (UCons n (UNil))))))",
+          "(tc-value v v2)",
+          f'(= m (RANGE {IX} km "L" (CONST {IX} (I nm))))', "(= km (RKOut tm am))",
+          f'(= n (RANGE {IX} kn "L" (CONST {IX} (I nn))))', "(= kn (RKOut tn an))",
+          f"(= (% nm {TC_TILE}) 0)", f"(= (% nn {TC_TILE}) 0)"],
+         [*tiles["m"], *tiles["n"],
+          "(union e (END d (UCons (STORE sd (UCons i (UCons v2 (UNil)))) "
+          "(UCons mo (UCons no (UCons mi (UCons ni (UNil))))))))"],
+         category="optops", check="structural",
+         doc="TC: 16x16 output tiles, one per warp (WARP ranges), storing the tiled reduce's value")
 
 
 def build() -> RuleSet:
     rs = RuleSet("optops")
-    for binder, kind, inner, keyc in SPLITS:
+    for name, binder, kind, inner, keyc in SPLITS:
         for pos in range(MAX_POSITION):
-            _split_rule(rs, binder, kind, inner, keyc, pos)
+            _split_rule(rs, name, binder, kind, inner, keyc, pos)
+    for name, binder, inner in PADS:
+        for pos in range(MAX_POSITION):
+            if binder == "END":
+                _padto_rule(rs, name, binder, inner, pos)
+            else:
+                for op in PADDED_REDUCES:
+                    _padto_rule(rs, name, binder, inner, pos, op)
     for pos in range(MAX_POSITION):
         _accumulate_rule(rs, pos, "(RKRed t k)", "")
     # the slice of a group reduce gets accumulators too
     _accumulate_rule(rs, 0, "(RKSplit kk ff 1)", "-slice")
-    _group_rule(rs)
+    _top_split_rule(rs, "split-group", "REDUCE", "G", "group",
+                    "GROUP_REDUCE: g slices of the reduce run on g cores, partials combined in order")
+    _top_split_rule(rs, "split-thread", "END", "t", "thread",
+                    "THREAD: the outermost output range in g slices, one per core")
+    _swap_rule(rs)
+    _tc_rules(rs)
     return rs
 
 
 OPTOPS = build()
 
-# Factors tried per target: UPCAST (u) of an output axis, UNROLL (r) of a reduce axis, partial accumulators
-# (acc) of a reduce axis. The reference
-# interpreter gains nothing from a schedule, so it explores none.
+# Factors tried per target (kinds: the new part's AxisType letter, "acc" partial accumulators, "pad-<letter>"
+# Padto, "group"/"thread" one slice per core, "swap"/"tc" on or off). The LLVM backend already runs the outermost
+# loop on every core (a THREAD split of it, which is why "thread" is not searched there) and loops over output
+# axes in the order their buffers are laid out (no swap); the reference interpreter gains nothing from a schedule.
 SPLIT_FACTORS: dict[str, dict[str, tuple[int, ...]]] = {
-    "llvm": {"u": (4, 8, 16), "r": (4,), "acc": (16, 32)},
-    "cuda": {},
+    "llvm": {"u": (4, 8, 16), "r": (4,), "acc": (16, 32), "pad-u": (8,)},
+    "cuda": {"l": (64, 256), "G": (256,), "u": (4,), "pad-l": (256,), "pad-G": (256,), "swap": (1,), "tc": (16,)},
     "reference": {},
 }
+BLOCK_KINDS = ("l", "G", "pad-l", "pad-G", "tc")   # what Nolocals leaves out: no workgroup dims
 
 
-def split_facts(target: str) -> list[str]:
-    facts = [f'(split-factor "{kind}" {f})' for kind, fs in SPLIT_FACTORS.get(target, {}).items() for f in fs]
+def split_facts(target: str, nolocals: bool = False) -> list[str]:
+    kinds = {k: fs for k, fs in SPLIT_FACTORS.get(target, {}).items() if not (nolocals and k in BLOCK_KINDS)}
+    facts = [f'(split-factor "{kind}" {f})' for kind, fs in kinds.items() for f in fs]
     cores = os.cpu_count() or 1
     if target == "llvm" and cores > 1:  # GROUP_REDUCE: one slice per core
         facts.append(f'(split-factor "group" {cores})')

@@ -1,0 +1,345 @@
+"""A roofline estimate of one kernel's run time on an NVIDIA GPU, for ranking schedules of target "cuda".
+
+The thread mapping is the CUDA renderer's own: `_Renderer.items`/`phases` (backends/cuda.py) put each STORE
+item's ranges on the grid (GLOBAL; LOOP/THREAD when there is no GLOBAL), the block (LOCAL, GROUP_REDUCE, WARP
+outside a tensor-core region), sequential loops (UPCAST/UNROLL/the rest, and REDUCE ranges other than
+GROUP_REDUCE) and tensor-core regions (one warp per 16x16 tile), and group items into launches. So the estimate
+prices what would be launched, and a kernel the renderer rejects is infinitely slow. Per launch of G blocks of
+B threads (flat items: 256-thread blocks over the flattened grid):
+
+    time = max(compute, cache, dram, latency) + launch
+
+* compute: each operation runs once per iteration of the sequential loops around its deepest dependency (the
+  renderer hoists the rest), in lane-cycles (a float op 1, the add of an FFMA free, int div/mod 8, SFU math 8,
+  loads/stores 4, conversions 2); a warp pays 32 lanes however few are busy, and the SMs' lanes run
+  fp32_tflops / 2 of them per second. The G blocks spread over the SMs in ceil(G / sms) rounds. TC regions:
+  16x16x16 MMAs at the fp16 tensor-core peak.
+* cache: a warp-level access moves the 32-byte sectors its lanes touch (lane -> range values -> `stride` of the
+  index in each thread range: 4 for coalesced float32, 1 for a broadcast, up to 32 when strided or gathered)
+  through L1 at 128 B per clock per SM.
+* dram: each buffer touched once per launch (compulsory), times the sector waste of an uncoalesced access when
+  the buffer does not fit in L2 and the thread does not read the rest of the sector in its next iteration; over
+  the HBM bandwidth, or less when too few warps are resident to keep it busy (Little's law: warps x MLP
+  requests in flight per DRAM latency).
+* latency: the dependent chain of one thread (ADD_LATENCY per accumulation of a sequential reduce, a barrier per
+  level of a GROUP_REDUCE tree, MMA_CYCLES per k step), or its instruction count (a warp issues one per clock),
+  once per wave of resident blocks: one thread summing 16M elements is slow however idle the GPU is.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, fields, replace
+from functools import cache
+
+from egraph_compiler.backends.cuda import _FLAT_BLOCK, _GRID_LIMITS, _Item, _Phase, _Renderer
+from egraph_compiler.extract.loop_cost import KernelEstimate, stride
+
+from egraph_compiler.diagnostics import CompilerError
+from egraph_compiler.dtypes import dtypes
+from egraph_compiler.ops import AxisType, Ops
+from egraph_compiler.program import Kernel, buffer_of
+from egraph_compiler.uop import UOp
+
+FREE = (Ops.CONST, Ops.RANGE, Ops.DEFINE_VAR, Ops.BUFFER, Ops.INDEX, Ops.AFTER, Ops.END, Ops.SINK, Ops.REDUCE,
+        Ops.VECTORIZE, Ops.GEP, Ops.BITCAST)
+# lane-cycles per thread-level operation; one lane-cycle = a float add/mul on one of the SM's fp32 lanes
+LANE_CYCLES = {Ops.IDIV: 8.0, Ops.MOD: 8.0, Ops.CAST: 2.0, Ops.LOAD: 4.0, Ops.STORE: 4.0,  # LSU: 32 lanes/SM
+               Ops.RECIP: 8.0, Ops.SQRT: 8.0, Ops.EXP2: 8.0, Ops.LOG2: 8.0, Ops.SIN: 8.0}  # SFU: 16 lanes/SM
+ADD_LATENCY = 4.0        # cycles before a dependent FADD/FFMA can issue
+TREE_STEP = 40.0         # one level of a shared-memory tree: load, op, store, __syncthreads
+MMA_CYCLES = 32.0        # one m16n16k16 load_matrix_sync pair + mma_sync, issued back to back by one warp
+DRAM_LATENCY = 600.0     # cycles for a load that misses L2, under load
+MLP = 4                  # loads in flight per warp (nvcc unrolls a reduce loop by 4)
+L1_BYTES_PER_CLOCK = 128
+MAX_BLOCKS_PER_SM = 32
+STATIC_SMEM = 48 << 10   # the renderer's __shared__ arrays are static: 48 KiB whatever the opt-in limit
+HBM_EFFICIENCY = 0.9     # a streaming copy reaches ~90% of the HBM peak
+SECTOR = 32
+SUSTAINED_CLOCK = 0.9   # of the boost clock a device reports
+
+
+@dataclass(frozen=True)
+class GPUMachine:
+    """What the estimate needs of the GPU. Defaults: an H100 SXM5 (NVIDIA's data sheet; clocks as sustained under
+    load, 1.75 GHz, where the sheet's 67 TFLOPS fp32 assumes the 1.98 GHz boost). fp16_tc_tflops is the sheet's
+    dense fp16 peak (989, fp32 accumulation; 1979 is with sparsity): WMMA fed from global memory reaches a
+    fraction of it, which the cache term, not this number, accounts for."""
+
+    sms: int = 132
+    warp_size: int = 32
+    max_threads_per_sm: int = 2048
+    max_threads_per_block: int = 1024
+    shared_mem_per_block: int = 227 << 10   # opt-in maximum; static arrays are limited to STATIC_SMEM
+    fp32_tflops: float = 60.0               # 132 SMs x 128 lanes x 2 (FMA) x 1.75 GHz
+    fp16_tc_tflops: float = 989.0
+    hbm_gbps: float = 3350.0
+    l2_bytes: int = 50 << 20
+    launch_us: float = 4.0
+    clock_ghz: float = 1.75
+
+    @staticmethod
+    @cache
+    def device() -> GPUMachine:
+        """The live device 0 through CuPy when there is one, else the defaults; EGC_GPU_<FIELD> overrides a field
+        (EGC_GPU_HBM_GBPS=2000). Read once per process."""
+        m = GPUMachine()
+        try:
+            import cupy  # type: ignore[import-not-found]
+
+            rt = cupy.cuda.runtime
+            if rt.getDeviceCount() > 0:
+                p = dict(rt.getDeviceProperties(0))
+                for key, attr in (("clockRate", 13), ("memoryClockRate", 36), ("memoryBusWidth", 37)):
+                    if not p.get(key):  # CUDA 13 dropped these from cudaDeviceProp; the attributes remain
+                        p[key] = rt.deviceGetAttribute(attr, 0)
+                m = from_properties(p, m)
+        except Exception:  # no CuPy, no driver or no device: an H100 is as good a guess as any
+            pass
+        env = {f.name: os.environ[f"EGC_GPU_{f.name.upper()}"] for f in fields(m)
+               if f"EGC_GPU_{f.name.upper()}" in os.environ}
+        return replace(m, **{k: type(getattr(m, k))(float(v)) for k, v in env.items()})
+
+
+def from_properties(p: dict[str, object], m: GPUMachine = GPUMachine()) -> GPUMachine:
+    """A GPUMachine from cudaDeviceProp fields (CuPy's getDeviceProperties); what is missing comes from m."""
+    def get(key: str, default: float) -> float:
+        v = p.get(key)
+        return float(v) if isinstance(v, (int, float)) and v > 0 else float(default)
+
+    cc = (int(get("major", 9)), int(get("minor", 0)))
+    # clockRate (kHz) is the top boost clock; under sustained load the SMs run ~10% below it
+    ghz = get("clockRate", 0) / 1e6 * SUSTAINED_CLOCK or m.clock_ghz
+    sms = int(get("multiProcessorCount", m.sms))
+    lanes = 64 if cc in ((7, 0), (7, 2), (7, 5), (8, 0)) else 128    # fp32 lanes per SM
+    # dense fp16 tensor-core FMAs per SM per clock: Volta/Turing, A100, Hopper, Blackwell; consumer parts 512
+    tc = 512 if cc[0] < 8 else 1024 if cc == (8, 0) else 2048 if cc[0] == 9 else 4096 if cc[0] == 10 else 512
+    hbm = get("memoryClockRate", 0) * 1e3 * 2 * get("memoryBusWidth", 0) / 8 / 1e9 or m.hbm_gbps  # kHz, DDR, bits
+    known = "clockRate" in p and "major" in p
+    return GPUMachine(sms=sms, warp_size=int(get("warpSize", m.warp_size)),
+                      max_threads_per_sm=int(get("maxThreadsPerMultiProcessor", m.max_threads_per_sm)),
+                      max_threads_per_block=int(get("maxThreadsPerBlock", m.max_threads_per_block)),
+                      shared_mem_per_block=int(get("sharedMemPerBlockOptin", get("sharedMemPerBlock",
+                                                                                  m.shared_mem_per_block))),
+                      fp32_tflops=sms * lanes * 2 * ghz / 1e3 if known else m.fp32_tflops * sms / m.sms,
+                      fp16_tc_tflops=sms * tc * 2 * ghz / 1e3 if known else m.fp16_tc_tflops * sms / m.sms, hbm_gbps=hbm,
+                      l2_bytes=int(get("l2CacheSize", m.l2_bytes)), launch_us=m.launch_us, clock_ghz=ghz)
+
+
+def _bound(r: UOp) -> int:
+    return int(r.src[0].arg) if r.src[0].op is Ops.CONST else 1
+
+
+def _lane_cycles(u: UOp) -> float:
+    if u.op is Ops.ADD and u.dtype.is_float and any(s.op is Ops.MUL for s in u.src):
+        return 0.0   # fused with the MUL into one FFMA
+    c = LANE_CYCLES.get(u.op, 1.0)
+    if u.dtype is dtypes.float64:
+        c *= 2.0
+    if u.dtype in (dtypes.float16, dtypes.bfloat16) and u.op not in (Ops.LOAD, Ops.CAST):
+        c += 2 * LANE_CYCLES[Ops.CAST]  # computed in float and rounded after every op
+    return c
+
+
+class _Thread:
+    """The work of one thread of an item: lane-cycles, instructions, dependent chain and memory accesses."""
+
+    def __init__(self, r: _Renderer) -> None:
+        self.r = r
+        self.lane = self.instr = self.chain = 0.0
+        self.smem = 0
+        self.tc_steps = 0.0
+        self.accesses: list[tuple[UOp, float, UOp | None]] = []  # (LOAD/STORE, runs per thread, innermost loop)
+
+    def place(self, u: UOp, loops: list[UOp]) -> int:
+        d = self.r.deps(u)
+        return max((i + 1 for i, x in enumerate(loops) if x in d), default=0)
+
+    def visit(self, root: UOp, loops: list[UOp], trips: list[float], skip: frozenset[UOp] = frozenset()) -> None:
+        seen: set[UOp] = set(skip)
+        stack = [root]
+        while stack:
+            u = stack.pop()
+            if u in seen:
+                continue
+            seen.add(u)
+            if u.op is Ops.AFTER:
+                stack.append(u.src[0])
+            elif u.op is Ops.REDUCE:
+                self.reduce(u, loops, trips)
+            else:
+                stack.extend(u.src)
+                if u.op not in FREE:
+                    depth = self.place(u, loops)
+                    self.lane += trips[depth] * _lane_cycles(u)
+                    self.instr += trips[depth]
+                    if u.op in (Ops.LOAD, Ops.STORE):
+                        self.accesses.append((u, trips[depth], loops[depth - 1] if depth else None))
+
+    def reduce(self, u: UOp, loops: list[UOp], trips: list[float]) -> None:
+        depth = self.place(u, loops)
+        group = [x for x in u.src[1:] if x.arg[1] is AxisType.GROUP_REDUCE]
+        inner, t = loops[:depth] + [x for x in u.src[1:] if x not in group], trips[:depth + 1]
+        for x in inner[depth:]:
+            t.append(t[-1] * _bound(x))
+        self.visit(u.src[0], inner, t)
+        fused = u.arg[0] is Ops.ADD and u.dtype.is_float and u.src[0].op is Ops.MUL
+        self.lane += t[-1] * (0.0 if fused else 1.0)
+        self.instr += t[-1]
+        self.chain += t[-1] * ADD_LATENCY   # one accumulator: each add waits for the previous one
+        if group:  # store, barrier, log2(n) levels of the tree, read back, barrier
+            levels = 2 + sum(math.ceil(math.log2(_bound(g))) for g in group if _bound(g) > 1)
+            self.chain += trips[depth] * levels * TREE_STEP
+            self.lane += trips[depth] * levels * 2 * LANE_CYCLES[Ops.LOAD]
+            self.instr += trips[depth] * levels * 4
+
+
+def _sectors(access: UOp, lanes: list[UOp], n_lanes: int) -> tuple[int, int]:
+    """(32-byte sectors, distinct elements) one warp-level access touches: lane t's range values are t decomposed
+    over `lanes` (innermost last), its offset their sum weighted by the index's stride in each."""
+    idx = access.src[0].src[1] if len(access.src[0].src) > 1 else None
+    size = buffer_of(access.src[0]).dtype.itemsize
+    coef: dict[UOp, int | None] = {}
+    offsets = []
+    for t in range(n_lanes):
+        off = 0
+        for r in reversed(lanes):
+            b = max(1, _bound(r))
+            t, v = divmod(t, b)
+            if v and idx is not None:
+                if r not in coef:
+                    coef[r] = stride(idx, r)
+                s = coef[r]
+                if s is None:       # not affine in a thread index: a gather, one sector per lane
+                    return n_lanes, n_lanes
+                off += s * v
+        offsets.append(off)
+    return len({o * size // SECTOR for o in offsets}), len(set(offsets))
+
+
+@dataclass
+class _Launch:
+    compute_s: float = 0.0
+    cache_s: float = 0.0
+    latency_s: float = 0.0
+    req_bytes: float = 0.0
+    reqs: float = 0.0
+
+
+def estimate_gpu(kernel: UOp, m: GPUMachine | None = None) -> KernelEstimate:
+    """Estimate a kernel AST (SINK of END-wrapped STOREs) as the CUDA backend would launch it on m (default: the
+    live device, else an H100). Summed over launches: compute_s (the compute terms), memory_s (max of the cache and
+    dram terms), bytes (DRAM traffic); seconds also counts the latency term where it bounds a launch. `parallel` is
+    the number of threads of the widest launch, `cycles` the estimate in GPU clocks without launch overhead; notes
+    say what bounds each launch, or why the kernel is invalid (then seconds is inf)."""
+    m = m or GPUMachine.device()
+    est = KernelEstimate()
+    if kernel.op is not Ops.SINK:
+        kernel = UOp(Ops.SINK, dtypes.void, (kernel,))
+    r = _Renderer(Kernel.from_ast("k", kernel))
+    try:
+        phases = r.phases(r.items())
+    except CompilerError as e:
+        return _invalid(est, f"the CUDA renderer rejects it: {e}")
+    hz = m.clock_ghz * 1e9
+    lanes_per_clock = m.fp32_tflops * 1e12 / 2 / (m.sms * hz)
+    for k, ph in enumerate(phases):
+        flat = not (ph.tc or ph.block or ph.group)
+        block_rs = ph.block + ph.group
+        total = max(math.prod(_bound(x) for x in it.grid) for it in ph.items)
+        if flat:
+            threads = min(_FLAT_BLOCK, max(total, 1))
+            blocks = -(-total // threads)
+            ok = blocks <= _GRID_LIMITS[0] * _GRID_LIMITS[1]
+        else:
+            threads = (32 if ph.tc else 1) * math.prod(_bound(x) for x in block_rs)
+            blocks = math.prod(_bound(x) for x in ph.grid)
+            ok = blocks <= math.prod(_GRID_LIMITS)
+        if threads > m.max_threads_per_block:
+            return _invalid(est, f"phase {k}: {threads} threads per block (max {m.max_threads_per_block})")
+        if not ok:
+            return _invalid(est, f"phase {k}: {blocks} blocks overflow the CUDA grid")
+        if blocks * threads == 0:
+            continue
+        warps = -(-threads // 32)
+        works = [_item(r, it, ph) for it in ph.items]
+        smem = 4 * 256 * warps if ph.tc else sum(w.smem for w in works)
+        if smem > min(STATIC_SMEM, m.shared_mem_per_block):
+            return _invalid(est, f"phase {k}: {smem} bytes of static shared memory")
+        per_sm = max(1, min(m.max_threads_per_sm // (warps * 32), MAX_BLOCKS_PER_SM,
+                            m.shared_mem_per_block // max(smem, 1)))
+        ln = _Launch()
+        dram: dict[UOp, float] = {}   # buffer -> bytes it moves
+        for it, w in zip(ph.items, works):
+            nb = -(-math.prod(_bound(x) for x in it.grid) // threads) if flat else blocks
+            rounds, waves = -(-nb // m.sms), -(-nb // (m.sms * per_sm))
+            lanes = it.grid if flat else [it.tc.m, it.tc.n] if it.tc else block_rs
+            n_lanes = min(32, threads, math.prod(_bound(x) for x in lanes) if flat else threads)
+            sector_bytes = 0.0
+            for u, runs, inner in w.accesses:
+                sectors, distinct = _sectors(u, lanes, n_lanes)
+                sector_bytes += runs * sectors * SECTOR
+                ln.req_bytes += runs * sectors * SECTOR
+                ln.reqs += runs
+                b = buffer_of(u.src[0])
+                size = b.dtype.itemsize
+                nbytes = b.arg[1][0] * size
+                s = stride(u.src[0].src[1], inner) if inner is not None and len(u.src[0].src) > 1 else None
+                # the rest of a sector is lost when it leaves L2 before anyone reads it: not when the thread's next
+                # iterations read it, nor for one sector per warp (neighbouring warps and blocks read the rest)
+                reuse = sectors == 1 or (s is not None and abs(s) * size < SECTOR)
+                waste = sectors * SECTOR / (distinct * size) if nbytes > m.l2_bytes and not reuse else 1.0
+                dram[b] = max(dram.get(b, 0.0), nbytes * max(1.0, waste))
+            if it.tc is not None:
+                sector_bytes += w.tc_steps * 2 * 256 * it.tc.a[0].dtype.itemsize   # load_matrix_sync of A and B
+                ln.compute_s += rounds * warps * w.tc_steps * 2 * 16 ** 3 / (m.fp16_tc_tflops * 1e12 / m.sms)
+                for b in (it.tc.a[0], it.tc.b[0]):
+                    dram[b] = max(dram.get(b, 0.0), b.arg[1][0] * b.dtype.itemsize)
+            ln.compute_s += rounds * warps * 32 * w.lane / (lanes_per_clock * hz)
+            ln.cache_s += rounds * warps * sector_bytes / (L1_BYTES_PER_CLOCK * hz)
+            ln.latency_s += waves * max(w.chain, w.instr) / hz
+        req = ln.req_bytes / ln.reqs if ln.reqs else 128.0
+        in_flight = min(blocks, m.sms * per_sm) * warps * MLP * (512.0 if ph.tc else req)
+        bandwidth = min(m.hbm_gbps * 1e9 * HBM_EFFICIENCY, in_flight / (DRAM_LATENCY / hz))
+        dram_s = sum(dram.values()) / bandwidth
+        terms = {"compute": ln.compute_s, "cache": ln.cache_s, "dram": dram_s, "latency": ln.latency_s}
+        bound = max(terms, key=lambda t: terms[t])
+        est.compute_s += ln.compute_s
+        est.memory_s += max(ln.cache_s, dram_s)
+        est.seconds += terms[bound]
+        est.bytes += int(sum(dram.values()))
+        est.parallel = max(est.parallel, blocks * threads)
+        est.notes.append(f"phase {k}: {blocks} x {threads} threads{' (TC)' if ph.tc else ''}, {bound} bound")
+    est.cycles = est.seconds * hz
+    est.overhead_s = len(phases) * m.launch_us * 1e-6
+    est.seconds += est.overhead_s
+    return est
+
+
+def _item(r: _Renderer, it: _Item, ph: _Phase) -> _Thread:
+    """One thread's work in item `it`: its sequential END ranges are loops, in order."""
+    w = _Thread(r)
+    trips = [1.0]
+    for x in it.seq:
+        trips.append(trips[-1] * _bound(x))
+    if it.tc is None:
+        w.visit(it.store, it.seq, trips)
+        w.smem = math.prod(_bound(x) for x in ph.block + ph.group) * sum(  # one tree array per group reduce
+            8 if u.dtype.itemsize == 8 else 4 for u in it.store.toposort()
+            if u.op is Ops.REDUCE and any(x in ph.group for x in u.src[1:]))
+        return w
+    tc = it.tc
+    w.tc_steps = math.prod(_bound(x) for x in tc.reduce.src[1:] if x is not tc.k)
+    w.chain += w.tc_steps * MMA_CYCLES
+    w.instr += w.tc_steps * 4
+    # the epilogue: each of the warp's 32 threads stores 8 of the tile's 256 elements, the accumulator from smem
+    w.visit(it.store, [], [8.0], skip=frozenset([tc.reduce]))
+    w.lane += 8 * LANE_CYCLES[Ops.LOAD]
+    return w
+
+
+def _invalid(est: KernelEstimate, why: str) -> KernelEstimate:
+    est.seconds = math.inf
+    est.notes.append(why)
+    return est
