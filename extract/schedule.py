@@ -36,6 +36,7 @@ MAX_COMBINATIONS = 96
 DESCENT_ROUNDS = 3
 MAX_FUSION_TRIALS = 16   # materialization alternatives tried per program
 FUSION_MARGIN = 0.3      # a new kernel must save this fraction of the estimate (estimates are rough)
+TRIAL_SEEDS = 4          # schedules re-estimated for a kernel a fusion trial changed
 
 
 @dataclass
@@ -169,8 +170,10 @@ def _choice_dependent(view: EGraphView, ex: Extraction, sink: int, alts: dict[in
     return out
 
 
-def _rank(view: EGraphView, ex: Extraction, sink: int, decode: Decode,
-          estimator: Estimator) -> KernelSchedule:
+def _rank(view: EGraphView, ex: Extraction, sink: int, decode: Decode, estimator: Estimator,
+          seeds: list[dict[int, ENode]] | None = None) -> KernelSchedule:
+    """The kernel's schedules ranked by estimate. With `seeds` (the best choices of a ranking before a fusion
+    trial changed the kernel) only those are estimated, unless none of them still makes a program."""
     classes = [c for c in schedule_classes(view, ex, sink) if all(
         math.isfinite(ex.cost(k)) for n in view.nodes[c] if n.fn in BINDERS for k in view.children(n))]
     alts = {c: [n for n in view.nodes[c] if n.fn in BINDERS] for c in classes}
@@ -192,12 +195,12 @@ def _rank(view: EGraphView, ex: Extraction, sink: int, decode: Decode,
             evaluated[key] = None
         return evaluated[key]
 
-    found: list[Candidate] = []
-    if math.prod(len(a) for a in alts.values()) <= MAX_COMBINATIONS:
+    found = [cand for seed in seeds or [] if (cand := evaluate({c: n for c, n in seed.items() if c in alts}))]
+    if not found and math.prod(len(a) for a in alts.values()) <= MAX_COMBINATIONS:
         for pick in itertools.product(*alts.values()):
             if (cand := evaluate(dict(zip(alts, pick)))) is not None:
                 found.append(cand)
-    else:  # coordinate descent: one class at a time, the others at their best so far, until nothing changes
+    elif not found:  # coordinate descent: one class at a time, the others at their best so far, until no change
         current = {c: ex.node(c) for c in alts}
         for _ in range(DESCENT_ROUNDS):
             before = dict(current)
@@ -279,30 +282,36 @@ def choose_fusion_and_schedules(view: EGraphView, ex: Extraction, roots: list[in
             estimates[kernel] = (estimator or estimator_for("llvm"))(kernel)
         return estimates[kernel]
 
-    memo: dict[tuple[int, frozenset[tuple[int, int]]], KernelSchedule] = {}
+    memo: dict[tuple[int, frozenset[tuple[int, int]]], tuple[KernelSchedule, bool]] = {}   # -> (ranking, full?)
+    first: dict[int, KernelSchedule] = {}   # each kernel's first full ranking
 
-    def evaluate(choice: dict[int, ENode]) -> tuple[float, dict[int, KernelSchedule]]:
+    def evaluate(choice: dict[int, ENode], full: bool) -> tuple[float, dict[int, KernelSchedule]]:
         """The program's estimate with every kernel at its best schedule; a kernel whose own e-classes keep
-        their choices is not ranked again."""
+        their choices is not ranked again. Unless `full`, a kernel a trial changed is re-estimated on its
+        first ranking's best TRIAL_SEEDS choices only (a trial is a question of fusion, not of schedule)."""
         ov = Overridden(ex, choice)
         scheds: dict[int, KernelSchedule] = {}
         for sink in kernel_sinks(view, ov, roots):  # type: ignore[arg-type]
             mine = _kernel_classes(view, ov, sink)
             key = (sink, frozenset((c, id(n)) for c, n in choice.items() if c in mine))
-            if key not in memo:
-                memo[key] = _rank(view, ov, sink, decode, est)  # type: ignore[arg-type]
-            scheds[sink] = memo[key]
+            if key not in memo or (full and not memo[key][1]):
+                seeds = None if full or sink not in first else [c.choice for c in first[sink].ranked[:TRIAL_SEEDS]]
+                memo[key] = (_rank(view, ov, sink, decode, est, seeds), seeds is None)  # type: ignore[arg-type]
+                first.setdefault(sink, memo[key][0])
+            scheds[sink] = memo[key][0]
         return sum(ks.best.estimate.seconds for ks in scheds.values() if ks.ranked), scheds
 
     choice: dict[int, ENode] = {}
-    best, scheds = evaluate(choice)
+    best, scheds = evaluate(choice, full=True)
     for c, load in list(fusion_classes(view, ex, roots).items())[:max_trials]:
         trial = {**choice, c: load}
         if _reaches(view, Overridden(ex, trial), view.children(load), c):  # its kernel would read itself
             continue
-        cost, trial_scheds = evaluate(trial)
+        cost, trial_scheds = evaluate(trial, full=False)
         if cost < best * (1 - FUSION_MARGIN):
             choice, best, scheds = trial, cost, trial_scheds
+    if choice:   # the kept trial's kernels, ranked in full
+        best, scheds = evaluate(choice, full=True)
     return choice, scheds
 
 
