@@ -90,7 +90,8 @@ def _compile(graph: FrontendGraph, args: argparse.Namespace) -> Any:
     """optimize() under the command's target and limits, with the progress line if wanted."""
     prog_line = _progress(args)
     try:
-        program = _optimize_fn()(graph, args.target, progress=prog_line, tune=args.tune, **_limits(args))
+        program = _optimize_fn()(graph, args.target, progress=prog_line, tune=args.tune, nolocals=args.nolocals,
+                                 **_limits(args))
     finally:
         if prog_line is not None:
             prog_line.close()
@@ -358,6 +359,9 @@ def build_parser() -> argparse.ArgumentParser:
     compile_opts.add_argument("--tune", action="store_true",
                               help="time the best few schedules of each kernel on this machine and keep the fastest "
                                    "(cached on disk)")
+    compile_opts.add_argument("--nolocals", action="store_true",
+                              help="the Nolocals OptOp: no schedule with workgroup dims (LOCAL, GROUP_REDUCE "
+                                   "threads, tensor cores)")
     pg = compile_opts.add_mutually_exclusive_group()
     pg.add_argument("--progress", action="store_true", help="print saturation progress to stderr (default: on a TTY)")
     pg.add_argument("--no-progress", action="store_true", help="never print saturation progress")

@@ -3,7 +3,9 @@
 egglog has no node limit or timeout of its own, so saturation runs in
 steps: each step runs the analysis rulesets one iteration at a time (up to
 `analysis_steps`), then applies the stage's rules once; both under back-off
-schedulers (a rule that matches too often is banned for a few iterations).
+schedulers (a rule that matches too often is banned for a few iterations)
+once the e-graph has `plain_below` nodes, plainly before (a scheduler
+compiles its rules on first use, which costs more than it saves there).
 The limits are checked after every analysis iteration and every step: node
 count, time, step count, and growth (a step may not multiply a large
 e-graph by more than `step_growth`). Hitting one ends saturation with the
@@ -148,9 +150,9 @@ class EGraphSession:
         """Work on one problem and forget it afterwards: the schema and rules stay, the terms go."""
         self._new_schedulers(stages, limits)
         for stage in stages:  # combined rulesets are declarations too: make them outside the scope
-            self._ruleset_for(stage.rulesets)
-            if stage.analyses:
-                self._ruleset_for(stage.analyses)
+            for names in (stage.rulesets, stage.analyses, stage.after_limit_rulesets):
+                if names:
+                    self._ruleset_for(names)
         self._run("(push)")
         names, reg = self.encoder.names, self.reg
         self.encoder.names = {}

@@ -44,16 +44,23 @@ from egraph_compiler.uop import UOp, pretty, toposort
 
 RANGEIFY_STAGE = Stage("rangeify", rulesets=("rangeify",), max_steps=500, growth_check=False)
 KERNEL_STAGE = Stage("kernel", rulesets=("symbolic",), analyses=("analysis", "linear"))
-# schedules are split after the index math settled: splitting first multiplies the terms the symbolic rules work on
-SCHEDULE_STAGE = Stage("schedule", rulesets=("symbolic", "optops"), analyses=("analysis", "linear"),
-                       after_limit_steps=MAX_POSITION + 2, after_limit_rulesets=("optops",))
-STAGES = (RANGEIFY_STAGE, KERNEL_STAGE, SCHEDULE_STAGE)
+
+
+def stages_for(target: str, nolocals: bool) -> tuple[Stage, ...]:
+    """Rangeify, then the index math, then schedules with the target's OptOps rules (splitting only after the index
+    math settled: splitting first multiplies the terms the symbolic rules work on)."""
+    opt = optops.rulesets_for(target, nolocals)
+    schedule = Stage("schedule", rulesets=("symbolic", *opt), analyses=("analysis", "linear"),
+                     after_limit_steps=MAX_POSITION + 2, after_limit_rulesets=opt)
+    return (RANGEIFY_STAGE, KERNEL_STAGE, schedule)
+
 KERNEL_LIMITS = {"node_limit": 10_000, "iter_limit": 10, "time_limit": 10.0, "analysis_steps": 8}
 TENSOR_ONLY = (Ops.STACK, Ops.INDEX, Ops.TUPLE, Ops.GETTUPLE, Ops.PARAM)
 
 
 def kernel_session() -> EGraphSession:
-    return EGraphSession([intervals.ANALYSIS, linear.LINEAR, symbolic.SYMBOLIC, rangeify.RANGEIFY, optops.OPTOPS],
+    return EGraphSession([intervals.ANALYSIS, linear.LINEAR, symbolic.SYMBOLIC, rangeify.RANGEIFY,
+                          *optops.OPTOPS.values()],
                          declarations=[intervals.DECLARATIONS, linear.DECLARATIONS, rangeify.DECLARATIONS,
                                        optops.DECLARATIONS],
                          unextractable=set(linear.HELPERS) | set(rangeify.HELPERS))
@@ -232,7 +239,8 @@ def _build(roots: list[UOp], names: list[str], target: str, backend: Any, tune: 
            alternatives: list[tuple[str, Program]] | None = None, nolocals: bool = False) -> Program:
     t0 = time.perf_counter()
     sess = shared_session("kernel", kernel_session)
-    with sess.scope(STAGES, lim):
+    stages = stages_for(target, nolocals)
+    with sess.scope(stages, lim):
         sess.add(roots)
         facts = _Facts(sess, roots)
         out_names: list[str] = []
@@ -255,7 +263,7 @@ def _build(roots: list[UOp], names: list[str], target: str, backend: Any, tune: 
             kernel_lets[r] = let
         sess.run_commands("\n".join(facts.cmds + optops.split_facts(target, nolocals)))
         report.add_phase("encode", time.perf_counter() - t0)
-        sess.saturate(STAGES, lim, report, progress)
+        sess.saturate(stages, lim, report, progress)
         t1 = time.perf_counter()
         view = sess.view()
         reg = sess.reg

@@ -318,9 +318,14 @@ def choose_fusion_and_schedules(view: EGraphView, ex: Extraction, roots: list[in
 def schedule_report(ks: KernelSchedule, chosen: dict[int, ENode]) -> dict[str, object]:
     """One kernel's schedule decision for the report: the chosen loop nest, its estimate, the best rejected."""
     pick = next((c for c in ks.ranked if all(chosen.get(k) is n for k, n in c.choice.items())), ks.best)
+    shown = {pick.describe()}   # loop nests that differ only in which range is which read the same: show one
+    rejected = []
+    for c in ks.ranked:
+        if c.describe() not in shown and len(rejected) < 5:
+            shown.add(c.describe())
+            rejected.append({"schedule": c.describe(), "estimate": c.estimate.to_dict()})
     return {"candidates": len(ks.ranked), "chosen": pick.describe(), "estimate": pick.estimate.to_dict(),
-            "rejected": [{"schedule": c.describe(), "estimate": c.estimate.to_dict()}
-                         for c in ks.ranked if c is not pick][:5]}
+            "rejected": rejected}
 
 
 def _estimate_cell(est: dict[str, Any]) -> dict[str, Any]:

@@ -217,32 +217,39 @@ def _tc_rules(rs: RuleSet) -> None:
          doc="TC: 16x16 output tiles, one per warp (WARP ranges), storing the tiled reduce's value")
 
 
-def build() -> RuleSet:
-    rs = RuleSet("optops")
+def build() -> dict[str, RuleSet]:
+    """The rules by the factor kind their guards need (one egglog ruleset each), so a target runs only the rules
+    it can use: the others would find no `split-factor` fact, but matching them still costs time every step."""
+    by_kind: dict[str, RuleSet] = {}
+
+    def rs(kind: str) -> RuleSet:
+        return by_kind.setdefault(kind, RuleSet("optops_" + kind.replace("-", "_")))
+
     for name, binder, kind, inner, keyc in SPLITS:
         for pos in range(MAX_POSITION):
-            _split_rule(rs, name, binder, kind, inner, keyc, pos)
+            _split_rule(rs(inner), name, binder, kind, inner, keyc, pos)
     for name, binder, inner in PADS:
         for pos in range(MAX_POSITION):
             if binder == "END":
-                _padto_rule(rs, name, binder, inner, pos)
+                _padto_rule(rs(f"pad-{inner}"), name, binder, inner, pos)
             else:
                 for op in PADDED_REDUCES:
-                    _padto_rule(rs, name, binder, inner, pos, op)
+                    _padto_rule(rs(f"pad-{inner}"), name, binder, inner, pos, op)
     for pos in range(MAX_POSITION):
-        _accumulate_rule(rs, pos, "(RKRed t k)", "")
+        _accumulate_rule(rs("acc"), pos, "(RKRed t k)", "")
     # the slice of a group reduce gets accumulators too
-    _accumulate_rule(rs, 0, "(RKSplit kk ff 1)", "-slice")
-    _top_split_rule(rs, "split-group", "REDUCE", "G", "group",
+    _accumulate_rule(rs("acc"), 0, "(RKSplit kk ff 1)", "-slice")
+    _top_split_rule(rs("group"), "split-group", "REDUCE", "G", "group",
                     "GROUP_REDUCE: g slices of the reduce run on g cores, partials combined in order")
-    _top_split_rule(rs, "split-thread", "END", "t", "thread",
+    _top_split_rule(rs("thread"), "split-thread", "END", "t", "thread",
                     "THREAD: the outermost output range in g slices, one per core")
-    _swap_rule(rs)
-    _tc_rules(rs)
-    return rs
+    _swap_rule(rs("swap"))
+    _tc_rules(rs("tc"))
+    return by_kind
 
 
-OPTOPS = build()
+OPTOPS = build()   # factor kind -> its rules
+RULES = [r for rs in OPTOPS.values() for r in rs.rules]
 
 # Factors tried per target (kinds: the new part's AxisType letter, "acc" partial accumulators, "pad-<letter>"
 # Padto, "group"/"thread" one slice per core, "swap"/"tc" on or off). The LLVM backend already runs the outermost
@@ -256,10 +263,19 @@ SPLIT_FACTORS: dict[str, dict[str, tuple[int, ...]]] = {
 BLOCK_KINDS = ("l", "G", "pad-l", "pad-G", "tc")   # what Nolocals leaves out: no workgroup dims
 
 
-def split_facts(target: str, nolocals: bool = False) -> list[str]:
+def target_kinds(target: str, nolocals: bool = False) -> dict[str, tuple[int, ...]]:
+    """The factor kinds (and factors) a target explores."""
     kinds = {k: fs for k, fs in SPLIT_FACTORS.get(target, {}).items() if not (nolocals and k in BLOCK_KINDS)}
-    facts = [f'(split-factor "{kind}" {f})' for kind, fs in kinds.items() for f in fs]
     cores = os.cpu_count() or 1
     if target == "llvm" and cores > 1:  # GROUP_REDUCE: one slice per core
-        facts.append(f'(split-factor "group" {cores})')
-    return facts
+        kinds["group"] = (cores,)
+    return kinds
+
+
+def split_facts(target: str, nolocals: bool = False) -> list[str]:
+    return [f'(split-factor "{kind}" {f})' for kind, fs in target_kinds(target, nolocals).items() for f in fs]
+
+
+def rulesets_for(target: str, nolocals: bool = False) -> tuple[str, ...]:
+    """Names of the rulesets a target's schedule stage runs."""
+    return tuple(OPTOPS[k].name for k in target_kinds(target, nolocals) if k in OPTOPS)

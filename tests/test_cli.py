@@ -243,6 +243,15 @@ def test_run_check_passes(capsys: pytest.CaptureFixture[str], tmp_path: Path, fa
     call = fake_optimize.calls[0]
     assert call["target"] == "reference" and call["progress"] is None
     assert (call["node_limit"], call["iter_limit"], call["time_limit"]) == (1000, 5, 2.5)
+    assert call["nolocals"] is False and call["tune"] is False
+
+
+def test_nolocals_and_tune_reach_optimize(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                          fake_optimize: FakeOptimize) -> None:
+    rc, out, err = egc(capsys, "run", write_json(tmp_path, SMALL), "--target", "reference", "--nolocals", "--tune",
+                       "--no-progress")
+    assert rc == 0, out + err
+    assert fake_optimize.calls[0]["nolocals"] is True and fake_optimize.calls[0]["tune"] is True
 
 
 def test_run_check_mismatch_exits_1(capsys: pytest.CaptureFixture[str], tmp_path: Path, fake_optimize: FakeOptimize) -> None:

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import z3
 from egraph_compiler.extract.loop_cost import CPUMachine, estimate
-from egraph_compiler.rules.optops import OPTOPS, SPLIT_FACTORS
+from egraph_compiler.rules.optops import RULES, SPLIT_FACTORS
 from helpers import rand_array
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -40,8 +40,8 @@ def test_split_identity_is_a_bijection() -> None:
 
 
 def test_every_split_rule_is_named_and_categorized() -> None:
-    names = [r.name for r in OPTOPS.rules]
-    assert len(names) == len(set(names)) and all(r.category == "optops" for r in OPTOPS.rules)
+    names = [r.name for r in RULES]
+    assert len(names) == len(set(names)) and all(r.category == "optops" for r in RULES)
     assert any("upcast" in n for n in names) and any("unroll" in n for n in names)
     assert SPLIT_FACTORS["llvm"]
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from egraph_compiler.backends import get_backend
 from egraph_compiler.backends.cuda import compile_ptx, cuda_include_dirs, find_nvcc
-from egraph_compiler.rules.optops import OPTOPS, SPLIT_FACTORS
+from egraph_compiler.rules.optops import RULES, SPLIT_FACTORS
 from helpers import check, rand_array
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -92,7 +92,7 @@ def test_every_optop_family_fires(all_optops: None) -> None:
                                                       in PROGRAMS[name][1].items())), target=target).report.fired_rules)
     missing = [f for f in FAMILIES if not any(r.startswith(f) for r in fired)]
     assert not missing, f"never fired: {missing}"
-    assert all(r.name.startswith(FAMILIES) or r.name.startswith("tc-") for r in OPTOPS.rules)
+    assert all(r.name.startswith(FAMILIES) or r.name.startswith("tc-") for r in RULES)
 
 
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
