@@ -1,4 +1,4 @@
-"""Index math that a limit left unsimplified, simplified one expression at a time.
+"""Index math that a limit left unsimplified, simplified again in a small e-graph of its own.
 
 When the kernel stage stops at a limit (conv2d's window trick makes many
 div/mod index expressions, and together they grow the e-graph past its
@@ -6,8 +6,9 @@ budget long before each one would be simplified), the extracted kernels can
 keep `(h + 35*kh) % 34`-style terms that the symbolic rules reduce to
 `h + kh` in a few steps when the expression is alone. So the maximal pure
 index expressions (integer/boolean ALU ops over ranges, variables and
-constants) that still contain a div or mod are simplified in their own small
-e-graph by the same rules (`pipeline.simplify`), and substituted. Results
+constants) that still contain a div or mod are simplified in a small
+e-graph by the same rules (`pipeline.simplify_all`: all of a kernel's new
+expressions in one e-graph), and substituted. Results
 are memoized, so the schedule candidates of a kernel (the same expressions
 with ranges bound differently) share the work.
 """
@@ -47,13 +48,11 @@ class LateSimplifier:
         self.memo: dict[UOp, UOp] = {}
 
     def __call__(self, ast: UOp) -> UOp:
-        from egraph_compiler.pipeline import simplify
+        from egraph_compiler.pipeline import simplify_all
 
-        mapping: dict[UOp, UOp] = {}
-        for u in maximal_index_exprs(ast):
-            if u not in self.memo:
-                out = simplify(u).result
-                self.memo[u] = out if out.dtype is u.dtype else u
-            if self.memo[u] is not u:
-                mapping[u] = self.memo[u]
+        exprs = maximal_index_exprs(ast)
+        new = [u for u in exprs if u not in self.memo]
+        for u, r in zip(new, simplify_all(new)):   # one e-graph for all of a kernel's new expressions
+            self.memo[u] = r.result if r.result.dtype is u.dtype else u
+        mapping = {u: self.memo[u] for u in exprs if self.memo[u] is not u}
         return ast.substitute(mapping) if mapping else ast

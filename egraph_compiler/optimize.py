@@ -29,7 +29,7 @@ from egraph_compiler.egraph_dot import attach_snapshot
 from egraph_compiler.encode import egg_ilist, egg_str
 from egraph_compiler.extract.extractor import extract
 from egraph_compiler.extract.kernel_cost import KernelCost
-from egraph_compiler.extract.schedule import choose_fusion_and_schedules, estimator_for, kernel_entry, schedule_report
+from egraph_compiler.extract.schedule import choose_fusion_and_schedules, cost_model_for, kernel_entry, schedule_report
 from egraph_compiler.extract.view import ENode
 from egraph_compiler.late_simplify import LateSimplifier
 from egraph_compiler.ops import OP_TABLE, Category, Ops
@@ -283,7 +283,7 @@ def _build(roots: list[UOp], names: list[str], target: str, backend: Any, tune: 
     fusion, schedules = choose_fusion_and_schedules(
         view, ex, list(root_classes.values()),
         lambda c, choose, memo: late(Decoder(view, choose, reg, rkey=_range_key, own_kernel=True, memo=memo).decode(c)),
-        estimator_for(target))
+        cost_model_for(target))
 
     def assemble(choice: dict[int, ENode]) -> Program:
         dec = Decoder(view, lambda c: choice.get(c) or ex.node(c), reg, rkey=_range_key)

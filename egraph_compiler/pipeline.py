@@ -56,32 +56,44 @@ def simplify(u: UOp, progress: Callable[[IterationStats], None] | None = None, s
     snapshot: also put a truncated DOT picture of the final e-graph into report.extra (egraph_dot.attach_snapshot)."""
     if not isinstance(u, UOp):
         raise InvalidArgument(at="simplify", why=f"expected a UOp, got {type(u).__name__}", suggestion="pass a UOp")
+    return _simplify([u], progress, snapshot, **limits)[0]
+
+
+def simplify_all(us: list[UOp], **limits: Any) -> list[SimplifyResult]:
+    """Several expressions in one e-graph (one scope: egglog prepares its rules once per scope, which costs more
+    than simplifying a small expression). They share the limits and the report."""
+    return _simplify(us, None, False, **limits) if us else []
+
+
+def _simplify(us: list[UOp], progress: Callable[[IterationStats], None] | None, snapshot: bool,
+              **limits: Any) -> list[SimplifyResult]:
     lim = Limits.make(**limits)
     report = Report()
     t0 = time.perf_counter()
     sess = shared_session("symbolic", symbolic_session)
     with sess.scope([SYMBOLIC_STAGE], lim):
-        sess.add([u])
+        sess.add(us)
         report.add_phase("encode", time.perf_counter() - t0)
-        sess.saturate([SYMBOLIC_STAGE], lim, report, progress, watch=[sess.name_of(u)])
+        sess.saturate([SYMBOLIC_STAGE], lim, report, progress, watch=[sess.name_of(u) for u in us])
         t0 = time.perf_counter()
         view = sess.view(functions=("lo", "hi"))
-        root = view.lets[sess.name_of(u)]
+        roots = [view.lets[sess.name_of(u)] for u in us]
         reg = sess.reg
     ex = extract(view, ScalarCost(unextractable=sess.unextractable))
     report.add_phase("extract", time.perf_counter() - t0)
     t0 = time.perf_counter()
-    out = Decoder(view, ex.node, reg).decode(root)
+    dec = Decoder(view, ex.node, reg)
+    outs = [dec.decode(r) for r in roots]
     report.add_phase("decode", time.perf_counter() - t0)
     if snapshot:
         from egraph_compiler.egraph_dot import attach_snapshot
 
         t0 = time.perf_counter()
-        attach_snapshot(report, view, roots=[root], hide=sess.unextractable)
+        attach_snapshot(report, view, roots=roots, hide=sess.unextractable)
         report.add_phase("snapshot", time.perf_counter() - t0)
-    report.cost_before, report.cost_after = uop_cost(u), ex.cost(root)
+    report.cost_before, report.cost_after = sum(uop_cost(u) for u in us), ex.dag_cost(roots)
     report.egraph_nodes, report.egraph_classes = view.num_nodes, view.num_classes
-    return SimplifyResult(out, report, view.lookup("lo", root), view.lookup("hi", root))
+    return [SimplifyResult(out, report, view.lookup("lo", r), view.lookup("hi", r)) for out, r in zip(outs, roots)]
 
 
-__all__ = ["EGG_TO_OP", "SimplifyResult", "simplify", "symbolic_session"]
+__all__ = ["EGG_TO_OP", "SimplifyResult", "simplify", "simplify_all", "symbolic_session"]

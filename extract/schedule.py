@@ -7,7 +7,7 @@ rules/optops.py) are decided per kernel: every combination of their
 alternatives (or, when there are too many, one class at a time, keeping the
 others at their best so far) is decoded to a kernel, its split ranges bound,
 and estimated by the target's roofline (extract/loop_cost.py for the CPU,
-extract/gpu_cost.py for CUDA; `estimator_for`). The cheapest wins; the rest
+extract/gpu_cost.py for CUDA; `cost_model_for`). The cheapest wins; the rest
 are kept, ranked, for the report and for tuning.
 """
 
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from egraph_compiler.extract.extractor import Extraction
-from egraph_compiler.extract.loop_cost import CPUMachine, KernelEstimate, estimate
+from egraph_compiler.extract.loop_cost import MAX_UNROLLED, CPUMachine, KernelEstimate, estimate
 from egraph_compiler.extract.view import EGraphView, ENode
 
 from egraph_compiler.ops import Ops
@@ -28,6 +28,7 @@ from egraph_compiler.split_ranges import bind_split_ranges
 from egraph_compiler.uop import UOp
 
 BINDERS = ("END", "REDUCE")
+UNROLLED_LETTERS = ("u", "r")
 Estimator = Callable[[UOp], KernelEstimate]
 # decode(c, choose, memo): the kernel at SINK class c alone (its AFTER inputs as plain buffers) under `choose`,
 # starting from and filling `memo` (e-class -> UOp)
@@ -127,23 +128,59 @@ def kernel_sinks(view: EGraphView, ex: Extraction, roots: list[int]) -> list[int
     return sorted(c for c, n in _reachable(view, ex, roots) if n.fn == "SINK")
 
 
-def estimator_for(target: str) -> Estimator:
-    """The kernel estimate of a target: the GPU roofline for CUDA, the CPU loop-nest one otherwise."""
+@dataclass(frozen=True)
+class CostModel:
+    """A target's kernel estimate, and the unrolling (product of UPCAST/UNROLL bounds) past which it calls a
+    kernel infinitely slow: such candidates are not even decoded."""
+
+    estimate: Estimator
+    max_unrolled: int | None = None
+
+
+def cost_model_for(target: str) -> CostModel:
+    """The GPU roofline for CUDA, the CPU loop-nest one otherwise."""
     if target == "cuda":
         from egraph_compiler.extract.gpu_cost import GPUMachine, estimate_gpu
 
         gpu = GPUMachine.device()
-        return lambda k: estimate_gpu(k, gpu)
+        return CostModel(lambda k: estimate_gpu(k, gpu))
     cpu = CPUMachine.host()
-    return lambda k: estimate(k, cpu)
+    return CostModel(lambda k: estimate(k, cpu), MAX_UNROLLED)
 
 
-def choose_schedules(view: EGraphView, ex: Extraction, sinks: list[int],
-                     decode: Decode,
-                     estimator: Estimator | None = None) -> dict[int, KernelSchedule]:
-    """For every kernel SINK class: candidate schedules ranked by estimated time (best first)."""
-    est = estimator or estimator_for("llvm")
-    return {sink: _rank(view, ex, sink, decode, est) for sink in sinks}
+def _unrolled(view: EGraphView, ex: Extraction, sink: int, choice: dict[int, ENode]) -> int:
+    """Product of the UPCAST/UNROLL bounds the kernel's loop nests bind under `choice` (what decoding it would
+    give), read off the e-graph."""
+    out, seen, stack = 1, set(), [sink]
+    while stack:
+        c = stack.pop()
+        if c in seen or c not in ex.best:
+            continue
+        seen.add(c)
+        n = choice.get(c) or ex.node(c)
+        if n.fn in BINDERS:
+            for r in _ulist(ex, view.children(n)[-1], choice)[1:]:
+                rn = choice.get(r) or ex.node(r)
+                if rn.fn == "RANGE" and rn.args[2] in UNROLLED_LETTERS:
+                    out *= _const(view, rn.args[3].id)
+        stack.extend(_children_in_kernel(view, ex, n))
+    return out
+
+
+def _ulist(ex: Extraction, c: int, choice: dict[int, ENode]) -> list[int]:
+    out: list[int] = []
+    while (n := choice.get(c) or ex.node(c)).fn == "UCons":
+        out.append(n.args[0].id)
+        c = n.args[1].id
+    return out
+
+
+def _const(view: EGraphView, c: int) -> int:
+    """The value of an integer CONST e-class (1 if it has none)."""
+    for n in view.nodes.get(c, []):
+        if n.fn == "CONST" and (val := view.nodes[n.args[1].id][0]).fn == "I":
+            return max(1, int(val.args[0]))
+    return 1
 
 
 def _choice_dependent(view: EGraphView, ex: Extraction, sink: int, alts: dict[int, list[ENode]]) -> set[int]:
@@ -170,7 +207,7 @@ def _choice_dependent(view: EGraphView, ex: Extraction, sink: int, alts: dict[in
     return out
 
 
-def _rank(view: EGraphView, ex: Extraction, sink: int, decode: Decode, estimator: Estimator,
+def _rank(view: EGraphView, ex: Extraction, sink: int, decode: Decode, model: CostModel,
           seeds: list[dict[int, ENode]] | None = None) -> KernelSchedule:
     """The kernel's schedules ranked by estimate. With `seeds` (the best choices of a ranking before a fusion
     trial changed the kernel) only those are estimated, unless none of them still makes a program."""
@@ -179,18 +216,23 @@ def _rank(view: EGraphView, ex: Extraction, sink: int, decode: Decode, estimator
     alts = {c: [n for n in view.nodes[c] if n.fn in BINDERS] for c in classes}
 
     evaluated: dict[tuple[int, ...], Candidate | None] = {}   # coordinate descent comes back to the same choices
+    too_unrolled: set[tuple[int, ...]] = set()
     variant = _choice_dependent(view, ex, sink, alts)
     shared: dict[int, UOp] = {}   # decoded e-classes no schedule choice changes, for every candidate
 
-    def evaluate(choice: dict[int, ENode]) -> Candidate | None:
+    def evaluate(choice: dict[int, ENode], prefilter: bool = True) -> Candidate | None:
         key = tuple(id(choice.get(c) or ex.node(c)) for c in alts)
         if key in evaluated:
             return evaluated[key]
+        if prefilter and model.max_unrolled is not None and (key in too_unrolled or _unrolled(
+                view, ex, sink, choice) > model.max_unrolled):
+            too_unrolled.add(key)
+            return None
         try:
             memo = dict(shared)
             kernel = bind_split_ranges(decode(sink, lambda c: choice.get(c) or ex.node(c), memo))
             shared.update((c, u) for c, u in memo.items() if c not in variant)
-            evaluated[key] = Candidate(dict(choice), kernel, estimator(kernel))
+            evaluated[key] = Candidate(dict(choice), kernel, model.estimate(kernel))
         except (KeyError, ValueError):  # an alternative with an unextractable part is not a program
             evaluated[key] = None
         return evaluated[key]
@@ -212,7 +254,7 @@ def _rank(view: EGraphView, ex: Extraction, sink: int, decode: Decode, estimator
             if current == before:
                 break
     viable = [c for c in found if math.isfinite(c.estimate.seconds)]   # e.g. not unrolled beyond reason
-    found = viable or found or [c for c in [evaluate({})] if c is not None]
+    found = viable or found or [c for c in [evaluate({}, prefilter=False)] if c is not None]
     unique: dict[UOp, Candidate] = {}
     for cand in sorted(found, key=lambda x: x.estimate.seconds):
         unique.setdefault(cand.kernel, cand)
@@ -270,17 +312,20 @@ def _reaches(view: EGraphView, ex: Overridden, starts: list[int], target: int) -
 
 def choose_fusion_and_schedules(view: EGraphView, ex: Extraction, roots: list[int],
                                 decode: Decode,
-                                estimator: Estimator | None = None,
+                                model: CostModel | None = None,
                                 max_trials: int = MAX_FUSION_TRIALS) -> tuple[dict[int, ENode], dict[int, KernelSchedule]]:
     """Fusion decided by the loop-nest estimate: starting from the per-node extraction, each value that is
     computed inline but could be its own kernel is tried materialized (with every kernel at its best schedule),
     and kept when the whole program's estimate drops. Returns the fusion choice and the schedules under it."""
+    base = model or cost_model_for("llvm")
     estimates: dict[UOp, KernelEstimate] = {}   # trials re-rank kernels, mostly into the same loop nests
 
-    def est(kernel: UOp) -> KernelEstimate:
+    def remembered(kernel: UOp) -> KernelEstimate:
         if kernel not in estimates:
-            estimates[kernel] = (estimator or estimator_for("llvm"))(kernel)
+            estimates[kernel] = base.estimate(kernel)
         return estimates[kernel]
+
+    est = CostModel(remembered, base.max_unrolled)
 
     memo: dict[tuple[int, frozenset[tuple[int, int]]], tuple[KernelSchedule, bool]] = {}   # -> (ranking, full?)
     first: dict[int, KernelSchedule] = {}   # each kernel's first full ranking
@@ -348,6 +393,6 @@ def kernel_entry(kernel: Any, schedules: list[dict[str, Any]]) -> dict[str, Any]
     return entry
 
 
-__all__ = ["Candidate", "Estimator", "KernelSchedule", "choose_fusion_and_schedules", "choose_schedules",
-           "describe_schedule", "estimator_for", "fusion_classes", "kernel_entry", "kernel_sinks", "schedule_classes",
+__all__ = ["Candidate", "CostModel", "Estimator", "KernelSchedule", "choose_fusion_and_schedules",
+           "cost_model_for", "describe_schedule", "fusion_classes", "kernel_entry", "kernel_sinks", "schedule_classes",
            "schedule_report"]
