@@ -167,6 +167,16 @@ def _unrolled(view: EGraphView, ex: Extraction, sink: int, choice: dict[int, ENo
     return out
 
 
+def _own_unrolled(view: EGraphView, ex: Extraction, n: ENode) -> int:
+    """Product of the UPCAST/UNROLL bounds a binder node itself binds."""
+    out = 1
+    for r in _ulist(ex, view.children(n)[-1], {})[1:]:
+        rn = ex.node(r) if r in ex.best else None
+        if rn is not None and rn.fn == "RANGE" and rn.args[2] in UNROLLED_LETTERS:
+            out *= _const(view, rn.args[3].id)
+    return out
+
+
 def _ulist(ex: Extraction, c: int, choice: dict[int, ENode]) -> list[int]:
     out: list[int] = []
     while (n := choice.get(c) or ex.node(c)).fn == "UCons":
@@ -243,16 +253,22 @@ def _rank(view: EGraphView, ex: Extraction, sink: int, decode: Decode, model: Co
             if (cand := evaluate(dict(zip(alts, pick)))) is not None:
                 found.append(cand)
     elif not found:  # coordinate descent: one class at a time, the others at their best so far, until no change
-        current = {c: ex.node(c) for c in alts}
-        for _ in range(DESCENT_ROUNDS):
-            before = dict(current)
-            for c, nodes in alts.items():
-                tried = [cand for n in nodes if (cand := evaluate({**current, c: n})) is not None]
-                found += tried
-                if tried:
-                    current = dict(min(tried, key=lambda x: x.estimate.seconds).choice)
-            if current == before:
-                break
+        # from the extraction's choice and from the plainest loop nests, the classes with most alternatives first:
+        # from the first alone, a class whose choice unrolls a lot (many accumulators) keeps every unrolling of
+        # the others over the limit
+        plainest = {c: min(nodes, key=lambda n: _own_unrolled(view, ex, n)) for c, nodes in alts.items()}
+        order = sorted(alts, key=lambda c: -len(alts[c]))
+        for start in ({c: ex.node(c) for c in alts}, plainest):
+            current = dict(start)
+            for _ in range(DESCENT_ROUNDS):
+                before = dict(current)
+                for c, nodes in ((c, alts[c]) for c in order):
+                    tried = [cand for n in nodes if (cand := evaluate({**current, c: n})) is not None]
+                    found += tried
+                    if tried:
+                        current = dict(min(tried, key=lambda x: x.estimate.seconds).choice)
+                if current == before:
+                    break
     viable = [c for c in found if math.isfinite(c.estimate.seconds)]   # e.g. not unrolled beyond reason
     found = viable or found or [c for c in [evaluate({}, prefilter=False)] if c is not None]
     unique: dict[UOp, Candidate] = {}
