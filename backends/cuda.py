@@ -73,7 +73,7 @@ import numpy as np
 from egraph_compiler.diagnostics import BackendError, BackendUnavailable, UnsupportedOp
 from egraph_compiler.dtypes import DType, dtypes
 from egraph_compiler.ops import OP_TABLE, AxisType, Ops
-from egraph_compiler.program import BufferSpec, HostBuffers, Kernel, buffer_of
+from egraph_compiler.program import BufferSpec, HostBuffers, Kernel, buffer_of, value_nodes
 from egraph_compiler.uop import UOp, range_name
 
 # ---- C types -----------------------------------------------------------------------------------
@@ -536,19 +536,8 @@ class _Renderer:
 
     def pre_group(self, root: UOp, scope: _Scope) -> None:
         """Emit group reductions (they hold barriers) before any data-dependent branch."""
-        found: list[UOp] = []
-        seen: set[UOp] = set()
-        stack = [root]
-        while stack:
-            u = stack.pop()
-            if u in seen:
-                continue
-            seen.add(u)
-            if u.op is Ops.REDUCE:
-                if any(r.op is Ops.RANGE and _atype(r) is AxisType.GROUP_REDUCE for r in u.src[1:]):
-                    found.append(u)
-                continue
-            stack.extend(u.src)
+        found = [u for u in value_nodes(root) if u.op is Ops.REDUCE and any(
+            r.op is Ops.RANGE and _atype(r) is AxisType.GROUP_REDUCE for r in u.src[1:])]
         for u in found:
             if all(scope.lookup(r) is not None for r in self.deps(u)):
                 self.val(u, scope)

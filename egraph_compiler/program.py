@@ -19,7 +19,7 @@ outputs back as numpy arrays.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -60,6 +60,24 @@ class Kernel:
             elif u.op is Ops.STORE:
                 writes.append(buffer_of(u.src[0]).arg[0])
         return Kernel(name, ast, tuple(dict.fromkeys(reads)), tuple(dict.fromkeys(writes)))
+
+
+def value_nodes(root: UOp, skip: Iterable[UOp] = ()) -> Iterator[UOp]:
+    """Every node of a kernel's value under `root` once (users before their sources; nodes in `skip` and below
+    them left out): a REDUCE is yielded but not entered (its body runs inside its own loops), and an AFTER only
+    leads to its buffer (the kernel it waits on is another one)."""
+    seen: set[UOp] = set(skip)
+    stack = [root]
+    while stack:
+        u = stack.pop()
+        if u in seen:
+            continue
+        seen.add(u)
+        yield u
+        if u.op is Ops.AFTER:
+            stack.append(u.src[0])
+        elif u.op is not Ops.REDUCE:
+            stack.extend(u.src)
 
 
 def buffer_of(index: UOp) -> UOp:

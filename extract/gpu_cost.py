@@ -39,7 +39,7 @@ from egraph_compiler.extract.loop_cost import KernelEstimate, stride
 from egraph_compiler.diagnostics import CompilerError
 from egraph_compiler.dtypes import dtypes
 from egraph_compiler.ops import AxisType, Ops
-from egraph_compiler.program import Kernel, buffer_of
+from egraph_compiler.program import Kernel, buffer_of, value_nodes
 from egraph_compiler.uop import UOp
 
 FREE = (Ops.CONST, Ops.RANGE, Ops.DEFINE_VAR, Ops.BUFFER, Ops.INDEX, Ops.AFTER, Ops.END, Ops.SINK, Ops.REDUCE,
@@ -157,30 +157,21 @@ class _Thread:
         return max((i + 1 for i, x in enumerate(loops) if x in d), default=0)
 
     def visit(self, root: UOp, loops: list[UOp], trips: list[float], skip: frozenset[UOp] = frozenset()) -> None:
-        seen: set[UOp] = set(skip)
-        stack = [root]
-        while stack:
-            u = stack.pop()
-            if u in seen:
-                continue
-            seen.add(u)
-            if u.op is Ops.AFTER:
-                stack.append(u.src[0])
-            elif u.op is Ops.REDUCE:
+        for u in value_nodes(root, skip):
+            if u.op is Ops.REDUCE:
                 self.reduce(u, loops, trips)
-            else:
-                stack.extend(u.src)
-                if u.op not in FREE:
-                    depth = self.place(u, loops)
-                    self.lane += trips[depth] * _lane_cycles(u)
-                    self.instr += trips[depth]
-                    if u.op in (Ops.LOAD, Ops.STORE):
-                        self.accesses.append((u, trips[depth], loops[depth - 1] if depth else None))
+            elif u.op not in FREE:
+                depth = self.place(u, loops)
+                self.lane += trips[depth] * _lane_cycles(u)
+                self.instr += trips[depth]
+                if u.op in (Ops.LOAD, Ops.STORE):
+                    self.accesses.append((u, trips[depth], loops[depth - 1] if depth else None))
 
     def reduce(self, u: UOp, loops: list[UOp], trips: list[float]) -> None:
         depth = self.place(u, loops)
-        group = [x for x in u.src[1:] if x.arg[1] is AxisType.GROUP_REDUCE]
-        inner, t = loops[:depth] + [x for x in u.src[1:] if x not in group], trips[:depth + 1]
+        own = [x for x in u.src[1:] if x.op is Ops.RANGE]   # a constant there is a range of one: no loop
+        group = [x for x in own if x.arg[1] is AxisType.GROUP_REDUCE]
+        inner, t = loops[:depth] + [x for x in own if x not in group], trips[:depth + 1]
         for x in inner[depth:]:
             t.append(t[-1] * _bound(x))
         self.visit(u.src[0], inner, t)
@@ -330,7 +321,7 @@ def _item(r: _Renderer, it: _Item, ph: _Phase) -> _Thread:
             if u.op is Ops.REDUCE and any(x in ph.group for x in u.src[1:]))
         return w
     tc = it.tc
-    w.tc_steps = math.prod(_bound(x) for x in tc.reduce.src[1:] if x is not tc.k)
+    w.tc_steps = math.prod(_bound(x) for x in tc.reduce.src[1:] if x.op is Ops.RANGE and x is not tc.k)
     w.chain += w.tc_steps * MMA_CYCLES
     w.instr += w.tc_steps * 4
     # the epilogue: each of the warp's 32 threads stores 8 of the tile's 256 elements, the accumulator from smem

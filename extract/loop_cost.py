@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 from functools import cache, lru_cache
 
 from egraph_compiler.ops import AxisType, Ops
-from egraph_compiler.program import buffer_of
+from egraph_compiler.program import buffer_of, value_nodes
 from egraph_compiler.uop import UOp
 
 UNROLLED = (AxisType.UPCAST, AxisType.UNROLL)
@@ -166,21 +166,11 @@ class _Walk:
     def visit(self, root: UOp, loops: list[UOp], trips: list[int], unrolled: frozenset[UOp],
               vector_loop: bool) -> None:
         """Charge every node under root not below a REDUCE (those are visited with the REDUCE's loops)."""
-        seen: set[UOp] = set()
-        stack = [root]
-        while stack:
-            u = stack.pop()
-            if u in seen:
-                continue
-            seen.add(u)
-            if u.op is Ops.AFTER:
-                stack.append(u.src[0])
-                continue
+        for u in value_nodes(root):
             if u.op is Ops.REDUCE:
                 self.reduce(u, loops, trips, unrolled)
-                continue
-            stack.extend(u.src)
-            self.charge(u, loops, trips, unrolled, vector_loop)
+            elif u.op is not Ops.AFTER:
+                self.charge(u, loops, trips, unrolled, vector_loop)
 
     def place(self, u: UOp, loops: list[UOp], unrolled: frozenset[UOp]) -> int:
         """How many of the enclosing loops u runs inside: up to the deepest it depends on, or all of them

@@ -80,9 +80,10 @@ def describe_schedule(kernel: UOp) -> str:
     return " ".join(parts)
 
 
-def schedule_classes(view: EGraphView, ex: Extraction, sink: int) -> list[int]:
-    """Classes with several binders reachable from a kernel's SINK class, not crossing into other kernels."""
-    out: list[int] = []
+def _walk_kernel(view: EGraphView, ex: Extraction, sink: int,
+                 nodes_of: Callable[[int], list[ENode]]) -> Iterator[tuple[int, list[ENode]]]:
+    """Each e-class of the kernel at `sink` once (not crossing into other kernels), with the nodes `nodes_of` gives
+    it: their children are visited next."""
     seen: set[int] = set()
     stack = [sink]
     while stack:
@@ -90,13 +91,19 @@ def schedule_classes(view: EGraphView, ex: Extraction, sink: int) -> list[int]:
         if c in seen or c not in ex.best:
             continue
         seen.add(c)
-        binders = [n for n in view.nodes.get(c, []) if n.fn in BINDERS]
-        nodes = binders if len(binders) > 1 else [ex.node(c)]
-        if len(binders) > 1:
-            out.append(c)
+        nodes = nodes_of(c)
+        yield c, nodes
         for n in nodes:
             stack.extend(_children_in_kernel(view, ex, n))
-    return sorted(out)
+
+
+def schedule_classes(view: EGraphView, ex: Extraction, sink: int) -> list[int]:
+    """Classes with several binders reachable from a kernel's SINK class, not crossing into other kernels."""
+    def nodes_of(c: int) -> list[ENode]:
+        binders = [n for n in view.nodes.get(c, []) if n.fn in BINDERS]
+        return binders if len(binders) > 1 else [ex.node(c)]
+
+    return sorted(c for c, nodes in _walk_kernel(view, ex, sink, nodes_of) if len(nodes) > 1)
 
 
 def _children_in_kernel(view: EGraphView, ex: Extraction, n: ENode) -> list[int]:
@@ -151,19 +158,13 @@ def cost_model_for(target: str) -> CostModel:
 def _unrolled(view: EGraphView, ex: Extraction, sink: int, choice: dict[int, ENode]) -> int:
     """Product of the UPCAST/UNROLL bounds the kernel's loop nests bind under `choice` (what decoding it would
     give), read off the e-graph."""
-    out, seen, stack = 1, set(), [sink]
-    while stack:
-        c = stack.pop()
-        if c in seen or c not in ex.best:
-            continue
-        seen.add(c)
-        n = choice.get(c) or ex.node(c)
+    out = 1
+    for _, (n,) in _walk_kernel(view, ex, sink, lambda c: [choice.get(c) or ex.node(c)]):
         if n.fn in BINDERS:
             for r in _ulist(ex, view.children(n)[-1], choice)[1:]:
                 rn = choice.get(r) or ex.node(r)
                 if rn.fn == "RANGE" and rn.args[2] in UNROLLED_LETTERS:
                     out *= _const(view, rn.args[3].id)
-        stack.extend(_children_in_kernel(view, ex, n))
     return out
 
 
@@ -196,17 +197,10 @@ def _const(view: EGraphView, c: int) -> int:
 def _choice_dependent(view: EGraphView, ex: Extraction, sink: int, alts: dict[int, list[ENode]]) -> set[int]:
     """The kernel's e-classes whose decoding depends on a schedule choice: the schedule classes and what uses them."""
     users: dict[int, set[int]] = {}
-    seen: set[int] = set()
-    stack = [sink]
-    while stack:
-        c = stack.pop()
-        if c in seen or c not in ex.best:
-            continue
-        seen.add(c)
-        for n in alts.get(c) or [ex.node(c)]:
+    for c, nodes in _walk_kernel(view, ex, sink, lambda c: alts.get(c) or [ex.node(c)]):
+        for n in nodes:
             for k in _children_in_kernel(view, ex, n):
                 users.setdefault(k, set()).add(c)
-                stack.append(k)
     out: set[int] = set()
     stack = list(alts)
     while stack:

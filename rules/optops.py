@@ -85,6 +85,15 @@ def _binder(binder: str, body: str, ranges: str, op: str = "op") -> str:
     return f"(END d (UCons {body} {ranges}))" if binder == "END" else f"(REDUCE d {op} ax (UCons {body} {ranges}))"
 
 
+def _parts(key: str, outer: str, inner: str, outer_bound: str = "(/ n f)") -> list[str]:
+    """Actions making the outer part `ro` and the inner part `ri` (bound f) of a split keyed `(key part)`."""
+    return [f'(let ro (RANGE {IX} ({key} 0) "{outer}" {ik(outer_bound)}))',
+            f'(let ri (RANGE {IX} ({key} 1) "{inner}" {ik("f")}))']
+
+
+SPLIT_IDENTITY = f"(union r (ADD {IX} (MUL {IX} ro {ik('f')}) ri))"   # r == outer*f + inner
+
+
 def _split_rule(rs: RuleSet, name: str, binder: str, kind: str, inner: str, keyc: str, pos: int) -> None:
     """Split the range at position `pos` of the binder's range list (after its body)."""
     before = [f"x{i}" for i in range(pos)]
@@ -93,10 +102,7 @@ def _split_rule(rs: RuleSet, name: str, binder: str, kind: str, inner: str, keyc
     rule(rs, f"split-{name}-{pos}",
          [f"(= e {e})", f'(= r (RANGE {IX} key "{kind}" (CONST {IX} (I n))))', f"(= key ({keyc} t k))",
           f'(split-factor "{inner}" f)', "(< f n)", "(= (% n f) 0)"],
-         [f'(let ro (RANGE {IX} (RKSplit key f 0) "{kind}" {ik("(/ n f)")}))',
-          f'(let ri (RANGE {IX} (RKSplit key f 1) "{inner}" {ik("f")}))',
-          f"(union r (ADD {IX} (MUL {IX} ro {ik('f')}) ri))",
-          f"(union e {e_new})"],
+         [*_parts("RKSplit key f", kind, inner), SPLIT_IDENTITY, f"(union e {e_new})"],
          category="optops", check="structural",
          doc=f"range {pos} of a {binder} split by f: outer part keeps its AxisType, inner part becomes "
              f"{name.upper()} (r == outer*f + inner, proved in tests/test_optops.py)")
@@ -120,9 +126,7 @@ def _padto_rule(rs: RuleSet, name: str, binder: str, inner: str, pos: int, op: s
         masked = f"(WHERE d {valid} body (CONST d {PADDED_REDUCES[op]}))"
         rname = f"padto-{name}-{op.lower()}-{pos}"
     rule(rs, rname, guards,
-         ["(let np (* (/ (+ n (- f 1)) f) f))",
-          f'(let ro (RANGE {IX} (RKPad key f 0) "{kind}" {ik("(/ np f)")}))',
-          f'(let ri (RANGE {IX} (RKPad key f 1) "{inner}" {ik("f")}))',
+         ["(let np (* (/ (+ n (- f 1)) f) f))", *_parts("RKPad key f", kind, inner, "(/ np f)"),
           f"(union e {_binder(binder, masked, ranges_new, quoted_op)})"],
          category="optops", check="structural",
          doc=f"Padto: range {pos} of a {binder} padded to a multiple of f and split (inner part "
@@ -137,9 +141,7 @@ def _accumulate_rule(rs: RuleSet, pos: int, key_pattern: str, suffix: str) -> No
          [f"(= e (REDUCE d op ax (UCons body {_nest(before, '(UCons r rest)')})))",
           f'(= r (RANGE {IX} key "R" (CONST {IX} (I n))))', f"(= key {key_pattern})",
           '(split-factor "acc" f)', "(< f n)", "(= (% n f) 0)"],
-         [f'(let ro (RANGE {IX} (RKSplit key f 0) "R" {ik("(/ n f)")}))',
-          f'(let ri (RANGE {IX} (RKSplit key f 1) "u" {ik("f")}))',
-          f"(union r (ADD {IX} (MUL {IX} ro {ik('f')}) ri))",
+         [*_parts("RKSplit key f", "R", "u"), SPLIT_IDENTITY,
           f"(union e (REDUCE d op ax (UCons (REDUCE d op ax (UCons body {_nest(before, '(UCons ro rest)')})) "
           "(UCons ri (UNil)))))"],
          category="optops", check="structural",

@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import tempfile
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -608,19 +609,26 @@ def emulation_source(cases: list[Case]) -> str:
     return "\n".join(parts)
 
 
-@pytest.fixture(scope="module")
-def emulator() -> Iterator[ctypes.CDLL]:
+@contextmanager
+def emulation_library(cases: list[Case]) -> Iterator[ctypes.CDLL]:
+    """The cases' kernels compiled for the host emulation (skips without g++ or the CUDA headers)."""
     gxx, inc = shutil.which("g++"), cuda_include_dirs()
     if gxx is None or not inc:
         pytest.skip("the host emulation needs g++ and the CUDA headers (cuda_fp16.h)")
     with tempfile.TemporaryDirectory(prefix="egc_emu_") as d:
         src, lib = os.path.join(d, "emu.cpp"), os.path.join(d, "emu.so")
         with open(src, "w") as f:
-            f.write(emulation_source(RUNNABLE))
+            f.write(emulation_source(cases))
         cmd = [gxx, "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", "-w", f"-I{inc[0]}", "-o", lib, src]
         r = subprocess.run(cmd, capture_output=True, text=True, check=False)
         assert r.returncode == 0, r.stderr[-6000:]
         yield ctypes.CDLL(lib)
+
+
+@pytest.fixture(scope="module")
+def emulator() -> Iterator[ctypes.CDLL]:
+    with emulation_library(RUNNABLE) as lib:
+        yield lib
 
 
 class EmulatedCUDABackend(CUDABackend):

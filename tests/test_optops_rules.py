@@ -5,22 +5,17 @@ CUDA target as CUDA C compiled by nvcc (sm_80, sm_90) and run by the host emulat
 
 from __future__ import annotations
 
-import ctypes
-import os
-import shutil
-import subprocess
-import tempfile
 from typing import Any
 
 import numpy as np
 import pytest
 from egraph_compiler.backends import get_backend
-from egraph_compiler.backends.cuda import compile_ptx, cuda_include_dirs, find_nvcc
+from egraph_compiler.backends.cuda import compile_ptx, find_nvcc
 from egraph_compiler.rules.optops import RULES, SPLIT_FACTORS
 from helpers import check, rand_array
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_cuda_backend import Case, EmulatedCUDABackend, emulation_source
+from test_cuda_backend import Case, EmulatedCUDABackend, emulation_library
 from test_optops import bound_ranges_ok
 
 from egraph_compiler import Tensor, optimize
@@ -176,17 +171,8 @@ def test_nvcc_compiles_every_cuda_schedule(arch: str, cuda_schedules: list[tuple
 
 
 def test_emulated_cuda_schedules_match_numpy(cuda_schedules: list[tuple[str, str, Program]]) -> None:
-    gxx, inc = shutil.which("g++"), cuda_include_dirs()
-    if gxx is None or not inc:
-        pytest.skip("the host emulation needs g++ and the CUDA headers (cuda_fp16.h)")
-    with tempfile.TemporaryDirectory(prefix="egc_emu_") as d:
-        src, lib = os.path.join(d, "emu.cpp"), os.path.join(d, "emu.so")
-        with open(src, "w") as f:
-            f.write(emulation_source(_cases(cuda_schedules)))
-        r = subprocess.run([gxx, "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", "-w", f"-I{inc[0]}", "-o", lib,
-                            src], capture_output=True, text=True, check=False)
-        assert r.returncode == 0, r.stderr[-6000:]
-        backend = EmulatedCUDABackend(ctypes.CDLL(lib))
+    with emulation_library(_cases(cuda_schedules)) as lib:
+        backend = EmulatedCUDABackend(lib)
         kinds: set[str] = set()
         for name, desc, prog in cuda_schedules:
             _, spec, ref = PROGRAMS[name]
