@@ -62,8 +62,7 @@ DECLARATIONS = """
 (relation tc-value (U U))
 """
 
-# name, binder op, the AxisType letter of the ranges it splits, the new part's AxisType, rangeify's key
-# constructor, and whether the new part is the inner one
+# name, binder op, the AxisType letter of the ranges it splits, the inner part's AxisType, rangeify's key constructor
 SPLITS = (("upcast", "END", "L", "u", "RKOut"), ("local", "END", "L", "l", "RKOut"),
           ("unroll", "REDUCE", "R", "r", "RKRed"), ("group-threads", "REDUCE", "R", "G", "RKRed"))
 PADS = (("upcast", "END", "u"), ("local", "END", "l"), ("unroll", "REDUCE", "r"), ("group-threads", "REDUCE", "G"))

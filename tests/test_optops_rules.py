@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import z3
 from egraph_compiler.backends import get_backend
 from egraph_compiler.backends.cuda import compile_ptx, find_nvcc
 from egraph_compiler.rules.optops import RULES, SPLIT_FACTORS
@@ -77,6 +78,20 @@ def _has(schedule: str, kind: str) -> bool:
 
 def _tolerance(name: str) -> dict[str, float]:
     return {"rtol": 1e-3, "atol": 1e-3} if name == "long_sum" else {"rtol": 1e-4, "atol": 1e-4}
+
+
+def test_padded_split_covers_the_range_once() -> None:
+    """Padto: the parts (outer < ceil(n/f), inner < f) under the mask outer*f + inner < n map one to one onto
+    [0, n) (floor division, as the spec defines it): what the padded loop nest binds instead of r."""
+    n, f, o, i, r = z3.Ints("n f o i r")
+    padded = (n + f - 1) / f
+    s = z3.Solver()
+    s.add(f > 0, n > 0, z3.Not(z3.Implies(z3.And(o >= 0, o < padded, i >= 0, i < f, o * f + i < n),
+                                           z3.And(o * f + i >= 0, (o * f + i) / f == o, (o * f + i) % f == i))))
+    assert s.check() == z3.unsat
+    s = z3.Solver()   # onto: every r in [0, n) has parts in the padded ranges
+    s.add(f > 0, n > 0, r >= 0, r < n, z3.Not(z3.And(r / f < padded, r % f < f, r % f >= 0)))
+    assert s.check() == z3.unsat
 
 
 def test_every_optop_family_fires(all_optops: None) -> None:
