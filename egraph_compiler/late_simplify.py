@@ -15,6 +15,7 @@ with ranges bound differently) share the work.
 
 from __future__ import annotations
 
+from egraph_compiler.egraph import EGraphSession
 from egraph_compiler.ops import OP_TABLE, Ops
 from egraph_compiler.uop import UOp
 
@@ -44,15 +45,18 @@ def maximal_index_exprs(ast: UOp) -> list[UOp]:
 
 
 class LateSimplifier:
-    def __init__(self) -> None:
+    def __init__(self, session: EGraphSession | None = None) -> None:
+        """session: a session with the symbolic rules to work in (optimize passes its kernel session: building
+        the symbolic one would cost a first call ~0.1 s)."""
         self.memo: dict[UOp, UOp] = {}
+        self.session = session
 
     def __call__(self, ast: UOp) -> UOp:
         from egraph_compiler.pipeline import simplify_all
 
         exprs = maximal_index_exprs(ast)
         new = [u for u in exprs if u not in self.memo]
-        for u, r in zip(new, simplify_all(new)):   # one e-graph for all of a kernel's new expressions
+        for u, r in zip(new, simplify_all(new, self.session)):   # one e-graph for all of a kernel's new expressions
             self.memo[u] = r.result if r.result.dtype is u.dtype else u
         mapping = {u: self.memo[u] for u in exprs if self.memo[u] is not u}
         return ast.substitute(mapping) if mapping else ast

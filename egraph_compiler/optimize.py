@@ -279,7 +279,7 @@ def _build(roots: list[UOp], names: list[str], target: str, backend: Any, tune: 
                             f"(stop reason: {report.stop_reason})",
                             suggestion="raise iter_limit/node_limit/time_limit, or report the graph as a bug")
     # a limit may have left index math the rules simplify when it is alone: finish it per expression
-    late: Callable[[UOp], UOp] = LateSimplifier() if report.limit_hit else (lambda a: a)
+    late: Callable[[UOp], UOp] = LateSimplifier(sess) if report.limit_hit else (lambda a: a)
     fusion, schedules = choose_fusion_and_schedules(
         view, ex, list(root_classes.values()),
         lambda c, choose, memo: late(Decoder(view, choose, reg, rkey=_range_key, own_kernel=True, memo=memo).decode(c)),

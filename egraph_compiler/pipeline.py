@@ -59,18 +59,19 @@ def simplify(u: UOp, progress: Callable[[IterationStats], None] | None = None, s
     return _simplify([u], progress, snapshot, **limits)[0]
 
 
-def simplify_all(us: list[UOp], **limits: Any) -> list[SimplifyResult]:
+def simplify_all(us: list[UOp], session: EGraphSession | None = None, **limits: Any) -> list[SimplifyResult]:
     """Several expressions in one e-graph (one scope: egglog prepares its rules once per scope, which costs more
-    than simplifying a small expression). They share the limits and the report."""
-    return _simplify(us, None, False, **limits) if us else []
+    than simplifying a small expression). They share the limits and the report. `session`: any session holding
+    the symbolic and analysis rulesets (default: the shared symbolic one)."""
+    return _simplify(us, None, False, session, **limits) if us else []
 
 
 def _simplify(us: list[UOp], progress: Callable[[IterationStats], None] | None, snapshot: bool,
-              **limits: Any) -> list[SimplifyResult]:
+              session: EGraphSession | None = None, **limits: Any) -> list[SimplifyResult]:
     lim = Limits.make(**limits)
     report = Report()
     t0 = time.perf_counter()
-    sess = shared_session("symbolic", symbolic_session)
+    sess = session or shared_session("symbolic", symbolic_session)
     with sess.scope([SYMBOLIC_STAGE], lim):
         sess.add(us)
         report.add_phase("encode", time.perf_counter() - t0)
