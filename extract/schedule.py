@@ -224,13 +224,30 @@ def _rank(view: EGraphView, ex: Extraction, sink: int, decode: Decode, model: Co
     variant = _choice_dependent(view, ex, sink, alts)
     shared: dict[int, UOp] = {}   # decoded e-classes no schedule choice changes, for every candidate
 
+    # an upper bound of a choice's unrolling: every binder some choice reaches, the schedule classes at theirs
+    own: dict[int, int] = {}
+
+    def own_unrolled(n: ENode) -> int:
+        if id(n) not in own:
+            own[id(n)] = _own_unrolled(view, ex, n)
+        return own[id(n)]
+
+    fixed = math.prod(own_unrolled(ex.node(c)) for c, _ in _walk_kernel(view, ex, sink, lambda c: alts.get(c) or [
+        ex.node(c)]) if c not in alts and ex.node(c).fn in BINDERS)
+
+    def over_limit(choice: dict[int, ENode], key: tuple[int, ...]) -> bool:
+        limit = model.max_unrolled
+        if limit is None or fixed * math.prod(own_unrolled(choice.get(c) or ex.node(c)) for c in alts) <= limit:
+            return False
+        if key not in too_unrolled and _unrolled(view, ex, sink, choice) > limit:
+            too_unrolled.add(key)
+        return key in too_unrolled
+
     def evaluate(choice: dict[int, ENode], prefilter: bool = True) -> Candidate | None:
         key = tuple(id(choice.get(c) or ex.node(c)) for c in alts)
         if key in evaluated:
             return evaluated[key]
-        if prefilter and model.max_unrolled is not None and (key in too_unrolled or _unrolled(
-                view, ex, sink, choice) > model.max_unrolled):
-            too_unrolled.add(key)
+        if prefilter and over_limit(choice, key):
             return None
         try:
             memo = dict(shared)
