@@ -5,6 +5,9 @@ CUDA target as CUDA C compiled by nvcc (sm_80, sm_90) and run by the host emulat
 
 from __future__ import annotations
 
+import importlib.util
+import sys
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -28,6 +31,7 @@ ALL_OPTOPS = {"u": (2,), "l": (4,), "r": (2,), "G": (4,), "acc": (4,), "pad-u": 
 FAMILIES = ("split-upcast-", "split-local-", "split-unroll-", "split-group-threads-", "split-accumulate-",
             "split-group", "split-thread", "padto-upcast-", "padto-local-", "padto-unroll-",
             "padto-group-threads-", "swap-0", "tc")
+BENCH_PROGRAMS = Path(__file__).resolve().parent.parent / "bench" / "programs.py"
 MAX_CHECKED = 24   # schedules checked per program (evenly spread over the ranked list)
 BLOCK_KINDS = "lGw"   # LOCAL, GROUP_REDUCE, WARP
 
@@ -196,3 +200,26 @@ def test_emulated_cuda_schedules_match_numpy(cuda_schedules: list[tuple[str, str
             check(prog(**inputs), ref(*inputs.values()), **_tolerance(name))
             kinds |= {k for k in BLOCK_KINDS if _has(desc, k)}
         assert kinds == set(BLOCK_KINDS), f"no schedule with {set(BLOCK_KINDS) - kinds} ranges was run"
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_benchmark_programs_compile_for_cuda(arch: str) -> None:
+    """The benchmark suite at full size (what a held-out GPU check renders), with the schedules the GPU estimate
+    picks, compiles with nvcc; the float16 GEMM gets tensor cores."""
+    if find_nvcc() is None:
+        pytest.skip("nvcc not found (install the CUDA toolkit or put nvcc on PATH)")
+    spec = importlib.util.spec_from_file_location("bench_programs", BENCH_PROGRAMS)
+    assert spec is not None and spec.loader is not None
+    programs = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = programs   # dataclasses look their module up while the class is made
+    spec.loader.exec_module(programs)
+    kernels: list[Kernel] = []
+    for bench in programs.suite():
+        prog = optimize(bench.expr(**{k: Tensor.empty(s, name=k) for k, s in bench.shapes.items()}), target="cuda")
+        kernels += [Kernel.from_ast(f"{bench.name}_{k.name}", k.ast) for k in prog.kernels]
+    a, b = Tensor.empty((4096, 4096), dtype="float16", name="a"), Tensor.empty((4096, 4096), dtype="float16", name="b")
+    gemm = optimize(a.cast("float32") @ b.cast("float32"), target="cuda")
+    assert "wmma" in gemm.source
+    kernels += [Kernel.from_ast(f"gemm_f16_{k.name}", k.ast) for k in gemm.kernels]
+    ptx = compile_ptx("\n\n".join(get_backend("cuda").plan(k).source for k in kernels), arch)
+    assert "wmma.mma.sync" in ptx and ptx.count(".entry") == len(kernels)
