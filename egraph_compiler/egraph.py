@@ -76,6 +76,7 @@ class Stage:
     growth_check: bool = True      # False for a terminating ruleset that must finish (limits.step_growth)
     after_limit_steps: int = 0     # steps it still gets when a limit ended saturation: no analyses, and ...
     after_limit_rulesets: tuple[str, ...] = ()   # ... only these rulesets (default: its own)
+    plain_factor: float = 1.0      # it runs without the scheduler below this many times limits.plain_below
 
 
 _DECL = re.compile(r"\((?:constructor|datatype)\s+([^\s()]+)")
@@ -251,7 +252,7 @@ class EGraphSession:
             while stage_reason is None:
                 t0 = time.perf_counter()
                 step_start = self.size()
-                scheduled = step_start >= limits.plain_below
+                scheduled = step_start >= limits.plain_below * stage.plain_factor
                 matches: dict[str, int] = {}
                 updated = False
                 for _ in range(0, limits.analysis_steps, ANALYSIS_CHUNK) if analyses else ():

@@ -48,10 +48,12 @@ KERNEL_STAGE = Stage("kernel", rulesets=("symbolic",), analyses=("analysis", "li
 
 def stages_for(target: str, nolocals: bool) -> tuple[Stage, ...]:
     """Rangeify, then the index math, then schedules with the target's OptOps rules (splitting only after the index
-    math settled: splitting first multiplies the terms the symbolic rules work on)."""
+    math settled: splitting first multiplies the terms the symbolic rules work on). The schedule stage runs
+    without the back-off scheduler up to 2.5x further: a split is never split again, so its growth is bounded,
+    and on softmax or layernorm the scheduler's rule compilation would cost 50-70 ms."""
     opt = optops.rulesets_for(target, nolocals)
     schedule = Stage("schedule", rulesets=("symbolic", *opt), analyses=("analysis", "linear"),
-                     after_limit_steps=MAX_POSITION + 2, after_limit_rulesets=opt)
+                     after_limit_steps=MAX_POSITION + 2, after_limit_rulesets=opt, plain_factor=2.5)
     return (RANGEIFY_STAGE, KERNEL_STAGE, schedule)
 
 KERNEL_LIMITS = {"node_limit": 10_000, "iter_limit": 10, "time_limit": 10.0, "analysis_steps": 8}
