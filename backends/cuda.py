@@ -8,9 +8,19 @@ How a kernel maps onto CUDA (the AST contract is in egraph_compiler/program.py)
   parallel ranges that do not touch each other's outputs form one *phase*. A kernel with
   several phases takes a trailing `int phase` argument and is launched once per phase.
 * END ranges: GLOBAL -> blockIdx, LOCAL/WARP -> threadIdx, LOOP/THREAD -> for loops,
-  UPCAST/UNROLL -> `#pragma unroll` loops. An item without GLOBAL ranges maps its
-  LOOP/THREAD ranges onto the grid instead ("auto-parallel"), so unscheduled kernels run
-  in parallel too.
+  UPCAST -> copies (below), UNROLL -> `#pragma unroll` loops. An item without GLOBAL ranges
+  maps its LOOP/THREAD ranges onto the grid instead ("auto-parallel"), so unscheduled
+  kernels run in parallel too.
+* UPCAST END ranges (up to 64 combinations) are expanded: the store is emitted once per
+  combination of their values, with the ranges substituted by constants, so the copies share
+  every value that does not depend on them (hash-consing does the sharing). The copies'
+  REDUCEs over the same ranges run in one loop with one accumulator each (a register tile:
+  a 4x4 GEMM tile loads a column of A and a row of B once per k). Loads of consecutive
+  elements, and the stores, become vector accesses (float2/float4, int4, double2; 2-byte
+  types in 4/8/16-byte containers: half2 pairs up to 8 halves) where `vector_runs` proves the
+  first element aligned for every value of the other ranges; buffers are then required to
+  start on 16 bytes (fresh CuPy allocations do; a launch checks). Gated stores are expanded
+  too, each copy under its own gate, without fusing or vectors.
 * Grid: without block ranges (LOCAL/WARP/GROUP_REDUCE) the grid ranges are flattened over
   256-thread blocks with a tail predicate `if (gid >= n) return;`. With block ranges, grid
   ranges map one to one onto blockIdx.x/y/z (x innermost) when they fit (x < 2^31,
@@ -58,6 +68,7 @@ semantics), DEFINE_VAR in kernels.
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import re
@@ -309,6 +320,7 @@ class KernelPlan:
     launches: tuple[Launch, ...]
     phased: bool
     notes: tuple[str, ...] = ()
+    aligned: frozenset[str] = frozenset()   # buffers read or written as vectors: 16-byte aligned base needed
 
 
 @dataclass
@@ -385,6 +397,65 @@ def _affine(u: UOp) -> dict[UOp | None, int] | None:
     return memo[u]
 
 
+# ---- upcast lanes and vector accesses ----------------------------------------------------------
+
+_MAX_LANES = 64          # UPCAST END ranges expanded into at most this many lanes; beyond, unrolled loops
+_VECTOR_BYTES = (16, 8, 4)
+# element types with a CUDA vector type (float4, int2, ...); 2-byte types travel in raw containers
+_VECTOR_NAMES: dict[DType, str] = {dtypes.float32: "float", dtypes.int32: "int", dtypes.uint32: "uint",
+                                   dtypes.float64: "double", dtypes.int64: "longlong", dtypes.uint64: "ulonglong"}
+_RAW_CONTAINERS = {4: "unsigned int", 8: "uint2", 16: "uint4"}
+_VECTOR_DTYPES = frozenset(_VECTOR_NAMES) | {dtypes.float16, dtypes.bfloat16, dtypes.int16, dtypes.uint16}
+
+
+def vector_type(d: DType, width: int) -> str:
+    """The C type that moves `width` elements of d in one access: float4, double2, uint4 (8 halves), ..."""
+    return f"{_VECTOR_NAMES[d]}{width}" if d in _VECTOR_NAMES else _RAW_CONTAINERS[width * d.itemsize]
+
+
+def _lane(container: str, d: DType, k: int) -> str:
+    """Element k of a vector container, in storage type."""
+    if d in _VECTOR_NAMES:
+        return f"{container}.{'xyzw'[k]}"
+    return f"reinterpret_cast<const {_STORAGE[d]}*>(&{container})[{k}]"
+
+
+def vector_runs(accesses: Sequence[tuple[UOp, UOp | None]]) -> list[list[int]]:
+    """Partition accesses (BUFFER, index) into runs of one vector access each, in order of first member.
+
+    A run is W >= 2 accesses to consecutive elements of one buffer whose first index is a multiple of W whatever
+    the ranges' values (affine, every coefficient and the constant multiples of W), W elements filling 4, 8 or 16
+    bytes: with a buffer allocated on a 16-byte boundary the vector access is aligned. Everything else is a run
+    of one."""
+    runs: list[list[int]] = []
+    groups: dict[tuple[UOp, frozenset[tuple[UOp | None, int]]], dict[int, int]] = {}
+    for k, (buf, idx) in enumerate(accesses):
+        aff = _affine(idx) if idx is not None else {None: 0}
+        if aff is None or buf.dtype not in _VECTOR_DTYPES:
+            runs.append([k])
+            continue
+        offsets = groups.setdefault((buf, frozenset((r, c) for r, c in aff.items() if r is not None and c)), {})
+        if aff.get(None, 0) in offsets:   # the same element twice: keep both, in order
+            runs.append([k])
+        else:
+            offsets[aff.get(None, 0)] = k
+    for (buf, terms), offsets in groups.items():
+        taken: set[int] = set()
+        for o in sorted(offsets):
+            if o in taken:
+                continue
+            width = 1
+            for nbytes in _VECTOR_BYTES:
+                w = nbytes // buf.dtype.itemsize
+                if w >= 2 and o % w == 0 and all(c % w == 0 for _, c in terms) and all(
+                        o + i in offsets and o + i not in taken for i in range(w)):
+                    width = w
+                    break
+            taken.update(range(o, o + width))
+            runs.append([offsets[o + i] for i in range(width)])
+    return sorted(runs, key=min)
+
+
 # ---- the renderer ------------------------------------------------------------------------------
 
 class _Renderer:
@@ -405,6 +476,7 @@ class _Renderer:
         self.tid: str | None = None
         self.gid_suffix = "u"
         self.strides: dict[UOp, int] = {}
+        self.aligned: set[str] = set()
 
     # ---- analysis -------------------------------------------------------------------------------
 
@@ -644,6 +716,12 @@ class _Renderer:
     # ---- reduce ---------------------------------------------------------------------------------
 
     def emit_reduce(self, u: UOp, scope: _Scope) -> None:
+        self.emit_reduces([u], scope)
+
+    def emit_reduces(self, us: list[UOp], scope: _Scope) -> None:
+        """REDUCEs of one op and dtype over the same ranges (an upcast's lanes) in one loop nest, one accumulator
+        each: the lanes' loads that do not depend on the lane are shared, and the accumulations interleave."""
+        u = us[0]
         op, d = u.arg[0], u.dtype
         if op not in (Ops.ADD, Ops.MUL, Ops.MAX):
             raise _unsupported("REDUCE", f"reduce op {op} is not ADD, MUL or MAX")
@@ -656,7 +734,8 @@ class _Renderer:
                                    "reduce over REDUCE, UNROLL or GROUP_REDUCE ranges")
         t = self.ctype(u)
         if any(_bound(r) == 0 for r in rngs):  # empty reduction: 0, as the reference
-            scope.vals[u] = _c_const(0, d, t)
+            for x in us:
+                scope.vals[x] = _c_const(0, d, t)
             return
         acc_d = dtypes.float32 if d in _HALFS else d
         group = [r for r in rngs if _atype(r) is AxisType.GROUP_REDUCE]
@@ -665,25 +744,32 @@ class _Renderer:
             raise _unsupported("REDUCE", "a GROUP_REDUCE reduction sits under a data-dependent condition",
                                "move the group reduction out of WHERE branches and gated stores")
         init = {Ops.ADD: 0, Ops.MUL: 1, Ops.MAX: acc_d.min}[op]
-        acc = self.fresh("acc")
-        self.line(f"{t} {acc} = {_c_const(init, acc_d, t)};")
-        self.hoist([u.src[0]], scope, set(seq))
+        accs = [self.fresh("acc") for _ in us]
+        for acc in accs:
+            self.line(f"{t} {acc} = {_c_const(init, acc_d, t)};")
+        bodies = [x.src[0] for x in us]
+        self.hoist(bodies, scope, set(seq))
         inner = scope
         for r in seq:
             self.open_loop(r)
             inner = _Scope(inner)
             inner.vals[r] = self.rname(r)
-        self.pre_group(u.src[0], inner)
-        self.line(f"{acc} = {_arith(op, acc_d, acc, self.val(u.src[0], inner), t)};")
+        for body in bodies:
+            self.pre_group(body, inner)
+        if len(us) > 1:
+            self.vector_loads(bodies, inner)
+        for acc, body in zip(accs, bodies):
+            self.line(f"{acc} = {_arith(op, acc_d, acc, self.val(body, inner), t)};")
         for _ in seq:
             self.close()
-        if group:
-            acc = self.group_tree(op, acc_d, t, acc, group)
-        if d in _HALFS:
-            res = self.fresh()
-            self.line(f"const float {res} = {_round(acc, d)};")
-            acc = res
-        scope.vals[u] = acc
+        for x, acc in zip(us, accs):
+            if group:
+                acc = self.group_tree(op, acc_d, t, acc, group)
+            if d in _HALFS:
+                res = self.fresh()
+                self.line(f"const float {res} = {_round(acc, d)};")
+                acc = res
+            scope.vals[x] = acc
 
     def open_loop(self, r: UOp) -> None:
         name, t = self.rname(r), self.ctype(r)
@@ -715,27 +801,33 @@ class _Renderer:
 
     # ---- stores ---------------------------------------------------------------------------------
 
+    def stored(self, st: UOp, scope: _Scope) -> tuple[str, str]:
+        """(index, value in the buffer's storage type) of a STORE."""
+        buf, idx, value = buffer_of(st.src[0]), _index_of(st.src[0]), st.src[1]
+        i = self.val(idx, scope) if idx is not None else "0"
+        v = self.val(value, scope)
+        if value.dtype != buf.dtype:
+            v = _cast(v, value.dtype, buf.dtype, _COMPUTE[buf.dtype])
+        return i, _to_storage(v, buf.dtype)
+
     def emit_store(self, st: UOp, scope: _Scope, pred: str | None) -> None:
-        ptr, value = st.src[0], st.src[1]
-        buf = buffer_of(ptr)
-        p, idx = self.param(buf), _index_of(ptr)
-
-        def write(sc: _Scope) -> str:
-            i = self.val(idx, sc) if idx is not None else "0"
-            v = _cast(self.val(value, sc), value.dtype, buf.dtype, _COMPUTE[buf.dtype]) if value.dtype != buf.dtype \
-                else self.val(value, sc)
-            return f"{p}[{i}] = {_to_storage(v, buf.dtype)};"
-
+        p = self.param(buffer_of(st.src[0]))
         if len(st.src) > 2:
             g = self.val(st.src[2], scope)
             self.open(f"if ({g}{f' && {pred}' if pred else ''})")
             self.cond += 1
-            self.line(write(_Scope(scope)))
+            i, v = self.stored(st, _Scope(scope))
+            self.line(f"{p}[{i}] = {v};")
             self.cond -= 1
             self.close()
         else:
-            s = write(scope)
-            self.line(f"if ({pred}) {s}" if pred else s)
+            i, v = self.stored(st, scope)
+            self.line(f"if ({pred}) {p}[{i}] = {v};" if pred else f"{p}[{i}] = {v};")
+
+    def lanes(self, item: _Item) -> list[UOp]:
+        """The item's UPCAST END ranges that are expanded into lanes (none when they would be too many)."""
+        up = [r for r in item.seq if _atype(r) is AxisType.UPCAST]
+        return up if 1 < math.prod(_bound(r) for r in up) <= _MAX_LANES else []
 
     def emit_item(self, item: _Item, scope: _Scope, pred: str | None) -> None:
         if any(_bound(r) == 0 for r in item.loop):  # an empty loop nest stores nothing
@@ -743,17 +835,81 @@ class _Renderer:
         if item.tc is not None:
             return self.emit_tc(item, item.tc, scope)
         st = item.store
+        lanes = self.lanes(item)
+        loops = [r for r in item.seq if r not in lanes]
         roots = [st.src[2]] if len(st.src) > 2 else [s for s in (_index_of(st.src[0]), st.src[1]) if s is not None]
         cur = scope
-        for j, r in enumerate(item.seq):
-            self.hoist(roots, cur, set(item.seq[j:]))
+        for j, r in enumerate(loops):
+            self.hoist(roots, cur, set(loops[j:]) | set(lanes))
             self.open_loop(r)
             cur = _Scope(cur)
             cur.vals[r] = self.rname(r)
         self.pre_group(st, cur)
-        self.emit_store(st, cur, pred)
-        for _ in item.seq:
+        if lanes:
+            self.emit_lanes(st, lanes, cur, pred)
+        else:
+            self.emit_store(st, cur, pred)
+        for _ in loops:
             self.close()
+
+    def emit_lanes(self, st: UOp, lanes: list[UOp], scope: _Scope, pred: str | None) -> None:
+        """An upcast store, expanded: one copy per combination of lane values (tinygrad's expander). Copies share
+        what does not depend on the lanes, their REDUCEs run in one loop, and consecutive aligned loads and stores
+        become vector accesses (float4, half2 pairs, ...)."""
+        combos = itertools.product(*(range(_bound(r)) for r in lanes))
+        stores = [st.substitute({r: UOp.const(v, r.dtype) for r, v in zip(lanes, c)}) for c in combos]
+        if len(st.src) > 2:   # gated: each copy under its own gate (group reductions, with barriers, before)
+            for s in stores:
+                self.pre_group(s, scope)
+            for s in stores:
+                self.emit_store(s, scope, pred)
+            return
+        values = [s.src[1] for s in stores]
+        reduces: dict[tuple[Any, ...], list[UOp]] = {}
+        for n in self.uncond_order(values, scope):
+            if n.op is Ops.REDUCE and all(scope.lookup(r) is not None for r in self.deps(n)):
+                reduces.setdefault((n.arg, n.dtype, n.src[1:]), []).append(n)
+        for us in reduces.values():
+            if len(us) > 1:
+                self.emit_reduces(us, scope)
+        for s in stores:
+            self.pre_group(s, scope)
+        self.vector_loads([x for s in stores for x in (s.src[1], _index_of(s.src[0])) if x is not None], scope)
+        buf = buffer_of(st.src[0])
+        p, written = self.param(buf), [self.stored(s, scope) for s in stores]
+        guard = f"if ({pred}) " if pred else ""
+        for run in vector_runs([(buf, _index_of(s.src[0])) for s in stores]):
+            i = written[run[0]][0]
+            if len(run) == 1:
+                self.line(f"{guard}{p}[{i}] = {written[run[0]][1]};")
+                continue
+            vt, vals = vector_type(buf.dtype, len(run)), ", ".join(written[k][1] for k in run)
+            self.aligned.add(buf.arg[0])
+            if buf.dtype in _VECTOR_NAMES:
+                self.line(f"{guard}*reinterpret_cast<{vt}*>({p} + {i}) = make_{vt}({vals});")
+            else:
+                tmp = self.fresh("pack")
+                self.line(f"__align__(16) {_STORAGE[buf.dtype]} {tmp}[{len(run)}] = {{{vals}}};")
+                self.line(f"{guard}*reinterpret_cast<{vt}*>({p} + {i}) = *reinterpret_cast<const {vt}*>({tmp});")
+
+    def vector_loads(self, roots: list[UOp], scope: _Scope) -> None:
+        """Emit the loads `roots` evaluate unconditionally in `scope` as vector loads where they form runs."""
+        loads = [n for n in self.uncond_order(roots, scope) if n.op is Ops.LOAD and len(n.src) <= 2
+                 and all(scope.lookup(r) is not None for r in self.deps(n))
+                 and not self.unsafe(n.src[0])]
+        for run in vector_runs([(buffer_of(n.src[0]), _index_of(n.src[0])) for n in loads]):
+            if len(run) == 1:
+                continue
+            first = loads[run[0]]
+            buf, idx = buffer_of(first.src[0]), _index_of(first.src[0])
+            p, vt, vec = self.param(buf), vector_type(buf.dtype, len(run)), self.fresh("vec")
+            self.aligned.add(buf.arg[0])
+            i = self.val(idx, scope) if idx is not None else "0"
+            self.line(f"const {vt} {vec} = *reinterpret_cast<const {vt}*>({p} + {i});")
+            for k, j in enumerate(run):
+                v = self.fresh()
+                self.line(f"const {self.ctype(loads[j])} {v} = {_from_storage(_lane(vec, buf.dtype, k), buf.dtype)};")
+                scope.vals[loads[j]] = v
 
     # ---- tensor cores ---------------------------------------------------------------------------
 
@@ -1094,7 +1250,7 @@ class _Renderer:
         src = "\n".join(head + [f'extern "C" __global__ void __launch_bounds__({max_threads}) {name}(' +
                                 ", ".join(params) + ") {"] + body_lines + ["}"])
         return KernelPlan(name, src, tuple((b, dt) for b, (_, dt) in self.params.items()), tuple(launches),
-                          multi, tuple(self.notes))
+                          multi, tuple(self.notes), frozenset(self.aligned))
 
 
 def plan_kernel(kernel: Kernel) -> KernelPlan:
@@ -1240,6 +1396,12 @@ class CUDABackend:
                 raise BackendError(at=f"kernel {kernel.name}", why=f"no buffer {missing[0]!r} was given",
                                    suggestion="allocate every buffer the kernel reads or writes")
             args = [bufs[n] for n in names]
+            for n, a in zip(names, args):
+                if n in plan.aligned and getattr(getattr(a, "data", None), "ptr", 0) % 16:
+                    raise BackendError(at=f"kernel {kernel.name}, buffer {n!r}",
+                                       why="the kernel reads or writes it with 16-byte vector accesses, but the "
+                                           "array does not start on a 16-byte boundary (a view at an offset?)",
+                                       suggestion="pass a fresh contiguous array (cupy.ascontiguousarray(x.copy()))")
             for lc in plan.launches:
                 fn(lc.grid, lc.block, (*args, np.int32(lc.phase)) if plan.phased else tuple(args))
 

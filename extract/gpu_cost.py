@@ -2,18 +2,20 @@
 
 The thread mapping is the CUDA renderer's own: `_Renderer.items`/`phases` (backends/cuda.py) put each STORE
 item's ranges on the grid (GLOBAL; LOOP/THREAD when there is no GLOBAL), the block (LOCAL, GROUP_REDUCE, WARP
-outside a tensor-core region), sequential loops (UPCAST/UNROLL/the rest, and REDUCE ranges other than
-GROUP_REDUCE) and tensor-core regions (one warp per 16x16 tile), and group items into launches. So the estimate
-prices what would be launched, and a kernel the renderer rejects is infinitely slow. Per launch of G blocks of
-B threads (flat items: 256-thread blocks over the flattened grid):
+outside a tensor-core region), upcast copies (UPCAST END ranges, expanded into copies of the store), sequential
+loops (UNROLL/the rest, and REDUCE ranges other than GROUP_REDUCE) and tensor-core regions (one warp per 16x16
+tile), and group items into launches. So the estimate prices what would be launched, and a kernel the renderer
+rejects is infinitely slow. Per launch of G blocks of B threads (flat items: 256-thread blocks over the flattened
+grid):
 
     time = max(compute, cache, dram, latency) + launch
 
 * compute: each operation runs once per iteration of the sequential loops around its deepest dependency (the
-  renderer hoists the rest), in lane-cycles (a float op 1, the add of an FFMA free, int div/mod 8, SFU math 8,
-  loads/stores 4, conversions 2); a warp pays 32 lanes however few are busy, and the SMs' lanes run
-  fp32_tflops / 2 of them per second. The G blocks spread over the SMs in ceil(G / sms) rounds. TC regions:
-  16x16x16 MMAs at the fp16 tensor-core peak.
+  renderer hoists the rest) and once per upcast copy it depends on (a load that does not depend on an UPCAST
+  range is shared by the copies; consecutive aligned copies are one vector access), in lane-cycles (a float op 1,
+  the add of an FFMA free, int div/mod 8, SFU math 8, loads/stores 4, conversions 2); a warp pays 32 lanes however
+  few are busy, and the SMs' lanes run fp32_tflops / 2 of them per second. The G blocks spread over the SMs in
+  ceil(G / sms) rounds. TC regions: 16x16x16 MMAs at the fp16 tensor-core peak.
 * cache: a warp-level access moves the 32-byte sectors its lanes touch (lane -> range values -> `stride` of the
   index in each thread range: 4 for coalesced float32, 1 for a broadcast, up to 32 when strided or gathered)
   through L1 at 128 B per clock per SM.
@@ -33,7 +35,7 @@ import os
 from dataclasses import dataclass, fields, replace
 from functools import cache
 
-from egraph_compiler.backends.cuda import _FLAT_BLOCK, _GRID_LIMITS, _Item, _Phase, _Renderer
+from egraph_compiler.backends.cuda import _FLAT_BLOCK, _GRID_LIMITS, _affine, _Item, _Phase, _Renderer
 from egraph_compiler.extract.loop_cost import KernelEstimate, stride
 
 from egraph_compiler.diagnostics import CompilerError
@@ -150,7 +152,29 @@ class _Thread:
         self.lane = self.instr = self.chain = 0.0
         self.smem = 0
         self.tc_steps = 0.0
-        self.accesses: list[tuple[UOp, float, UOp | None]] = []  # (LOAD/STORE, runs per thread, innermost loop)
+        # (LOAD/STORE, runs per thread, innermost loop, vector access: (lane range, elements) or None)
+        self.accesses: list[tuple[UOp, float, UOp | None, tuple[UOp, int] | None]] = []
+        self.lanes: list[UOp] = []   # UPCAST END ranges the renderer expands into lanes
+
+    def copies(self, u: UOp) -> int:
+        """How many lane copies of u the renderer emits (one per value of the lanes it depends on)."""
+        d = self.r.deps(u)
+        return math.prod(_bound(x) for x in self.lanes if x in d)
+
+    def vector(self, u: UOp) -> tuple[UOp, int] | None:
+        """(lane range, width) when the lane copies of a load/store become vector accesses: unit stride in its
+        innermost lane, aligned (as backends.cuda.vector_runs decides on the expanded copies)."""
+        idx = u.src[0].src[1] if len(u.src[0].src) > 1 else None
+        size = buffer_of(u.src[0]).dtype.itemsize
+        d = self.r.deps(u)
+        lane = next((x for x in reversed(self.lanes) if x in d), None)
+        aff = _affine(idx) if idx is not None and lane is not None and size in (2, 4, 8) else None
+        if aff is None or lane is None or aff.get(lane) != 1:
+            return None
+        for w in (16 // size, 8 // size, 4 // size):
+            if w >= 2 and _bound(lane) % w == 0 and all(c % w == 0 for r, c in aff.items() if r is not lane):
+                return lane, w
+        return None
 
     def place(self, u: UOp, loops: list[UOp]) -> int:
         d = self.r.deps(u)
@@ -162,10 +186,14 @@ class _Thread:
                 self.reduce(u, loops, trips)
             elif u.op not in FREE:
                 depth = self.place(u, loops)
-                self.lane += trips[depth] * _lane_cycles(u)
-                self.instr += trips[depth]
+                runs = trips[depth] * self.copies(u)
+                vec = self.vector(u) if u.op in (Ops.LOAD, Ops.STORE) and self.lanes else None
+                if vec is not None:
+                    runs /= vec[1]
+                self.lane += runs * _lane_cycles(u)
+                self.instr += runs
                 if u.op in (Ops.LOAD, Ops.STORE):
-                    self.accesses.append((u, trips[depth], loops[depth - 1] if depth else None))
+                    self.accesses.append((u, runs, loops[depth - 1] if depth else None, vec))
 
     def reduce(self, u: UOp, loops: list[UOp], trips: list[float]) -> None:
         depth = self.place(u, loops)
@@ -176,9 +204,10 @@ class _Thread:
             t.append(t[-1] * _bound(x))
         self.visit(u.src[0], inner, t)
         fused = u.arg[0] is Ops.ADD and u.dtype.is_float and u.src[0].op is Ops.MUL
-        self.lane += t[-1] * (0.0 if fused else 1.0)
-        self.instr += t[-1]
-        self.chain += t[-1] * ADD_LATENCY   # one accumulator: each add waits for the previous one
+        copies = self.copies(u)
+        self.lane += t[-1] * copies * (0.0 if fused else 1.0)
+        self.instr += t[-1] * copies
+        self.chain += t[-1] * ADD_LATENCY   # each add waits for the previous one; lane copies interleave
         if group:  # store, barrier, log2(n) levels of the tree, read back, barrier
             levels = 2 + sum(math.ceil(math.log2(_bound(g))) for g in group if _bound(g) > 1)
             self.chain += trips[depth] * levels * TREE_STEP
@@ -186,9 +215,10 @@ class _Thread:
             self.instr += trips[depth] * levels * 4
 
 
-def _sectors(access: UOp, lanes: list[UOp], n_lanes: int) -> tuple[int, int]:
+def _sectors(access: UOp, lanes: list[UOp], n_lanes: int, vec: tuple[UOp, int] | None = None) -> tuple[int, int]:
     """(32-byte sectors, distinct elements) one warp-level access touches: lane t's range values are t decomposed
-    over `lanes` (innermost last), its offset their sum weighted by the index's stride in each."""
+    over `lanes` (innermost last), its offset their sum weighted by the index's stride in each; a vector access
+    (range, width) also touches the next width - 1 elements."""
     idx = access.src[0].src[1] if len(access.src[0].src) > 1 else None
     size = buffer_of(access.src[0]).dtype.itemsize
     coef: dict[UOp, int | None] = {}
@@ -205,7 +235,7 @@ def _sectors(access: UOp, lanes: list[UOp], n_lanes: int) -> tuple[int, int]:
                 if s is None:       # not affine in a thread index: a gather, one sector per lane
                     return n_lanes, n_lanes
                 off += s * v
-        offsets.append(off)
+        offsets += [off + e for e in range(vec[1] if vec else 1)]
     return len({o * size // SECTOR for o in offsets}), len(set(offsets))
 
 
@@ -268,8 +298,8 @@ def estimate_gpu(kernel: UOp, m: GPUMachine | None = None) -> KernelEstimate:
             lanes = it.grid if flat else [it.tc.m, it.tc.n] if it.tc else block_rs
             n_lanes = min(32, threads, math.prod(_bound(x) for x in lanes) if flat else threads)
             sector_bytes = 0.0
-            for u, runs, inner in w.accesses:
-                sectors, distinct = _sectors(u, lanes, n_lanes)
+            for u, runs, inner, vec in w.accesses:
+                sectors, distinct = _sectors(u, lanes, n_lanes, vec)
                 sector_bytes += runs * sectors * SECTOR
                 ln.req_bytes += runs * sectors * SECTOR
                 ln.reqs += runs
@@ -311,11 +341,13 @@ def estimate_gpu(kernel: UOp, m: GPUMachine | None = None) -> KernelEstimate:
 def _item(r: _Renderer, it: _Item, ph: _Phase) -> _Thread:
     """One thread's work in item `it`: its sequential END ranges are loops, in order."""
     w = _Thread(r)
+    w.lanes = r.lanes(it) if it.tc is None else []
+    loops = [x for x in it.seq if x not in w.lanes]
     trips = [1.0]
-    for x in it.seq:
+    for x in loops:
         trips.append(trips[-1] * _bound(x))
     if it.tc is None:
-        w.visit(it.store, it.seq, trips)
+        w.visit(it.store, loops, trips)
         w.smem = math.prod(_bound(x) for x in ph.block + ph.group) * sum(  # one tree array per group reduce
             8 if u.dtype.itemsize == 8 else 4 for u in it.store.toposort()
             if u.op is Ops.REDUCE and any(x in ph.group for x in u.src[1:]))
