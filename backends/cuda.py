@@ -32,6 +32,13 @@ How a kernel maps onto CUDA (the AST contract is in egraph_compiler/program.py)
   dims) combined by a shared-memory tree reduction with __syncthreads; only group index 0
   stores. Loop-invariant values (including whole REDUCEs, e.g. the max inside a softmax
   sum) are hoisted out of loops.
+* Block-shared REDUCEs: a REDUCE whose value is the same for every thread of the block (it
+  depends on none of the ranges that vary inside the block: LOCAL/GROUP_REDUCE ones, or the
+  innermost ranges a flat block spans) is split over the block's threads, which take its
+  flattened iterations in turn, then combined by a __shfl_xor_sync butterfly and the warps'
+  partials in shared memory; every thread gets the result. Only where the block runs the code
+  in lockstep (SharedBlock: whole warps, no tail return; not under a data-dependent `if` or
+  inside another shared loop) and for COOP_MIN_TRIPS iterations or more.
 * Values: loads under WHERE branches or behind gates are emitted under `if`/`?:`, so
   guarded addresses are never touched. Integer IDIV/MOD are floor division/remainder
   (x // 0 == x % 0 == 0, as in the reference) unless both operands are proven non-negative
@@ -407,6 +414,22 @@ _VECTOR_NAMES: dict[DType, str] = {dtypes.float32: "float", dtypes.int32: "int",
 _RAW_CONTAINERS = {4: "unsigned int", 8: "uint2", 16: "uint4"}
 _VECTOR_DTYPES = frozenset(_VECTOR_NAMES) | {dtypes.float16, dtypes.bfloat16, dtypes.int16, dtypes.uint16}
 
+# ---- block-shared reductions -----------------------------------------------------------------
+
+COOP_MIN_TRIPS = 128     # below this a block-uniform REDUCE is cheaper run whole by every thread than shared
+_SHUFFLE_TYPES = frozenset({"float", "double", "int", "unsigned int", "long long", "unsigned long long"})
+
+
+@dataclass(frozen=True)
+class SharedBlock:
+    """A phase whose blocks run its code in lockstep (no tail return, no per-thread branch around it): `threads`
+    per block, `varying` the ranges whose value differs between a block's threads, `ltid` the C expression of a
+    thread's linear index in its block."""
+
+    threads: int
+    varying: frozenset[UOp]
+    ltid: str
+
 
 def vector_type(d: DType, width: int) -> str:
     """The C type that moves `width` elements of d in one access: float4, double2, uint4 (8 halves), ..."""
@@ -466,6 +489,8 @@ class _Renderer:
         self.depth = 0
         self.count = 0
         self.cond = 0  # nesting of data-dependent `if`s (no barriers allowed inside)
+        self.diverge = 0  # nesting of loops whose trip count differs between threads (block-shared REDUCE bodies)
+        self.shared: SharedBlock | None = None
         self.notes: list[str] = []
         self.uses: set[str] = set()
         self._deps: dict[UOp, frozenset[UOp]] = {}
@@ -502,6 +527,47 @@ class _Renderer:
                 if n not in self._unsafe:
                     self._unsafe[n] = n.op in (Ops.LOAD, Ops.REDUCE) or any(self._unsafe[s] for s in n.src)
         return self._unsafe[u]
+
+    def shared_block(self, ph: _Phase, block: tuple[int, int, int] | None = None) -> SharedBlock | None:
+        """How the phase's blocks share work (see SharedBlock), or None when they cannot: a tensor-core phase, a
+        block that is not whole warps, a flat phase with a tail or several item grids (each behind its own `if`).
+        `block`: the launch's block shape, for the thread index (the renderer's own when omitted)."""
+        if ph.tc:
+            return None
+        if ph.block or ph.group:
+            threads, varying = math.prod(_bound(r) for r in ph.block + ph.group), frozenset(ph.block + ph.group)
+        else:
+            grid = ph.items[0].grid
+            total = math.prod(_bound(r) for r in grid)
+            threads = min(_FLAT_BLOCK, total)
+            if any(it.grid != grid for it in ph.items) or total % max(threads, 1) or total // _FLAT_BLOCK > _GRID_LIMITS[0]:
+                return None
+            varying, inner = frozenset(), 1   # a flat block spans the innermost ranges up to a multiple of its size
+            for r in reversed(grid):
+                if inner % max(threads, 1) == 0:
+                    break
+                varying, inner = varying | {r}, inner * _bound(r)
+        if threads < 32 or threads % 32:
+            return None
+        bx, by, _ = block or (threads, 1, 1)
+        ltid = "threadIdx.x" if bx == threads else f"(threadIdx.x + {bx}u * (threadIdx.y + {by}u * threadIdx.z))"
+        return SharedBlock(threads, varying, ltid)
+
+    def cooperative(self, u: UOp, shared: SharedBlock | None) -> bool:
+        """Is REDUCE u run by all threads of a block together: its value is the same for all of them (it depends
+        on no range that varies in the block), it loops at least COOP_MIN_TRIPS times, its accumulator can be
+        shuffled between lanes, and no group reduction (with barriers of its own) sits in its body."""
+        if shared is None or u.arg[0] not in (Ops.ADD, Ops.MUL, Ops.MAX) or self.deps(u) & shared.varying:
+            return False
+        rngs = [r for r in u.src[1:] if r.op is Ops.RANGE]
+        if not rngs or any(_atype(r) in (AxisType.GROUP_REDUCE, AxisType.GLOBAL, AxisType.LOCAL, AxisType.WARP)
+                           for r in rngs):
+            return False
+        acc = dtypes.float32 if u.dtype in _HALFS else u.dtype
+        if math.prod(_bound(r) for r in rngs) < COOP_MIN_TRIPS or _COMPUTE.get(acc) not in _SHUFFLE_TYPES:
+            return False
+        return not any(n.op is Ops.REDUCE and any(r.op is Ops.RANGE and _atype(r) is AxisType.GROUP_REDUCE
+                                                  for r in n.src[1:]) for n in u.src[0].toposort())
 
     def ctype(self, u: UOp) -> str:
         if u.dtype is dtypes.index:
@@ -749,19 +815,36 @@ class _Renderer:
             self.line(f"{t} {acc} = {_c_const(init, acc_d, t)};")
         bodies = [x.src[0] for x in us]
         self.hoist(bodies, scope, set(seq))
+        shared = self.shared if not (self.cond or self.diverge) else None
+        coop = shared is not None and all(self.cooperative(x, shared) for x in us)
         inner = scope
-        for r in seq:
-            self.open_loop(r)
+        if coop:   # the block's threads take the flattened iterations in turn (consecutive ones: coalesced)
+            assert shared is not None
+            total, j = math.prod(_bound(r) for r in seq), self.fresh("j")
+            jt = "int" if total + shared.threads <= _INT_MAX else "long long"
+            self.open(f"for ({jt} {j} = {shared.ltid}; {j} < {total}; {j} += {shared.threads})")
             inner = _Scope(inner)
-            inner.vals[r] = self.rname(r)
+            self.decompose(j, seq, "", inner)
+            self.diverge += 1
+        else:
+            for r in seq:
+                self.open_loop(r)
+                inner = _Scope(inner)
+                inner.vals[r] = self.rname(r)
         for body in bodies:
             self.pre_group(body, inner)
         if len(us) > 1:
             self.vector_loads(bodies, inner)
         for acc, body in zip(accs, bodies):
             self.line(f"{acc} = {_arith(op, acc_d, acc, self.val(body, inner), t)};")
-        for _ in seq:
+        if coop:
+            assert shared is not None
+            self.diverge -= 1
             self.close()
+            accs = self.block_combine(op, acc_d, t, accs, shared)
+        else:
+            for _ in seq:
+                self.close()
         for x, acc in zip(us, accs):
             if group:
                 acc = self.group_tree(op, acc_d, t, acc, group)
@@ -776,6 +859,35 @@ class _Renderer:
         if _atype(r) in (AxisType.UPCAST, AxisType.UNROLL):
             self.line("#pragma unroll")
         self.open(f"for ({t} {name} = 0; {name} < {_c_const(_bound(r), dtypes.index, t)}; ++{name})")
+
+    def block_combine(self, op: Ops, d: DType, t: str, accs: list[str], shared: SharedBlock) -> list[str]:
+        """Combine each accumulator over the block, every thread getting the result: a butterfly of shuffles in
+        each warp, then the warps' partials through shared memory."""
+        self.line("#pragma unroll")
+        self.open("for (int o = 16; o > 0; o >>= 1)")
+        for acc in accs:   # bound first: the op may name its operands twice (an integer max is a ?: )
+            other = self.fresh("lane")
+            self.line(f"const {t} {other} = __shfl_xor_sync(0xffffffffu, {acc}, o);")
+            self.line(f"{acc} = {_arith(op, d, acc, other, t)};")
+        self.close()
+        warps = shared.threads // 32
+        if warps == 1:
+            return accs
+        sm, lt = self.fresh("smem"), shared.ltid
+        self.line(f"__shared__ {t} {sm}[{len(accs)}][{warps}];")
+        self.open(f"if (({lt} & 31u) == 0u)")
+        for k, acc in enumerate(accs):
+            self.line(f"{sm}[{k}][{lt} >> 5] = {acc};")
+        self.close()
+        self.line("__syncthreads();")
+        out = []
+        for k in range(len(accs)):
+            res = self.fresh("red")
+            self.line(f"{t} {res} = {sm}[{k}][0];")
+            self.line(f"for (int w = 1; w < {warps}; ++w) {res} = {_arith(op, d, res, f'{sm}[{k}][w]', t)};")
+            out.append(res)
+        self.line("__syncthreads();")   # the array is written again when this code runs in a loop
+        return out
 
     def group_tree(self, op: Ops, d: DType, t: str, acc: str, group: list[UOp]) -> str:
         if self.tid is None:
@@ -1206,6 +1318,7 @@ class _Renderer:
                 self.open(f"if (phase == {k})")
             scope = _Scope()
             grid, block = self.bind(ph, scope)
+            self.shared = self.shared_block(ph, block)
             pred = " && ".join(f"{self.rname(g)} == 0" for g in ph.group) or None
             if ph.tc or ph.block or ph.group:
                 for it in ph.items:

@@ -15,10 +15,12 @@ grid):
   range is shared by the copies; consecutive aligned copies are one vector access), in lane-cycles (a float op 1,
   the add of an FFMA free, int div/mod 8, SFU math 8, loads/stores 4, conversions 2); a warp pays 32 lanes however
   few are busy, and the SMs' lanes run fp32_tflops / 2 of them per second. The G blocks spread over the SMs in
-  ceil(G / sms) rounds. TC regions: 16x16x16 MMAs at the fp16 tensor-core peak.
+  ceil(G / sms) rounds. TC regions: 16x16x16 MMAs at the fp16 tensor-core peak. A block-shared REDUCE (the
+  renderer's `cooperative`) runs 1/threads of its iterations per thread, plus a shuffle butterfly and, with
+  several warps, two barriers; a REDUCE hoisted out of another's body is counted once.
 * cache: a warp-level access moves the 32-byte sectors its lanes touch (lane -> range values -> `stride` of the
-  index in each thread range: 4 for coalesced float32, 1 for a broadcast, up to 32 when strided or gathered)
-  through L1 at 128 B per clock per SM.
+  index in each thread range, or in a block-shared REDUCE's own ranges inside it: 4 for coalesced float32, 1
+  for a broadcast, up to 32 when strided or gathered) through L1 at 128 B per clock per SM.
 * dram: each buffer touched once per launch (compulsory), times the sector waste of an uncoalesced access when
   the buffer does not fit in L2 and the thread does not read the rest of the sector in its next iteration; over
   the HBM bandwidth, or less when too few warps are resident to keep it busy (Little's law: warps x MLP
@@ -35,7 +37,7 @@ import os
 from dataclasses import dataclass, fields, replace
 from functools import cache
 
-from egraph_compiler.backends.cuda import _FLAT_BLOCK, _GRID_LIMITS, _affine, _Item, _Phase, _Renderer
+from egraph_compiler.backends.cuda import _FLAT_BLOCK, _GRID_LIMITS, SharedBlock, _affine, _Item, _Phase, _Renderer
 from egraph_compiler.extract.loop_cost import KernelEstimate, stride
 
 from egraph_compiler.diagnostics import CompilerError
@@ -51,6 +53,7 @@ LANE_CYCLES = {Ops.IDIV: 8.0, Ops.MOD: 8.0, Ops.CAST: 2.0, Ops.LOAD: 4.0, Ops.ST
                Ops.RECIP: 8.0, Ops.SQRT: 8.0, Ops.EXP2: 8.0, Ops.LOG2: 8.0, Ops.SIN: 8.0}  # SFU: 16 lanes/SM
 ADD_LATENCY = 4.0        # cycles before a dependent FADD/FFMA can issue
 TREE_STEP = 40.0         # one level of a shared-memory tree: load, op, store, __syncthreads
+SHUFFLE_STEP = 30.0      # one __shfl_xor_sync level of a warp butterfly and its op
 MMA_CYCLES = 32.0        # one m16n16k16 load_matrix_sync pair + mma_sync, issued back to back by one warp
 DRAM_LATENCY = 600.0     # cycles for a load that misses L2, under load
 MLP = 4                  # loads in flight per warp (nvcc unrolls a reduce loop by 4)
@@ -147,14 +150,18 @@ def _lane_cycles(u: UOp) -> float:
 class _Thread:
     """The work of one thread of an item: lane-cycles, instructions, dependent chain and memory accesses."""
 
-    def __init__(self, r: _Renderer) -> None:
+    def __init__(self, r: _Renderer, shared: SharedBlock | None = None) -> None:
         self.r = r
+        self.shared = shared         # how the block shares block-uniform REDUCEs (None: it does not)
         self.lane = self.instr = self.chain = 0.0
         self.smem = 0
         self.tc_steps = 0.0
-        # (LOAD/STORE, runs per thread, innermost loop, vector access: (lane range, elements) or None)
-        self.accesses: list[tuple[UOp, float, UOp | None, tuple[UOp, int] | None]] = []
+        # (LOAD/STORE, runs per thread, innermost loop, vector access: (lane range, elements) or None,
+        #  the ranges a warp's lanes step through when not the item's thread ranges: a block-shared REDUCE's)
+        self.accesses: list[tuple[UOp, float, UOp | None, tuple[UOp, int] | None, list[UOp] | None]] = []
         self.lanes: list[UOp] = []   # UPCAST END ranges the renderer expands into lanes
+        self.spread: list[UOp] | None = None   # inside a block-shared REDUCE: its ranges, spread over the threads
+        self.reduced: set[UOp] = set()         # REDUCEs counted (one nested in another's body is hoisted: once)
 
     def copies(self, u: UOp) -> int:
         """How many lane copies of u the renderer emits (one per value of the lanes it depends on)."""
@@ -183,7 +190,9 @@ class _Thread:
     def visit(self, root: UOp, loops: list[UOp], trips: list[float], skip: frozenset[UOp] = frozenset()) -> None:
         for u in value_nodes(root, skip):
             if u.op is Ops.REDUCE:
-                self.reduce(u, loops, trips)
+                if u not in self.reduced:
+                    self.reduced.add(u)
+                    self.reduce(u, loops, trips)
             elif u.op not in FREE:
                 depth = self.place(u, loops)
                 runs = trips[depth] * self.copies(u)
@@ -193,21 +202,38 @@ class _Thread:
                 self.lane += runs * _lane_cycles(u)
                 self.instr += runs
                 if u.op in (Ops.LOAD, Ops.STORE):
-                    self.accesses.append((u, runs, loops[depth - 1] if depth else None, vec))
+                    inner = loops[depth - 1] if depth else None
+                    spread = self.spread if self.spread is not None and inner in self.spread else None
+                    self.accesses.append((u, runs, None if spread else inner, vec, spread))
 
     def reduce(self, u: UOp, loops: list[UOp], trips: list[float]) -> None:
         depth = self.place(u, loops)
         own = [x for x in u.src[1:] if x.op is Ops.RANGE]   # a constant there is a range of one: no loop
         group = [x for x in own if x.arg[1] is AxisType.GROUP_REDUCE]
         inner, t = loops[:depth] + [x for x in own if x not in group], trips[:depth + 1]
+        # a block-uniform REDUCE is shared by the block's threads (backends.cuda block_combine): each takes every
+        # threads-th iteration, then a shuffle butterfly and the warps' partials through shared memory
+        # (not inside another shared loop, where the trip count differs between threads)
+        outer = self.spread
+        inside = outer is not None and bool(self.r.deps(u) & set(outer))
+        shared = self.shared if not inside and self.r.cooperative(u, self.shared) else None
+        share = shared.threads if shared is not None else 1
         for x in inner[depth:]:
-            t.append(t[-1] * _bound(x))
+            t.append(t[-1] * _bound(x) / (share if x is inner[-1] else 1))
+        if shared is not None:
+            self.spread = inner[depth:]
         self.visit(u.src[0], inner, t)
+        self.spread = outer
         fused = u.arg[0] is Ops.ADD and u.dtype.is_float and u.src[0].op is Ops.MUL
         copies = self.copies(u)
         self.lane += t[-1] * copies * (0.0 if fused else 1.0)
         self.instr += t[-1] * copies
         self.chain += t[-1] * ADD_LATENCY   # each add waits for the previous one; lane copies interleave
+        if shared is not None:
+            warps = shared.threads // 32
+            self.chain += trips[depth] * (5 * SHUFFLE_STEP + (2 * TREE_STEP if warps > 1 else 0.0))
+            self.lane += trips[depth] * copies * (5 * 2 + (warps + 2) * LANE_CYCLES[Ops.LOAD] / 32)
+            self.instr += trips[depth] * copies * (10 + warps)
         if group:  # store, barrier, log2(n) levels of the tree, read back, barrier
             levels = 2 + sum(math.ceil(math.log2(_bound(g))) for g in group if _bound(g) > 1)
             self.chain += trips[depth] * levels * TREE_STEP
@@ -298,8 +324,9 @@ def estimate_gpu(kernel: UOp, m: GPUMachine | None = None) -> KernelEstimate:
             lanes = it.grid if flat else [it.tc.m, it.tc.n] if it.tc else block_rs
             n_lanes = min(32, threads, math.prod(_bound(x) for x in lanes) if flat else threads)
             sector_bytes = 0.0
-            for u, runs, inner, vec in w.accesses:
-                sectors, distinct = _sectors(u, lanes, n_lanes, vec)
+            for u, runs, inner, vec, spread in w.accesses:
+                sectors, distinct = (_sectors(u, spread, min(32, math.prod(_bound(x) for x in spread)), vec)
+                                     if spread else _sectors(u, lanes, n_lanes, vec))
                 sector_bytes += runs * sectors * SECTOR
                 ln.req_bytes += runs * sectors * SECTOR
                 ln.reqs += runs
@@ -340,7 +367,7 @@ def estimate_gpu(kernel: UOp, m: GPUMachine | None = None) -> KernelEstimate:
 
 def _item(r: _Renderer, it: _Item, ph: _Phase) -> _Thread:
     """One thread's work in item `it`: its sequential END ranges are loops, in order."""
-    w = _Thread(r)
+    w = _Thread(r, r.shared_block(ph))
     w.lanes = r.lanes(it) if it.tc is None else []
     loops = [x for x in it.seq if x not in w.lanes]
     trips = [1.0]

@@ -138,10 +138,12 @@ def kernel_sinks(view: EGraphView, ex: Extraction, roots: list[int]) -> list[int
 @dataclass(frozen=True)
 class CostModel:
     """A target's kernel estimate, and the unrolling (product of UPCAST/UNROLL bounds) past which it calls a
-    kernel infinitely slow: such candidates are not even decoded."""
+    kernel infinitely slow: such candidates are not even decoded. `whole_values`: fusion trials also
+    materialize a value for all its uses at once (see fusion_trials)."""
 
     estimate: Estimator
     max_unrolled: int | None = None
+    whole_values: bool = False
 
 
 def cost_model_for(target: str) -> CostModel:
@@ -150,7 +152,9 @@ def cost_model_for(target: str) -> CostModel:
         from egraph_compiler.extract.gpu_cost import GPUMachine, estimate_gpu
 
         gpu = GPUMachine.device()
-        return CostModel(lambda k: estimate_gpu(k, gpu))
+        return CostModel(lambda k: estimate_gpu(k, gpu), whole_values=True)
+    # on the CPU, whole-value trials were measured slower where the estimate chose them (attention, 8x512x64:
+    # 91 ms against 21 ms): the CPU estimate prices recomputation from cache too high
     cpu = CPUMachine.host()
     return CostModel(lambda k: estimate(k, cpu), MAX_UNROLLED)
 
@@ -301,18 +305,23 @@ class Overridden:
         return self.ex.cost(c)
 
 
-def _materialized(view: EGraphView, ex: Extraction, n: ENode) -> bool:
-    """Is n a LOAD from a buffer that another kernel writes, LOAD(INDEX(AFTER(buf, kernel), idx))?"""
+def _source_kernel(view: EGraphView, ex: Extraction, n: ENode) -> int | None:
+    """The AFTER e-class n loads from when n is a LOAD from a buffer another kernel writes,
+    LOAD(INDEX(AFTER(buf, kernel), idx)); else None."""
     if n.fn != "LOAD":
-        return False
+        return None
     first = [ex.node(view.children(n)[0])] if view.children(n) else []
     if not first or first[0].fn != "UCons":
-        return False
+        return None
     index = ex.node(first[0].args[0].id)
     if index.fn != "INDEX":
-        return False
+        return None
     lst = ex.node(view.children(index)[0])
-    return lst.fn == "UCons" and ex.node(lst.args[0].id).fn == "AFTER"
+    return lst.args[0].id if lst.fn == "UCons" and ex.node(lst.args[0].id).fn == "AFTER" else None
+
+
+def _materialized(view: EGraphView, ex: Extraction, n: ENode) -> bool:
+    return _source_kernel(view, ex, n) is not None
 
 
 def fusion_classes(view: EGraphView, ex: Extraction, roots: list[int]) -> dict[int, ENode]:
@@ -325,6 +334,18 @@ def fusion_classes(view: EGraphView, ex: Extraction, roots: list[int]) -> dict[i
             if mat:
                 out[c] = mat[0]
     return out
+
+
+def fusion_trials(view: EGraphView, ex: Extraction, roots: list[int],
+                  whole_values: bool = False) -> list[dict[int, ENode]]:
+    """The materializations to try, each a set of classes -> loads: with `whole_values`, first every value used
+    in several places (attention's scores: for the row max, the row sum and the output) with all its uses loading
+    from the one kernel, since materializing a single use saves little; then each use alone."""
+    single = fusion_classes(view, ex, roots)
+    uses: dict[int | None, dict[int, ENode]] = {}
+    for c, load in single.items() if whole_values else ():
+        uses.setdefault(_source_kernel(view, ex, load), {})[c] = load
+    return [g for g in uses.values() if len(g) > 1] + [{c: load} for c, load in single.items()]
 
 
 def _kernel_classes(view: EGraphView, ex: Overridden, sink: int) -> set[int]:
@@ -352,7 +373,7 @@ def choose_fusion_and_schedules(view: EGraphView, ex: Extraction, roots: list[in
             estimates[kernel] = base.estimate(kernel)
         return estimates[kernel]
 
-    est = CostModel(remembered, base.max_unrolled)
+    est = CostModel(remembered, base.max_unrolled, base.whole_values)
 
     memo: dict[tuple[int, frozenset[tuple[int, int]]], tuple[KernelSchedule, bool]] = {}   # -> (ranking, full?)
     first: dict[int, KernelSchedule] = {}   # each kernel's first full ranking
@@ -375,9 +396,10 @@ def choose_fusion_and_schedules(view: EGraphView, ex: Extraction, roots: list[in
 
     choice: dict[int, ENode] = {}
     best, scheds = evaluate(choice, full=True)
-    for c, load in list(fusion_classes(view, ex, roots).items())[:max_trials]:
-        trial = {**choice, c: load}
-        if _reaches(view, Overridden(ex, trial), view.children(load), c):  # its kernel would read itself
+    for group in fusion_trials(view, ex, roots, base.whole_values)[:max_trials]:
+        trial = {**choice, **group}
+        if any(_reaches(view, Overridden(ex, trial), view.children(load), c)  # its kernel would read itself
+               for c, load in group.items()):
             continue
         cost, trial_scheds = evaluate(trial, full=False)
         if cost < best * (1 - FUSION_MARGIN):

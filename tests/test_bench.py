@@ -87,3 +87,37 @@ def test_bench_list_and_bad_name() -> None:
     proc = subprocess.run([sys.executable, str(RUN), "--only", "nope"], capture_output=True, text=True, timeout=60,
                           check=False)
     assert proc.returncode == 2 and "unknown benchmark" in proc.stderr
+
+
+GPU_BENCH = ROOT / "bench" / "gpu.py"
+
+
+def test_gpu_bench_compile_only_renders_compiles_and_estimates(tmp_path: Path) -> None:
+    """Without a GPU, bench/gpu.py --compile-only optimizes for cuda, compiles the source with nvcc for sm_80 and
+    sm_90 and reports the estimate (the GPU run itself is for a machine with one)."""
+    from egraph_compiler.backends.cuda import find_nvcc
+
+    if find_nvcc() is None:
+        pytest.skip("nvcc not found")
+    out = tmp_path / "gpu.json"
+    proc = subprocess.run([sys.executable, str(GPU_BENCH), "--quick", "--compile-only", "--only", "softmax,mul_add",
+                           "--json", str(out)], capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc = json.loads(out.read_text())
+    assert [r["name"] for r in doc["results"]] == ["softmax", "mul_add"]
+    for r in doc["results"]:
+        assert r["error"] is None and r["ptx"] == {"sm_80": True, "sm_90": True}, r
+        assert 0 < r["estimate_s"] < 1
+    assert "sm_80 ok, sm_90 ok" in proc.stdout
+
+
+def test_gpu_bench_without_a_gpu_says_what_to_do() -> None:
+    proc = subprocess.run([sys.executable, str(GPU_BENCH), "--quick", "--only", "nothing_matches"],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 2 and "no program matches" in proc.stderr
+    try:
+        import cupy  # type: ignore[import-not-found]  # noqa: F401
+    except ImportError:
+        proc = subprocess.run([sys.executable, str(GPU_BENCH), "--quick", "--only", "sum"],
+                              capture_output=True, text=True, timeout=120, check=False)
+        assert proc.returncode == 2 and "--compile-only" in proc.stderr, proc.stderr

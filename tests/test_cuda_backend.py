@@ -205,15 +205,14 @@ def two_reduces() -> Case:
                                     (store(q, i, reduce(xi * xi, r) - reduce(xi, r)), (i,))), rtol=1e-4, atol=1e-5)
 
 
-def softmax_rows() -> Case:
+def softmax_rows(rows: int = 5, cols: int = 7, name: str = "softmax_rows") -> Case:
     """A REDUCE inside another REDUCE's body (hoisted out of the loop)."""
-    rows, cols = 5, 7
     x, y = buf("X", rows * cols), buf("Y", rows * cols)
     i, j = rng(rows, "i"), rng(cols, "j")
     r1, r2 = rng(cols, "r1", A.REDUCE), rng(cols, "r2", A.REDUCE)
     mx = reduce(load(x, i * cols + r1), r1, op=Ops.MAX)
     den = reduce((load(x, i * cols + r2) - mx).exp2(), r2)
-    return Case("softmax_rows", sink((store(y, i * cols + j, (load(x, i * cols + j) - mx).exp2() / den), (i, j))),
+    return Case(name, sink((store(y, i * cols + j, (load(x, i * cols + j) - mx).exp2() / den), (i, j))),
                 rtol=1e-4, atol=1e-6)
 
 
@@ -537,6 +536,15 @@ static egc_dim3 blockIdx, blockDim, gridDim;
 static std::barrier<>* egc_bar = nullptr;
 static inline void __syncthreads() { egc_bar->arrive_and_wait(); }
 static inline void __syncwarp() { egc_bar->arrive_and_wait(); }
+template <class T> static inline T __shfl_xor_sync(unsigned, T v, int o) {  // the whole block exchanges
+  static T lanes[1024];
+  unsigned t = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+  lanes[t] = v;
+  egc_bar->arrive_and_wait();
+  T r = lanes[t ^ (unsigned)o];
+  egc_bar->arrive_and_wait();
+  return r;
+}
 template <class To, class From> static inline To egc_pun(From x) { To t; std::memcpy(&t, &x, sizeof(To)); return t; }
 static inline unsigned int __float_as_uint(float x) { return egc_pun<unsigned int>(x); }
 static inline float __uint_as_float(unsigned int x) { return egc_pun<float>(x); }
@@ -601,7 +609,7 @@ def emulation_source(cases: list[Case]) -> str:
         parts.append(plan.source.replace("#include <mma.h>", ""))
         args = [f"({c_storage_type(dt)}*)a[{k}]" for k, (_, dt) in enumerate(plan.params)]
         args += ["phase"] if plan.phased else []
-        threaded = "true" if ("__syncthreads" in plan.source or "__syncwarp" in plan.source) else "false"
+        threaded = "true" if any(b in plan.source for b in ("__syncthreads", "__syncwarp", "__shfl")) else "false"
         parts.append(f'extern "C" void egc_run_{plan.name}(void** a, int phase, unsigned gx, unsigned gy, '
                      f"unsigned gz, unsigned bx, unsigned by, unsigned bz) {{\n"
                      f"  egc_launch([&] {{ {plan.name}({', '.join(args)}); }}, {{gx, gy, gz}}, {{bx, by, bz}}, "
