@@ -54,16 +54,25 @@ A kernel marks a tensor-core region with range tags only, so it stays a plain sc
 that the reference interpreter runs unchanged. A STORE item is rendered with
 nvcuda::wmma (m16n16k16, float accumulation; float16 on sm_70+, bfloat16 on sm_80+) when
 * its END ranges hold exactly two WARP ranges of size 16 (the tile's rows m and columns n);
-  its other END ranges are GLOBAL/LOCAL (or LOOP/THREAD when there is no GLOBAL range);
+  its other END ranges are GLOBAL/LOCAL/UPCAST (or LOOP/THREAD when there is no GLOBAL range),
+  each UPCAST range selecting tiles of one operand (at most 16 tiles per warp);
 * its value holds exactly one REDUCE(ADD) of dtype float32 with one UNROLL range of size 16
   (the tile's k); its body is MUL(CAST(LOAD a), CAST(LOAD b)), ungated loads of two
   float16 (or two bfloat16) buffers; its other ranges are sequential (REDUCE/LOOP/UNROLL);
 * a's index is affine in (m, k) and b's in (k, n), with a unit stride on one of the two
   (row or column major), a leading dimension that is a multiple of 8 and a 32-byte aligned
   tile origin (every other coefficient and the constant are multiples of 16).
-One warp per tile (LOCAL ranges count warps of a block): the other REDUCE ranges loop
-around load_matrix_sync/mma_sync, the accumulator goes to shared memory, and the store,
-with any epilogue, gate or cast, runs per tile element with m, n bound to that element.
+LOCAL ranges count warps of a block; a warp computes one tile per combination of the UPCAST
+ranges, each with its accumulator fragment, and loads each operand fragment once per k step
+for all the tiles that use it (register blocking). When the reduce has one sequential range
+besides k, the block's operand tiles are staged in shared memory: every k step of a stage
+(ks = 4, 2 or 1 steps, what fits in 48 KiB with two stages) the threads copy the block's A
+rows and B columns with 16-byte cp.async (rows padded by 8 elements so ldmatrix reads hit
+distinct banks), the next stage's copies run while the warps multiply the current one
+(commit / wait_group 1 / __syncthreads), and the fragments load from shared memory. Else
+(several sequential ranges) fragments load from global memory. Each accumulator goes through
+a per-warp shared-memory tile to the store, which runs per tile element with m, n (and the
+UPCAST ranges) bound, with any epilogue, gate or cast.
 When a WARP-tagged item does not match, its WARP ranges are rendered as LOCAL ranges and
 the kernel source says why. (Ops.WMMA, a codegen op, is not used in kernel ASTs.)
 
@@ -109,6 +118,8 @@ _HALFS = (dtypes.float16, dtypes.bfloat16)
 _GRID_LIMITS = (2**31 - 1, 65535, 65535)
 _BLOCK_LIMITS = (1024, 1024, 64)
 _MAX_THREADS = 1024
+_TC_MAX_TILES = 16          # accumulator fragments per warp (8 floats per thread each)
+_STATIC_SMEM = 48 << 10     # __shared__ arrays are static: 48 KiB per block
 _FLAT_BLOCK = 256
 _INT_MIN, _INT_MAX = -(2**31), 2**31 - 1
 _AXES = "xyz"
@@ -138,6 +149,28 @@ _PRELUDE_BF16 = """#ifndef EGC_CUDA_BF16
 #define EGC_CUDA_BF16
 #include <cuda_bf16.h>
 __device__ __forceinline__ float _egc_rb(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+#endif"""
+_PRELUDE_ASYNC = """#ifndef EGC_CUDA_ASYNC
+#define EGC_CUDA_ASYNC
+// 16-byte global -> shared copies: asynchronous (cp.async, bypassing registers) on sm_80+, plain before
+__device__ __forceinline__ void _egc_cp16(void* dst, const void* src) {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\\n" ::
+               "r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src));
+#else
+  *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
+#endif
+}
+__device__ __forceinline__ void _egc_cp_commit() {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;\\n" ::);
+#endif
+}
+template <int N> __device__ __forceinline__ void _egc_cp_wait() {  // all but the newest N groups have landed
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;\\n" :: "n"(N));
+#endif
+}
 #endif"""
 _PRELUDE_WMMA = """#ifndef EGC_CUDA_WMMA
 #define EGC_CUDA_WMMA
@@ -339,6 +372,30 @@ class _TC:
     a: tuple[UOp, UOp, str, int]  # (buffer, index, layout, ldm)
     b: tuple[UOp, UOp, str, int]
     elem: str
+    ups: tuple[UOp, ...] = ()     # UPCAST ranges: tiles per warp, one accumulator fragment each
+
+
+@dataclass(frozen=True)
+class TCOperand:
+    """One operand's block tile in shared memory: `tiles` (the LOCAL/UPCAST ranges its index uses) 16x16 tiles side
+    by side, rows of `pitch` elements (padded: ldmatrix rows fall in distinct banks), for each of `ks` k steps."""
+
+    buf: UOp
+    index: UOp
+    layout: str
+    tiles: tuple[UOp, ...]
+    pitch: int
+
+
+@dataclass(frozen=True)
+class TCStage:
+    """How a TC item's k loop stages its operands: `ks` k steps of 16 per stage, two stages in flight (cp.async)."""
+
+    loop: UOp | None       # the reduce's one sequential range (None: a single k step)
+    ks: int
+    a: TCOperand
+    b: TCOperand
+    smem: int              # bytes of the two stages' buffers
 
 
 @dataclass
@@ -1032,10 +1089,13 @@ class _Renderer:
             return "needs exactly two WARP ranges of size 16"
         rest = [r for r in item.loop if r not in warps]
         has_global = any(_atype(r) is AxisType.GLOBAL for r in rest)
-        allowed = (AxisType.GLOBAL, AxisType.LOCAL) if has_global else \
-            (AxisType.GLOBAL, AxisType.LOCAL, AxisType.LOOP, AxisType.THREAD)
+        allowed = (AxisType.GLOBAL, AxisType.LOCAL, AxisType.UPCAST) if has_global else \
+            (AxisType.GLOBAL, AxisType.LOCAL, AxisType.UPCAST, AxisType.LOOP, AxisType.THREAD)
         if any(_atype(r) not in allowed for r in rest):
-            return "other END ranges must be GLOBAL/LOCAL (or LOOP without GLOBAL)"
+            return "other END ranges must be GLOBAL/LOCAL/UPCAST (or LOOP without GLOBAL)"
+        ups = tuple(r for r in rest if _atype(r) is AxisType.UPCAST)
+        if math.prod(_bound(r) for r in ups) > _TC_MAX_TILES:
+            return f"at most {_TC_MAX_TILES} tiles (UPCAST combinations) per warp"
         k16 = [u for u in item.store.toposort() if u.op is Ops.REDUCE and
                any(r.op is Ops.RANGE and _atype(r) is AxisType.UNROLL and _bound(r) == 16 for r in u.src[1:])]
         if len(k16) != 1:
@@ -1083,14 +1143,53 @@ class _Renderer:
             if any(c % 16 for key, c in aff.items() if key not in (w, k)):
                 return "tile origins must be 32-byte aligned (other coefficients multiples of 16)"
             sides.append((buffer_of(x.src[0]), ix, layout, ldm))
+        if any((r in self.deps(idx[0])) == (r in self.deps(idx[1])) for r in ups):
+            return "each UPCAST range must select tiles of exactly one operand"
         elem = "half" if loads[0].dtype is dtypes.float16 else "__nv_bfloat16"
-        return _TC(red, m, n, k, sides[0], sides[1], elem)
+        return _TC(red, m, n, k, sides[0], sides[1], elem, ups)
 
-    def emit_tc(self, item: _Item, tc: _TC, scope: _Scope) -> None:
-        self.uses.add("wmma")
-        cf = self.fresh("cfrag")
-        self.line(f"nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> {cf};")
-        self.line(f"nvcuda::wmma::fill_fragment({cf}, 0.0f);")
+    def tc_stage(self, item: _Item, tc: _TC) -> TCStage | None:
+        """How the item's k loop stages operand tiles in shared memory, or None (a reduce over several sequential
+        ranges, or tiles too big for 48 KiB: fragments are then loaded from global memory)."""
+        seq = [r for r in tc.reduce.src[1:] if r.op is Ops.RANGE and r is not tc.k]
+        if len(seq) > 1:
+            return None
+        loop = seq[0] if seq else None
+        ops = []
+        for buf, ix, layout, _ in (tc.a, tc.b):
+            tiles = tuple(r for r in (*item.block, *tc.ups) if r in self.deps(ix))
+            ops.append(TCOperand(buf, ix, layout, tiles, 16 * math.prod(_bound(r) for r in tiles) + 8))
+        step = 16 * (ops[0].pitch + ops[1].pitch) * 2   # bytes of one k step of both operands (2-byte elements)
+        budget = _STATIC_SMEM - 1024 * math.prod(_bound(r) for r in item.block)   # less the epilogue's tiles
+        trips = _bound(loop) if loop is not None else 1
+        for ks in (4, 2, 1):
+            if trips % ks == 0 and 2 * ks * step <= budget:
+                return TCStage(loop, ks, ops[0], ops[1], 2 * ks * step)
+        return None
+
+    def tc_step(self, tc: _TC, combos: list[tuple[int, ...]], accs: list[str],
+                source: Callable[[int, dict[UOp, int]], tuple[str, int]]) -> None:
+        """One k step of 16: each operand tile the warp's accumulators need is loaded once (`source`: pointer and
+        leading dimension of operand 0/1 at the given UPCAST values), then every accumulator takes its MMA."""
+        frags: dict[tuple[int, tuple[int, ...]], str] = {}
+        for side, ((_, ix, layout, _), use) in enumerate(((tc.a, "matrix_a"), (tc.b, "matrix_b"))):
+            mine = [j for j, r in enumerate(tc.ups) if r in self.deps(ix)]
+            for c in combos:
+                key = (side, tuple(c[j] for j in mine))
+                if key in frags:
+                    continue
+                f = frags[key] = self.fresh("frag")
+                ptr, ldm = source(side, {tc.ups[j]: c[j] for j in mine})
+                self.line(f"nvcuda::wmma::fragment<nvcuda::wmma::{use}, 16, 16, 16, {tc.elem}, "
+                          f"nvcuda::wmma::{layout}> {f};")
+                self.line(f"nvcuda::wmma::load_matrix_sync({f}, {ptr}, {ldm});")
+        for c, acc in zip(combos, accs):
+            ka = tuple(c[j] for j, r in enumerate(tc.ups) if r in self.deps(tc.a[1]))
+            kb = tuple(c[j] for j, r in enumerate(tc.ups) if r in self.deps(tc.b[1]))
+            self.line(f"nvcuda::wmma::mma_sync({acc}, {frags[(0, ka)]}, {frags[(1, kb)]}, {acc});")
+
+    def tc_direct(self, tc: _TC, combos: list[tuple[int, ...]], accs: list[str], scope: _Scope) -> None:
+        """The k loop loading fragments straight from global memory (through L1)."""
         zero = UOp.const(0, dtypes.index)
         seq = [r for r in tc.reduce.src[1:] if r is not tc.k]
         inner = scope
@@ -1098,30 +1197,135 @@ class _Renderer:
             self.open_loop(r)
             inner = _Scope(inner)
             inner.vals[r] = self.rname(r)
-        frags = []
-        for use, (buf, ix, layout, ldm), w in (("matrix_a", tc.a, tc.m), ("matrix_b", tc.b, tc.n)):
-            f = self.fresh("frag")
-            off = self.val(ix.substitute({w: zero, tc.k: zero}), inner)
-            self.line(f"nvcuda::wmma::fragment<nvcuda::wmma::{use}, 16, 16, 16, {tc.elem}, nvcuda::wmma::{layout}> {f};")
-            self.line(f"nvcuda::wmma::load_matrix_sync({f}, {self.param(buf)} + {off}, {ldm});")
-            frags.append(f)
-        self.line(f"nvcuda::wmma::mma_sync({cf}, {frags[0]}, {frags[1]}, {cf});")
+        sides = ((tc.a, tc.m), (tc.b, tc.n))
+
+        def source(side: int, ups: dict[UOp, int]) -> tuple[str, int]:
+            (buf, ix, _, ldm), w = sides[side]
+            at = {w: zero, tc.k: zero, **{r: UOp.const(v, dtypes.index) for r, v in ups.items()}}
+            return f"{self.param(buf)} + {self.val(ix.substitute(at), inner)}", ldm
+
+        self.tc_step(tc, combos, accs, source)
         for _ in seq:
             self.close()
+
+    def tc_staged(self, item: _Item, tc: _TC, st: TCStage, combos: list[tuple[int, ...]], accs: list[str],
+                  scope: _Scope) -> None:
+        """The k loop over stages of `st.ks` k steps: the block's threads copy the next stage's operand tiles to
+        shared memory (cp.async, 16 bytes each) while the warps multiply the current one."""
+        self.uses.add("async")
+        threads = 32 * math.prod(_bound(r) for r in item.block)
+        trips = (_bound(st.loop) if st.loop is not None else 1) // st.ks
+        ltid = self.fresh("ltid")
+        self.line(f"const int {ltid} = threadIdx.x + 32 * threadIdx.y;")
+        smem, bases, sizes = [], [], []
+        for op, w in ((st.a, tc.m), (st.b, tc.n)):
+            size = st.ks * 16 * op.pitch
+            name = self.fresh("stage")
+            self.line(f"__shared__ __align__(128) {tc.elem} {name}[{2 * size}];")
+            aff = _affine(op.index) or {}
+            inside = {w, tc.k, *op.tiles, st.loop}   # the rest (grid ranges) is the same for the whole block
+            ll = "ll" if op.buf.arg[1][0] >= 2**31 else ""
+            bases.append(" + ".join([f"{self.val(r, scope)} * {cf}{ll}" for r, cf in aff.items()
+                                     if r is not None and r not in inside and cf] + [f"{aff.get(None, 0)}{ll}"]))
+            smem.append(name)
+            sizes.append(size)
+            self.aligned.add(op.buf.arg[0])
+
+        def tile_strides(op: TCOperand) -> dict[UOp, int]:
+            out, stride = {}, 16
+            for r in reversed(op.tiles):
+                out[r] = stride
+                stride *= _bound(r)
+            return out
+
+        def load(t: str, stage: str) -> None:
+            for k, (op, w) in enumerate(((st.a, tc.m), (st.b, tc.n))):
+                aff = _affine(op.index) or {}
+                unit, strided = (w, tc.k) if aff.get(w) == 1 else (tc.k, w)
+                dims = [(16, aff.get(strided, 0), op.pitch)]   # (count, global stride, shared stride)
+                dims += [(_bound(r), aff.get(r, 0), ss) for r, ss in tile_strides(op).items()]
+                if st.ks > 1 and st.loop is not None:
+                    dims.append((st.ks, aff.get(st.loop, 0), 16 * op.pitch))
+                dims.sort(key=lambda d: -d[1])
+                dims.append((2, 8, 8))   # two 16-byte vectors of 8 elements along the unit-stride side
+                assert aff.get(unit) == 1
+                total = math.prod(d[0] for d in dims)
+                wide = op.buf.arg[1][0] >= 2**31
+                it = self.fresh("c")
+                self.open(f"for (int {it} = {ltid}; {it} < {total}; {it} += {threads})")
+                g, sh, stride = [], [], 1
+                for cnt, gs, ss in reversed(dims):
+                    v = f"({it} / {stride})" if stride > 1 else it
+                    v = f"({v} % {cnt})" if stride * cnt < total else v
+                    g.append(f"{v} * {gs}{'ll' if wide else ''}")
+                    sh.append(f"{v} * {ss}")
+                    stride *= cnt
+                step = aff.get(st.loop, 0) * st.ks if st.loop is not None else 0
+                gexpr = " + ".join([f"({bases[k]})", *([f"{t} * {step}{'ll' if wide else ''}"] if step else []), *g])
+                self.line(f"_egc_cp16(&{smem[k]}[{stage} * {sizes[k]} + {' + '.join(sh)}], "
+                          f"{self.param(op.buf)} + {gexpr});")
+                self.close()
+
+        load("0", "0")
+        self.line("_egc_cp_commit();")
+        t = self.fresh("t")
+        self.open(f"for (int {t} = 0; {t} < {trips}; ++{t})")
+        if trips > 1:
+            self.open(f"if ({t} + 1 < {trips})")
+            load(f"({t} + 1)", f"(({t} + 1) & 1)")
+            self.close()
+        self.line("_egc_cp_commit();")
+        self.line("_egc_cp_wait<1>();")
+        self.line("__syncthreads();")
+        j = self.fresh("j")
+        self.line("#pragma unroll")
+        self.open(f"for (int {j} = 0; {j} < {st.ks}; ++{j})")
+        ops, strides = (st.a, st.b), (tile_strides(st.a), tile_strides(st.b))
+
+        def source(side: int, ups: dict[UOp, int]) -> tuple[str, int]:
+            op = ops[side]
+            off = [f"{j} * {16 * op.pitch}", f"({t} & 1) * {sizes[side]}"]
+            for r, ss in strides[side].items():
+                off.append(f"{ups[r] * ss}" if r in ups else f"{self.rname(r)} * {ss}")
+            return f"{smem[side]} + {' + '.join(off)}", op.pitch
+
+        self.tc_step(tc, combos, accs, source)
+        self.close()
+        self.line("__syncthreads();")
+        self.close()
+
+    def emit_tc(self, item: _Item, tc: _TC, scope: _Scope) -> None:
+        """A tensor-core item: each warp's tiles (one per UPCAST combination) accumulate in fragments over the k
+        loop, then go through a per-warp shared-memory tile to the store, one element per thread at a time."""
+        self.uses.add("wmma")
+        combos = list(itertools.product(*(range(_bound(r)) for r in tc.ups)))
+        accs = [self.fresh("cfrag") for _ in combos]
+        for cf in accs:
+            self.line(f"nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> {cf};")
+            self.line(f"nvcuda::wmma::fill_fragment({cf}, 0.0f);")
+        st = self.tc_stage(item, tc)
+        if st is None:
+            self.tc_direct(tc, combos, accs, scope)
+        else:
+            self.tc_staged(item, tc, st, combos, accs, scope)
         tile, tp, e = self.fresh("tile"), self.fresh("tp"), self.fresh("e")
         self.line(f"__shared__ float {tile}[{self.block_total // 32 * 256}];")
         self.line(f"float* {tp} = {tile} + threadIdx.y * 256;")
-        self.line(f"nvcuda::wmma::store_matrix_sync({tp}, {cf}, 16, nvcuda::wmma::mem_row_major);")
-        self.line("__syncwarp();")
-        self.line("#pragma unroll")
-        self.open(f"for (int {e} = threadIdx.x; {e} < 256; {e} += 32)")
-        el = _Scope(scope)
-        for r, expr in ((tc.m, f"{e} >> 4"), (tc.n, f"{e} & 15")):
-            el.vals[r] = self.rname(r)
-            self.line(f"const int {self.rname(r)} = {expr};")
-        el.vals[tc.reduce] = f"{tp}[{e}]"
-        self.emit_store(item.store, el, None)
-        self.close()
+        for c, cf in zip(combos, accs):
+            if c != combos[0]:
+                self.line("__syncwarp();")   # the warp's lanes have read the previous tile
+            self.line(f"nvcuda::wmma::store_matrix_sync({tp}, {cf}, 16, nvcuda::wmma::mem_row_major);")
+            self.line("__syncwarp();")
+            self.line("#pragma unroll")
+            self.open(f"for (int {e} = threadIdx.x; {e} < 256; {e} += 32)")
+            el = _Scope(scope)
+            el.vals.update({r: str(v) for r, v in zip(tc.ups, c)})
+            for r, expr in ((tc.m, f"{e} >> 4"), (tc.n, f"{e} & 15")):
+                el.vals[r] = self.rname(r)
+                self.line(f"const int {self.rname(r)} = {expr};")
+            el.vals[tc.reduce] = f"{tp}[{e}]"
+            self.emit_store(item.store, el, None)
+            self.close()
 
     # ---- items, phases, launches ----------------------------------------------------------------
 
@@ -1358,7 +1562,8 @@ class _Renderer:
             f"phase {lc.phase} grid {lc.grid} block {lc.block}" for lc in launches)]
         head += [f"// {n}" for n in self.notes]
         head.append(_PRELUDE_CORE)
-        head += [p for key, p in (("fp16", _PRELUDE_FP16), ("bf16", _PRELUDE_BF16), ("wmma", _PRELUDE_WMMA))
+        head += [p for key, p in (("fp16", _PRELUDE_FP16), ("bf16", _PRELUDE_BF16), ("wmma", _PRELUDE_WMMA),
+                                            ("async", _PRELUDE_ASYNC))
                  if key in self.uses]
         src = "\n".join(head + [f'extern "C" __global__ void __launch_bounds__({max_threads}) {name}(' +
                                 ", ".join(params) + ") {"] + body_lines + ["}"])

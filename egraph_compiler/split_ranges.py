@@ -27,14 +27,26 @@ def split_key(key: Any, kinds: tuple[str, ...] = ("split",)) -> tuple[Any, int, 
     return None
 
 
+def _ancestry(bound: dict[Any, UOp]) -> list[Any]:
+    """The bound keys and the keys of the split parts they were split from (a part split again: TC blocks)."""
+    out: dict[Any, None] = {}
+    for k in bound:
+        while k not in out:
+            out[k] = None
+            if (sk := split_key(k, ("split", "pad"))) is None:
+                break
+            k = sk[0]
+    return list(out)
+
+
 def _define(key: Any, bound: dict[Any, UOp], depth: int = 0) -> UOp | None:
     """An expression for range `key` over the `bound` ranges (by key), or None."""
     if key in bound:
         return bound[key]
     if depth > 8:
         return None
-    for part_key in [k for k in bound if (sk := split_key(k, ("split", "pad"))) is not None and sk[0] == key
-                     and sk[2] == 0]:
+    for part_key in [k for k in _ancestry(bound) if (sk := split_key(k, ("split", "pad"))) is not None
+                     and sk[0] == key and sk[2] == 0]:
         _, f, _ = split_key(part_key, ("split", "pad"))  # type: ignore[misc]
         inner = (part_key[0], key, f, 1)
         if (o := _define(part_key, bound, depth + 1)) is not None and (i := _define(inner, bound, depth + 1)) is not None:

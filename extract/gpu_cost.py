@@ -15,7 +15,8 @@ grid):
   range is shared by the copies; consecutive aligned copies are one vector access), in lane-cycles (a float op 1,
   the add of an FFMA free, int div/mod 8, SFU math 8, loads/stores 4, conversions 2); a warp pays 32 lanes however
   few are busy, and the SMs' lanes run fp32_tflops / 2 of them per second. The G blocks spread over the SMs in
-  ceil(G / sms) rounds. TC regions: 16x16x16 MMAs at the fp16 tensor-core peak. A block-shared REDUCE (the
+  ceil(G / sms) rounds. TC regions: 16x16x16 MMAs at the fp16 tensor-core peak (one per tile per k step), fragment
+  reads through L1/shared memory and operand bytes from L2 (staged: the block tile once). A block-shared REDUCE (the
   renderer's `cooperative`) runs 1/threads of its iterations per thread, plus a shuffle butterfly and, with
   several warps, two barriers; a REDUCE hoisted out of another's body is counted once.
 * cache: a warp-level access moves the 32-byte sectors its lanes touch (lane -> range values -> `stride` of the
@@ -37,7 +38,16 @@ import os
 from dataclasses import dataclass, fields, replace
 from functools import cache
 
-from egraph_compiler.backends.cuda import _FLAT_BLOCK, _GRID_LIMITS, SharedBlock, _affine, _Item, _Phase, _Renderer
+from egraph_compiler.backends.cuda import (
+    _FLAT_BLOCK,
+    _GRID_LIMITS,
+    _STATIC_SMEM,
+    SharedBlock,
+    _affine,
+    _Item,
+    _Phase,
+    _Renderer,
+)
 from egraph_compiler.extract.loop_cost import KernelEstimate, stride
 
 from egraph_compiler.diagnostics import CompilerError
@@ -58,8 +68,8 @@ MMA_CYCLES = 32.0        # one m16n16k16 load_matrix_sync pair + mma_sync, issue
 DRAM_LATENCY = 600.0     # cycles for a load that misses L2, under load
 MLP = 4                  # loads in flight per warp (nvcc unrolls a reduce loop by 4)
 L1_BYTES_PER_CLOCK = 128
+L2_BYTES_PER_CLOCK = 32  # per SM: L2 -> SM bandwidth (H100: ~7 TB/s over 132 SMs at 1.75 GHz)
 MAX_BLOCKS_PER_SM = 32
-STATIC_SMEM = 48 << 10   # the renderer's __shared__ arrays are static: 48 KiB whatever the opt-in limit
 HBM_EFFICIENCY = 0.9     # a streaming copy reaches ~90% of the HBM peak
 SECTOR = 32
 SUSTAINED_CLOCK = 0.9   # of the boost clock a device reports
@@ -76,7 +86,7 @@ class GPUMachine:
     warp_size: int = 32
     max_threads_per_sm: int = 2048
     max_threads_per_block: int = 1024
-    shared_mem_per_block: int = 227 << 10   # opt-in maximum; static arrays are limited to STATIC_SMEM
+    shared_mem_per_block: int = 227 << 10   # opt-in maximum; static arrays are limited to 48 KiB
     fp32_tflops: float = 60.0               # 132 SMs x 128 lanes x 2 (FMA) x 1.75 GHz
     fp16_tc_tflops: float = 989.0
     hbm_gbps: float = 3350.0
@@ -155,7 +165,10 @@ class _Thread:
         self.shared = shared         # how the block shares block-uniform REDUCEs (None: it does not)
         self.lane = self.instr = self.chain = 0.0
         self.smem = 0
-        self.tc_steps = 0.0
+        self.tc_steps = 0.0          # a TC item: k steps of 16, MMAs per k step,
+        self.tc_mmas = 0             # fragment bytes a warp reads per k step (L1 or shared memory)
+        self.tc_frag_bytes = 0.0     # and bytes it brings from L2 per k step (its share of a staged block tile)
+        self.tc_l2_bytes = 0.0
         # (LOAD/STORE, runs per thread, innermost loop, vector access: (lane range, elements) or None,
         #  the ranges a warp's lanes step through when not the item's thread ranges: a block-shared REDUCE's)
         self.accesses: list[tuple[UOp, float, UOp | None, tuple[UOp, int] | None, list[UOp] | None]] = []
@@ -269,6 +282,7 @@ def _sectors(access: UOp, lanes: list[UOp], n_lanes: int, vec: tuple[UOp, int] |
 class _Launch:
     compute_s: float = 0.0
     cache_s: float = 0.0
+    l2_s: float = 0.0
     latency_s: float = 0.0
     req_bytes: float = 0.0
     reqs: float = 0.0
@@ -311,8 +325,8 @@ def estimate_gpu(kernel: UOp, m: GPUMachine | None = None) -> KernelEstimate:
             continue
         warps = -(-threads // 32)
         works = [_item(r, it, ph) for it in ph.items]
-        smem = 4 * 256 * warps if ph.tc else sum(w.smem for w in works)
-        if smem > min(STATIC_SMEM, m.shared_mem_per_block):
+        smem = sum(w.smem for w in works)
+        if smem > min(_STATIC_SMEM, m.shared_mem_per_block):
             return _invalid(est, f"phase {k}: {smem} bytes of static shared memory")
         per_sm = max(1, min(m.max_threads_per_sm // (warps * 32), MAX_BLOCKS_PER_SM,
                             m.shared_mem_per_block // max(smem, 1)))
@@ -339,9 +353,10 @@ def estimate_gpu(kernel: UOp, m: GPUMachine | None = None) -> KernelEstimate:
                 reuse = sectors == 1 or (s is not None and abs(s) * size < SECTOR)
                 waste = sectors * SECTOR / (distinct * size) if nbytes > m.l2_bytes and not reuse else 1.0
                 dram[b] = max(dram.get(b, 0.0), nbytes * max(1.0, waste))
-            if it.tc is not None:
-                sector_bytes += w.tc_steps * 2 * 256 * it.tc.a[0].dtype.itemsize   # load_matrix_sync of A and B
-                ln.compute_s += rounds * warps * w.tc_steps * 2 * 16 ** 3 / (m.fp16_tc_tflops * 1e12 / m.sms)
+            if it.tc is not None:   # fragments through L1/shared memory, block tiles (or fragments) from L2
+                sector_bytes += w.tc_steps * (w.tc_frag_bytes + w.tc_l2_bytes)
+                ln.l2_s += rounds * warps * w.tc_steps * w.tc_l2_bytes / (L2_BYTES_PER_CLOCK * hz)
+                ln.compute_s += rounds * warps * w.tc_steps * w.tc_mmas * 2 * 16 ** 3 / (m.fp16_tc_tflops * 1e12 / m.sms)
                 for b in (it.tc.a[0], it.tc.b[0]):
                     dram[b] = max(dram.get(b, 0.0), b.arg[1][0] * b.dtype.itemsize)
             ln.compute_s += rounds * warps * 32 * w.lane / (lanes_per_clock * hz)
@@ -351,10 +366,10 @@ def estimate_gpu(kernel: UOp, m: GPUMachine | None = None) -> KernelEstimate:
         in_flight = min(blocks, m.sms * per_sm) * warps * MLP * (512.0 if ph.tc else req)
         bandwidth = min(m.hbm_gbps * 1e9 * HBM_EFFICIENCY, in_flight / (DRAM_LATENCY / hz))
         dram_s = sum(dram.values()) / bandwidth
-        terms = {"compute": ln.compute_s, "cache": ln.cache_s, "dram": dram_s, "latency": ln.latency_s}
+        terms = {"compute": ln.compute_s, "cache": max(ln.cache_s, ln.l2_s), "dram": dram_s, "latency": ln.latency_s}
         bound = max(terms, key=lambda t: terms[t])
         est.compute_s += ln.compute_s
-        est.memory_s += max(ln.cache_s, dram_s)
+        est.memory_s += max(ln.cache_s, ln.l2_s, dram_s)
         est.seconds += terms[bound]
         est.bytes += int(sum(dram.values()))
         est.parallel = max(est.parallel, blocks * threads)
@@ -380,12 +395,27 @@ def _item(r: _Renderer, it: _Item, ph: _Phase) -> _Thread:
             if u.op is Ops.REDUCE and any(x in ph.group for x in u.src[1:]))
         return w
     tc = it.tc
+    warps = math.prod(_bound(x) for x in ph.block)
+    tile = 256 * tc.a[0].dtype.itemsize
+    frags = [math.prod(_bound(x) for x in tc.ups if x in r.deps(side[1])) for side in (tc.a, tc.b)]
     w.tc_steps = math.prod(_bound(x) for x in tc.reduce.src[1:] if x.op is Ops.RANGE and x is not tc.k)
-    w.chain += w.tc_steps * MMA_CYCLES
-    w.instr += w.tc_steps * 4
-    # the epilogue: each of the warp's 32 threads stores 8 of the tile's 256 elements, the accumulator from smem
-    w.visit(it.store, [], [8.0], skip=frozenset([tc.reduce]))
-    w.lane += 8 * LANE_CYCLES[Ops.LOAD]
+    w.tc_mmas = math.prod(_bound(x) for x in tc.ups)
+    w.tc_frag_bytes = sum(frags) * tile
+    stage = r.tc_stage(it, tc)
+    if stage is None:   # every warp loads its own fragments from global memory
+        w.tc_l2_bytes = w.tc_frag_bytes
+        w.chain += w.tc_steps * (MMA_CYCLES + 4 * w.tc_mmas)
+    else:               # the block's tiles are copied once (16 bytes per thread and copy), waited for once a stage
+        copies = stage.ks * sum(16 * math.prod(_bound(x) for x in op.tiles) * 2 for op in (stage.a, stage.b))
+        w.tc_l2_bytes = copies * 16 / stage.ks / warps
+        w.instr += w.tc_steps * copies / stage.ks / (32 * warps) * 8
+        w.chain += w.tc_steps * 4 * w.tc_mmas + w.tc_steps / stage.ks * 2 * TREE_STEP
+        w.smem = stage.smem
+    w.instr += w.tc_steps * (4 * sum(frags) + 2 * w.tc_mmas)
+    w.smem += 1024 * warps
+    # the epilogue: each of the warp's 32 threads stores 8 of each tile's 256 elements, the accumulator from smem
+    w.visit(it.store, [], [8.0 * w.tc_mmas], skip=frozenset([tc.reduce]))
+    w.lane += 8 * w.tc_mmas * LANE_CYCLES[Ops.LOAD]
     return w
 
 

@@ -22,13 +22,16 @@ One part takes the split's target AxisType (the spec's "split from" table):
                               identity under WHERE)
   tc                          tensor cores: a float16/bfloat16 GEMM's two output ranges split into
                               WARP tiles of 16 and its reduce range into an UNROLL part of 16
+  tc-block-<wm>x<wn>-<um>x<un>  the tile ranges of a TC nest split again: blocks of wm x wn warps
+                              (LOCAL), um x un tiles per warp (UPCAST)
 
 A loop nest binds either r or its parts; decoding defines the unbound one from
 the bound ones (split_ranges.bind_split_ranges), so whatever index form the
 extractor picks is well formed. Only ranges that come straight from rangeify
 are split (their key is RKOut/RKRed), so a split is never split again and
 every schedule is one term: splitting i then j gives the same END as
-splitting j then i.
+splitting j then i. The one exception, tc-block, splits the tile ranges of a
+tc nest (nothing else splits them) in one step.
 
 Legality is in the guards: the factor divides the bound (Padto: it does not,
 and the padding is masked), output axes split into output AxisTypes and reduce
@@ -54,6 +57,8 @@ IX = '"index"'
 GROUP_MIN = 1 << 16  # a reduce shorter than this is not worth a thread hand-off
 MAX_POSITION = 4   # ranges after the 4th of one loop nest are not split (kernels here have at most 4-5 axes)
 TC_TILE = 16       # the WMMA tile (m16n16k16) the CUDA backend renders
+# TC block shapes tried: (warps along m, warps along n, tiles per warp along m, along n); 64x64 to 128x128 outputs
+TC_BLOCKS = ((1, 1, 2, 2), (2, 2, 2, 2), (2, 2, 4, 4), (2, 4, 4, 2), (4, 2, 2, 4))
 
 DECLARATIONS = """
 (constructor RKSplit (RKey i64 i64) RKey)
@@ -216,6 +221,39 @@ def _tc_rules(rs: RuleSet) -> None:
           "(UCons mo (UCons no (UCons mi (UCons ni (UNil))))))))"],
          category="optops", check="structural",
          doc="TC: 16x16 output tiles, one per warp (WARP ranges), storing the tiled reduce's value")
+    for shape in TC_BLOCKS:
+        _tc_block_rule(rs, *shape)
+
+
+def _tc_block_rule(rs: RuleSet, wm: int, wn: int, um: int, un: int) -> None:
+    """Tensor-core block tiles: the tile ranges of a TC loop nest split into blocks of wm x wn warps (LOCAL), each
+    computing um x un tiles (UPCAST): the CUDA backend stages a block's operand tiles in shared memory and keeps a
+    warp's accumulators in registers, so every loaded fragment feeds several MMAs."""
+    acts: list[str] = []
+    outer, local, upcast = [], [], []
+    for p, w, u in (("m", wm, um), ("n", wn, un)):
+        f, key = w * u, f"(RKSplit k{p}o {w * u} 1)"
+        kind = "L" if w > 1 and u > 1 else "l" if w > 1 else "u"   # "L": split again below, never bound
+        acts += [f'(let {p}b (RANGE {IX} (RKSplit k{p}o {f} 0) "L" {ik(f"(/ n{p}o {f})")}))',
+                 f'(let {p}t (RANGE {IX} {key} "{kind}" {ik(f)}))',
+                 f"(union {p}o (ADD {IX} (MUL {IX} {p}b {ik(f)}) {p}t))"]
+        outer.append(f"{p}b")
+        if kind == "L":   # warps (LOCAL) x tiles per warp (UPCAST)
+            acts += [f'(let {p}l (RANGE {IX} (RKSplit {key} {u} 0) "l" {ik(w)}))',
+                     f'(let {p}u (RANGE {IX} (RKSplit {key} {u} 1) "u" {ik(u)}))',
+                     f"(union {p}t (ADD {IX} (MUL {IX} {p}l {ik(u)}) {p}u))"]
+        local += [f"{p}l" if kind == "L" else f"{p}t"] if w > 1 else []
+        upcast += [f"{p}u" if kind == "L" else f"{p}t"] if u > 1 else []
+    ranges = _nest([*outer, *local, *upcast, "mi", "ni"], "(UNil)")
+    rule(rs, f"tc-block-{wm}x{wn}-{um}x{un}",
+         [f"(= e (END d (UCons st {_nest(['mo', 'no', 'mi', 'ni'], '(UNil)')})))",
+          f'(= mi (RANGE {IX} kmi "w" {ik(TC_TILE)}))', f'(= ni (RANGE {IX} kni "w" {ik(TC_TILE)}))',
+          f'(= mo (RANGE {IX} kmo "L" (CONST {IX} (I nmo))))', f'(= no (RANGE {IX} kno "L" (CONST {IX} (I nno))))',
+          f"(= kmo (RKSplit km {TC_TILE} 0))", f"(= kno (RKSplit kn {TC_TILE} 0))", '(split-factor "tc" 16)',
+          f"(= (% nmo {wm * um}) 0)", f"(= (% nno {wn * un}) 0)"],
+         [*acts, f"(union e (END d (UCons st {ranges})))"],
+         category="optops", check="structural",
+         doc=f"TC blocks of {wm}x{wn} warps (LOCAL), each computing {um}x{un} tiles (UPCAST)")
 
 
 def build() -> dict[str, RuleSet]:

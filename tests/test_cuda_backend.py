@@ -545,6 +545,19 @@ template <class T> static inline T __shfl_xor_sync(unsigned, T v, int o) {  // t
   egc_bar->arrive_and_wait();
   return r;
 }
+// cp.async: a copy lands only when a later wait retires its group, so a read before the wait sees stale data
+#define EGC_CUDA_ASYNC
+struct egc_copy { void* dst; const void* src; };
+static thread_local std::vector<egc_copy> egc_pending;
+static thread_local std::vector<std::vector<egc_copy>> egc_groups;
+static inline void _egc_cp16(void* dst, const void* src) { egc_pending.push_back({dst, src}); }
+static inline void _egc_cp_commit() { egc_groups.push_back(egc_pending); egc_pending.clear(); }
+template <int N> static inline void _egc_cp_wait() {
+  while (egc_groups.size() > N) {
+    for (auto& c : egc_groups.front()) std::memcpy(c.dst, c.src, 16);
+    egc_groups.erase(egc_groups.begin());
+  }
+}
 template <class To, class From> static inline To egc_pun(From x) { To t; std::memcpy(&t, &x, sizeof(To)); return t; }
 static inline unsigned int __float_as_uint(float x) { return egc_pun<unsigned int>(x); }
 static inline float __uint_as_float(unsigned int x) { return egc_pun<float>(x); }
