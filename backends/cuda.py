@@ -39,6 +39,12 @@ How a kernel maps onto CUDA (the AST contract is in egraph_compiler/program.py)
   partials in shared memory; every thread gets the result. Only where the block runs the code
   in lockstep (SharedBlock: whole warps, no tail return; not under a data-dependent `if` or
   inside another shared loop) and for COOP_MIN_TRIPS iterations or more.
+* Grid-split REDUCEs: a flat phase of one ungated item whose value holds one long REDUCE (a
+  full sum: at least 4 blocks of 256 threads x 32 iterations per output, up to 1024 blocks)
+  runs in two launches: every block takes its share of the iterations (the same strided loop
+  and block combine as a block-shared REDUCE) and writes a partial to a scratch buffer
+  (KernelPlan.scratch, allocated by the backend), then one block per output combines the
+  partials and its first thread stores the value.
 * Values: loads under WHERE branches or behind gates are emitted under `if`/`?:`, so
   guarded addresses are never touched. Integer IDIV/MOD are floor division/remainder
   (x // 0 == x % 0 == 0, as in the reference) unless both operands are proven non-negative
@@ -92,7 +98,7 @@ import shutil
 import subprocess
 import tempfile
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -176,6 +182,11 @@ _PRELUDE_WMMA = """#ifndef EGC_CUDA_WMMA
 #define EGC_CUDA_WMMA
 #include <mma.h>
 #endif"""
+
+
+def _acc_dtype(d: DType) -> DType:
+    """What a REDUCE of d accumulates in: 16-bit floats in float32."""
+    return dtypes.float32 if d in _HALFS else d
 
 
 def c_storage_type(d: DType) -> str:
@@ -361,6 +372,7 @@ class KernelPlan:
     phased: bool
     notes: tuple[str, ...] = ()
     aligned: frozenset[str] = frozenset()   # buffers read or written as vectors: 16-byte aligned base needed
+    scratch: tuple[tuple[str, DType, int], ...] = ()   # (param, dtype, elements) the backend allocates itself
 
 
 @dataclass
@@ -486,6 +498,25 @@ class SharedBlock:
     threads: int
     varying: frozenset[UOp]
     ltid: str
+    parts: int = 1      # a grid-split REDUCE: this many blocks share it, `part` (a C expression) is this block's
+    part: str = "0"
+
+
+# a REDUCE over many iterations whose kernel has few outputs (a full sum) is split over the grid: up to this many
+# blocks, each thread still taking at least _SPLIT_MIN_ITERS iterations
+_SPLIT_BLOCKS = 1024
+_SPLIT_MIN_ITERS = 32
+
+
+@dataclass(frozen=True)
+class GridSplit:
+    """A flat phase whose one REDUCE runs in two launches: `block.parts` blocks per output each combine their share
+    of the iterations into a partial in a scratch buffer, then one block per output combines the partials and
+    stores."""
+
+    reduce: UOp
+    outputs: int
+    block: SharedBlock
 
 
 def vector_type(d: DType, width: int) -> str:
@@ -625,6 +656,28 @@ class _Renderer:
             return False
         return not any(n.op is Ops.REDUCE and any(r.op is Ops.RANGE and _atype(r) is AxisType.GROUP_REDUCE
                                                   for r in n.src[1:]) for n in u.src[0].toposort())
+
+    def grid_split(self, ph: _Phase) -> GridSplit | None:
+        """The phase's REDUCE split over the grid (see GridSplit), or None: only a flat phase of one ungated item
+        without sequential END ranges whose value holds one REDUCE, evaluated unconditionally, that the blocks can
+        share (`cooperative`) and that is long enough to give every output at least 4 blocks."""
+        if ph.tc or ph.block or ph.group or len(ph.items) != 1:
+            return None
+        it = ph.items[0]
+        if it.seq or len(it.store.src) > 2:
+            return None
+        reds = [u for u in it.store.toposort() if u.op is Ops.REDUCE]
+        if len(reds) != 1:
+            return None
+        u, outputs = reds[0], math.prod(_bound(r) for r in it.grid)
+        trips = math.prod(_bound(r) for r in u.src[1:] if r.op is Ops.RANGE)
+        parts = min(_SPLIT_BLOCKS // max(outputs, 1), trips // (_FLAT_BLOCK * _SPLIT_MIN_ITERS))
+        if parts < 4:
+            return None
+        block = SharedBlock(_FLAT_BLOCK, frozenset(), "threadIdx.x", parts, f"(blockIdx.x % {parts}u)")
+        if not self.cooperative(u, block) or u not in self.uncond_order([it.store.src[1]], _Scope()):
+            return None
+        return GridSplit(u, outputs, block)
 
     def ctype(self, u: UOp) -> str:
         if u.dtype is dtypes.index:
@@ -841,9 +894,10 @@ class _Renderer:
     def emit_reduce(self, u: UOp, scope: _Scope) -> None:
         self.emit_reduces([u], scope)
 
-    def emit_reduces(self, us: list[UOp], scope: _Scope) -> None:
+    def emit_reduces(self, us: list[UOp], scope: _Scope, finish: bool = True) -> list[str]:
         """REDUCEs of one op and dtype over the same ranges (an upcast's lanes) in one loop nest, one accumulator
-        each: the lanes' loads that do not depend on the lane are shared, and the accumulations interleave."""
+        each: the lanes' loads that do not depend on the lane are shared, and the accumulations interleave.
+        Returns the accumulators; `finish=False` leaves them unrounded and the REDUCEs' values undefined."""
         u = us[0]
         op, d = u.arg[0], u.dtype
         if op not in (Ops.ADD, Ops.MUL, Ops.MAX):
@@ -859,7 +913,7 @@ class _Renderer:
         if any(_bound(r) == 0 for r in rngs):  # empty reduction: 0, as the reference
             for x in us:
                 scope.vals[x] = _c_const(0, d, t)
-            return
+            return [scope.vals[x] for x in us]
         acc_d = dtypes.float32 if d in _HALFS else d
         group = [r for r in rngs if _atype(r) is AxisType.GROUP_REDUCE]
         seq = [r for r in rngs if r not in group]
@@ -878,8 +932,10 @@ class _Renderer:
         if coop:   # the block's threads take the flattened iterations in turn (consecutive ones: coalesced)
             assert shared is not None
             total, j = math.prod(_bound(r) for r in seq), self.fresh("j")
-            jt = "int" if total + shared.threads <= _INT_MAX else "long long"
-            self.open(f"for ({jt} {j} = {shared.ltid}; {j} < {total}; {j} += {shared.threads})")
+            step = shared.threads * shared.parts
+            start = shared.ltid if shared.parts == 1 else f"{shared.part} * {shared.threads}u + {shared.ltid}"
+            jt = "int" if total + step <= _INT_MAX else "long long"
+            self.open(f"for ({jt} {j} = {start}; {j} < {total}; {j} += {step})")
             inner = _Scope(inner)
             self.decompose(j, seq, "", inner)
             self.diverge += 1
@@ -902,6 +958,14 @@ class _Renderer:
         else:
             for _ in seq:
                 self.close()
+        if finish:
+            self.finish_reduces(us, accs, group, scope)
+        return accs
+
+    def finish_reduces(self, us: list[UOp], accs: list[str], group: list[UOp], scope: _Scope) -> None:
+        """The REDUCEs' values from their accumulators: combined over the group's threads, rounded to 16 bits."""
+        op, d, t = us[0].arg[0], us[0].dtype, self.ctype(us[0])
+        acc_d = dtypes.float32 if d in _HALFS else d
         for x, acc in zip(us, accs):
             if group:
                 acc = self.group_tree(op, acc_d, t, acc, group)
@@ -1147,6 +1211,39 @@ class _Renderer:
             return "each UPCAST range must select tiles of exactly one operand"
         elem = "half" if loads[0].dtype is dtypes.float16 else "__nv_bfloat16"
         return _TC(red, m, n, k, sides[0], sides[1], elem, ups)
+
+    def emit_grid_split(self, it: _Item, split: GridSplit, part: int, partials: UOp,
+                        scope: _Scope) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+        """Launch `part` of a grid-split phase: 0, each block's partial of the REDUCE (its threads take every
+        parts * threads-th iteration, combined over the block); 1, one block per output combines the partials,
+        then its first thread stores the value. Returns (grid, block)."""
+        u, sb = split.reduce, split.block
+        op, acc_d, t = u.arg[0], _acc_dtype(u.dtype), self.ctype(u)
+        self.block_total = sb.threads
+        blocks = split.outputs * sb.parts if part == 0 else split.outputs
+        if it.grid:
+            self.decompose(f"(blockIdx.x / {sb.parts}u)" if part == 0 else "blockIdx.x", it.grid, "u", scope)
+        if part == 0:
+            self.shared = sb
+            (acc,) = self.emit_reduces([u], scope, finish=False)
+            self.shared = None
+            self.open("if (threadIdx.x == 0u)")
+            self.line(f"{self.param(partials)}[blockIdx.x] = {acc};")
+            self.close()
+            return (blocks, 1, 1), (sb.threads, 1, 1)
+        acc, j = self.fresh("acc"), self.fresh("j")
+        self.line(f"{t} {acc} = {_c_const({Ops.ADD: 0, Ops.MUL: 1, Ops.MAX: acc_d.min}[op], acc_d, t)};")
+        self.open(f"for (int {j} = threadIdx.x; {j} < {sb.parts}; {j} += {sb.threads})")
+        self.line(f"{acc} = {_arith(op, acc_d, acc, f'{self.param(partials)}[blockIdx.x * {sb.parts}u + {j}]', t)};")
+        self.close()
+        self.finish_reduces([u], self.block_combine(op, acc_d, t, [acc], replace(sb, parts=1)), [], scope)
+        self.shared = None
+        self.cond += 1
+        self.open("if (threadIdx.x == 0u)")
+        self.emit_store(it.store, scope, None)
+        self.close()
+        self.cond -= 1
+        return (blocks, 1, 1), (sb.threads, 1, 1)
 
     def tc_stage(self, item: _Item, tc: _TC) -> TCStage | None:
         """How the item's k loop stages operand tiles in shared memory, or None (a reduce over several sequential
@@ -1514,40 +1611,52 @@ class _Renderer:
         launches: list[Launch] = []
         body_lines: list[str] = []
         max_threads = 1
-        multi = len(phases) > 1
+        splits = [self.grid_split(ph) for ph in phases]
+        steps = [(ph, sp, part) for ph, sp in zip(phases, splits) for part in ((0, 1) if sp is not None else (0,))]
+        multi = len(steps) > 1
         self.depth = 1
-        for k, ph in enumerate(phases):
+        scratch: list[tuple[str, DType, int]] = []
+        partials: UOp | None = None
+        for k, (ph, split, part) in enumerate(steps):
             self.lines = []
             if multi:
                 self.open(f"if (phase == {k})")
             scope = _Scope()
-            grid, block = self.bind(ph, scope)
-            self.shared = self.shared_block(ph, block)
-            pred = " && ".join(f"{self.rname(g)} == 0" for g in ph.group) or None
-            if ph.tc or ph.block or ph.group:
-                for it in ph.items:
-                    self.emit_item(it, scope, pred)
-            else:  # flat: each run of items over the same ranges decomposes gid in its own block
-                total = max(math.prod(_bound(r) for r in it.grid) for it in ph.items)
-                runs: list[list[_Item]] = []
-                for it in ph.items:
-                    if math.prod(_bound(r) for r in it.grid) == 0:
-                        continue
-                    if runs and runs[-1][0].grid == it.grid:
-                        runs[-1].append(it)
-                    else:
-                        runs.append([it])
-                for run in runs:
-                    n = math.prod(_bound(r) for r in run[0].grid)
-                    inner = scope if len(runs) == 1 else _Scope(scope)
-                    if len(runs) > 1:
-                        self.open(f"if (gid < {n}{self.gid_suffix})" if n < total else "")
-                    if run[0].grid:
-                        self.decompose("gid", run[0].grid, self.gid_suffix, inner)
-                    for it in run:
-                        self.emit_item(it, inner, None)
-                    if len(runs) > 1:
-                        self.close()
+            if split is not None:
+                if part == 0:   # the partials: a scratch buffer the backend allocates
+                    partials = UOp(Ops.BUFFER, _acc_dtype(split.reduce.dtype),
+                                   arg=(f"__egc_partials{len(scratch)}", (split.outputs * split.block.parts,)))
+                    scratch.append((partials.arg[0], partials.dtype, partials.arg[1][0]))
+                assert partials is not None
+                grid, block = self.emit_grid_split(ph.items[0], split, part, partials, scope)
+            else:
+                grid, block = self.bind(ph, scope)
+                self.shared = self.shared_block(ph, block)
+                pred = " && ".join(f"{self.rname(g)} == 0" for g in ph.group) or None
+                if ph.tc or ph.block or ph.group:
+                    for it in ph.items:
+                        self.emit_item(it, scope, pred)
+                else:  # flat: each run of items over the same ranges decomposes gid in its own block
+                    total = max(math.prod(_bound(r) for r in it.grid) for it in ph.items)
+                    runs: list[list[_Item]] = []
+                    for it in ph.items:
+                        if math.prod(_bound(r) for r in it.grid) == 0:
+                            continue
+                        if runs and runs[-1][0].grid == it.grid:
+                            runs[-1].append(it)
+                        else:
+                            runs.append([it])
+                    for run in runs:
+                        n = math.prod(_bound(r) for r in run[0].grid)
+                        inner = scope if len(runs) == 1 else _Scope(scope)
+                        if len(runs) > 1:
+                            self.open(f"if (gid < {n}{self.gid_suffix})" if n < total else "")
+                        if run[0].grid:
+                            self.decompose("gid", run[0].grid, self.gid_suffix, inner)
+                        for it in run:
+                            self.emit_item(it, inner, None)
+                        if len(runs) > 1:
+                            self.close()
             if multi:
                 self.close()
             body_lines += self.lines
@@ -1562,13 +1671,12 @@ class _Renderer:
             f"phase {lc.phase} grid {lc.grid} block {lc.block}" for lc in launches)]
         head += [f"// {n}" for n in self.notes]
         head.append(_PRELUDE_CORE)
-        head += [p for key, p in (("fp16", _PRELUDE_FP16), ("bf16", _PRELUDE_BF16), ("wmma", _PRELUDE_WMMA),
-                                            ("async", _PRELUDE_ASYNC))
-                 if key in self.uses]
+        preludes = (("fp16", _PRELUDE_FP16), ("bf16", _PRELUDE_BF16), ("wmma", _PRELUDE_WMMA), ("async", _PRELUDE_ASYNC))
+        head += [p for key, p in preludes if key in self.uses]
         src = "\n".join(head + [f'extern "C" __global__ void __launch_bounds__({max_threads}) {name}(' +
                                 ", ".join(params) + ") {"] + body_lines + ["}"])
         return KernelPlan(name, src, tuple((b, dt) for b, (_, dt) in self.params.items()), tuple(launches),
-                          multi, tuple(self.notes), frozenset(self.aligned))
+                          multi, tuple(self.notes), frozenset(self.aligned), tuple(scratch))
 
 
 def plan_kernel(kernel: Kernel) -> KernelPlan:
@@ -1707,8 +1815,12 @@ class CUDABackend:
         plan = self.plan(kernel)
         fn = self._function(cp, plan)
         names = [b for b, _ in plan.params]
+        scratch: dict[str, Any] = {}   # the kernel's own buffers (grid-split partials), made on the first run
 
         def run(bufs: dict[str, Any]) -> None:
+            if plan.scratch and not scratch:
+                scratch.update((n, cp.empty(size, dtype=dt.np)) for n, dt, size in plan.scratch)
+            bufs = {**bufs, **scratch}
             missing = [n for n in names if n not in bufs]
             if missing:
                 raise BackendError(at=f"kernel {kernel.name}", why=f"no buffer {missing[0]!r} was given",

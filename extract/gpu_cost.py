@@ -230,7 +230,7 @@ class _Thread:
         outer = self.spread
         inside = outer is not None and bool(self.r.deps(u) & set(outer))
         shared = self.shared if not inside and self.r.cooperative(u, self.shared) else None
-        share = shared.threads if shared is not None else 1
+        share = shared.threads * shared.parts if shared is not None else 1
         for x in inner[depth:]:
             t.append(t[-1] * _bound(x) / (share if x is inner[-1] else 1))
         if shared is not None:
@@ -306,10 +306,15 @@ def estimate_gpu(kernel: UOp, m: GPUMachine | None = None) -> KernelEstimate:
     hz = m.clock_ghz * 1e9
     lanes_per_clock = m.fp32_tflops * 1e12 / 2 / (m.sms * hz)
     for k, ph in enumerate(phases):
-        flat = not (ph.tc or ph.block or ph.group)
+        split = r.grid_split(ph)
+        flat = not (ph.tc or ph.block or ph.group) and split is None
         block_rs = ph.block + ph.group
         total = max(math.prod(_bound(x) for x in it.grid) for it in ph.items)
-        if flat:
+        if split is not None:   # the partials launch; the combining one is a launch and a few dependent steps
+            threads, blocks, ok = split.block.threads, split.outputs * split.block.parts, True
+            est.overhead_s += m.launch_us * 1e-6 + (DRAM_LATENCY + 5 * SHUFFLE_STEP + 2 * TREE_STEP) / hz
+            est.notes.append(f"phase {k}: its REDUCE split over {split.block.parts} blocks per output")
+        elif flat:
             threads = min(_FLAT_BLOCK, max(total, 1))
             blocks = -(-total // threads)
             ok = blocks <= _GRID_LIMITS[0] * _GRID_LIMITS[1]
@@ -324,7 +329,7 @@ def estimate_gpu(kernel: UOp, m: GPUMachine | None = None) -> KernelEstimate:
         if blocks * threads == 0:
             continue
         warps = -(-threads // 32)
-        works = [_item(r, it, ph) for it in ph.items]
+        works = [_item(r, it, ph, split.block if split is not None else r.shared_block(ph)) for it in ph.items]
         smem = sum(w.smem for w in works)
         if smem > min(_STATIC_SMEM, m.shared_mem_per_block):
             return _invalid(est, f"phase {k}: {smem} bytes of static shared memory")
@@ -375,14 +380,14 @@ def estimate_gpu(kernel: UOp, m: GPUMachine | None = None) -> KernelEstimate:
         est.parallel = max(est.parallel, blocks * threads)
         est.notes.append(f"phase {k}: {blocks} x {threads} threads{' (TC)' if ph.tc else ''}, {bound} bound")
     est.cycles = est.seconds * hz
-    est.overhead_s = len(phases) * m.launch_us * 1e-6
+    est.overhead_s += len(phases) * m.launch_us * 1e-6
     est.seconds += est.overhead_s
     return est
 
 
-def _item(r: _Renderer, it: _Item, ph: _Phase) -> _Thread:
+def _item(r: _Renderer, it: _Item, ph: _Phase, shared: SharedBlock | None) -> _Thread:
     """One thread's work in item `it`: its sequential END ranges are loops, in order."""
-    w = _Thread(r, r.shared_block(ph))
+    w = _Thread(r, shared)
     w.lanes = r.lanes(it) if it.tc is None else []
     loops = [x for x in it.seq if x not in w.lanes]
     trips = [1.0]

@@ -664,7 +664,10 @@ class EmulatedCUDABackend(CUDABackend):
         plan = self.plan(kernel)
         fn = getattr(self.lib, f"egc_run_{plan.name}")
 
+        scratch = {n: np.empty(size, dtype=dt.np) for n, dt, size in plan.scratch}
+
         def run(bufs: dict[str, Any]) -> None:
+            bufs = {**bufs, **scratch}
             ptrs = (ctypes.c_void_p * max(1, len(plan.params)))(*[bufs[n].ctypes.data for n, _ in plan.params])
             for lc in plan.launches:
                 fn(ptrs, ctypes.c_int(lc.phase), *(ctypes.c_uint(v) for v in (*lc.grid, *lc.block)))

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
-from egraph_compiler.backends.cuda import plan_kernel
+from egraph_compiler.backends.cuda import _Renderer, plan_kernel
 from egraph_compiler.backends.reference import run_kernel
 from egraph_compiler.extract.gpu_cost import GPUMachine, estimate_gpu, from_properties
 from test_llvm_backend import buf, kernel, load, reduce, rng, store
@@ -140,7 +140,9 @@ def test_big_kernels_render_with_the_launches_the_model_assumes() -> None:
         (lc,) = plan_kernel(Kernel.from_ast("k", ast)).launches
         return lc.grid, lc.block
 
-    assert launch(_sum(1 << 24, 1)) == ((1, 1, 1), (1, 1, 1))
+    partials, combine = plan_kernel(Kernel.from_ast("k", _sum(1 << 24, 1))).launches   # split over the grid
+    assert (partials.grid, partials.block, combine.grid, combine.block) == ((1024, 1, 1), (256, 1, 1), (1, 1, 1),
+                                                                           (256, 1, 1))
     assert launch(_sum(1 << 24, 256)) == ((1, 1, 1), (256, 1, 1))
     assert launch(_row_sum(4096, 4096, 1)) == ((16, 1, 1), (256, 1, 1))
     assert launch(_row_sum(4096, 4096, 256)) == ((4096, 1, 1), (256, 1, 1))
@@ -153,10 +155,12 @@ def test_big_kernels_render_with_the_launches_the_model_assumes() -> None:
 
 # ---- rankings and absolute sanity --------------------------------------------------------------------------
 
-def test_a_group_reduce_beats_one_thread() -> None:
-    one, group = estimate_gpu(_sum(1 << 24, 1), H100), estimate_gpu(_sum(1 << 24, 256), H100)
-    assert group.seconds * 10 < one.seconds, (group, one)
-    assert one.parallel == 1 and group.parallel == 256
+def test_a_group_reduce_beats_one_thread_and_a_grid_split_beats_both(monkeypatch: pytest.MonkeyPatch) -> None:
+    split, group = estimate_gpu(_sum(1 << 24, 1), H100), estimate_gpu(_sum(1 << 24, 256), H100)
+    monkeypatch.setattr(_Renderer, "grid_split", lambda self, ph: None)
+    one = estimate_gpu(_sum(1 << 24, 1), H100)
+    assert split.seconds * 10 < group.seconds and group.seconds * 10 < one.seconds, (split, group, one)
+    assert one.parallel == 1 and group.parallel == 256 and split.parallel == 1024 * 256
 
 
 def test_row_reduce_prefers_a_block_per_row() -> None:
