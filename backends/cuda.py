@@ -104,9 +104,9 @@ from typing import Any
 import numpy as np
 
 from egraph_compiler.diagnostics import BackendError, BackendUnavailable, UnsupportedOp
-from egraph_compiler.dtypes import DType, dtypes
+from egraph_compiler.dtypes import DType, as_const, dtypes
 from egraph_compiler.ops import OP_TABLE, AxisType, Ops
-from egraph_compiler.program import BufferSpec, HostBuffers, Kernel, buffer_of, value_nodes
+from egraph_compiler.program import BufferSpec, HostBuffers, Kernel, buffer_of
 from egraph_compiler.uop import UOp, range_name
 
 # ---- C types -----------------------------------------------------------------------------------
@@ -243,8 +243,8 @@ def _index_of(ptr: UOp) -> UOp | None:
 def _c_const(v: Any, d: DType, ctype: str) -> str:
     if d.is_bool:
         return "true" if v else "false"
-    if d.is_float:
-        f, dbl = float(v), d is dtypes.float64
+    if d.is_float:   # rounded to d first: a folded constant (1/3 as float16) may carry more precision
+        f, dbl = float(as_const(v, d)), d is dtypes.float64
         if math.isnan(f):
             return "__longlong_as_double(0x7ff8000000000000LL)" if dbl else "__int_as_float(0x7fc00000)"
         if math.isinf(f):
@@ -783,8 +783,9 @@ class _Renderer:
                 self.emit_node(n, scope)
 
     def pre_group(self, root: UOp, scope: _Scope) -> None:
-        """Emit group reductions (they hold barriers) before any data-dependent branch."""
-        found = [u for u in value_nodes(root) if u.op is Ops.REDUCE and any(
+        """Emit group reductions (they hold barriers) before any data-dependent branch, also those nested in another
+        REDUCE's body that do not depend on its ranges (hoisted out of its loop)."""
+        found = [u for u in root.toposort() if u.op is Ops.REDUCE and any(
             r.op is Ops.RANGE and _atype(r) is AxisType.GROUP_REDUCE for r in u.src[1:])]
         for u in found:
             if all(scope.lookup(r) is not None for r in self.deps(u)):

@@ -236,7 +236,8 @@ def as_const(v: Any, d: DType) -> bool | int | float:
 
 def bf16_round(x: np.ndarray) -> np.ndarray:
     """Round float32 values to bfloat16 precision (round to nearest even), returned as float32."""
-    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    x = np.asarray(x, dtype=np.float32)
+    bits = np.ascontiguousarray(x).view(np.uint32).reshape(x.shape)   # ascontiguousarray makes 0-d arrays 1-d
     rounded = ((bits.astype(np.uint64) + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000).astype(np.uint32)
     rounded = np.where(np.isnan(x), bits | 0x00400000, rounded)  # keep NaN a NaN
     return rounded.view(np.float32)

@@ -166,7 +166,7 @@ def _build(doc: dict[str, Any], name: str) -> FrontendGraph:
 
 
 def _ident(name: str) -> str:
-    out = "".join(c if c.isalnum() or c == "_" else "_" for c in name)
+    out = "".join(c if (c.isalnum() and c.isascii()) or c == "_" else "_" for c in name)
     return out if out and not out[0].isdigit() else f"t_{out}"
 
 

@@ -149,9 +149,9 @@ class Tensor(TensorNN):
         shp = _check_shape(_argfix(shape, "Tensor.empty"), "Tensor.empty")
         if name is None:
             name = f"input{next(_name_counter)}"
-        if not isinstance(name, str) or not name.isidentifier():
-            raise InvalidArgument(at="Tensor.empty", why=f"name {name!r} is not an identifier",
-                                  suggestion="use names such as 'a', 'x0', 'weights'")
+        if not isinstance(name, str) or not name.isidentifier() or not name.isascii():
+            raise InvalidArgument(at="Tensor.empty", why=f"name {name!r} is not an ASCII identifier (names become "
+                                  "e-graph strings and C parameter names)", suggestion="use names such as 'a', 'x0', 'weights'")
         dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
         return Tensor(UOp(Ops.BUFFER, dt, (), (name, shp)))
 

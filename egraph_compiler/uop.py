@@ -115,8 +115,9 @@ class UOp:
 
     @staticmethod
     def variable(name: str, lo: int, hi: int, dtype: DType | str = dtypes.index) -> UOp:
-        if not isinstance(name, str) or not name.isidentifier():
-            raise InvalidArgument(at="UOp.variable", why=f"{name!r} is not an identifier", suggestion="use a name like 'x'")
+        if not isinstance(name, str) or not name.isidentifier() or not name.isascii():
+            raise InvalidArgument(at="UOp.variable", why=f"{name!r} is not an ASCII identifier",
+                                  suggestion="use a name like 'x'")
         if not (isinstance(lo, int) and isinstance(hi, int)) or lo > hi:
             raise InvalidArgument(at=f"UOp.variable({name!r})", why=f"bounds [{lo}, {hi}] are not integers with lo <= hi",
                                   suggestion="give inclusive integer bounds lo <= hi")

@@ -36,7 +36,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass, fields, replace
-from functools import cache
+from functools import cache, lru_cache
 
 from egraph_compiler.backends.cuda import (
     _FLAT_BLOCK,
@@ -383,6 +383,18 @@ def estimate_gpu(kernel: UOp, m: GPUMachine | None = None) -> KernelEstimate:
     est.overhead_s += len(phases) * m.launch_us * 1e-6
     est.seconds += est.overhead_s
     return est
+
+
+@lru_cache(maxsize=4096)
+def renders_on_cuda(kernel: UOp) -> bool:
+    """Does the CUDA renderer emit the kernel? Rules the estimate does not model are checked only in emission (a
+    group reduction left under a data-dependent branch)."""
+    try:
+        _Renderer(Kernel.from_ast("k", kernel if kernel.op is Ops.SINK else UOp(Ops.SINK, dtypes.void, (kernel,))))\
+            .render()
+    except CompilerError:
+        return False
+    return True
 
 
 def _item(r: _Renderer, it: _Item, ph: _Phase, shared: SharedBlock | None) -> _Thread:

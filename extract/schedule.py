@@ -16,7 +16,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from egraph_compiler.extract.extractor import Extraction
@@ -139,20 +139,22 @@ def kernel_sinks(view: EGraphView, ex: Extraction, roots: list[int]) -> list[int
 class CostModel:
     """A target's kernel estimate, and the unrolling (product of UPCAST/UNROLL bounds) past which it calls a
     kernel infinitely slow: such candidates are not even decoded. `whole_values`: fusion trials also
-    materialize a value for all its uses at once (see fusion_trials)."""
+    materialize a value for all its uses at once (see fusion_trials). `renders`: the backend's own check, for
+    what the estimate cannot see; a best candidate that fails it goes to the end of the ranking."""
 
     estimate: Estimator
     max_unrolled: int | None = None
     whole_values: bool = False
+    renders: Callable[[UOp], bool] | None = None   # does the backend render it (checked on the best few only)
 
 
 def cost_model_for(target: str) -> CostModel:
     """The GPU roofline for CUDA, the CPU loop-nest one otherwise."""
     if target == "cuda":
-        from egraph_compiler.extract.gpu_cost import GPUMachine, estimate_gpu
+        from egraph_compiler.extract.gpu_cost import GPUMachine, estimate_gpu, renders_on_cuda
 
         gpu = GPUMachine.device()
-        return CostModel(lambda k: estimate_gpu(k, gpu), whole_values=True)
+        return CostModel(lambda k: estimate_gpu(k, gpu), whole_values=True, renders=renders_on_cuda)
     # on the CPU, whole-value trials were measured slower where the estimate chose them (attention, 8x512x64:
     # 91 ms against 21 ms): the CPU estimate prices recomputation from cache too high
     cpu = CPUMachine.host()
@@ -289,7 +291,11 @@ def _rank(view: EGraphView, ex: Extraction, sink: int, decode: Decode, model: Co
     unique: dict[UOp, Candidate] = {}
     for cand in sorted(found, key=lambda x: x.estimate.seconds):
         unique.setdefault(cand.kernel, cand)
-    return KernelSchedule(sink, list(unique.values()))
+    ranked = list(unique.values())
+    if model.renders is not None:   # the best candidates the backend cannot render go last
+        ok = next((i for i, c in enumerate(ranked) if model.renders(c.kernel)), 0)
+        ranked = ranked[ok:] + ranked[:ok]
+    return KernelSchedule(sink, ranked)
 
 
 class Overridden:
@@ -373,7 +379,7 @@ def choose_fusion_and_schedules(view: EGraphView, ex: Extraction, roots: list[in
             estimates[kernel] = base.estimate(kernel)
         return estimates[kernel]
 
-    est = CostModel(remembered, base.max_unrolled, base.whole_values)
+    est = replace(base, estimate=remembered)
 
     memo: dict[tuple[int, frozenset[tuple[int, int]]], tuple[KernelSchedule, bool]] = {}   # -> (ranking, full?)
     first: dict[int, KernelSchedule] = {}   # each kernel's first full ranking

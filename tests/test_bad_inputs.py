@@ -257,3 +257,11 @@ def test_mutated_example_documents_raise_only_diagnostics(path: Path, data: st.D
     inputs = g.random_inputs(0)
     for t in g.outputs.values():
         accepted_or_diagnosed(evaluate, t.uop, inputs)
+
+
+@pytest.mark.parametrize("name", ["é", "x\u00b2", "πr"])
+def test_non_ascii_names_are_diagnosed(name: str) -> None:
+    """Names become egglog strings and C parameter names: a non-ASCII one is a clear diagnostic, not a crash deep in
+    the e-graph (or two buffers with one C name)."""
+    raises_diagnostic(lambda: Tensor.empty(4, name=name))
+    raises_diagnostic(lambda: UOp.variable(name, 0, 4))

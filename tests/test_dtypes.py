@@ -150,3 +150,12 @@ def test_bfloat16_rounding_is_round_to_nearest_even(x: float) -> None:
 
 def test_bfloat16_rounding_keeps_nan() -> None:
     assert np.isnan(bf16_round(np.array([np.nan], np.float32))).all()
+
+
+def test_bf16_round_keeps_a_scalar_a_scalar() -> None:
+    from egraph_compiler.backends.reference import evaluate
+
+    from egraph_compiler import Tensor
+
+    x = Tensor.empty(4, 5, dtype="bfloat16", name="x")
+    assert evaluate(x.sum().uop, {"x": np.ones((4, 5), np.float32)}).shape == ()

@@ -264,3 +264,21 @@ def test_strided_reads_waste_sectors_only_when_the_buffer_leaves_l2() -> None:
     assert big_t.seconds > 3 * big.seconds
     small, small_t = estimate_gpu(_copy(1024, False), H100), estimate_gpu(_copy(1024, True), H100)
     assert small.bytes == small_t.bytes and small_t.seconds >= small.seconds
+
+
+def test_a_best_schedule_the_renderer_rejects_is_not_chosen(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without hoisting group reductions out of a padded sum's WHERE, the estimate's favourite does not render: the
+    ranking moves it back and the program still renders."""
+    import egraph_compiler.extract.gpu_cost as gpu_cost
+
+    from egraph_compiler import Tensor, optimize
+
+    x, y = Tensor.empty(8, 4097, name="x"), Tensor.empty(8, 3, name="y")
+    program = (y * x.sum(1, keepdim=True)).sum(1).pad(((1, 1),))
+    checked: list[bool] = []
+    check = gpu_cost.renders_on_cuda.__wrapped__
+    monkeypatch.setattr(gpu_cost, "renders_on_cuda", lambda k: checked.append(check(k)) or checked[-1])
+    monkeypatch.setattr(_Renderer, "pre_group", lambda self, root, scope: None)
+    prog = optimize(program, target="cuda")
+    assert "__global__" in prog.source
+    assert False in checked and checked[-1], checked
