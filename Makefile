@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench bench-models clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $$(.ci/find-python) -m venv $(VENV)
@@ -23,12 +23,19 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
-# the benchmark tables (bench/run.py): installs the [bench] extra (tinygrad, threadpoolctl) first.
-# Arguments through BENCH_ARGS, e.g.  make bench BENCH_ARGS="--quick"  or  BENCH_ARGS="--beam --json bench.json"
+# the benchmark tables: micro-kernels (bench/run.py, against numpy and tinygrad) and real models (bench/models.py,
+# against PyTorch eager and torch.compile); installs the [bench] and [models] extras first.
+# Arguments through BENCH_ARGS and MODELS_ARGS, e.g.  make bench BENCH_ARGS="--quick" MODELS_ARGS="--quick"
 BENCH_ARGS ?=
+MODELS_ARGS ?=
 bench: $(STAMP)
-	$(PY) -m pip install -q -e '.[bench]'
+	$(PY) -m pip install -q -e '.[bench,models]'
 	$(PY) bench/run.py $(BENCH_ARGS)
+	$(PY) bench/models.py $(MODELS_ARGS)
+
+bench-models: $(STAMP)
+	$(PY) -m pip install -q -e '.[models]'
+	$(PY) bench/models.py $(MODELS_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis

@@ -1255,15 +1255,21 @@ class LLVMCompiled:
             for fu in futs:
                 fu.result()
 
-    def __call__(self, bufs: dict[str, Any]) -> None:
-        ptrs = []
-        for name, dt, size in self.checks:
-            a = bufs[name]
-            if not isinstance(a, np.ndarray) or a.dtype != dt or a.size < size or not a.flags.c_contiguous:
-                raise InvalidArgument(at=f"buffer {name!r} of kernel {self.name}",
-                                      why=f"expected a contiguous {dt} array of {size} elements",
-                                      suggestion="allocate buffers with the backend's alloc/put")
-            ptrs.append(a.ctypes.data)
+    def __call__(self, bufs: dict[str, Any], addresses: dict[str, int] | None = None) -> None:
+        """Run on `bufs`; `addresses` (from `LLVMBackend.addresses`) vouches that every buffer was placed by the
+        backend for this program and gives its address: the per-buffer checks are then skipped (a program with
+        many small kernels spends most of a call here)."""
+        if addresses is not None:
+            ptrs = [addresses[name] for name, _, _ in self.checks]
+        else:
+            ptrs = []
+            for name, dt, size in self.checks:
+                a = bufs[name]
+                if not isinstance(a, np.ndarray) or a.dtype != dt or a.size < size or not a.flags.c_contiguous:
+                    raise InvalidArgument(at=f"buffer {name!r} of kernel {self.name}",
+                                          why=f"expected a contiguous {dt} array of {size} elements",
+                                          suggestion="allocate buffers with the backend's alloc/put")
+                ptrs.append(a.ctypes.data)
         for i, n in enumerate(self.parallel):
             fn = self.native.funcs[f"k{i}"]
             groups = self.groups[i] if self.groups else []
@@ -1292,6 +1298,11 @@ class LLVMBackend(HostBuffers):
         self.threads = threads if threads is not None else (os.cpu_count() or 1)
         self.fast_math = fast_math
         self.auto_parallel = auto_parallel
+
+    @staticmethod
+    def addresses(bufs: dict[str, np.ndarray]) -> dict[str, int]:
+        """Each placed buffer's address, taken once per program call."""
+        return {name: a.__array_interface__["data"][0] for name, a in bufs.items()}
 
     def _module(self, kernel: Kernel) -> _Module:
         return _Module(kernel, self.threads, self.fast_math, self.auto_parallel)

@@ -65,5 +65,14 @@ BackendUnavailable = _diag("E1601", "BackendUnavailable", "A backend's toolchain
 BackendError = _diag("E1602", "BackendError", "A backend failed to compile or run a kernel.")
 UnsupportedOp = _diag("E1603", "UnsupportedOp", "An operation cannot be lowered or run by this stage or backend.")
 
+
+
+class EstimateWarning(UserWarning):
+    """W2002: the chosen program's estimate is far above the graph's roofline (recomputation, or a cost-model
+    error): the program runs, but expect it to be slow."""
+
+    code = "W2002"
+
+
 ALL_DIAGNOSTICS: tuple[type[CompilerError], ...] = tuple(
     v for v in list(globals().values()) if isinstance(v, type) and issubclass(v, CompilerError) and v is not CompilerError)

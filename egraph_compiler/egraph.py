@@ -49,6 +49,7 @@ class Limits:
     analysis_steps: int = 30      # bound on analysis saturation per step
     step_growth: float = 4.0      # a step may multiply the e-graph by at most this (once past GROWTH_FLOOR nodes)
     patience: int = 3             # steps without a better watched root before a stage counts as converged
+    search_time: float = 20.0     # seconds of fusion trials after saturation (extract/fusion.py)
     plain_below: int = 2_000      # smaller e-graphs run their rules without the back-off scheduler (no bans):
     #                               a scheduler compiles every rule on its first run, which costs more here
 
@@ -77,6 +78,8 @@ class Stage:
     after_limit_steps: int = 0     # steps it still gets when a limit ended saturation: no analyses, and ...
     after_limit_rulesets: tuple[str, ...] = ()   # ... only these rulesets (default: its own)
     plain_factor: float = 1.0      # it runs without the scheduler below this many times limits.plain_below
+    limited: bool = True           # False: the safe baseline (rangeify) that no limit may cut; it runs to completion
+    #                                (max_steps bounds it) and node_limit/time_limit count only what comes after it
 
 
 _DECL = re.compile(r"\((?:constructor|datatype)\s+([^\s()]+)")
@@ -218,17 +221,20 @@ class EGraphSession:
             for r in rs.rules:
                 report.rule_category[r.name] = r.category
                 report.rule_ruleset[r.name] = rs.name
-        start = time.perf_counter()
+        start = clock = time.perf_counter()
         reason = "saturated"
         cut = False   # a node, time or growth limit ends saturation, but for a stage's after_limit_steps
+        base = 0      # nodes of the unlimited stages (the baseline): node_limit counts the growth past them
 
         def over_limit(stage: Stage, step_start: int) -> str | None:
+            if not stage.limited:
+                return None
             nodes = self.size()
-            if nodes > limits.node_limit:
+            if nodes - base > limits.node_limit:
                 return "node_limit"
             if stage.growth_check and nodes > max(GROWTH_FLOOR, limits.step_growth * step_start):
                 return "growth_limit"
-            if time.perf_counter() - start > limits.time_limit:
+            if time.perf_counter() - clock > limits.time_limit:
                 return "time_limit"
             return None
 
@@ -279,7 +285,7 @@ class EGraphSession:
                     break
                 stage_reason = over_limit(stage, step_start)
                 if stage_reason is None and steps >= (stage.max_steps or limits.iter_limit):
-                    stage_reason = "iter_limit"
+                    stage_reason = "iter_limit" if stage.limited else "max_steps"
                 if stage_reason is None and watch:
                     costs = tuple(self.tree_cost(w) for w in watch)
                     stale = stale + 1 if best is not None and costs >= best else 0
@@ -293,6 +299,8 @@ class EGraphSession:
                 report.notes.append(f"stage {stage.name!r} stopped because {why}; the result is the best program "
                                     "found so far")
                 cut = stage_reason in ("node_limit", "time_limit", "growth_limit")
+            if not stage.limited:
+                base, clock = self.size(), time.perf_counter()
         report.add_phase("saturate", time.perf_counter() - start)
         report.stop_reason = reason
         return reason

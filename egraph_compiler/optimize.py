@@ -17,19 +17,21 @@ import gc
 import math
 import sys
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from egraph_compiler.backends import get_backend
 from egraph_compiler.decode import Decoder
-from egraph_compiler.diagnostics import InvalidArgument, UnguardedAccess, UnsupportedOp
+from egraph_compiler.diagnostics import EstimateWarning, InvalidArgument, UnguardedAccess, UnsupportedOp
 from egraph_compiler.egraph import EGraphSession, Limits, Stage
 from egraph_compiler.egraph_dot import attach_snapshot
 from egraph_compiler.encode import egg_ilist, egg_str
 from egraph_compiler.extract.extractor import extract
-from egraph_compiler.extract.kernel_cost import KernelCost
-from egraph_compiler.extract.schedule import choose_fusion_and_schedules, cost_model_for, kernel_entry, schedule_report
+from egraph_compiler.extract.fusion import choose_fusion
+from egraph_compiler.extract.kernel_cost import KernelCost, chosen_dag_cost
+from egraph_compiler.extract.schedule import CostModel, cost_model_for, kernel_entry, schedule_report
 from egraph_compiler.extract.view import ENode
 from egraph_compiler.late_simplify import LateSimplifier
 from egraph_compiler.ops import OP_TABLE, Category, Ops
@@ -42,7 +44,8 @@ from egraph_compiler.split_ranges import bind_split_ranges
 from egraph_compiler.tuning import tune_schedules
 from egraph_compiler.uop import UOp, pretty, toposort
 
-RANGEIFY_STAGE = Stage("rangeify", rulesets=("rangeify",), max_steps=500, growth_check=False)
+# rangeify terminates and builds the safe baseline (every materialization's load and kernel): no limit cuts it
+RANGEIFY_STAGE = Stage("rangeify", rulesets=("rangeify",), max_steps=500, growth_check=False, limited=False)
 KERNEL_STAGE = Stage("kernel", rulesets=("symbolic",), analyses=("analysis", "linear"))
 
 
@@ -97,18 +100,30 @@ def _inline(roots: list[UOp]) -> list[UOp]:
 
 
 def materialization_candidates(roots: list[UOp]) -> list[UOp]:
-    """Intermediates the extractor may put in their own kernel: multi-consumer computations, every
-    REDUCE (softmax-style broadcasts of a reduction), and CONTIGUOUS markers."""
-    users: dict[UOp, int] = {}
-    for u in toposort(roots):
+    """The safe baseline's buffers (tinygrad's and inductor's realize points): every REDUCE, every CONTIGUOUS,
+    every computed value with several consumers, and every computed value read through a broadcast (an EXPAND
+    behind movement ops: otherwise it is recomputed for every element it is broadcast to, as a GELU before a
+    matmul is for every output column). Outputs have buffers of their own."""
+    order = toposort(roots)
+    users: dict[UOp, list[UOp]] = {}
+    for u in order:
         for s in u.src:
-            users[s] = users.get(s, 0) + 1
+            users.setdefault(s, []).append(u)
+
+    def movement(u: UOp) -> bool:
+        return OP_TABLE[u.op].category is Category.MOVEMENT
+
+    broadcast: dict[UOp, bool] = {}   # a movement op whose chain of movement users reaches an EXPAND
+    for u in reversed(order):
+        if movement(u):
+            broadcast[u] = u.op is Ops.EXPAND or any(broadcast.get(x, False) for x in users.get(u, []))
     out = []
-    for u in toposort(roots):
-        if u.op in (Ops.BUFFER, Ops.CONST, Ops.DEFINE_VAR, Ops.BINARY) or u in roots or not u.shape:
+    for u in order:
+        if u.op in (Ops.BUFFER, Ops.CONST, Ops.DEFINE_VAR, Ops.BINARY) or u in roots or not u.shape or movement(u):
             continue
-        cat = OP_TABLE[u.op].category
-        if u.op is Ops.REDUCE or u.op is Ops.CONTIGUOUS or (users.get(u, 0) > 1 and cat is not Category.MOVEMENT):
+        mine = users.get(u, [])
+        if (u.op in (Ops.REDUCE, Ops.CONTIGUOUS) or len(set(mine)) > 1 or len(mine) > 1
+                or any(broadcast.get(x, False) for x in mine)):
             out.append(u)
     return out
 
@@ -116,11 +131,15 @@ def materialization_candidates(roots: list[UOp]) -> list[UOp]:
 # ---- the pipeline ----------------------------------------------------------------------------------
 
 def optimize(graph: Any, target: str = "llvm", *, node_limit: int | None = None, iter_limit: int | None = None,
-             time_limit: float | None = None, tune: bool = False, nolocals: bool = False,
+             time_limit: float | None = None, search_time: float | None = None, tune: bool = False,
+             nolocals: bool = False,
              progress: Callable[[IterationStats], None] | None = None,
              alternatives: list[tuple[str, Program]] | None = None) -> Program:
     """Optimize a tensor program for `target` ("llvm", "cuda" or "reference"); returns a runnable Program.
 
+    node_limit, iter_limit, time_limit: bounds on saturation past the safe baseline (rangeify, which no limit
+    cuts); search_time: seconds of fusion trials. Hitting any of them returns the best program found so far (at
+    worst the baseline, every candidate materialized) and says so in the report.
     tune: time the cost model's best schedules on this machine and keep the fastest (cached on disk).
     nolocals: the Nolocals OptOp: explore no schedule with workgroup dims (LOCAL, GROUP_REDUCE threads, TC).
     alternatives: a list to receive (schedule, Program) for every ranked schedule of every kernel (the
@@ -128,15 +147,16 @@ def optimize(graph: Any, target: str = "llvm", *, node_limit: int | None = None,
     collecting = gc.isenabled()
     gc.disable()   # optimize allocates many small objects and frees them at the end: collections would only scan
     try:
-        return _optimize(graph, target, node_limit, iter_limit, time_limit, tune, nolocals, progress, alternatives)
+        limits = {"node_limit": node_limit, "iter_limit": iter_limit, "time_limit": time_limit,
+                  "search_time": search_time}
+        return _optimize(graph, target, limits, tune, nolocals, progress, alternatives)
     finally:
         if collecting:
             gc.enable()
 
 
-def _optimize(graph: Any, target: str, node_limit: int | None, iter_limit: int | None, time_limit: float | None,
-              tune: bool, nolocals: bool, progress: Callable[[IterationStats], None] | None,
-              alternatives: list[tuple[str, Program]] | None) -> Program:
+def _optimize(graph: Any, target: str, limits: dict[str, float | None], tune: bool, nolocals: bool,
+              progress: Callable[[IterationStats], None] | None, alternatives: list[tuple[str, Program]] | None) -> Program:
     backend = get_backend(target)
     roots, names, single = output_roots(graph)
     # an output that is an input tensor still needs its own buffer (and kernel): a copy
@@ -145,8 +165,7 @@ def _optimize(graph: Any, target: str, node_limit: int | None, iter_limit: int |
         if u.op in TENSOR_ONLY:
             raise UnsupportedOp(at=u.op.name, why=f"{u.op.name} cannot be lowered to kernels yet",
                                 suggestion="express it with movement ops and reductions")
-    given = {k: v for k, v in (("node_limit", node_limit), ("iter_limit", iter_limit), ("time_limit", time_limit))
-             if v is not None}
+    given = {k: v for k, v in limits.items() if v is not None}
     lim = Limits.make(**{**KERNEL_LIMITS, **given})
     report = Report()
     program = _build(roots, names, target, backend, tune, lim, report, progress, alternatives, nolocals)
@@ -192,7 +211,7 @@ def _group_term(nd: list[int], od: list[int]) -> str:
     return f"(GMix {egg_ilist(nd)} {egg_ilist(od)})"
 
 
-class _Facts:
+class Facts:
     """The egglog commands that tell rangeify about the input graph."""
 
     def __init__(self, sess: EGraphSession, roots: list[UOp]) -> None:
@@ -244,7 +263,7 @@ def _build(roots: list[UOp], names: list[str], target: str, backend: Any, tune: 
     stages = stages_for(target, nolocals)
     with sess.scope(stages, lim):
         sess.add(roots)
-        facts = _Facts(sess, roots)
+        facts = Facts(sess, roots)
         out_names: list[str] = []
         first: dict[UOp, str] = {}
         out_terms: dict[UOp, str] = {}
@@ -255,8 +274,14 @@ def _build(roots: list[UOp], names: list[str], target: str, backend: Any, tune: 
             first[r] = _unique(nm, facts.buffers)
             out_names.append(first[r])
             out_terms[r] = facts.buffer_for(r, first[r], "output")
+        candidates: dict[str, tuple[str, int]] = {}   # buffer -> (what it holds, bytes): for the fusion search
+        barriers: set[str] = set()
         for i, c in enumerate(materialization_candidates(roots)):
             facts.buffer_for(c, f"tmp{i}", "intermediate")
+            if c.op is Ops.CONTIGUOUS:
+                barriers.add(f"tmp{i}")
+            else:
+                candidates[f"tmp{i}"] = (_label(c), max(1, math.prod(c.shape)) * c.dtype.itemsize)
         kernel_lets = {}
         for r in roots:
             let = f"$kernel_{sess.name_of(r)[1:]}"
@@ -271,8 +296,8 @@ def _build(roots: list[UOp], names: list[str], target: str, backend: Any, tune: 
         reg = sess.reg
         root_classes = {r: view.lets[let[1:]] if let[1:] in view.lets else view.lets[let] for r, let in kernel_lets.items()}
     attach_snapshot(report, view, roots=list(root_classes.values()), hide=sess.unextractable)
-    model = KernelCost(view, unextractable=sess.unextractable)
-    ex = extract(view, model)
+    model = KernelCost(view, unextractable=sess.unextractable, loads_from=frozenset(barriers))
+    ex = extract(view, model)   # everything inline but CONTIGUOUS: the fusion search adds the loads
     report.add_phase("extract", time.perf_counter() - t1)
     t2 = time.perf_counter()
     missing = [r for r, c in root_classes.items() if c not in ex.best]
@@ -282,10 +307,14 @@ def _build(roots: list[UOp], names: list[str], target: str, backend: Any, tune: 
                             suggestion="raise iter_limit/node_limit/time_limit, or report the graph as a bug")
     # a limit may have left index math the rules simplify when it is alone: finish it per expression
     late: Callable[[UOp], UOp] = LateSimplifier(sess) if report.limit_hit else (lambda a: a)
-    fusion, schedules = choose_fusion_and_schedules(
+    cost_model = cost_model_for(target)
+    fused = choose_fusion(
         view, ex, list(root_classes.values()),
         lambda c, choose, memo: late(Decoder(view, choose, reg, rkey=_range_key, own_kernel=True, memo=memo).decode(c)),
-        cost_model_for(target))
+        cost_model, candidates, barriers, lim.search_time,
+        None if progress is None else lambda msg: print(msg, file=sys.stderr))
+    fusion, schedules = fused.choice, fused.schedules
+    report.notes += fused.notes
 
     def assemble(choice: dict[int, ENode]) -> Program:
         dec = Decoder(view, lambda c: choice.get(c) or ex.node(c), reg, rkey=_range_key)
@@ -308,11 +337,53 @@ def _build(roots: list[UOp], names: list[str], target: str, backend: Any, tune: 
     program = assemble(chosen)
     report.add_phase("decode", time.perf_counter() - t2)
     report.cost_before = float(sum(uop_cost(r) for r in roots))
-    report.cost_after = ex.dag_cost(set(root_classes.values()))
+    report.cost_after = chosen_dag_cost(view, model, root_classes.values(), lambda c: chosen.get(c) or ex.node(c))
+    chosen_s = sum(schedule_entry["estimate"]["seconds"] for schedule_entry in report.extra["schedules"])
+    report.extra["fusion"] = {**fused.to_dict(), "chosen_s": chosen_s}
+    check_roofline(roots, chosen_s, cost_model, report)
     report.egraph_nodes, report.egraph_classes = view.num_nodes, view.num_classes
     report.extra["kernels"] = [kernel_entry(k, report.extra["schedules"]) for k in program.kernels]
     check_accesses(program)
     return program
+
+
+def _label(u: UOp) -> str:
+    """What a materialization candidate holds, for the report: its op and shape."""
+    what = u.op.name if u.op is not Ops.REDUCE else f"REDUCE {u.arg[0].name}"
+    return f"{what} {'x'.join(map(str, u.shape))} {u.dtype.name}"
+
+
+def graph_work(roots: list[UOp]) -> tuple[float, float]:
+    """(flops, compulsory bytes) of a tensor graph: one operation per element of every ALU op and per element
+    reduced, and every input and output moved once."""
+    flops = nbytes = 0.0
+    for u in toposort(roots):
+        if u.op is Ops.REDUCE:
+            flops += math.prod(u.src[0].shape)
+        elif OP_TABLE[u.op].is_alu:
+            flops += math.prod(u.shape)
+        elif u.op is Ops.BUFFER:
+            nbytes += math.prod(u.arg[1]) * u.dtype.itemsize
+    nbytes += sum(math.prod(r.shape) * r.dtype.itemsize for r in set(roots))
+    return flops, nbytes
+
+
+ROOFLINE_WARN = 50.0   # an estimate this many times the graph's roofline is reported as suspect
+
+
+def check_roofline(roots: list[UOp], chosen_s: float, model: CostModel, report: Report) -> None:
+    """Warn (Python warning and a report note) when the chosen program's estimate is far above what the graph's
+    work and traffic need on the target: a sign of recomputation or of a cost-model error."""
+    if model.roofline is None:
+        return
+    flops, nbytes = graph_work(roots)
+    bound = model.roofline(flops, nbytes)
+    report.extra["roofline"] = {"flops": flops, "bytes": nbytes, "seconds": bound, "estimate_s": chosen_s}
+    if chosen_s > ROOFLINE_WARN * bound:
+        msg = (f"the chosen program's estimate ({chosen_s * 1e3:.3g} ms) is {chosen_s / bound:.0f}x the graph's "
+               f"roofline ({bound * 1e3:.3g} ms for {flops:.3g} flops and {nbytes:.3g} bytes): expect a slow program")
+        report.notes.append(msg)
+        warnings.warn(msg, EstimateWarning, stacklevel=4)
 
 
 def _unique(name: str, taken: dict[str, Any]) -> str:
@@ -344,14 +415,8 @@ def _split_kernels(asts: list[UOp], out_names: list[str], specs: dict[str, Buffe
         return UOp(Ops.BUFFER, b.dtype, (), (name, (specs[name].size,)))
 
     def lower(ast: UOp) -> UOp:
-        stack = [ast]
-        while stack:  # make sure every kernel this one waits on is lowered (and ordered) first
-            u = stack.pop()
-            for x in u.toposort():
-                if x.op is Ops.AFTER and x.src[1] not in done:
-                    stack.append(x.src[1])
         memo: dict[UOp, UOp] = {}
-        for x in ast.toposort():
+        for x in toposort([ast], lambda u: u.src[:1] if u.op is Ops.AFTER else u.src):  # not into other kernels
             if x.op is Ops.BUFFER:
                 memo[x] = flat_buffer(x)
             elif x.op is Ops.AFTER:
@@ -414,4 +479,4 @@ def check_accesses(program: Program) -> None:
                                       suggestion="this is a compiler bug; please report the input graph")
 
 
-__all__ = ["optimize", "output_roots"]
+__all__ = ["check_roofline", "graph_work", "materialization_candidates", "optimize", "output_roots"]

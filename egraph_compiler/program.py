@@ -168,8 +168,14 @@ class Program:
     def __call__(self, **inputs: Any) -> Any:
         compiled = self.compile()
         bufs = self.place_buffers(**inputs)
-        for run in compiled:
-            run(bufs)
+        addresses = getattr(self.backend, "addresses", None)   # native backends: addresses once, not per kernel
+        if addresses is not None:
+            where = addresses(bufs)
+            for run in compiled:
+                run(bufs, where)
+        else:
+            for run in compiled:
+                run(bufs)
         outs = tuple(self.backend.get(self.buffers[n], bufs[n]) for n in self.outputs)
         if len(set(self.outputs)) < len(self.outputs):  # one buffer returned twice: two independent arrays
             outs = tuple(o.copy() for o in outs)

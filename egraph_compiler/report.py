@@ -120,5 +120,18 @@ class Report:
             lines += [f"  {m:6d}  {r}  [{self.rule_category.get(r, '')}]" for r, m in fired[:RULES_SHOWN]]
             if len(fired) > RULES_SHOWN:
                 lines.append(f"  ... {len(fired) - RULES_SHOWN} more")
+        lines += self._fusion_lines()
         lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines)
+
+    def _fusion_lines(self) -> list[str]:
+        """The fusion search: the baseline's estimate beside the chosen one, and each decision with its saving."""
+        f = self.extra.get("fusion")
+        if not f:
+            return []
+        out = [f"fusion: estimate {f['chosen_s'] * 1e3:.4g} ms chosen, {f['baseline_s'] * 1e3:.4g} ms for the baseline "
+               f"(every candidate materialized); {len(f['materialized'])} buffer(s) kept"]
+        for d in f["decisions"]:
+            saving = "untried" if d["saving_s"] != d["saving_s"] else f"saves {d['saving_s'] * 1e3:+.4g} ms if fused"
+            out.append(f"  {d['decision']:12s} {d['buffer']:8s} {d['tensor']:36s} {saving}")
+        return out

@@ -341,7 +341,8 @@ class UOp:
         return True
 
 
-def toposort(roots: Iterable[UOp]) -> list[UOp]:
+def toposort(roots: Iterable[UOp], sources: Callable[[UOp], tuple[UOp, ...]] | None = None) -> list[UOp]:
+    """Nodes reachable from roots, sources before users; `sources` picks the edges to follow (default: all)."""
     order: list[UOp] = []
     seen: set[int] = set()
     stack: list[tuple[UOp, bool]] = [(r, False) for r in reversed(list(roots))]
@@ -354,7 +355,7 @@ def toposort(roots: Iterable[UOp]) -> list[UOp]:
             continue
         seen.add(id(u))
         stack.append((u, True))
-        stack.extend((s, False) for s in reversed(u.src) if id(s) not in seen)
+        stack.extend((s, False) for s in reversed(u.src if sources is None else sources(u)) if id(s) not in seen)
     return order
 
 

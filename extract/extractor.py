@@ -8,6 +8,7 @@ is paid twice). Iterates to a fixed point; cycles are never chosen.
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
@@ -48,9 +49,10 @@ def _key(n: ENode) -> tuple[str, str]:
     return (n.fn, repr(n.args))
 
 
-def extract(view: EGraphView, model: NodeCost, max_passes: int = 200) -> Extraction:
-    """Passes over all classes until no choice changes; a pass re-evaluates only classes a child of which
-    changed (the others would choose the same)."""
+def extract(view: EGraphView, model: NodeCost, max_visits: int = 200) -> Extraction:
+    """A worklist to a fixed point: a class is evaluated again only when a child's choice changed (the others
+    would choose the same), in first-in first-out order, so deep programs converge without whole passes.
+    `max_visits` bounds the evaluations per class (a guard: choices only change while costs drop)."""
     best: dict[int, Choice] = {}
     own_cost = {id(n): model.node_cost(n, view) for ns in view.nodes.values() for n in ns}
     kids_of: dict[int, list[list[int]]] = {}
@@ -60,33 +62,36 @@ def extract(view: EGraphView, model: NodeCost, max_passes: int = 200) -> Extract
         for kids in kids_of[c]:
             for k in kids:
                 parents.setdefault(k, set()).add(c)
-    dirty = set(view.nodes)
-    for _ in range(max_passes):
+    queue = deque(view.nodes)
+    queued = set(queue)
+    budget = max_visits * max(1, len(view.nodes))
+    while queue and budget > 0:
+        budget -= 1
+        c = queue.popleft()
+        queued.discard(c)
+        cur = best.get(c)
         changed = False
-        for c, nodes in view.nodes.items():
-            if c not in dirty:
+        for n, kids in zip(view.nodes[c], kids_of[c]):
+            nc = own_cost[id(n)]
+            if nc == math.inf:
                 continue
-            dirty.discard(c)
-            cur = best.get(c)
-            for n, kids in zip(nodes, kids_of[c]):
-                nc = own_cost[id(n)]
-                if nc == math.inf:
-                    continue
-                if any(k not in best or k == c or c in best[k].dag for k in kids):
-                    continue
-                dag: dict[int, float] = {}
-                for k in kids:
-                    dag.update(best[k].dag)
-                dag[c] = nc
-                total = sum(dag.values())
-                better = cur is None or total < cur.cost - 1e-12 or (
-                    abs(total - cur.cost) <= 1e-12 and cur.node is not n
-                    and (len(dag), _key(n)) < (len(cur.dag), _key(cur.node)))
-                if better:
-                    cur = Choice(n, total, dag)
-                    best[c] = cur
-                    changed = True
-                    dirty |= parents.get(c, set())
-        if not changed:
-            break
+            if any(k not in best or k == c or c in best[k].dag for k in kids):
+                continue
+            dag: dict[int, float] = {}
+            for k in kids:
+                dag.update(best[k].dag)
+            dag[c] = nc
+            total = sum(dag.values())
+            better = cur is None or total < cur.cost - 1e-12 or (
+                abs(total - cur.cost) <= 1e-12 and cur.node is not n
+                and (len(dag), _key(n)) < (len(cur.dag), _key(cur.node)))
+            if better:
+                cur = Choice(n, total, dag)
+                best[c] = cur
+                changed = True
+        if changed:
+            for p in parents.get(c, ()):
+                if p not in queued:
+                    queued.add(p)
+                    queue.append(p)
     return Extraction(view, best)

@@ -15,6 +15,7 @@ that is used in many places competes with materializing it once.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from egraph_compiler.extract.cost import OP_COSTS
@@ -47,6 +48,12 @@ def _ulist(view: EGraphView, c: int) -> list[int]:
         c = ns[0].args[1].id
 
 
+def _buffer_name(view: EGraphView, after: ENode) -> str | None:
+    """The name of the buffer an AFTER(buffer, kernel) node orders."""
+    head = _ulist(view, after.args[-1].id)
+    return next((str(n.args[1]) for n in view.nodes.get(head[0], []) if n.fn == "BUFFER"), None) if head else None
+
+
 def range_bounds(view: EGraphView) -> dict[int, int]:
     """RANGE e-class -> its trip count."""
     out: dict[int, int] = {}
@@ -61,9 +68,12 @@ def range_bounds(view: EGraphView) -> dict[int, int]:
     return out
 
 
-def footprints(view: EGraphView, bounds: dict[int, int], max_passes: int = 64) -> dict[int, Footprint]:
-    """Free ranges of every class (smallest trip product over its nodes), to a fixed point. A pass re-evaluates
-    only classes a child of which changed (the others would give the same answer)."""
+def footprints(view: EGraphView, bounds: dict[int, int], unextractable: set[str] | frozenset[str] = frozenset(),
+               max_passes: int = 64) -> dict[int, Footprint]:
+    """Free ranges of every class (smallest trip product over its extractable nodes), to a fixed point. A node
+    that contains its own class (`r + 0` in a RANGE's class) can never be extracted and says nothing about the
+    class's ranges, and neither does an unextractable helper: both are skipped. A pass re-evaluates only
+    classes a child of which changed (the others would give the same answer)."""
     fp: dict[int, Footprint] = {}
     trips: dict[Footprint, int] = {}
 
@@ -73,16 +83,16 @@ def footprints(view: EGraphView, bounds: dict[int, int], max_passes: int = 64) -
         return trips[f]
 
     bound_by: dict[int, frozenset[int]] = {}
-    kids_of: dict[int, list[list[int]]] = {}
+    kids_of: dict[int, list[list[int] | None]] = {}
     parents: dict[int, set[int]] = {}
     for c, ns in view.nodes.items():
         kids_of[c] = []
         for n in ns:
             if n.fn in ("REDUCE", "END"):
                 bound_by[id(n)] = frozenset(_ulist(view, n.args[-1].id)[1:])
-            kids = [a.id for a in n.args if isinstance(a, ClassRef) and a.id != c]
-            kids_of[c].append(kids)
-            for k in kids:
+            kids = [a.id for a in n.args if isinstance(a, ClassRef)]
+            kids_of[c].append(None if c in kids or n.fn in unextractable else kids)
+            for k in kids or ():
                 parents.setdefault(k, set()).add(c)
     dirty = set(view.nodes)
     for _ in range(max_passes):
@@ -93,7 +103,7 @@ def footprints(view: EGraphView, bounds: dict[int, int], max_passes: int = 64) -
             dirty.discard(c)
             best = fp.get(c)
             for n, kids in zip(ns, kids_of[c]):
-                if any(k not in fp for k in kids):
+                if kids is None or any(k not in fp for k in kids):
                     continue
                 f: set[int] = set()
                 for k in kids:
@@ -120,10 +130,13 @@ class KernelCost:
     view: EGraphView
     unextractable: set[str] = field(default_factory=set)
     params: CPUParams = field(default_factory=CPUParams)
+    loads_from: frozenset[str] | None = None   # if given, a load from another kernel's buffer is extractable only
+    #                                            for these buffers: every other value is computed inline (the fusion
+    #                                            search decides what to materialize, extract/fusion.py)
 
     def __post_init__(self) -> None:
         self.bounds = range_bounds(self.view)
-        self.fp = footprints(self.view, self.bounds)
+        self.fp = footprints(self.view, self.bounds, self.unextractable)
         self._trips: dict[int, int] = {}
 
     def trip(self, c: int) -> int:
@@ -133,6 +146,8 @@ class KernelCost:
 
     def node_cost(self, n: ENode, view: EGraphView) -> float:
         if n.fn in self.unextractable:
+            return INF
+        if n.fn == "AFTER" and self.loads_from is not None and _buffer_name(view, n) not in self.loads_from:
             return INF
         op = EGG_TO_OP.get(n.fn)
         if op is None:
@@ -156,3 +171,18 @@ class KernelCost:
             cat = OP_TABLE[op].category
             base = 0.0 if cat in (Category.SOURCE, Category.ORDERING, Category.MOVEMENT) else 4.0
         return float(base) * t
+
+
+def chosen_dag_cost(view: EGraphView, model: KernelCost, roots: Iterable[int], node: Callable[[int], ENode]) -> float:
+    """The per-node cost of a chosen program (`node` gives each class's e-node), each class counted once."""
+    seen: set[int] = set()
+    stack, total = list(roots), 0.0
+    while stack:
+        c = stack.pop()
+        if c in seen:
+            continue
+        seen.add(c)
+        n = node(c)
+        total += model.node_cost(n, view) if n.fn != "AFTER" else 0.0
+        stack.extend(view.children(n))
+    return total

@@ -79,6 +79,12 @@ class CPUMachine:
     def lanes(self, itemsize: int) -> int:
         return max(1, self.simd_bytes // max(1, itemsize))
 
+    def roofline(self, flops: float, nbytes: float) -> float:
+        """The least time a program with this much float32 work and compulsory traffic takes here: every core
+        issuing two FMA vectors a cycle, or all cores streaming memory, plus one launch."""
+        peak = self.cores * self.ghz * 1e9 * self.lanes(4) * 4
+        return max(flops / peak, nbytes / (self.mem_gbps_all * 1e9)) + self.launch_us * 1e-6
+
 
 @dataclass
 class KernelEstimate:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from egraph_compiler.extract.extractor import Extraction
@@ -35,9 +35,30 @@ Estimator = Callable[[UOp], KernelEstimate]
 Decode = Callable[[int, Callable[[int], ENode], dict[int, UOp]], UOp]
 MAX_COMBINATIONS = 96
 DESCENT_ROUNDS = 3
-MAX_FUSION_TRIALS = 16   # materialization alternatives tried per program
-FUSION_MARGIN = 0.3      # a new kernel must save this fraction of the estimate (estimates are rough)
-TRIAL_SEEDS = 4          # schedules re-estimated for a kernel a fusion trial changed
+
+
+class _Either:
+    """Membership in either of two collections (the classes an Overridden extraction has a node for)."""
+
+    def __init__(self, a: Any, b: Any) -> None:
+        self.a, self.b = a, b
+
+    def __contains__(self, c: object) -> bool:
+        return c in self.a or c in self.b
+
+
+class Overridden:
+    """An extraction with some e-classes' choices replaced or added (same interface as Extraction where used
+    here): the fusion search's loads from other kernels, which the per-node extraction never picks."""
+
+    def __init__(self, ex: Extraction, choice: dict[int, ENode]) -> None:
+        self.ex, self.choice, self.best = ex, choice, _Either(choice, ex.best)
+
+    def node(self, c: int) -> ENode:
+        return self.choice.get(c) or self.ex.node(c)
+
+    def cost(self, c: int) -> float:
+        return self.ex.cost(c)
 
 
 @dataclass
@@ -100,8 +121,11 @@ def _walk_kernel(view: EGraphView, ex: Extraction, sink: int,
 def schedule_classes(view: EGraphView, ex: Extraction, sink: int) -> list[int]:
     """Classes with several binders reachable from a kernel's SINK class, not crossing into other kernels."""
     def nodes_of(c: int) -> list[ENode]:
+        chosen = ex.node(c)
+        if chosen.fn not in BINDERS:   # e.g. a REDUCE's value the fusion search loads from its own kernel
+            return [chosen]
         binders = [n for n in view.nodes.get(c, []) if n.fn in BINDERS]
-        return binders if len(binders) > 1 else [ex.node(c)]
+        return binders if len(binders) > 1 else [chosen]
 
     return sorted(c for c, nodes in _walk_kernel(view, ex, sink, nodes_of) if len(nodes) > 1)
 
@@ -138,14 +162,14 @@ def kernel_sinks(view: EGraphView, ex: Extraction, roots: list[int]) -> list[int
 @dataclass(frozen=True)
 class CostModel:
     """A target's kernel estimate, and the unrolling (product of UPCAST/UNROLL bounds) past which it calls a
-    kernel infinitely slow: such candidates are not even decoded. `whole_values`: fusion trials also
-    materialize a value for all its uses at once (see fusion_trials). `renders`: the backend's own check, for
-    what the estimate cannot see; a best candidate that fails it goes to the end of the ranking."""
+    kernel infinitely slow: such candidates are not even decoded. `renders`: the backend's own check, for
+    what the estimate cannot see; a best candidate that fails it goes to the end of the ranking. `roofline`:
+    the least time any program needs for (flops, bytes) on the target, to flag estimates far above it."""
 
     estimate: Estimator
     max_unrolled: int | None = None
-    whole_values: bool = False
     renders: Callable[[UOp], bool] | None = None   # does the backend render it (checked on the best few only)
+    roofline: Callable[[float, float], float] | None = None
 
 
 def cost_model_for(target: str) -> CostModel:
@@ -154,11 +178,11 @@ def cost_model_for(target: str) -> CostModel:
         from egraph_compiler.extract.gpu_cost import GPUMachine, estimate_gpu, renders_on_cuda
 
         gpu = GPUMachine.device()
-        return CostModel(lambda k: estimate_gpu(k, gpu), whole_values=True, renders=renders_on_cuda)
-    # on the CPU, whole-value trials were measured slower where the estimate chose them (attention, 8x512x64:
-    # 91 ms against 21 ms): the CPU estimate prices recomputation from cache too high
+        return CostModel(lambda k: estimate_gpu(k, gpu), renders=renders_on_cuda,
+                         roofline=lambda f, b: max(f / (gpu.fp32_tflops * 1e12), b / (gpu.hbm_gbps * 1e9))
+                         + gpu.launch_us * 1e-6)
     cpu = CPUMachine.host()
-    return CostModel(lambda k: estimate(k, cpu), MAX_UNROLLED)
+    return CostModel(lambda k: estimate(k, cpu), MAX_UNROLLED, roofline=cpu.roofline)
 
 
 def _unrolled(view: EGraphView, ex: Extraction, sink: int, choice: dict[int, ENode]) -> int:
@@ -217,10 +241,9 @@ def _choice_dependent(view: EGraphView, ex: Extraction, sink: int, alts: dict[in
     return out
 
 
-def _rank(view: EGraphView, ex: Extraction, sink: int, decode: Decode, model: CostModel,
-          seeds: list[dict[int, ENode]] | None = None) -> KernelSchedule:
-    """The kernel's schedules ranked by estimate. With `seeds` (the best choices of a ranking before a fusion
-    trial changed the kernel) only those are estimated, unless none of them still makes a program."""
+def rank_kernel(view: EGraphView, ex: Extraction | Overridden, sink: int, decode: Decode,
+                model: CostModel) -> KernelSchedule:
+    """The kernel's schedules ranked by estimate."""
     classes = [c for c in schedule_classes(view, ex, sink) if all(
         math.isfinite(ex.cost(k)) for n in view.nodes[c] if n.fn in BINDERS for k in view.children(n))]
     alts = {c: [n for n in view.nodes[c] if n.fn in BINDERS] for c in classes}
@@ -264,12 +287,12 @@ def _rank(view: EGraphView, ex: Extraction, sink: int, decode: Decode, model: Co
             evaluated[key] = None
         return evaluated[key]
 
-    found = [cand for seed in seeds or [] if (cand := evaluate({c: n for c, n in seed.items() if c in alts}))]
-    if not found and math.prod(len(a) for a in alts.values()) <= MAX_COMBINATIONS:
+    found: list[Candidate] = []
+    if math.prod(len(a) for a in alts.values()) <= MAX_COMBINATIONS:
         for pick in itertools.product(*alts.values()):
             if (cand := evaluate(dict(zip(alts, pick)))) is not None:
                 found.append(cand)
-    elif not found:  # coordinate descent: one class at a time, the others at their best so far, until no change
+    else:  # coordinate descent: one class at a time, the others at their best so far, until no change
         # from the extraction's choice and from the plainest loop nests, the classes with most alternatives first:
         # from the first alone, a class whose choice unrolls a lot (many accumulators) keeps every unrolling of
         # the others over the limit
@@ -296,123 +319,6 @@ def _rank(view: EGraphView, ex: Extraction, sink: int, decode: Decode, model: Co
         ok = next((i for i, c in enumerate(ranked) if model.renders(c.kernel)), 0)
         ranked = ranked[ok:] + ranked[:ok]
     return KernelSchedule(sink, ranked)
-
-
-class Overridden:
-    """An extraction with some e-classes' choices replaced (same interface as Extraction where used here)."""
-
-    def __init__(self, ex: Extraction, choice: dict[int, ENode]) -> None:
-        self.ex, self.choice, self.best = ex, choice, ex.best
-
-    def node(self, c: int) -> ENode:
-        return self.choice.get(c) or self.ex.node(c)
-
-    def cost(self, c: int) -> float:
-        return self.ex.cost(c)
-
-
-def _source_kernel(view: EGraphView, ex: Extraction, n: ENode) -> int | None:
-    """The AFTER e-class n loads from when n is a LOAD from a buffer another kernel writes,
-    LOAD(INDEX(AFTER(buf, kernel), idx)); else None."""
-    if n.fn != "LOAD":
-        return None
-    first = [ex.node(view.children(n)[0])] if view.children(n) else []
-    if not first or first[0].fn != "UCons":
-        return None
-    index = ex.node(first[0].args[0].id)
-    if index.fn != "INDEX":
-        return None
-    lst = ex.node(view.children(index)[0])
-    return lst.args[0].id if lst.fn == "UCons" and ex.node(lst.args[0].id).fn == "AFTER" else None
-
-
-def _materialized(view: EGraphView, ex: Extraction, n: ENode) -> bool:
-    return _source_kernel(view, ex, n) is not None
-
-
-def fusion_classes(view: EGraphView, ex: Extraction, roots: list[int]) -> dict[int, ENode]:
-    """Reachable e-classes that compute a value inline but could load it from its own kernel: class -> that load."""
-    out: dict[int, ENode] = {}
-    for c, n in _reachable(view, ex, roots):
-        if not _materialized(view, ex, n):
-            mat = [m for m in view.nodes.get(c, []) if m is not n and _materialized(view, ex, m)
-                   and all(math.isfinite(ex.cost(k)) for k in view.children(m))]
-            if mat:
-                out[c] = mat[0]
-    return out
-
-
-def fusion_trials(view: EGraphView, ex: Extraction, roots: list[int],
-                  whole_values: bool = False) -> list[dict[int, ENode]]:
-    """The materializations to try, each a set of classes -> loads: with `whole_values`, first every value used
-    in several places (attention's scores: for the row max, the row sum and the output) with all its uses loading
-    from the one kernel, since materializing a single use saves little; then each use alone."""
-    single = fusion_classes(view, ex, roots)
-    uses: dict[int | None, dict[int, ENode]] = {}
-    for c, load in single.items() if whole_values else ():
-        uses.setdefault(_source_kernel(view, ex, load), {})[c] = load
-    return [g for g in uses.values() if len(g) > 1] + [{c: load} for c, load in single.items()]
-
-
-def _kernel_classes(view: EGraphView, ex: Overridden, sink: int) -> set[int]:
-    """The e-classes one kernel is made of under the current choices (other kernels behind AFTER excluded)."""
-    return {c for c, _ in _reachable(view, ex, [sink], lambda n: _children_in_kernel(view, ex, n))}  # type: ignore[arg-type]
-
-
-def _reaches(view: EGraphView, ex: Overridden, starts: list[int], target: int) -> bool:
-    """Does the chosen program under `starts` (crossing kernels) use e-class `target`?"""
-    return any(c == target for c, _ in _reachable(view, ex, starts))  # type: ignore[arg-type]
-
-
-def choose_fusion_and_schedules(view: EGraphView, ex: Extraction, roots: list[int],
-                                decode: Decode,
-                                model: CostModel | None = None,
-                                max_trials: int = MAX_FUSION_TRIALS) -> tuple[dict[int, ENode], dict[int, KernelSchedule]]:
-    """Fusion decided by the loop-nest estimate: starting from the per-node extraction, each value that is
-    computed inline but could be its own kernel is tried materialized (with every kernel at its best schedule),
-    and kept when the whole program's estimate drops. Returns the fusion choice and the schedules under it."""
-    base = model or cost_model_for("llvm")
-    estimates: dict[UOp, KernelEstimate] = {}   # trials re-rank kernels, mostly into the same loop nests
-
-    def remembered(kernel: UOp) -> KernelEstimate:
-        if kernel not in estimates:
-            estimates[kernel] = base.estimate(kernel)
-        return estimates[kernel]
-
-    est = replace(base, estimate=remembered)
-
-    memo: dict[tuple[int, frozenset[tuple[int, int]]], tuple[KernelSchedule, bool]] = {}   # -> (ranking, full?)
-    first: dict[int, KernelSchedule] = {}   # each kernel's first full ranking
-
-    def evaluate(choice: dict[int, ENode], full: bool) -> tuple[float, dict[int, KernelSchedule]]:
-        """The program's estimate with every kernel at its best schedule; a kernel whose own e-classes keep
-        their choices is not ranked again. Unless `full`, a kernel a trial changed is re-estimated on its
-        first ranking's best TRIAL_SEEDS choices only (a trial is a question of fusion, not of schedule)."""
-        ov = Overridden(ex, choice)
-        scheds: dict[int, KernelSchedule] = {}
-        for sink in kernel_sinks(view, ov, roots):  # type: ignore[arg-type]
-            mine = _kernel_classes(view, ov, sink)
-            key = (sink, frozenset((c, id(n)) for c, n in choice.items() if c in mine))
-            if key not in memo or (full and not memo[key][1]):
-                seeds = None if full or sink not in first else [c.choice for c in first[sink].ranked[:TRIAL_SEEDS]]
-                memo[key] = (_rank(view, ov, sink, decode, est, seeds), seeds is None)  # type: ignore[arg-type]
-                first.setdefault(sink, memo[key][0])
-            scheds[sink] = memo[key][0]
-        return sum(ks.best.estimate.seconds for ks in scheds.values() if ks.ranked), scheds
-
-    choice: dict[int, ENode] = {}
-    best, scheds = evaluate(choice, full=True)
-    for group in fusion_trials(view, ex, roots, base.whole_values)[:max_trials]:
-        trial = {**choice, **group}
-        if any(_reaches(view, Overridden(ex, trial), view.children(load), c)  # its kernel would read itself
-               for c, load in group.items()):
-            continue
-        cost, trial_scheds = evaluate(trial, full=False)
-        if cost < best * (1 - FUSION_MARGIN):
-            choice, best, scheds = trial, cost, trial_scheds
-    if choice:   # the kept trial's kernels, ranked in full
-        best, scheds = evaluate(choice, full=True)
-    return choice, scheds
 
 
 def schedule_report(ks: KernelSchedule, chosen: dict[int, ENode]) -> dict[str, object]:
@@ -448,6 +354,5 @@ def kernel_entry(kernel: Any, schedules: list[dict[str, Any]]) -> dict[str, Any]
     return entry
 
 
-__all__ = ["Candidate", "CostModel", "Estimator", "KernelSchedule", "choose_fusion_and_schedules",
-           "cost_model_for", "describe_schedule", "fusion_classes", "kernel_entry", "kernel_sinks", "schedule_classes",
-           "schedule_report"]
+__all__ = ["Candidate", "CostModel", "Estimator", "KernelSchedule", "Overridden", "cost_model_for", "describe_schedule",
+           "kernel_entry", "kernel_sinks", "rank_kernel", "schedule_classes", "schedule_report"]

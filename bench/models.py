@@ -1,0 +1,206 @@
+"""Real models against PyTorch eager and torch.compile (inductor, CPU), on the same inputs, in one run.
+
+    python bench/models.py [--quick] [--only NAME[,NAME]] [--repeat N] [--no-compile] [--json FILE]
+
+Per model: our optimize time, run time (median of repeated calls, compilation excluded), kernel count and the
+cost model's estimate beside the measured time; PyTorch eager's run time; torch.compile's compile time (its first
+call) and run time. Ratios are peer time / our time: above 1 means we are faster. Every output is checked against
+PyTorch eager's. The dense chain is run at several depths to show how run time and optimize time grow with depth.
+
+Results table to stdout, progress to stderr. Exit status 0, or 1 if any of our results was wrong or failed.
+torch is an optional benchmark extra (`pip install -e '.[models]'`), never a runtime dependency.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import statistics
+import sys
+import time
+import traceback
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from model_defs import DENSE_DEPTHS, Model, suite
+
+
+@dataclass
+class Row:
+    model: str
+    label: str
+    ok: bool = False
+    error: str | None = None
+    max_err: float | None = None
+    optimize_s: float | None = None
+    ours_ms: float | None = None
+    estimate_ms: float | None = None
+    baseline_estimate_ms: float | None = None
+    kernels: int | None = None
+    eager_ms: float | None = None
+    compile_s: float | None = None
+    compiled_ms: float | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def ratio(self, peer: float | None) -> float | None:
+        return None if not self.ok or peer is None or self.ours_ms is None else peer / self.ours_ms
+
+
+def progress(msg: str) -> None:
+    print(f"[models {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def median_ms(fn: Any, repeat: int, budget_s: float = 10.0) -> float:
+    """Median wall time of fn() over `repeat` calls after one warm-up; at least 3 calls, fewer than `repeat` once
+    `budget_s` has gone by."""
+    fn()
+    times: list[float] = []
+    start = time.perf_counter()
+    while len(times) < repeat:
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+        if len(times) >= 3 and time.perf_counter() - start > budget_s:
+            break
+    return statistics.median(times) * 1e3
+
+
+def run_ours(m: Model, x: dict[str, np.ndarray], ref: np.ndarray, row: Row, repeat: int) -> None:
+    from egraph_compiler import Tensor, optimize
+
+    ts = {k: Tensor.empty(*v.shape, dtype="float32", name=k) for k, v in x.items()}
+    t0 = time.perf_counter()
+    prog = optimize(m.ours(**ts), target="llvm")
+    out = prog(**x)
+    row.optimize_s = time.perf_counter() - t0
+    row.kernels = len(prog.kernels)
+    fusion = prog.report.extra.get("fusion", {})
+    row.estimate_ms = fusion.get("chosen_s", math.nan) * 1e3
+    row.baseline_estimate_ms = fusion.get("baseline_s", math.nan) * 1e3
+    row.notes = [n for n in prog.report.notes if "fusion" in n or "roofline" in n]
+    row.max_err = float(np.max(np.abs(np.asarray(out, dtype=np.float64) - ref))) if ref.size else 0.0
+    row.ok = bool(np.allclose(out, ref, rtol=m.rtol, atol=m.atol))
+    row.ours_ms = median_ms(lambda: prog(**x), repeat)
+
+
+def run_torch(m: Model, x: dict[str, np.ndarray], row: Row, repeat: int, compile_too: bool) -> np.ndarray:
+    import torch
+
+    tx = {k: torch.from_numpy(v) for k, v in x.items()}
+    with torch.no_grad():
+        ref = m.torch(**tx).numpy()
+        row.eager_ms = median_ms(lambda: m.torch(**tx), repeat)
+        if compile_too:
+            torch._dynamo.reset()
+            fn = torch.compile(m.torch)
+            t0 = time.perf_counter()
+            out = fn(**tx).numpy()
+            row.compile_s = time.perf_counter() - t0
+            if not np.allclose(out, ref, rtol=m.rtol, atol=m.atol):
+                row.notes.append("torch.compile's output differs from eager's")
+            row.compiled_ms = median_ms(lambda: fn(**tx), repeat)
+    return ref
+
+
+def fmt(v: float | None, spec: str = ".2f") -> str:
+    return "n/a" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, spec)
+
+
+def geomean(xs: list[float]) -> float | None:
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                name = line.split(":", 1)[1].strip()
+                flags = Path("/proc/cpuinfo").read_text()
+                isa = "AVX-512" if " avx512f" in flags else "AVX2" if " avx2" in flags else "SSE"
+                return f"{name} ({isa}, {os.cpu_count()} cores)"
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def table(rows: list[Row]) -> str:
+    head = ("model", "ok", "kern", "opt s", "ours ms", "est ms", "est/meas", "eager ms", "x eager", "compile s",
+            "compiled ms", "x compiled")
+    lines = ["  ".join(head)]
+    for r in rows:
+        est_ratio = None if r.estimate_ms is None or not r.ours_ms else r.estimate_ms / r.ours_ms
+        lines.append("  ".join([
+            r.model, "yes" if r.ok else ("ERR" if r.error else "WRONG"), fmt(r.kernels, "d"), fmt(r.optimize_s),
+            fmt(r.ours_ms, ".3f"), fmt(r.estimate_ms, ".3f"), fmt(est_ratio), fmt(r.eager_ms, ".3f"),
+            fmt(r.ratio(r.eager_ms)), fmt(r.compile_s, ".1f"), fmt(r.compiled_ms, ".3f"), fmt(r.ratio(r.compiled_ms))]))
+    eager = [x for r in rows if (x := r.ratio(r.eager_ms)) is not None]
+    comp = [x for r in rows if (x := r.ratio(r.compiled_ms)) is not None]
+    lines.append(f"geomean: {fmt(geomean(eager))}x PyTorch eager ({len(eager)} models), "
+                 f"{fmt(geomean(comp))}x torch.compile ({len(comp)} models)   (above 1: ours is faster)")
+    chain = sorted((int(r.model.rsplit("_", 1)[1]), r) for r in rows if r.model.startswith("dense_chain_") and r.ok)
+    if len(chain) > 1:
+        lines.append("dense chain, per layer: " + ", ".join(
+            f"depth {d}: run {fmt(r.ours_ms / d, '.4f')} ms, optimize {fmt(r.optimize_s / d, '.3f')} s"
+            for d, r in chain if r.ours_ms is not None and r.optimize_s is not None))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="small sizes of the same models (a smoke run)")
+    ap.add_argument("--only", default="", help="comma-separated model names (prefixes match)")
+    ap.add_argument("--repeat", type=int, default=10)
+    ap.add_argument("--no-compile", action="store_true", help="skip torch.compile (its compiles take minutes)")
+    ap.add_argument("--json", default="", help="write the rows to this file")
+    args = ap.parse_args(argv)
+    try:
+        import torch
+    except ImportError:
+        print("bench/models.py needs PyTorch: pip install -e '.[models]'", file=sys.stderr)
+        return 2
+    models = suite(args.quick)
+    if args.only:
+        wanted = args.only.split(",")
+        models = [m for m in models if any(m.name.startswith(w) for w in wanted)]
+    print(f"CPU: {cpu_name()}; load average {os.getloadavg()[0]:.2f}; torch {torch.__version__} "
+          f"({torch.get_num_threads()} threads); float32; dense chain depths {DENSE_DEPTHS}")
+    rows: list[Row] = []
+    for m in models:
+        row = Row(m.name, m.label)
+        rows.append(row)
+        x = m.inputs()
+        progress(f"{m.name}: torch")
+        try:
+            ref = run_torch(m, x, row, args.repeat, not args.no_compile)
+        except Exception as e:   # a peer's failure is reported, ours is still measured against numpy-free eager
+            row.error = f"torch: {type(e).__name__}: {e}"
+            progress(row.error)
+            continue
+        progress(f"{m.name}: ours")
+        try:
+            run_ours(m, x, ref, row, args.repeat)
+        except Exception as e:
+            row.error = f"{type(e).__name__}: {e}"
+            progress("".join(traceback.format_exception_only(e)).strip())
+        progress(f"{m.name}: ours {fmt(row.ours_ms, '.3f')} ms (estimate {fmt(row.estimate_ms, '.3f')}), eager "
+                 f"{fmt(row.eager_ms, '.3f')} ms, compiled {fmt(row.compiled_ms, '.3f')} ms")
+    print(table(rows))
+    for r in rows:
+        for n in r.notes:
+            print(f"note {r.model}: {n}")
+        if r.error:
+            print(f"error {r.model}: {r.error}")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"cpu": cpu_name(), "rows": [asdict(r) for r in rows]}, indent=2))
+    return 0 if all(r.ok for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,355 @@
+"""Fusion: which intermediates get a buffer of their own, decided by the loop-nest estimate.
+
+Rangeify offers every materialization candidate (tinygrad's realize points: every REDUCE, every CONTIGUOUS,
+every value with several consumers and every value read through a broadcast) in two forms wherever it is
+read: computed inline, or loaded from its own buffer after its own kernel ran. The per-node extraction this
+module starts from computes everything inline (a load from another kernel is not extractable there, except
+from a CONTIGUOUS buffer: CONTIGUOUS is a barrier and has no inline form).
+
+The search starts from the safe baseline, every candidate materialized: no value is ever recomputed once per
+element of another kernel, so its estimate is an upper bound the result never exceeds. It then tries fusions,
+one buffer at a time: the buffer's loads become inline computations and its kernel goes away. A fusion is
+kept when the program's estimate (each changed kernel ranked in full, at its best schedule) drops by more
+than a noise margin of the changed kernels' estimate, so the chosen estimate is never above the baseline's.
+The candidates are the buffers the current program still materializes, tried in order of the traffic they
+would save; the search passes over them until a whole pass keeps nothing, or until its time budget is spent.
+Every decision is recorded for the report.
+
+A kernel's content depends only on its SINK and the buffers it loads (a class with a load from a
+materialized buffer takes it; which buffer wins where a class has several is fixed by their order), so
+rankings are memoized on that pair and a trial re-walks only the kernels that load the fused buffer.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+from egraph_compiler.extract.extractor import Extraction
+from egraph_compiler.extract.loop_cost import KernelEstimate
+from egraph_compiler.extract.schedule import CostModel, Decode, KernelSchedule, Overridden, rank_kernel
+from egraph_compiler.extract.view import EGraphView, ENode
+
+from egraph_compiler.uop import UOp
+
+NOISE = 0.02          # a fusion must save this fraction of the estimate of the kernels it changes
+MAX_PAIRED = 6        # buffers of one kernel tried in pairs (when no single fusion pays)
+SEARCH_TIME = 20.0    # seconds of fusion trials (the baseline and the final ranking are not counted)
+
+
+@dataclass(frozen=True)
+class Offer:
+    """A buffer the e-graph offers: its AFTER class and node, its kernel's SINK class, the class its kernel
+    stores (never loaded from the buffer itself), and every class that can load from it, with the nodes of
+    that load down to the AFTER (the per-node extraction has none there: it computes inline)."""
+
+    name: str
+    after: int
+    after_node: ENode
+    sink: int
+    own: int | None
+    loads: dict[int, tuple[tuple[int, ENode], ...]]
+
+
+def _first(view: EGraphView, c: int, fn: str) -> ENode | None:
+    return next((n for n in view.nodes.get(c, []) if n.fn == fn), None)
+
+
+def _head(view: EGraphView, c: int) -> int | None:
+    """The first element's class of the list class c."""
+    cons = _first(view, c, "UCons")
+    return cons.args[0].id if cons is not None else None
+
+
+def _list(view: EGraphView, c: int) -> list[int]:
+    out: list[int] = []
+    while (cons := _first(view, c, "UCons")) is not None:
+        out.append(cons.args[0].id)
+        c = cons.args[1].id
+    return out
+
+
+def load_path(view: EGraphView, n: ENode) -> tuple[tuple[int, ENode], ...] | None:
+    """For a LOAD(INDEX(AFTER(buffer, kernel), idx)) node: (class, node) from the load down to the AFTER (the
+    load, its source list, the INDEX, the INDEX's list, the AFTER); None for any other node."""
+    if n.fn != "LOAD":
+        return None
+    path = [(n.eclass, n)]
+    for fn in ("UCons", "INDEX", "UCons", "AFTER"):
+        c = path[-1][1].args[0].id if fn != "UCons" and path[-1][1].fn == "UCons" else view.children(path[-1][1])[-1]
+        node = _first(view, c, fn)
+        if node is None:
+            return None
+        path.append((c, node))
+    return tuple(path)
+
+
+def load_source(view: EGraphView, n: ENode) -> int | None:
+    """The AFTER class a LOAD(INDEX(AFTER(buffer, kernel), idx)) node reads from; None for any other node."""
+    path = load_path(view, n)
+    return path[-1][0] if path is not None else None
+
+
+def _stored_value(view: EGraphView, sink: int) -> int | None:
+    """The class a kernel SINK(END(STORE(INDEX, value), ranges)) (or SINK(STORE)) stores."""
+    node = _first(view, sink, "SINK")
+    first = _head(view, view.children(node)[0]) if node is not None else None
+    if first is None:
+        return None
+    end = _first(view, first, "END")
+    store_class = _head(view, view.children(end)[-1]) if end is not None else first
+    store = _first(view, store_class, "STORE") if store_class is not None else None
+    parts = _list(view, view.children(store)[-1]) if store is not None else []
+    return parts[1] if len(parts) > 1 else None
+
+
+def offers(view: EGraphView) -> dict[str, Offer]:
+    """Every buffer some class can load from, by name."""
+    loads: dict[int, dict[int, tuple[tuple[int, ENode], ...]]] = {}
+    for c, nodes in view.nodes.items():
+        for n in nodes:
+            if (path := load_path(view, n)) is not None:
+                loads.setdefault(path[-1][0], {}).setdefault(c, path[:-1])
+    out: dict[str, Offer] = {}
+    for a, ls in loads.items():
+        after = _first(view, a, "AFTER")
+        parts = _list(view, view.children(after)[-1]) if after is not None else []
+        buf = _first(view, parts[0], "BUFFER") if parts else None
+        if after is None or buf is None or len(parts) < 2:
+            continue
+        out[str(buf.args[1])] = Offer(str(buf.args[1]), a, after, parts[1], _stored_value(view, parts[1]), ls)
+    return out
+
+
+@dataclass
+class Decision:
+    buffer: str
+    label: str
+    bytes: int
+    fused: bool
+    saving_s: float     # estimated seconds the fusion saves (negative: it would cost)
+
+    def to_dict(self) -> dict[str, object]:
+        return {"buffer": self.buffer, "tensor": self.label, "bytes": self.bytes,
+                "decision": "fused" if self.fused else "materialized", "saving_s": self.saving_s}
+
+
+@dataclass
+class FusionResult:
+    choice: dict[int, ENode]
+    schedules: dict[int, KernelSchedule]
+    baseline_s: float
+    chosen_s: float
+    decisions: list[Decision] = field(default_factory=list)
+    materialized: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, object]:
+        return {"baseline_s": self.baseline_s, "chosen_s": self.chosen_s, "materialized": self.materialized,
+                "decisions": [d.to_dict() for d in self.decisions], "notes": self.notes}
+
+
+class _Search:
+    def __init__(self, view: EGraphView, ex: Extraction, roots: list[int], decode: Decode, model: CostModel,
+                 candidates: dict[str, tuple[str, int]], barriers: set[str]) -> None:
+        estimates: dict[UOp, KernelEstimate] = {}   # trials re-rank kernels, mostly into the same loop nests
+
+        def remembered(kernel: UOp) -> KernelEstimate:
+            if kernel not in estimates:
+                estimates[kernel] = model.estimate(kernel)
+            return estimates[kernel]
+
+        self.view, self.ex, self.roots, self.decode = view, ex, roots, decode
+        self.model = replace(model, estimate=remembered)
+        self.offers = offers(view)
+        self.order = [n for n in [*sorted(barriers), *candidates] if n in self.offers]   # load preference order
+        self.candidates, self.barriers = candidates, barriers
+        self.name_of_after = {o.after: o.name for o in self.offers.values()}
+        self._choice: tuple[frozenset[str], dict[int, ENode]] | None = None
+        self.rankings: dict[tuple[int, frozenset[str]], KernelSchedule] = {}
+
+    def choice(self, mat: frozenset[str]) -> dict[int, ENode]:
+        """The loads (and their AFTER nodes) that materialize the buffers in `mat` and the barriers."""
+        if self._choice is not None and self._choice[0] == mat:
+            return self._choice[1]
+        ch: dict[int, ENode] = {}
+        for name in self.order:
+            if name in mat or name in self.barriers:
+                o = self.offers[name]
+                ch[o.after] = o.after_node
+                for c, path in o.loads.items():
+                    if c != o.own and c not in ch:
+                        for k, n in path:
+                            ch.setdefault(k, n)
+        self._choice = (mat, ch)
+        return ch
+
+    def loaded(self, sink: int, ch: dict[int, ENode]) -> frozenset[str]:
+        """The buffers the kernel at `sink` loads under `ch` (the walk does not cross into other kernels)."""
+        seen: set[int] = set()
+        loaded: set[str] = set()
+        stack = [sink]
+        while stack:
+            c = stack.pop()
+            if c in seen:
+                continue
+            seen.add(c)
+            if c in self.name_of_after and c in ch:
+                loaded.add(self.name_of_after[c])
+                continue
+            n = ch.get(c) or (self.ex.node(c) if c in self.ex.best else None)
+            if n is not None:
+                stack.extend(self.view.children(n))
+        return frozenset(loaded)
+
+    def program(self, mat: frozenset[str], known: dict[int, frozenset[str]] | None = None,
+                changed: set[str] = frozenset()) -> dict[int, frozenset[str]] | None:  # type: ignore[assignment]
+        """Every kernel of the program under `mat`: SINK class -> buffers it loads; None when the kernels would
+        depend on each other in a cycle. `known`/`changed`: the kernels of a program that materialized
+        `changed` too (only those that loaded one of them are walked again)."""
+        ch = self.choice(mat)
+        kernels: dict[int, frozenset[str]] = {}
+        stack = list(self.roots)
+        while stack:
+            sink = stack.pop()
+            if sink in kernels:
+                continue
+            if known is not None and sink in known and not changed & known[sink]:
+                loaded = known[sink]
+            else:
+                loaded = self.loaded(sink, ch)
+            kernels[sink] = loaded
+            stack.extend(self.offers[b].sink for b in loaded)
+        return None if _cyclic(kernels, self.offers) else kernels
+
+    def rank(self, sink: int, loaded: frozenset[str], mat: frozenset[str]) -> KernelSchedule:
+        """The kernel's schedules ranked in full (a fused REDUCE brings loop nests of its own, such as a GEMM's
+        tensor-core tiles, that no earlier ranking of the kernel had)."""
+        key = (sink, loaded)
+        if key not in self.rankings:
+            self.rankings[key] = rank_kernel(self.view, Overridden(self.ex, self.choice(mat)), sink, self.decode,
+                                             self.model)
+        return self.rankings[key]
+
+    def cost(self, kernels: dict[int, frozenset[str]], mat: frozenset[str]) -> dict[int, float]:
+        out: dict[int, float] = {}
+        for sink, loaded in kernels.items():
+            ks = self.rank(sink, loaded, mat)
+            out[sink] = ks.best.estimate.seconds if ks.ranked else math.inf
+        return out
+
+
+def _cyclic(kernels: dict[int, frozenset[str]], offs: dict[str, Offer]) -> bool:
+    """Do the kernels (SINK class -> buffers loaded) depend on each other in a cycle?"""
+    state: dict[int, int] = {}   # 1: on the path, 2: done
+
+    for start in kernels:
+        if start in state:
+            continue
+        stack: list[tuple[int, list[int]]] = [(start, [offs[b].sink for b in kernels[start]])]
+        state[start] = 1
+        while stack:
+            node, todo = stack[-1]
+            if not todo:
+                state[node] = 2
+                stack.pop()
+                continue
+            nxt = todo.pop()
+            if state.get(nxt) == 1:
+                return True
+            if nxt not in state and nxt in kernels:
+                state[nxt] = 1
+                stack.append((nxt, [offs[b].sink for b in kernels[nxt]]))
+    return False
+
+
+def choose_fusion(view: EGraphView, ex: Extraction, roots: list[int], decode: Decode, model: CostModel,
+                  candidates: dict[str, tuple[str, int]], barriers: set[str] = frozenset(),  # type: ignore[assignment]
+                  time_budget: float = SEARCH_TIME,
+                  progress: Callable[[str], None] | None = None) -> FusionResult:
+    """The materialized buffers and every kernel's schedules, from the baseline by estimated savings.
+
+    candidates: buffer name -> (a label for the report, bytes) for each intermediate that may be fused;
+    barriers: buffers that are never fused (CONTIGUOUS)."""
+    s = _Search(view, ex, roots, decode, model, candidates, barriers)
+    notes: list[str] = []
+    mat = frozenset(n for n in candidates if n in s.offers)
+    kernels = s.program(mat)
+    while kernels is None and mat:   # a cycle through values the e-graph proved equal: drop the newest
+        mat = frozenset(sorted(mat, key=list(candidates).index)[:-1])
+        kernels = s.program(mat)
+        notes.append("a materialization that would make kernels read each other was left out")
+    assert kernels is not None
+    costs = s.cost(kernels, mat)
+    baseline = sum(costs.values())
+    decisions: dict[str, Decision] = {}
+    start = time.perf_counter()
+    budget_hit = False
+
+    def attempt(group: tuple[str, ...]) -> bool:
+        """Fuse every buffer of `group` at once; keep the program if its estimate drops past the margin."""
+        nonlocal mat, kernels, costs
+        trial_mat = mat - set(group)
+        trial = s.program(trial_mat, kernels, set(group))
+        if trial is None:
+            return False
+        trial_costs = {k: costs[k] for k in trial if k in costs and trial[k] == kernels[k]}
+        trial_costs.update(s.cost({k: v for k, v in trial.items() if k not in trial_costs}, trial_mat))
+        before = sum(v for k, v in costs.items() if k not in trial or trial[k] != kernels[k])
+        after = sum(v for k, v in trial_costs.items() if k not in costs or trial[k] != kernels.get(k))
+        saving = before - after
+        keep = math.isfinite(after) and saving > NOISE * before
+        for b in group:
+            decisions[b] = Decision(b, candidates[b][0], candidates[b][1], keep, saving)
+        if progress is not None:
+            progress(f"fusion: {' + '.join(group)} ({', '.join(candidates[b][0] for b in group)}) "
+                     f"{'fused' if keep else 'kept'}: {before * 1e3:.3f} -> {after * 1e3:.3f} ms")
+        if keep:
+            mat, kernels, costs = trial_mat, trial, trial_costs
+        return keep
+
+    def groups(size: int) -> list[tuple[str, ...]]:
+        """Materialized buffers still loaded, alone (size 1) or in pairs loaded by one kernel (size 2: a GEMM's
+        two cast operands only enable tensor cores together), most traffic saved first."""
+        used: dict[str, int] = {}
+        for loaded in kernels.values():
+            for b in loaded:
+                used[b] = used.get(b, 0) + 1
+        weight = {b: candidates[b][1] * (1 + used[b]) for b in used if b in mat}
+        if size == 1:
+            return [(b,) for b in sorted(weight, key=lambda b: -weight[b])]
+        pairs = {tuple(sorted(p)) for loaded in kernels.values()
+                 for p in itertools.combinations(sorted(b for b in loaded if b in weight)[:MAX_PAIRED], 2)}
+        return sorted(pairs, key=lambda p: -sum(weight[b] for b in p))   # type: ignore[return-value]
+
+    size = 1
+    while size <= 2 and not budget_hit:
+        improved = False
+        for group in groups(size):
+            if any(b not in mat or not any(b in v for v in kernels.values()) for b in group):
+                continue
+            if time.perf_counter() - start > time_budget:
+                budget_hit = True
+                break
+            if attempt(group):   # the pass goes on with the new program; the next pass retries the rest
+                improved = True
+                if size > 1:
+                    break
+        size = 1 if improved else size + 1
+    if budget_hit:
+        notes.append(f"the fusion search stopped at its time budget ({time_budget:g} s); the best program found "
+                     "so far is used")
+    chosen = sum(costs.values())   # every kept trial lowered the estimate: never above the baseline
+    choice = s.choice(mat)
+    for b in candidates:
+        if b in s.offers and b not in decisions and b in mat and any(b in v for v in kernels.values()):
+            decisions[b] = Decision(b, candidates[b][0], candidates[b][1], False, math.nan)
+    scheds = {k: s.rank(k, kernels[k], mat) for k in kernels}
+    return FusionResult(choice, scheds, baseline, chosen, list(decisions.values()),
+                        sorted(b for b in mat if any(b in v for v in kernels.values())), notes)
+
+
+__all__ = ["Decision", "FusionResult", "Offer", "choose_fusion", "load_source", "offers"]

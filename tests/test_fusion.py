@@ -1,0 +1,247 @@
+"""Safe fusion: the materialized baseline, the monotone search, costs that count recomputation, limits.
+
+Programs are checked against the tensor-level reference interpreter (`backends.reference.evaluate` on the input
+graph), never against the compiler's own kernels.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+from egraph_compiler.backends.reference import evaluate
+from egraph_compiler.extract.kernel_cost import KernelCost
+from egraph_compiler.extract.schedule import CostModel
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from egraph_compiler import Tensor
+from egraph_compiler.diagnostics import EstimateWarning
+from egraph_compiler.egraph import Limits
+from egraph_compiler.ops import Ops
+from egraph_compiler.optimize import RANGEIFY_STAGE, Facts, check_roofline, kernel_session, materialization_candidates, optimize
+from egraph_compiler.report import Report
+
+
+def E(*shape: int, name: str) -> Tensor:
+    return Tensor.empty(*shape, dtype="float32", name=name)
+
+
+def _inputs(t: Tensor, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {u.arg[0]: rng.standard_normal(u.arg[1]).astype(np.float32)
+            for u in t.uop.toposort() if u.op is Ops.BUFFER and not u.src}
+
+
+def _check(t: Tensor, **kw: float) -> None:
+    prog = optimize(t, target="llvm", **kw)
+    x = _inputs(t)
+    np.testing.assert_allclose(prog(**x), evaluate(t.uop, x), rtol=1e-4, atol=1e-4)
+
+
+def _fusion(prog: object) -> dict:
+    return prog.report.extra["fusion"]  # type: ignore[attr-defined]
+
+
+def dense_chain(depth: int, batch: int = 16, width: int = 32) -> Tensor:
+    x = E(batch, width, name="x")
+    for i in range(depth):
+        x = (x @ E(width, width, name=f"w{i}") + E(width, name=f"b{i}")).relu()
+    return x
+
+
+# ---- the baseline's buffers ----------------------------------------------------------------------------------------
+
+def test_candidates_are_tinygrads_realize_points() -> None:
+    """A REDUCE, a multi-consumer value, a value read through a broadcast and a CONTIGUOUS get buffers; a
+    single-consumer elementwise value read at its own index does not."""
+    x, w = E(8, 16, name="x"), E(16, 4, name="w")
+    h = (x * 2).exp()                      # single consumer, same index: fused into its consumer
+    g = (h + 1).relu()                     # read through the matmul's broadcast: a buffer
+    out = (g @ w).contiguous() + 1
+    cands = materialization_candidates([out.uop])
+    ops = [u.op for u in cands]
+    assert Ops.CONTIGUOUS in ops and Ops.REDUCE in ops
+    assert g.uop in cands
+    assert h.uop not in cands and (x * 2).uop not in cands
+
+
+def test_gelu_before_a_matmul_is_not_recomputed_per_column() -> None:
+    """The MLP pattern: the GELU output is read through the second matmul's broadcast. It is materialized (or
+    the search proved fusing it cheaper), and the result matches the reference."""
+    x, w1, w2 = E(32, 16, name="x"), E(16, 64, name="w1"), E(64, 16, name="w2")
+    t = (x @ w1).gelu() @ w2
+    prog = optimize(t, target="llvm")
+    f = _fusion(prog)
+    gelu = [d for d in f["decisions"] if d["tensor"].startswith("MUL 32x64")]
+    assert gelu and gelu[0]["decision"] == "materialized"
+    x_ = _inputs(t)
+    np.testing.assert_allclose(prog(**x_), evaluate(t.uop, x_), rtol=1e-4, atol=1e-4)
+
+
+def test_contiguous_is_a_barrier() -> None:
+    """A CONTIGUOUS value is always stored and loaded, even where fusing it would be cheaper."""
+    x = E(8, 12, name="x")
+    t = (x * 2).contiguous() + 1
+    prog = optimize(t, target="llvm")
+    assert len(prog.kernels) == 2
+    assert any(prog.buffers[b].kind == "intermediate" for k in prog.kernels for b in k.writes)
+    _check(t)
+
+
+# ---- costs that count recomputation ----------------------------------------------------------------------------------
+
+def test_matmul_body_trip_count() -> None:
+    """A 16x32 @ 32x32 matmul's reduce body runs 16*32*32 = 16,384 times, and each RANGE class's trip count is its
+    bound (a node containing its own class, `r + 0`, says nothing about it)."""
+    t = E(16, 32, name="a") @ E(32, 32, name="b")
+    sess = kernel_session()
+    with sess.scope([RANGEIFY_STAGE], Limits()):
+        sess.add([t.uop])
+        facts = Facts(sess, [t.uop])
+        facts.buffer_for(t.uop, "out", "output")
+        facts.cmds.append(f"(let $k (KernelOf {sess.name_of(t.uop)} (BUFFER \"float32\" \"out\" (ICons 512 (INil)) (UNil))))")
+        sess.run_commands("\n".join(facts.cmds))
+        sess.saturate([RANGEIFY_STAGE], Limits(), Report())
+        view = sess.view()
+        model = KernelCost(view, unextractable=sess.unextractable)
+        def cons(c: int) -> tuple[int, int] | None:
+            n = next((n for n in view.nodes[c] if n.fn == "UCons"), None)
+            return None if n is None else (n.args[0].id, n.args[1].id)
+
+        bodies = []   # kernel-level REDUCEs: REDUCE(body, RANGE...) (a tensor-level REDUCE has no ranges)
+        for ns in view.nodes.values():
+            for n in ns:
+                if n.fn == "REDUCE" and (head := cons(n.args[-1].id)) and (rest := cons(head[1])) \
+                        and rest[0] in model.bounds:
+                    bodies.append(head[0])
+        assert bodies
+        assert {model.trip(b) for b in bodies} == {16 * 32 * 32}
+        for c, bound in model.bounds.items():
+            assert model.trip(c) == bound
+
+
+def test_reduce_class_fusion_changes_the_decoded_program() -> None:
+    """The matmul's REDUCE is a fusion trial like any other: the baseline stores it (2 kernels); the search fuses
+    it into its epilogue (1 kernel). Both programs compute the same values."""
+    t = (E(8, 12, name="x") @ E(12, 6, name="y") + E(6, name="b")).relu()
+    x = _inputs(t)
+    base = optimize(t, target="llvm", search_time=1e-9)
+    fused = optimize(t, target="llvm")
+    assert len(base.kernels) == 2 and len(fused.kernels) == 1
+    assert [d["decision"] for d in _fusion(fused)["decisions"] if d["tensor"].startswith("REDUCE")] == ["fused"]
+    assert any("time budget" in n for n in base.report.notes)
+    np.testing.assert_allclose(base(**x), fused(**x), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(fused(**x), evaluate(t.uop, x), rtol=1e-4, atol=1e-4)
+
+
+def test_dense_chain_estimate_grows_linearly() -> None:
+    """Fused, a chain of dense layers recomputes every earlier layer per output element (x32 a layer); the
+    search keeps the layers apart, so the estimate grows at most linearly with depth."""
+    est = {d: _fusion(optimize(dense_chain(d), target="llvm"))["chosen_s"] for d in (2, 4, 8)}
+    assert est[4] <= 2.5 * est[2]
+    assert est[8] <= 2.5 * est[4]
+
+
+@pytest.mark.parametrize("name", ["softmax", "layernorm"])
+def test_row_reductions_fuse_into_one_kernel(name: str) -> None:
+    """A broadcast reduce hoisted out of the inner loop is cheaper inline than its own kernel with a store and a
+    load: softmax and layernorm come out as one kernel on both CPU targets."""
+    x = E(8, 12, name="x")
+    t = x.softmax(-1) if name == "softmax" else x.layernorm()
+    for target in ("reference", "llvm"):
+        assert len(optimize(t, target=target).kernels) == 1
+    _check(t)
+
+
+# ---- the search ---------------------------------------------------------------------------------------------------
+
+def test_decisions_follow_their_estimates() -> None:
+    """Every kept fusion saved time by the estimate, every refused one did not save enough; the chosen
+    estimate is the baseline's or less, and the report prints both."""
+    q, k, v = (E(2, 16, 8, name=n) for n in "qkv")
+    prog = optimize(q.scaled_dot_product_attention(k, v, is_causal=True), target="llvm")
+    f = _fusion(prog)
+    assert f["chosen_s"] <= f["baseline_s"]
+    for d in f["decisions"]:
+        if d["decision"] == "fused":
+            assert d["saving_s"] > 0
+    text = str(prog.report)
+    assert "fusion: estimate" in text and "baseline" in text
+
+
+def _random_dag(draw: st.DrawFn) -> Tensor:
+    """A random program of matmuls, reductions, broadcasts and elementwise ops over small 2-d tensors."""
+    n = draw(st.sampled_from([4, 8]))
+    m = draw(st.sampled_from([4, 6]))
+    vals = [E(n, m, name="x0")]
+    names = 1
+    for _ in range(draw(st.integers(2, 6))):
+        a = draw(st.sampled_from(vals))
+        kind = draw(st.sampled_from(["matmul", "reduce_bcast", "elementwise", "binary", "relu_bias"]))
+        if kind == "matmul":
+            w = E(a.shape[1], a.shape[1], name=f"w{names}")
+            names += 1
+            out = a @ w
+        elif kind == "reduce_bcast":
+            r = a.max(1, keepdim=True) if draw(st.booleans()) else a.sum(1, keepdim=True)
+            out = a - r
+        elif kind == "elementwise":
+            out = draw(st.sampled_from([lambda t: t.exp() * 0.1, lambda t: t * t, lambda t: t.relu() + 1]))(a)
+        elif kind == "binary":
+            b = draw(st.sampled_from(vals))
+            out = a + b if a.shape == b.shape else a * 2
+        else:
+            out = (a + E(a.shape[1], name=f"b{names}")).relu()
+            names += 1
+        vals.append(out)
+    return vals[-1] if draw(st.booleans()) else vals[-1] + vals[len(vals) // 2]
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_random_dags_are_correct_and_never_above_the_baseline(data: st.DataObject) -> None:
+    t = _random_dag(data.draw)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", EstimateWarning)
+        prog = optimize(t, target="llvm")
+    f = _fusion(prog)
+    assert f["chosen_s"] <= f["baseline_s"] * 1.05
+    x = _inputs(t, seed=1)
+    np.testing.assert_allclose(prog(**x), evaluate(t.uop, x), rtol=1e-4, atol=1e-4)
+
+
+# ---- limits and warnings --------------------------------------------------------------------------------------------
+
+def test_limits_never_fail_a_program() -> None:
+    """Node, iteration, time and search limits at their smallest still give a correct program (the baseline at
+    worst), and the report says a limit was hit."""
+    t = (E(8, 12, name="x").softmax(-1) @ E(12, 6, name="y")).relu()
+    prog = optimize(t, target="llvm", node_limit=1, iter_limit=1, time_limit=1e-6, search_time=1e-9)
+    assert prog.report.limit_hit or prog.report.stop_reason == "saturated"
+    x = _inputs(t)
+    np.testing.assert_allclose(prog(**x), evaluate(t.uop, x), rtol=1e-4, atol=1e-4)
+
+
+def test_deep_chain_optimizes_past_the_node_limit() -> None:
+    """Rangeify (the baseline) is never cut: a chain whose rangeify alone is bigger than node_limit still
+    compiles and is correct."""
+    t = dense_chain(12, batch=4, width=8)
+    _check(t, node_limit=500)
+
+
+def test_estimate_far_above_the_roofline_warns() -> None:
+    t = E(8, 12, name="x") * 2
+    report = Report()
+    model = CostModel(estimate=lambda k: None, roofline=lambda flops, nbytes: 1e-6)  # type: ignore[arg-type,return-value]
+    with pytest.warns(EstimateWarning):
+        check_roofline([t.uop], 1.0, model, report)
+    assert any("roofline" in n for n in report.notes)
+    report = Report()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", EstimateWarning)
+        check_roofline([t.uop], 2e-6, model, report)
+    assert report.extra["roofline"]["flops"] == 96 and not report.notes
+    assert math.isclose(report.extra["roofline"]["bytes"], 2 * 96 * 4)
