@@ -107,9 +107,16 @@ def _distribute(rs: RuleSet) -> None:
                 f"({sp.egg_name} d {' '.join(f'(At {x} idx g)' for x in xs)})", category="elementwise",
                 check="structural")
     for sp in OP_TABLE.values():
-        if sp.category is Category.MARKER:
+        if sp.category is Category.MARKER and sp.op is not Ops.CONTIGUOUS:
             rewrite(rs, f"at-{sp.egg_name.lower()}", f"(At ({sp.egg_name} d x) idx g)", "(At x idx g)",
                     category="marker", check="structural")
+    # CONTIGUOUS is a barrier: its value is computed only in its own kernel (at its own output ranges); every
+    # other read loads its buffer (`materialize`). A scalar one has no buffer and no ranges: it is a plain marker.
+    rule(rs, "at-contiguous-own", ["(= e (At t rs g))", "(= t (CONTIGUOUS d x))", "(= rs (OutRanges t s k))"],
+         ["(union e (At x rs g))"], category="marker", check="structural",
+         doc="a CONTIGUOUS value is computed in its own kernel only")
+    rewrite(rs, "at-contiguous-scalar", "(At (CONTIGUOUS d x) (UNil) g)", "(At x (UNil) g)", category="marker",
+            check="structural", doc="a scalar CONTIGUOUS has no buffer of its own")
 
 
 def _index_helpers(rs: RuleSet) -> None:
