@@ -35,7 +35,7 @@ from egraph_compiler.extract.view import EGraphView, ENode
 
 from egraph_compiler.uop import UOp
 
-NOISE = 0.02          # a fusion must save this fraction of the estimate of the kernels it changes
+NOISE = 0.001         # a fusion must save this fraction of the estimate of the kernels it changes
 MAX_PAIRED = 6        # buffers of one kernel tried in pairs (when no single fusion pays)
 SEARCH_TIME = 20.0    # seconds of fusion trials (the baseline and the final ranking are not counted)
 
