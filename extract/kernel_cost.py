@@ -170,6 +170,11 @@ class KernelCost:
         if base is None:
             cat = OP_TABLE[op].category
             base = 0.0 if cat in (Category.SOURCE, Category.ORDERING, Category.MOVEMENT) else 4.0
+        if n.args and n.args[0] == "index":
+            # index math is priced by its operations alone: weighted by trip counts, `p0*32768 + p1*1024` over the
+            # parts of a split range (32 trips each) looks cheaper than `k*1024` (1024 trips), yet a loop nest that
+            # does not bind those parts must compute them as k // 32 and k % 32
+            return float(base)
         return float(base) * t
 
 

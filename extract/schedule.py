@@ -34,7 +34,8 @@ Estimator = Callable[[UOp], KernelEstimate]
 # starting from and filling `memo` (e-class -> UOp)
 Decode = Callable[[int, Callable[[int], ENode], dict[int, UOp]], UOp]
 MAX_COMBINATIONS = 96
-DESCENT_ROUNDS = 3
+QUICK_COMBINATIONS = 24   # a quick ranking (a fusion trial) enumerates fewer combinations ...
+DESCENT_ROUNDS = 3        # ... and runs one round of coordinate descent, not three
 
 
 class _Either:
@@ -242,8 +243,9 @@ def _choice_dependent(view: EGraphView, ex: Extraction, sink: int, alts: dict[in
 
 
 def rank_kernel(view: EGraphView, ex: Extraction | Overridden, sink: int, decode: Decode,
-                model: CostModel) -> KernelSchedule:
-    """The kernel's schedules ranked by estimate."""
+                model: CostModel, quick: bool = False) -> KernelSchedule:
+    """The kernel's schedules ranked by estimate. `quick` (fusion trials): every combination only up to
+    QUICK_COMBINATIONS, else one round of coordinate descent."""
     classes = [c for c in schedule_classes(view, ex, sink) if all(
         math.isfinite(ex.cost(k)) for n in view.nodes[c] if n.fn in BINDERS for k in view.children(n))]
     alts = {c: [n for n in view.nodes[c] if n.fn in BINDERS] for c in classes}
@@ -288,7 +290,7 @@ def rank_kernel(view: EGraphView, ex: Extraction | Overridden, sink: int, decode
         return evaluated[key]
 
     found: list[Candidate] = []
-    if math.prod(len(a) for a in alts.values()) <= MAX_COMBINATIONS:
+    if math.prod(len(a) for a in alts.values()) <= (QUICK_COMBINATIONS if quick else MAX_COMBINATIONS):
         for pick in itertools.product(*alts.values()):
             if (cand := evaluate(dict(zip(alts, pick)))) is not None:
                 found.append(cand)
@@ -300,7 +302,7 @@ def rank_kernel(view: EGraphView, ex: Extraction | Overridden, sink: int, decode
         order = sorted(alts, key=lambda c: -len(alts[c]))
         for start in ({c: ex.node(c) for c in alts}, plainest):
             current = dict(start)
-            for _ in range(DESCENT_ROUNDS):
+            for _ in range(1 if quick else DESCENT_ROUNDS):
                 before = dict(current)
                 for c, nodes in ((c, alts[c]) for c in order):
                     tried = [cand for n in nodes if (cand := evaluate({**current, c: n})) is not None]
