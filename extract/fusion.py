@@ -36,6 +36,7 @@ from egraph_compiler.extract.view import EGraphView, ENode
 from egraph_compiler.uop import UOp
 
 NOISE = 0.001         # a fusion must save this fraction of the estimate of the kernels it changes
+RECHECK = 0.3        # a trial the quick ranking rejects by less than this fraction is ranked in full
 MAX_PAIRED = 6        # buffers of one kernel tried in pairs (when no single fusion pays)
 SEARCH_TIME = 20.0    # seconds of fusion trials (the baseline and the final ranking are not counted)
 
@@ -299,11 +300,15 @@ def choose_fusion(view: EGraphView, ex: Extraction, roots: list[int], decode: De
         if trial is None:
             return False
         trial_costs = {k: costs[k] for k in trial if k in costs and trial[k] == kernels[k]}
-        trial_costs.update(s.cost({k: v for k, v in trial.items() if k not in trial_costs}, trial_mat, quick=True))
+        changed = {k: v for k, v in trial.items() if k not in trial_costs}
         before = sum(v for k, v in costs.items() if k not in trial or trial[k] != kernels[k])
-        after = sum(v for k, v in trial_costs.items() if k not in costs or trial[k] != kernels.get(k))
-        saving = before - after
-        keep = math.isfinite(after) and saving > NOISE * before
+        for quick in (True, False):   # a near miss on the quick ranking is ranked again in full
+            trial_costs.update(s.cost(changed, trial_mat, quick=quick))
+            after = sum(trial_costs[k] for k in changed)
+            saving = before - after
+            keep = math.isfinite(after) and saving > NOISE * before
+            if keep or not math.isfinite(after) or after > before * (1 + RECHECK):
+                break
         for b in group:
             decisions[b] = Decision(b, candidates[b][0], candidates[b][1], keep, saving)
         if progress is not None:
