@@ -58,7 +58,8 @@ def ours_mlp(x: Any, w1: Any, b1: Any, w2: Any, b2: Any) -> Any:
     return x + ((x @ w1 + b1).gelu() @ w2 + b2)
 
 
-def ours_dense_chain(depth: int) -> Callable[..., Any]:
+def dense_chain_fn(depth: int) -> Callable[..., Any]:
+    """Both APIs agree on every op used here: one function serves our Tensor and torch's."""
     def f(x: Any, **p: Any) -> Any:
         for i in range(depth):
             x = (x @ p[f"w{i}"] + p[f"b{i}"]).relu()
@@ -98,14 +99,6 @@ def torch_mlp(x: Any, w1: Any, b1: Any, w2: Any, b2: Any) -> Any:
     return x + (fn.gelu(x @ w1 + b1, approximate="tanh") @ w2 + b2)
 
 
-def torch_dense_chain(depth: int) -> Callable[..., Any]:
-    def f(x: Any, **p: Any) -> Any:
-        for i in range(depth):
-            x = (x @ p[f"w{i}"] + p[f"b{i}"]).relu()
-        return x
-    return f
-
-
 def torch_resnet_block(x: Any, w1: Any, scale1: Any, shift1: Any, w2: Any, scale2: Any, shift2: Any) -> Any:
     from torch.nn import functional as fn
 
@@ -143,7 +136,7 @@ def dense_chain(depth: int, batch: int = 16, width: int = 32) -> Model:
     for i in range(depth):
         shapes[f"w{i}"], shapes[f"b{i}"] = (width, width), (width,)
     return Model(f"dense_chain_{depth}", f"{depth} x relu(x @ W + b), x {batch}x{width}", shapes,
-                 ours_dense_chain(depth), torch_dense_chain(depth))
+                 dense_chain_fn(depth), dense_chain_fn(depth))
 
 
 def resnet_block(n: int = 4, c: int = 64, hw: int = 56) -> Model:

@@ -160,6 +160,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile (its compiles take minutes)")
     ap.add_argument("--json", default="", help="write the rows to this file")
     args = ap.parse_args(argv)
+    # torch.compile's compile time is measured cold: no FX-graph or kernel cache from an earlier run
+    os.environ.setdefault("TORCHINDUCTOR_FORCE_DISABLE_CACHES", "1")
     try:
         import torch
     except ImportError:

@@ -1,0 +1,49 @@
+"""The model benchmark's models (bench/model_defs.py) at small sizes, through optimize + LLVM.
+
+Each is compared with the tensor-level reference interpreter (no torch needed), and, where torch is installed,
+bench/models.py runs end to end against PyTorch eager on the same inputs. No timing is asserted.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from egraph_compiler.backends.reference import evaluate
+
+from egraph_compiler import Tensor, optimize
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+import model_defs  # noqa: E402
+
+HAVE_TORCH = importlib.util.find_spec("torch") is not None
+
+
+@pytest.mark.parametrize("model", model_defs.suite(quick=True), ids=lambda m: m.name)
+def test_model_matches_the_reference_interpreter(model: model_defs.Model) -> None:
+    x = model.inputs()
+    out = model.ours(**{k: Tensor.empty(*v.shape, dtype="float32", name=k) for k, v in x.items()})
+    prog = optimize(out, target="llvm")
+    np.testing.assert_allclose(prog(**x), evaluate(out.uop, x), rtol=1e-4, atol=1e-4)
+    f = prog.report.extra["fusion"]
+    assert f["chosen_s"] <= f["baseline_s"]
+
+
+@pytest.mark.skipif(not HAVE_TORCH, reason="torch is not installed (pip install -e '.[models]')")
+def test_models_bench_against_torch(tmp_path: Path) -> None:
+    out = tmp_path / "models.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "models.py"), "--quick", "--no-compile", "--repeat",
+                           "2", "--only", "mlp,dense_chain_2", "--json", str(out)],
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["model"] for r in rows] == ["mlp_64x128x256", "dense_chain_2"]
+    for r in rows:
+        assert r["ok"] and r["ours_ms"] is not None and r["eager_ms"] is not None and r["estimate_ms"] is not None
+    assert "geomean" in proc.stdout and "x PyTorch eager" in proc.stdout
