@@ -8,6 +8,7 @@ within that range.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -24,7 +25,7 @@ class DType:
     def __repr__(self) -> str:
         return f"dtypes.{self.name}"
 
-    @property
+    @cached_property
     def np(self) -> np.dtype:
         return np.dtype(self.np_name)
 

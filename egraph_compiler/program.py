@@ -154,6 +154,7 @@ class Program:
     report: Any = None
     single_output: bool = True
     _compiled: list[CompiledKernel] | None = field(default=None, repr=False)
+    _consts: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
     def source(self) -> str:
@@ -196,11 +197,19 @@ class Program:
             raise MissingInput(at=f"input {extra[0]!r}", why=f"the program has no input named {extra[0]!r}",
                                suggestion=f"its inputs are {self.inputs}")
         bufs: dict[str, Any] = {}
+        native = getattr(self.backend, "storage_np", None)
         for name, spec in self.buffers.items():
             if spec.kind == "input":
-                bufs[name] = self.backend.put(spec, coerce_input(name, inputs[name], spec.shape, spec.dtype))
-            elif spec.kind == "const":
-                bufs[name] = self.backend.put(spec, spec.data)
+                v = inputs[name]
+                if (native is not None and type(v) is np.ndarray and v.shape == spec.shape and v.flags.c_contiguous
+                        and spec.dtype is not dtypes.bfloat16 and v.dtype == native(spec.dtype) == spec.dtype.np):
+                    bufs[name] = v.reshape(-1)   # already what the kernels read: no copy, no conversion
+                else:
+                    bufs[name] = self.backend.put(spec, coerce_input(name, v, spec.shape, spec.dtype))
+            elif spec.kind == "const":   # kernels never write constants: placed once per program
+                if name not in self._consts:
+                    self._consts[name] = self.backend.put(spec, spec.data)
+                bufs[name] = self._consts[name]
             else:
                 bufs[name] = self.backend.alloc(spec)
         return bufs
