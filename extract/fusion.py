@@ -167,7 +167,7 @@ class _Search:
         self.model = replace(model, estimate=remembered)
         self.offers = offers(view)
         self.order = [n for n in [*sorted(barriers), *candidates] if n in self.offers]   # load preference order
-        self.candidates, self.barriers = candidates, barriers
+        self.barriers = barriers
         self.name_of_after = {o.after: o.name for o in self.offers.values()}
         self._choice: tuple[frozenset[str], dict[int, ENode]] | None = None
         self.rankings: dict[tuple[int, frozenset[str], bool], KernelSchedule] = {}   # (sink, loads, quick?)
