@@ -19,6 +19,7 @@ import sys
 import time
 import warnings
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +50,15 @@ RANGEIFY_STAGE = Stage("rangeify", rulesets=("rangeify",), max_steps=500, growth
 KERNEL_STAGE = Stage("kernel", rulesets=("symbolic",), analyses=("analysis", "linear"))
 
 
-def stages_for(target: str, nolocals: bool) -> tuple[Stage, ...]:
+def graph_depth(roots: list[UOp]) -> int:
+    """The longest path from an input to an output of the tensor graph (rangeify needs about one step a level)."""
+    depth: dict[UOp, int] = {}
+    for u in toposort(roots):
+        depth[u] = 1 + max((depth[s] for s in u.src), default=0)
+    return max((depth[r] for r in roots), default=0)
+
+
+def stages_for(target: str, nolocals: bool, depth: int = 0) -> tuple[Stage, ...]:
     """Rangeify, then the index math, then schedules with the target's OptOps rules (splitting only after the index
     math settled: splitting first multiplies the terms the symbolic rules work on). The schedule stage runs
     without the back-off scheduler up to 2.5x further: a split is never split again, so its growth is bounded,
@@ -57,7 +66,10 @@ def stages_for(target: str, nolocals: bool) -> tuple[Stage, ...]:
     opt = optops.rulesets_for(target, nolocals)
     schedule = Stage("schedule", rulesets=("symbolic", *opt), analyses=("analysis", "linear"),
                      after_limit_steps=MAX_POSITION + 2, after_limit_rulesets=opt, plain_factor=2.5)
-    return (RANGEIFY_STAGE, KERNEL_STAGE, schedule)
+    # rangeify runs to completion: its step bound is a guard against a rule that never stops, so it grows with the
+    # graph (a 48-layer chain needs 343 steps)
+    rangeify = replace(RANGEIFY_STAGE, max_steps=max(RANGEIFY_STAGE.max_steps or 0, 4 * depth))
+    return (rangeify, KERNEL_STAGE, schedule)
 
 KERNEL_LIMITS = {"node_limit": 10_000, "iter_limit": 10, "time_limit": 10.0, "analysis_steps": 8}
 TENSOR_ONLY = (Ops.STACK, Ops.INDEX, Ops.TUPLE, Ops.GETTUPLE, Ops.PARAM)
@@ -260,7 +272,7 @@ def _build(roots: list[UOp], names: list[str], target: str, backend: Any, tune: 
            alternatives: list[tuple[str, Program]] | None = None, nolocals: bool = False) -> Program:
     t0 = time.perf_counter()
     sess = shared_session("kernel", kernel_session)
-    stages = stages_for(target, nolocals)
+    stages = stages_for(target, nolocals, graph_depth(roots))
     with sess.scope(stages, lim):
         sess.add(roots)
         facts = Facts(sess, roots)

@@ -245,3 +245,14 @@ def test_estimate_far_above_the_roofline_warns() -> None:
         check_roofline([t.uop], 2e-6, model, report)
     assert report.extra["roofline"]["flops"] == 96 and not report.notes
     assert math.isclose(report.extra["roofline"]["bytes"], 2 * 96 * 4)
+
+
+def test_rangeify_step_bound_grows_with_the_graph() -> None:
+    """Rangeify takes about one step per level of the tensor graph (343 for 48 dense layers); its step bound is
+    a guard against a rule that never stops, never a limit on deep models."""
+    from egraph_compiler.optimize import graph_depth, stages_for
+
+    t = dense_chain(120, batch=2, width=4)
+    depth = graph_depth([t.uop])
+    assert depth > 120 * 5
+    assert stages_for("llvm", False, depth)[0].max_steps >= 2 * depth
