@@ -19,7 +19,6 @@ import json
 import math
 import os
 import platform
-import statistics
 import sys
 import time
 import traceback
@@ -30,6 +29,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from measure import time_calls
 from model_defs import DENSE_DEPTHS, Model, suite
 
 
@@ -58,19 +58,10 @@ def progress(msg: str) -> None:
     print(f"[models {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
-def median_ms(fn: Any, repeat: int, budget_s: float = 10.0) -> float:
-    """Median wall time of fn() over `repeat` calls after one warm-up; at least 3 calls, fewer than `repeat` once
-    `budget_s` has gone by."""
-    fn()
-    times: list[float] = []
-    start = time.perf_counter()
-    while len(times) < repeat:
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-        if len(times) >= 3 and time.perf_counter() - start > budget_s:
-            break
-    return statistics.median(times) * 1e3
+def median_ms(fn: Any, repeat: int) -> float:
+    """Median wall time in ms of fn() (bench/measure.py's timing: one warm-up, at least 3 calls, up to `repeat`
+    within 10 s)."""
+    return time_calls(fn, repeat=repeat).median_s * 1e3
 
 
 def run_ours(m: Model, x: dict[str, np.ndarray], ref: np.ndarray, row: Row, repeat: int) -> None:

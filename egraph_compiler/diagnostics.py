@@ -66,7 +66,6 @@ BackendError = _diag("E1602", "BackendError", "A backend failed to compile or ru
 UnsupportedOp = _diag("E1603", "UnsupportedOp", "An operation cannot be lowered or run by this stage or backend.")
 
 
-
 class EstimateWarning(UserWarning):
     """W2002: the chosen program's estimate is far above the graph's roofline (recomputation, or a cost-model
     error): the program runs, but expect it to be slow."""

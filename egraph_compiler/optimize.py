@@ -134,8 +134,7 @@ def materialization_candidates(roots: list[UOp]) -> list[UOp]:
         if u.op in (Ops.BUFFER, Ops.CONST, Ops.DEFINE_VAR, Ops.BINARY) or u in roots or not u.shape or movement(u):
             continue
         mine = users.get(u, [])
-        if (u.op in (Ops.REDUCE, Ops.CONTIGUOUS) or len(set(mine)) > 1 or len(mine) > 1
-                or any(broadcast.get(x, False) for x in mine)):
+        if u.op in (Ops.REDUCE, Ops.CONTIGUOUS) or len(mine) > 1 or any(broadcast.get(x, False) for x in mine):
             out.append(u)
     return out
 

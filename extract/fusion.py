@@ -9,8 +9,9 @@ from a CONTIGUOUS buffer: CONTIGUOUS is a barrier and has no inline form).
 The search starts from the safe baseline, every candidate materialized: no value is ever recomputed once per
 element of another kernel, so its estimate is an upper bound the result never exceeds. It then tries fusions,
 one buffer at a time: the buffer's loads become inline computations and its kernel goes away. A fusion is
-kept when the program's estimate (each changed kernel ranked in full, at its best schedule) drops by more
-than a noise margin of the changed kernels' estimate, so the chosen estimate is never above the baseline's.
+kept when the program's estimate (each changed kernel at its best schedule: ranked quickly, and in full when
+the quick ranking misses by little) drops by more than a noise margin of the changed kernels' estimate, so the
+chosen estimate is never above the baseline's.
 The candidates are the buffers the current program still materializes, tried in order of the traffic they
 would save; the search passes over them until a whole pass keeps nothing, or until its time budget is spent.
 Every decision is recorded for the report.
@@ -29,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from egraph_compiler.extract.extractor import Extraction
+from egraph_compiler.extract.kernel_cost import ulist
 from egraph_compiler.extract.loop_cost import KernelEstimate
 from egraph_compiler.extract.schedule import CostModel, Decode, KernelSchedule, Overridden, rank_kernel
 from egraph_compiler.extract.view import EGraphView, ENode
@@ -38,7 +40,6 @@ from egraph_compiler.uop import UOp
 NOISE = 0.001         # a fusion must save this fraction of the estimate of the kernels it changes
 RECHECK = 0.3        # a trial the quick ranking rejects by less than this fraction is ranked in full
 MAX_PAIRED = 6        # buffers of one kernel tried in pairs (when no single fusion pays)
-SEARCH_TIME = 20.0    # seconds of fusion trials (the baseline and the final ranking are not counted)
 
 
 @dataclass(frozen=True)
@@ -65,14 +66,6 @@ def _head(view: EGraphView, c: int) -> int | None:
     return cons.args[0].id if cons is not None else None
 
 
-def _list(view: EGraphView, c: int) -> list[int]:
-    out: list[int] = []
-    while (cons := _first(view, c, "UCons")) is not None:
-        out.append(cons.args[0].id)
-        c = cons.args[1].id
-    return out
-
-
 def load_path(view: EGraphView, n: ENode) -> tuple[tuple[int, ENode], ...] | None:
     """For a LOAD(INDEX(AFTER(buffer, kernel), idx)) node: (class, node) from the load down to the AFTER (the
     load, its source list, the INDEX, the INDEX's list, the AFTER); None for any other node."""
@@ -88,12 +81,6 @@ def load_path(view: EGraphView, n: ENode) -> tuple[tuple[int, ENode], ...] | Non
     return tuple(path)
 
 
-def load_source(view: EGraphView, n: ENode) -> int | None:
-    """The AFTER class a LOAD(INDEX(AFTER(buffer, kernel), idx)) node reads from; None for any other node."""
-    path = load_path(view, n)
-    return path[-1][0] if path is not None else None
-
-
 def _stored_value(view: EGraphView, sink: int) -> int | None:
     """The class a kernel SINK(END(STORE(INDEX, value), ranges)) (or SINK(STORE)) stores."""
     node = _first(view, sink, "SINK")
@@ -103,7 +90,7 @@ def _stored_value(view: EGraphView, sink: int) -> int | None:
     end = _first(view, first, "END")
     store_class = _head(view, view.children(end)[-1]) if end is not None else first
     store = _first(view, store_class, "STORE") if store_class is not None else None
-    parts = _list(view, view.children(store)[-1]) if store is not None else []
+    parts = ulist(view, view.children(store)[-1]) if store is not None else []
     return parts[1] if len(parts) > 1 else None
 
 
@@ -117,7 +104,7 @@ def offers(view: EGraphView) -> dict[str, Offer]:
     out: dict[str, Offer] = {}
     for a, ls in loads.items():
         after = _first(view, a, "AFTER")
-        parts = _list(view, view.children(after)[-1]) if after is not None else []
+        parts = ulist(view, view.children(after)[-1]) if after is not None else []
         buf = _first(view, parts[0], "BUFFER") if parts else None
         if after is None or buf is None or len(parts) < 2:
             continue
@@ -270,13 +257,13 @@ def _cyclic(kernels: dict[int, frozenset[str]], offs: dict[str, Offer]) -> bool:
 
 
 def choose_fusion(view: EGraphView, ex: Extraction, roots: list[int], decode: Decode, model: CostModel,
-                  candidates: dict[str, tuple[str, int]], barriers: set[str] = frozenset(),  # type: ignore[assignment]
-                  time_budget: float = SEARCH_TIME,
+                  candidates: dict[str, tuple[str, int]], barriers: set[str], time_budget: float,
                   progress: Callable[[str], None] | None = None) -> FusionResult:
     """The materialized buffers and every kernel's schedules, from the baseline by estimated savings.
 
     candidates: buffer name -> (a label for the report, bytes) for each intermediate that may be fused;
-    barriers: buffers that are never fused (CONTIGUOUS)."""
+    barriers: buffers that are never fused (CONTIGUOUS); time_budget: seconds of trials (`Limits.search_time`;
+    the baseline and the final ranking are not counted)."""
     s = _Search(view, ex, roots, decode, model, candidates, barriers)
     notes: list[str] = []
     mat = frozenset(n for n in candidates if n in s.offers)
@@ -362,4 +349,4 @@ def choose_fusion(view: EGraphView, ex: Extraction, roots: list[int], decode: De
                         sorted(b for b in mat if any(b in v for v in kernels.values())), notes)
 
 
-__all__ = ["Decision", "FusionResult", "Offer", "choose_fusion", "load_source", "offers"]
+__all__ = ["Decision", "FusionResult", "Offer", "choose_fusion", "offers"]

@@ -38,7 +38,8 @@ class CPUParams:
     store_extra: float = 1.0            # a store also costs a read-for-ownership
 
 
-def _ulist(view: EGraphView, c: int) -> list[int]:
+def ulist(view: EGraphView, c: int) -> list[int]:
+    """The element classes of the source-list class c (its first UCons chain)."""
     out: list[int] = []
     while True:
         ns = [n for n in view.nodes.get(c, []) if n.fn in ("UCons", "UNil")]
@@ -50,7 +51,7 @@ def _ulist(view: EGraphView, c: int) -> list[int]:
 
 def _buffer_name(view: EGraphView, after: ENode) -> str | None:
     """The name of the buffer an AFTER(buffer, kernel) node orders."""
-    head = _ulist(view, after.args[-1].id)
+    head = ulist(view, after.args[-1].id)
     return next((str(n.args[1]) for n in view.nodes.get(head[0], []) if n.fn == "BUFFER"), None) if head else None
 
 
@@ -89,7 +90,7 @@ def footprints(view: EGraphView, bounds: dict[int, int], unextractable: set[str]
         kids_of[c] = []
         for n in ns:
             if n.fn in ("REDUCE", "END"):
-                bound_by[id(n)] = frozenset(_ulist(view, n.args[-1].id)[1:])
+                bound_by[id(n)] = frozenset(ulist(view, n.args[-1].id)[1:])
             kids = [a.id for a in n.args if isinstance(a, ClassRef)]
             kids_of[c].append(None if c in kids or n.fn in unextractable else kids)
             for k in kids or ():
@@ -156,12 +157,12 @@ class KernelCost:
         if op is Ops.SINK:
             return self.params.kernel_overhead
         if op is Ops.REDUCE:  # the accumulate runs once per iteration of its body
-            body = _ulist(view, n.args[-1].id)
+            body = ulist(view, n.args[-1].id)
             return 2.0 * (self.trip(body[0]) if body else t)
         if op in (Ops.LOAD, Ops.STORE):
             d = to_dtype(n.args[0])
             if op is Ops.STORE:
-                idx = _ulist(view, n.args[-1].id)
+                idx = ulist(view, n.args[-1].id)
                 d = to_dtype(view.nodes[idx[0]][0].args[0]) if idx else d
                 t = max(t, max((self.trip(k) for k in idx), default=1))
             nbytes = max(1, d.itemsize) * (1 + (self.params.store_extra if op is Ops.STORE else 0))
