@@ -9,8 +9,12 @@ from egraph_compiler.diagnostics import InvalidArgument
 TARGETS = ("reference", "llvm", "cuda")
 
 
-def get_backend(target: str) -> Any:
-    """The backend object for a target name (imported lazily: llvmlite/cupy load only when used)."""
+def get_backend(target: str, cpu: str | None = None) -> Any:
+    """The backend object for a target name (imported lazily: llvmlite/cupy load only when used); `cpu` names
+    the CPU the llvm target generates code for (default $EGC_CPU, else the host)."""
+    if cpu is not None and target != "llvm":
+        raise InvalidArgument(at=f"cpu={cpu!r}", why=f"the {target!r} target generates no CPU code",
+                              suggestion="pass cpu= with target='llvm' only")
     if target == "reference":
         from egraph_compiler.backends.reference import ReferenceBackend
 
@@ -18,7 +22,7 @@ def get_backend(target: str) -> Any:
     if target == "llvm":
         from egraph_compiler.backends.llvm import LLVMBackend
 
-        return LLVMBackend()
+        return LLVMBackend(cpu=cpu)
     if target == "cuda":
         from egraph_compiler.backends.cuda import CUDABackend
 

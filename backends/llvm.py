@@ -62,9 +62,14 @@ masked load), under the WHERE conditions that guard its use, or otherwise
 with its index clamped into the buffer; a store not proven in bounds is
 skipped when out of bounds; gated stores branch on their gate.
 
-Floating point is strict by default (no reassociation, no FMA contraction),
-so results match the reference up to summation order; `fast_math=True`
-allows reassociating ADD/MUL reductions and contracting to FMA.
+Floating point keeps the program's order of operations (no reassociation),
+but a product feeding a sum may be contracted to one fused multiply-add that
+rounds once (LLVM's `contract` flag), as clang (`-ffp-contract=on`), nvcc and
+every BLAS do: results match the reference up to summation order and that
+single rounding, and a GEMM runs at twice the rate of separate multiplies and
+adds. `fast_math=True` also allows reassociating ADD/MUL reductions. On an
+AVX-512 host, functions ask for 512-bit vectors (`prefer-vector-width`; LLVM
+defaults to 256 bits there), which the CPU estimate assumes.
 
 Caching: modules are keyed by a hash of the IR text (which holds no buffer or
 range names, so structurally equal kernels share code) plus the options; the
@@ -89,6 +94,7 @@ from typing import Any
 import llvmlite.binding as llvm
 import numpy as np
 
+from egraph_compiler.cpu_target import CPUTarget, cpu_target, host_cpu
 from egraph_compiler.diagnostics import BackendError, InvalidArgument, UnsupportedOp
 from egraph_compiler.dtypes import DType, dtypes
 from egraph_compiler.ops import OP_TABLE, AxisType, Ops
@@ -96,6 +102,7 @@ from egraph_compiler.program import HostBuffers, Kernel, Program, buffer_of
 from egraph_compiler.uop import UOp
 
 UNROLLED = frozenset({AxisType.UPCAST, AxisType.UNROLL})
+MAX_ACC_LANES = 64   # the widest vector of accumulators a REDUCE keeps along one unrolled axis
 AUTO_PARALLEL_MIN_WORK = 1 << 16  # below this many iterations a thread hand-off costs more than it saves
 
 # ---- types and literals --------------------------------------------------------------------------
@@ -269,6 +276,31 @@ class _Item:
     parallel: UOp | None     # the loop split across threads, if any
 
 
+def _coefficient(idx: UOp, r: UOp) -> int | None:
+    """The coefficient of range r in an index that is linear in it (sums, products with constants); 0 where
+    r does not occur; None where it occurs non-linearly (div, mod, ...)."""
+    memo: dict[UOp, int | None] = {}
+
+    def go(u: UOp) -> int | None:
+        if u in memo:
+            return memo[u]
+        if u is r:
+            out: int | None = 1
+        elif u.op is Ops.ADD:
+            a, b = go(u.src[0]), go(u.src[1])
+            out = None if a is None or b is None else a + b
+        elif u.op is Ops.MUL and any(s.op is Ops.CONST for s in u.src):
+            c, x = (u.src[0], u.src[1]) if u.src[0].op is Ops.CONST else (u.src[1], u.src[0])
+            k = go(x)
+            out = None if k is None else k * int(c.arg)
+        else:
+            out = None if any(go(s) != 0 for s in u.src) else 0
+        memo[u] = out
+        return out
+
+    return go(idx)
+
+
 def _items(ast: UOp, deps: dict[UOp, frozenset[UOp]], threads: int, auto_parallel: bool) -> list[_Item]:
     if ast.op is not Ops.SINK:
         raise UnsupportedOp(at=ast.op.name, why="a kernel must be rooted at SINK", suggestion="wrap it in SINK(...)")
@@ -383,6 +415,7 @@ class _Fn:
         self.range_scope: dict[UOp, int] = {}
         self.unroll_pos: dict[UOp, int] = {}
         self.groups: dict[UOp, _Group] = {}  # group REDUCEs read back from the partials at %p
+        self.contiguous: frozenset[UOp] = frozenset()   # unrolled ranges the item's store index has stride 1 in
         self.start_block("entry")
 
     # -- text ---------------------------------------------------------------------------------------
@@ -452,9 +485,16 @@ class _Fn:
         return set(self.range_scope)
 
     # -- unrolled combinations ------------------------------------------------------------------------
+    def axis_order(self, a: UOp) -> tuple[bool, int]:
+        """Copies are laid out in nesting order, but with an unrolled axis along which the item's store is
+        contiguous fastest: neighbours in emission order are what LLVM's SLP vectorizer packs into one vector
+        (accumulator phis, epilogue loads), so a GEMM tile whose column axis is nested outside its row axis
+        still gets full vectors of columns."""
+        return a in self.contiguous, self.unroll_pos[a]
+
     def axes_of(self, vals: Iterable[Val], extra: Iterable[UOp] = ()) -> tuple[UOp, ...]:
         ax = {a for v in vals for a in v.axes} | set(extra)
-        return tuple(sorted(ax, key=lambda a: self.unroll_pos[a]))
+        return tuple(sorted(ax, key=self.axis_order))
 
     @staticmethod
     def combos(axes: tuple[UOp, ...]) -> Iterable[dict[UOp, int]]:
@@ -525,7 +565,11 @@ class _Fn:
                 continue
             if not ready:
                 stack.append((u, True))
-                stack.extend((s, False) for s in self.operands(u) if self.lookup(s) is None)
+                # operands that run a loop go last on the stack, so they are emitted first: what does not need
+                # the loop is computed after it, not held in registers across it (LLVM sinks none of it)
+                todo = [s for s in self.operands(u) if self.lookup(s) is None]
+                stack.extend((s, False) for s in todo if s not in self.kb.loopy)
+                stack.extend((s, False) for s in todo if s in self.kb.loopy)
                 continue
             self.remember(u, self.emit_node(u))
         out = self.lookup(root)
@@ -664,8 +708,8 @@ class _Fn:
         idx_u = _index_of(index)
         size = _buf_size(index)
         safe = _in_bounds(idx_u, size)
+        val = self.emit(value)   # first: the index of the store is computed after any loop inside the value
         idx = self.emit(idx_u) if idx_u is not None else Val((), ("0",))
-        val = self.emit(value)
         gate = self.emit(st.src[2]) if len(st.src) == 3 else None
         axes = self.axes_of([idx, val] + ([gate] if gate is not None else []), unrolled)
         for at in self.combos(axes):
@@ -694,13 +738,22 @@ class _Fn:
         op, body, rngs = u.arg[0], u.src[0], list(u.src[1:])
         if any(_bound(r) == 0 for r in rngs):  # the reference reduces an empty range to 0
             return Val((), (literal(0, u.dtype),))
-        outer = tuple(sorted((r for r in self.kb.deps[u] if r in self.unroll_pos), key=lambda a: self.unroll_pos[a]))
+        outer = tuple(sorted((r for r in self.kb.deps[u] if r in self.unroll_pos), key=self.axis_order))
         at_ty = acc_ty(u.dtype)
+        # copies along the store's contiguous axis accumulate in one vector: the same adds per lane in the same
+        # order, but LLVM's SLP vectorizer no longer has to discover (and sometimes mis-packs) the tile
+        vec = outer[-1] if (outer and outer[-1] in self.contiguous and 2 <= _bound(outer[-1]) <= MAX_ACC_LANES
+                            and u.dtype in (dtypes.float32, dtypes.float64) and op in (Ops.ADD, Ops.MUL)) else None
+        lanes = _bound(vec) if vec is not None else 1
+        rest = outer[:-1] if vec is not None else outer
+        ty = f"<{lanes} x {at_ty}>" if vec is not None else at_ty
+        ident = self.kb.alu.identity(op, u.dtype)
+        init = f"<{', '.join([f'{at_ty} {ident}'] * lanes)}>" if vec is not None else ident
         accs = []
-        for _ in self.combos(outer):
+        for _ in self.combos(rest):
             a = self.tmp()
-            self.allocas.append(f"  {a} = alloca {at_ty}")
-            self.put(f"store {at_ty} {self.kb.alu.identity(op, u.dtype)}, ptr {a}")
+            self.allocas.append(f"  {a} = alloca {ty}")
+            self.put(f"store {ty} {init}, ptr {a}")
             accs.append(a)
         closers = []
         for r in (r for r in rngs if not _is_unrolled(r)):
@@ -709,16 +762,29 @@ class _Fn:
         unr = [r for r in rngs if _is_unrolled(r)]
         self.push("unroll", [(r, Val((r,), tuple(str(k) for k in range(_bound(r))))) for r in unr])
         val = self.emit(body)
-        for a, at in zip(accs, self.combos(outer)):
-            x = self.ins(f"load {at_ty}, ptr {a}")
+        for a, at in zip(accs, self.combos(rest)):
+            x = self.ins(f"load {ty}, ptr {a}")
             for k in self.combos(tuple(unr)):
-                y = self.kb.alu.to_acc(self, self.pick(val, at | k), u.dtype)
-                x = self.kb.alu.accumulate(self, op, u.dtype, x, y)
-            self.put(f"store {at_ty} {x}, ptr {a}")
+                if vec is None:
+                    y = self.kb.alu.to_acc(self, self.pick(val, at | k), u.dtype)
+                else:
+                    y = "poison"
+                    for j in range(lanes):
+                        lane = self.pick(val, at | k | {vec: j})
+                        y = self.ins(f"insertelement {ty} {y}, {at_ty} {lane}, i64 {j}")
+                x = self.kb.alu.accumulate(self, op, u.dtype, x, y, ty)
+            self.put(f"store {ty} {x}, ptr {a}")
         self.pop()
         for close in reversed(closers):
             close()
-        return Val(outer, tuple(self.kb.alu.from_acc(self, self.ins(f"load {at_ty}, ptr {a}"), u.dtype) for a in accs))
+        names = []
+        for a in accs:
+            x = self.ins(f"load {ty}, ptr {a}")
+            if vec is None:
+                names.append(self.kb.alu.from_acc(self, x, u.dtype))
+            else:
+                names += [self.ins(f"extractelement {ty} {x}, i64 {j}") for j in range(lanes)]
+        return Val(outer, tuple(names))
 
     # -- group reduce -------------------------------------------------------------------------------
     def part_ptr(self, base: str, d: DType, g: str) -> str:
@@ -764,6 +830,8 @@ class _Fn:
             lo, hi = ("%start", "%end") if r is item.parallel else ("0", str(_bound(r)))
             closers.append(self.loop(r, lo, hi))
         self.push("unroll", [(r, Val((r,), tuple(str(k) for k in range(_bound(r))))) for r in item.unrolled])
+        idx = _index_of(item.store.src[0])
+        self.contiguous = frozenset(r for r in item.unrolled if idx is not None and _coefficient(idx, r) == 1)
         self.emit_store(item.store, item.unrolled)
         self.pop()
         for close in reversed(closers):
@@ -798,8 +866,9 @@ class _Alu:
         """Bring a float32 result of a bfloat16 op onto the bfloat16 grid."""
         return self.bf16_round(f, x) if d is dtypes.bfloat16 else x
 
-    def fl(self) -> str:
-        return "contract " if self.kb.fast_math else ""
+    @staticmethod
+    def fl() -> str:
+        return "contract "
 
     def to_acc(self, f: _Fn, x: str, d: DType) -> str:
         return f.ins(f"fpext half {x} to float") if d is dtypes.float16 else x
@@ -822,10 +891,11 @@ class _Alu:
             return _fhex(-math.inf, acc_ty(d)) if d.is_float else literal(d.min, d)
         raise UnsupportedOp(at=f"REDUCE {op}", why="reduce ops are ADD, MUL and MAX", suggestion="use one of those")
 
-    def accumulate(self, f: _Fn, op: Ops, d: DType, acc: str, x: str) -> str:
-        ty = acc_ty(d)
+    def accumulate(self, f: _Fn, op: Ops, d: DType, acc: str, x: str, ty: str | None = None) -> str:
+        """acc op x, in the accumulator type (or `ty`, a vector of it: ADD and MUL only)."""
+        ty = ty or acc_ty(d)
         if d.is_float:
-            fm = "reassoc nsz contract " if self.kb.fast_math else ""
+            fm = "reassoc nsz contract " if self.kb.fast_math else "contract "
             if op is Ops.ADD:
                 return f.ins(f"fadd {fm}{ty} {acc}, {x}")
             if op is Ops.MUL:
@@ -868,10 +938,48 @@ class _Alu:
         name = {Ops.TRUNC: "trunc", Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.SQRT: "sqrt"}.get(op)
         if name is None:
             raise UnsupportedOp(at=op.name, why=f"no LLVM lowering for unary {op.name}", suggestion="decompose it first")
+        if op is Ops.EXP2 and ty == "float":   # inline, so that loops around it vectorize
+            return self.fix(f, self.exp2_f32(f, x), d)
         if d is dtypes.float16:  # libm has no half functions: compute in float32, round once
             w = f.ins(f"fpext half {x} to float")
+            if op is Ops.EXP2:
+                return f.ins(f"fptrunc float {self.exp2_f32(f, w)} to half")
             return f.ins(f"fptrunc float {self.call(f, name, 'float', w)} to half")
         return self.fix(f, self.call(f, name, ty, x), d)
+
+    def exp2_f32(self, f: _Fn, x: str) -> str:
+        """2**x in float32 from plain arithmetic (decompositions.exp2's algorithm): libm's exp2f is one scalar
+        call per element, which no vectorizer widens. Round x to q, a degree-8 Taylor polynomial of e**(r ln 2)
+        on the remainder r in [-0.5, 0.5], and two exact power-of-two scalings (subnormals and the 2**128 edge);
+        overflow to inf, underflow to 0, NaN through. About one float32 ulp from the true value."""
+        def c(v: float) -> str:
+            return _fhex(v, "float")
+
+        def clamp_i(v: str, lo: int, hi: int) -> str:
+            v = self.call(f, "smax", "i32", v, str(lo))
+            return self.call(f, "smin", "i32", v, str(hi))
+
+        def pow2(q: str) -> str:
+            e = f.ins(f"shl i32 {f.ins(f'add i32 {clamp_i(q, -126, 127)}, 127')}, 23")
+            return f.ins(f"bitcast i32 {e} to float")
+
+        xc = self.call(f, "minnum", "float", self.call(f, "maxnum", "float", x, c(-151.0)), c(129.0))
+        neg = f.ins(f"fcmp olt float {xc}, {c(0.0)}")
+        half_away = f.ins(f"select i1 {neg}, float {c(-0.5)}, float {c(0.5)}")
+        q = f.ins(f"fptosi float {f.ins(f'fadd float {xc}, {half_away}')} to i32")
+        r = f.ins(f"fsub float {xc}, {f.ins(f'sitofp i32 {q} to float')}")
+        t = f.ins(f"fmul float {r}, {c(math.log(2))}")
+        p = c(1.0 / math.factorial(8))
+        for i in range(7, -1, -1):
+            p = f.ins(f"fadd contract float {f.ins(f'fmul contract float {p}, {t}')}, {c(1.0 / math.factorial(i))}")
+        half = f.ins(f"ashr i32 {q}, 1")
+        y = f.ins(f"fmul float {f.ins(f'fmul float {p}, {pow2(half)}')}, {pow2(f.ins(f'sub i32 {q}, {half}'))}")
+        big = f.ins(f"fcmp oge float {x}, {c(128.0)}")
+        tiny = f.ins(f"fcmp olt float {x}, {c(-150.0)}")
+        y = f.ins(f"select i1 {tiny}, float {c(0.0)}, float {y}")
+        y = f.ins(f"select i1 {big}, float {c(math.inf)}, float {y}")
+        nan = f.ins(f"fcmp uno float {x}, {x}")
+        return f.ins(f"select i1 {nan}, float {x}, float {y}")
 
     def binary(self, f: _Fn, op: Ops, d: DType, a: str, b: str, u: UOp) -> str:
         ty = reg_ty(d)
@@ -1060,12 +1168,16 @@ _BF16_ROUND = """define internal float @bf16_round(float %x) alwaysinline {
 class _Module:
     """Renders one kernel: analysis shared by its item functions, declarations, the module text."""
 
-    def __init__(self, kernel: Kernel, threads: int, fast_math: bool, auto_parallel: bool) -> None:
+    def __init__(self, kernel: Kernel, threads: int, fast_math: bool, auto_parallel: bool, cpu: CPUTarget) -> None:
         ast = kernel.ast
         self.order = ast.toposort()
         self.topo_pos = {u: i for i, u in enumerate(self.order)}
         self.deps = _free_ranges(self.order)
         self.conds = _guards(self.order)
+        self.loopy: set[UOp] = set()   # nodes with a REDUCE under them (their emission runs a loop)
+        for u in self.order:
+            if u.op is Ops.REDUCE or any(s in self.loopy for s in u.src):
+                self.loopy.add(u)
         self.fast_math = fast_math
         self.need_bf16 = False
         self.decls: dict[str, None] = {}
@@ -1110,11 +1222,12 @@ class _Module:
             fn.emit_item(item)
             fns.append(fn.text(params + (", ptr noalias %p" if groups else "")))
             self.signatures.append((f"k{i}", 1 if groups else 0))
-        tm = _target_machine()
+        tm = _target_machine(cpu)
         head = [f'target datalayout = "{tm.target_data}"', f'target triple = "{tm.triple}"', ""]
         tail = list(self.decls) + ([_BF16_ROUND] if self.need_bf16 else [])
-        attrs = (f'attributes #0 = {{ nounwind "target-cpu"="{llvm.get_host_cpu_name()}" '
-                 f'"target-features"="{llvm.get_host_cpu_features().flatten()}" }}')
+        wide = ' "prefer-vector-width"="512"' if cpu.isa == "avx512" else ""
+        feats = f' "target-features"="{cpu.features}"' if cpu.features else ""
+        attrs = f'attributes #0 = {{ nounwind "target-cpu"="{cpu.name}"{feats}{wide} }}'
         self.ir = "\n".join(head + fns + [""] + tail + ["", attrs]) + "\n"
 
     def arg_of(self, name: str) -> str:
@@ -1134,26 +1247,24 @@ class _Module:
 # ---- LLVM toolchain ------------------------------------------------------------------------------------
 
 _LOCK = threading.RLock()
-_TM: Any = None
+_TM: dict[CPUTarget, Any] = {}
 _POOL: ThreadPoolExecutor | None = None
 CACHE_STATS = {"compiles": 0, "hits": 0}
 
 
-def _new_target_machine() -> Any:
+def _new_target_machine(cpu: CPUTarget) -> Any:
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
     target = llvm.Target.from_default_triple()
-    return target.create_target_machine(cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(),
-                                        opt=3, codemodel="jitdefault", jit=True)
+    return target.create_target_machine(cpu=cpu.name, features=cpu.features, opt=3, codemodel="jitdefault", jit=True)
 
 
-def _target_machine() -> Any:
-    """The shared target machine for data layout and the optimizer (never handed to an engine)."""
-    global _TM
+def _target_machine(cpu: CPUTarget) -> Any:
+    """The shared target machine of a CPU, for data layout and the optimizer (never handed to an engine)."""
     with _LOCK:
-        if _TM is None:
-            _TM = _new_target_machine()
-        return _TM
+        if cpu not in _TM:
+            _TM[cpu] = _new_target_machine(cpu)
+        return _TM[cpu]
 
 
 def _pool() -> ThreadPoolExecutor:
@@ -1169,9 +1280,9 @@ def _pool() -> ThreadPoolExecutor:
 SPEED_LEVEL = 1
 
 
-def optimize_ir(ir: str) -> Any:
-    """Parse, verify and optimize IR text for the host; returns the llvmlite module."""
-    tm = _target_machine()
+def optimize_ir(ir: str, cpu: CPUTarget | None = None) -> Any:
+    """Parse, verify and optimize IR text for a CPU (default: the host); returns the llvmlite module."""
+    tm = _target_machine(cpu or host_cpu())
     try:
         mod = llvm.parse_assembly(ir)
         mod.verify()
@@ -1196,15 +1307,15 @@ class _Native:
     optimized_ir: str
 
 
-def _jit(ir: str, signatures: list[tuple[str, int]], n_bufs: int) -> _Native:
+def _jit(ir: str, signatures: list[tuple[str, int]], n_bufs: int, cpu: CPUTarget) -> _Native:
     key = hashlib.sha256(ir.encode()).hexdigest()
     with _LOCK:
         hit = _CACHE.get(key)
         if hit is not None:
             CACHE_STATS["hits"] += 1
             return hit
-        mod = optimize_ir(ir)
-        engine = llvm.create_mcjit_compiler(mod, _new_target_machine())  # the engine owns (and frees) its TM
+        mod = optimize_ir(ir, cpu)
+        engine = llvm.create_mcjit_compiler(mod, _new_target_machine(cpu))  # the engine owns (and frees) its TM
         engine.finalize_object()
         funcs = {}
         for name, extra in signatures:
@@ -1296,17 +1407,21 @@ class LLVMBackend(HostBuffers):
     """Host CPU backend: LLVM IR through llvmlite, optimized for the host CPU, MCJIT, ctypes calls.
 
     threads: slices per parallel range (default os.cpu_count()); fast_math: allow
-    reassociating reductions and FMA contraction; auto_parallel: split the
-    outermost loop of big, safely splittable nests even without a THREAD range.
+    reassociating reductions; auto_parallel: split the outermost loop of big,
+    safely splittable nests even without a THREAD range; cpu: the CPU to
+    generate code for (an LLVM x86 CPU name such as "haswell"; default $EGC_CPU,
+    else the host), which must be runnable here.
     """
 
     name = "llvm"
     native_storage = True
 
-    def __init__(self, threads: int | None = None, fast_math: bool = False, auto_parallel: bool = True) -> None:
+    def __init__(self, threads: int | None = None, fast_math: bool = False, auto_parallel: bool = True,
+                 cpu: str | None = None) -> None:
         self.threads = threads if threads is not None else (os.cpu_count() or 1)
         self.fast_math = fast_math
         self.auto_parallel = auto_parallel
+        self.cpu = cpu_target(cpu)
 
     @staticmethod
     def addresses(bufs: dict[str, np.ndarray]) -> dict[str, int]:
@@ -1314,7 +1429,7 @@ class LLVMBackend(HostBuffers):
         return {name: _address(a) for name, a in bufs.items()}
 
     def _module(self, kernel: Kernel) -> _Module:
-        return _Module(kernel, self.threads, self.fast_math, self.auto_parallel)
+        return _Module(kernel, self.threads, self.fast_math, self.auto_parallel, self.cpu)
 
     def render(self, kernel: Kernel, program: Program | None = None) -> str:
         """The kernel's LLVM IR before optimization, with a header naming the arguments."""
@@ -1332,11 +1447,16 @@ class LLVMBackend(HostBuffers):
     def optimized_ir(self, kernel: Kernel, program: Program | None = None) -> str:
         """The optimized IR (to see what was vectorized)."""
         m = self._module(kernel)
-        return _jit(m.ir, m.signatures, len(m.buffers)).optimized_ir
+        return _jit(m.ir, m.signatures, len(m.buffers), self.cpu).optimized_ir
+
+    def assembly(self, kernel: Kernel, program: Program | None = None) -> str:
+        """The machine code for this backend's CPU, as assembly text (to see which vector registers it uses)."""
+        m = self._module(kernel)
+        return _target_machine(self.cpu).emit_assembly(optimize_ir(m.ir, self.cpu))
 
     def compile(self, kernel: Kernel, program: Program | None = None) -> LLVMCompiled:
         m = self._module(kernel)
-        native = _jit(m.ir, m.signatures, len(m.buffers))
+        native = _jit(m.ir, m.signatures, len(m.buffers), self.cpu)
         checks = [(b.arg[0], _np_storage(b.dtype), math.prod(b.arg[1])) for b in m.buffers]
         if program is not None:  # the program's spec is the authority on a buffer's dtype
             checks = [(n, self.storage_np(program.buffers[n].dtype) if n in program.buffers else dt, s)

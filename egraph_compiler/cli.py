@@ -91,7 +91,7 @@ def _compile(graph: FrontendGraph, args: argparse.Namespace) -> Any:
     prog_line = _progress(args)
     try:
         program = _optimize_fn()(graph, args.target, progress=prog_line, tune=args.tune, nolocals=args.nolocals,
-                                 **_limits(args))
+                                 cpu=args.cpu, **_limits(args))
     finally:
         if prog_line is not None:
             prog_line.close()
@@ -359,6 +359,9 @@ def build_parser() -> argparse.ArgumentParser:
     compile_opts.add_argument("--tune", action="store_true",
                               help="time the best few schedules of each kernel on this machine and keep the fastest "
                                    "(cached on disk)")
+    compile_opts.add_argument("--cpu", metavar="NAME",
+                              help="llvm target: the x86 CPU to generate code for, an LLVM CPU name such as haswell "
+                                   "(AVX2) or skylake-avx512 (default: $EGC_CPU, else this host)")
     compile_opts.add_argument("--nolocals", action="store_true",
                               help="the Nolocals OptOp: no schedule with workgroup dims (LOCAL, GROUP_REDUCE "
                                    "threads, tensor cores)")

@@ -143,7 +143,7 @@ def materialization_candidates(roots: list[UOp]) -> list[UOp]:
 
 def optimize(graph: Any, target: str = "llvm", *, node_limit: int | None = None, iter_limit: int | None = None,
              time_limit: float | None = None, search_time: float | None = None, tune: bool = False,
-             nolocals: bool = False,
+             nolocals: bool = False, cpu: str | None = None,
              progress: Callable[[IterationStats], None] | None = None,
              alternatives: list[tuple[str, Program]] | None = None) -> Program:
     """Optimize a tensor program for `target` ("llvm", "cuda" or "reference"); returns a runnable Program.
@@ -153,6 +153,8 @@ def optimize(graph: Any, target: str = "llvm", *, node_limit: int | None = None,
     worst the baseline, every candidate materialized) and says so in the report.
     tune: time the cost model's best schedules on this machine and keep the fastest (cached on disk).
     nolocals: the Nolocals OptOp: explore no schedule with workgroup dims (LOCAL, GROUP_REDUCE threads, TC).
+    cpu: target "llvm" only: the x86 CPU to generate code for and price schedules on, as an LLVM CPU name
+    ("haswell" for AVX2, "skylake-avx512", "znver4"); default $EGC_CPU, else the host. It must run here.
     alternatives: a list to receive (schedule, Program) for every ranked schedule of every kernel (the
     other kernels at their chosen schedule), best first per kernel: for inspection and testing."""
     collecting = gc.isenabled()
@@ -160,15 +162,16 @@ def optimize(graph: Any, target: str = "llvm", *, node_limit: int | None = None,
     try:
         limits = {"node_limit": node_limit, "iter_limit": iter_limit, "time_limit": time_limit,
                   "search_time": search_time}
-        return _optimize(graph, target, limits, tune, nolocals, progress, alternatives)
+        return _optimize(graph, target, limits, tune, nolocals, progress, alternatives, cpu)
     finally:
         if collecting:
             gc.enable()
 
 
 def _optimize(graph: Any, target: str, limits: dict[str, float | None], tune: bool, nolocals: bool,
-              progress: Callable[[IterationStats], None] | None, alternatives: list[tuple[str, Program]] | None) -> Program:
-    backend = get_backend(target)
+              progress: Callable[[IterationStats], None] | None, alternatives: list[tuple[str, Program]] | None,
+              cpu: str | None = None) -> Program:
+    backend = get_backend(target, cpu)
     roots, names, single = output_roots(graph)
     # an output that is an input tensor still needs its own buffer (and kernel): a copy
     roots = [UOp(Ops.CONTIGUOUS, r.dtype, (r,)) if r.op is Ops.BUFFER else r for r in _inline(roots)]
@@ -318,7 +321,8 @@ def _build(roots: list[UOp], names: list[str], target: str, backend: Any, tune: 
                             suggestion="raise iter_limit/node_limit/time_limit, or report the graph as a bug")
     # a limit may have left index math the rules simplify when it is alone: finish it per expression
     late: Callable[[UOp], UOp] = LateSimplifier(sess) if report.limit_hit else (lambda a: a)
-    cost_model = cost_model_for(target)
+    cost_model = cost_model_for(target, backend.cpu if target == "llvm" else None)
+    report.extra["machine"] = cost_model.machine
     fused = choose_fusion(
         view, ex, list(root_classes.values()),
         lambda c, choose, memo: late(Decoder(view, choose, reg, rkey=_range_key, own_kernel=True, memo=memo).decode(c)),
@@ -337,7 +341,8 @@ def _build(roots: list[UOp], names: list[str], target: str, backend: Any, tune: 
     report.add_phase("schedule", time.perf_counter() - t2)
     if tune and backend.name != "reference":
         t3 = time.perf_counter()
-        chosen = tune_schedules(schedules, chosen, target, assemble, report,
+        machine = f"{target}:{backend.cpu.name}" if target == "llvm" else target   # timings are per CPU
+        chosen = tune_schedules(schedules, chosen, machine, assemble, report,
                                 None if progress is None else lambda msg: print(msg, file=sys.stderr))
         report.add_phase("tune", time.perf_counter() - t3)
     t2 = time.perf_counter()

@@ -5,17 +5,28 @@ operation runs and whether it runs on vectors, which a per-e-node cost cannot
 see: the cost of a load depends on the loops around it. So a candidate kernel
 is decoded to UOps and estimated here as a whole (seed 001 §11):
 
-    time = max(compute cycles / (clock x cores used), compulsory bytes / bandwidth) + loop overhead + launch
+    time = max(compute cycles / (clock x cores used), cache and memory traffic / bandwidth) + loop overhead
+           + launch
 
 Compute: each operation runs once per iteration of the loops enclosing the
 deepest loop it depends on (LLVM hoists the rest), times one copy per
 combination of the UPCAST/UNROLL ranges it depends on. Copies pack into SIMD
 vectors when the operation is arithmetic or a contiguous load; the innermost
 plain loop is vectorized by LLVM when it is contiguous and not a strict-FP
-reduction. Strided loads that miss the cache pay per access. A REDUCE keeps
-one accumulator per copy: more vector accumulators than registers spill.
-The outermost loop runs on every core when it is big enough (the backend's
-auto-parallel rule), a THREAD range always.
+reduction. A float sum of products is one fused multiply-add per copy (the
+backend contracts them). A REDUCE keeps one accumulator per copy: more vector
+accumulators than registers spill. The outermost loop runs on every core when
+it is big enough (the backend's auto-parallel rule), a THREAD range always.
+
+Traffic: every load's cache misses are counted per level (L1 and L2 of one
+core) by reuse distance over the loop nest. Going outwards from the loop the
+load runs in, a loop the load depends on touches new lines every iteration,
+and a loop it does not depend on re-touches the same lines, which hit when
+one iteration's whole footprint (the lines every load of the nest touches
+inside it) fits the cache; once a whole loop's footprint fits, each line is
+missed once. So a GEMM whose B panel stays in L2 while the rows of A go by
+is priced by its panel, and the same GEMM with the loops the other way
+round re-reads all of B for every row block.
 """
 
 from __future__ import annotations
@@ -25,6 +36,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from functools import cache, lru_cache
 
+from egraph_compiler.cpu_target import CPUTarget, host_cpu
 from egraph_compiler.ops import AxisType, Ops
 from egraph_compiler.program import buffer_of, value_nodes
 from egraph_compiler.uop import UOp
@@ -33,15 +45,19 @@ UNROLLED = (AxisType.UPCAST, AxisType.UNROLL)
 # cycles per scalar operation (throughput on a modern x86 core); anything else costs DEFAULT_OP
 OP_CYCLES = {Ops.ADD: 0.5, Ops.MUL: 0.5, Ops.MAX: 0.5, Ops.CMPLT: 0.5, Ops.CMPNE: 0.5, Ops.WHERE: 0.5,
              Ops.AND: 0.5, Ops.OR: 0.5, Ops.XOR: 0.5, Ops.CAST: 1.0, Ops.IDIV: 20.0, Ops.MOD: 20.0,
-             Ops.RECIP: 4.0, Ops.SQRT: 6.0, Ops.EXP2: 10.0, Ops.LOG2: 10.0, Ops.SIN: 20.0,
+             Ops.RECIP: 4.0, Ops.SQRT: 6.0, Ops.EXP2: 14.0, Ops.LOG2: 10.0, Ops.SIN: 20.0,
              Ops.LOAD: 0.5, Ops.STORE: 1.0}
 FREE = (Ops.CONST, Ops.RANGE, Ops.DEFINE_VAR, Ops.BUFFER, Ops.INDEX, Ops.AFTER, Ops.END, Ops.SINK, Ops.REDUCE,
         Ops.VECTORIZE, Ops.GEP)
 DEFAULT_OP = 1.0
-# math calls stay one scalar call per element: neither the loop nor the SLP vectorizer widens them here
-SCALAR_MATH = (Ops.EXP2, Ops.LOG2, Ops.SIN)
+# math calls stay one scalar call per element: neither the loop nor the SLP vectorizer widens them here. EXP2 is
+# not one: the backend renders it inline (about 28 vector instructions), and it vectorizes like arithmetic
+SCALAR_MATH = (Ops.LOG2, Ops.SIN)
 GATE_CYCLES = 2.0          # the branch (or select) around a gated load
-MISS_CYCLES = 8.0          # a load that leaves the cache line every access and whose buffer is out of cache
+LINE = 64                  # bytes in a cache line
+# the share of a cache a loop nest's footprint may fill before it counts as not fitting (associativity and the
+# data the model does not see: stores, the stack, other buffers' partial lines)
+CACHE_FILL = {1: 0.5, 2: 0.75}
 ADD_LATENCY = 4.0          # cycles before a dependent add can start
 SPILL_CYCLES = 4.0         # reload + spill of one accumulator vector per iteration
 LOOP_VECTOR_INTERLEAVE = 2  # LLVM interleaves a vectorized loop: two vectors in flight per iteration
@@ -60,21 +76,32 @@ class CPUMachine:
     ghz: float = 3.0
     mem_gbps: float = 12.0         # DRAM streaming bandwidth of one core (overridable: EGC_MEM_GBPS)
     mem_gbps_all: float = 20.0     # ... of all cores together (EGC_MEM_GBPS_ALL)
-    cache_bytes: int = 1 << 20     # per-core cache a tile must fit in
+    l1_bytes: int = 32 << 10       # data cache of one core, per level (sysfs)
+    l2_bytes: int = 1 << 20
+    l2_bytes_per_cycle: float = 32.0   # sustained L2 -> L1 fill rate of one core
     launch_us: float = 5.0         # thread-pool hand-off and call overhead per kernel
+    cpu: str = "generic"           # the CPU code is generated for (CPUTarget.describe)
+
+    @staticmethod
+    def host() -> CPUMachine:
+        return CPUMachine.for_cpu(host_cpu())
 
     @staticmethod
     @cache
-    def host() -> CPUMachine:
-        import llvmlite.binding as llvm
-
-        llvm.initialize_native_target()
-        feats = llvm.get_host_cpu_features()
-        avx512 = bool(feats.get("avx512f", False))
-        simd = 64 if avx512 else 32 if feats.get("avx2", False) or feats.get("avx", False) else 16
-        return CPUMachine(cores=os.cpu_count() or 1, simd_bytes=simd, vector_regs=32 if avx512 else 16,
+    def for_cpu(cpu: CPUTarget) -> CPUMachine:
+        """The machine model of code generated for `cpu` and run on this host: the CPU's vector width and
+        registers, the host's cores and caches (sysfs), bandwidth from a config."""
+        caches = _sysfs_caches()
+        return CPUMachine(cores=os.cpu_count() or 1, simd_bytes=cpu.simd_bytes, vector_regs=cpu.vector_regs,
                           mem_gbps=float(os.environ.get("EGC_MEM_GBPS", CPUMachine.mem_gbps)),
-                          mem_gbps_all=float(os.environ.get("EGC_MEM_GBPS_ALL", CPUMachine.mem_gbps_all)))
+                          mem_gbps_all=float(os.environ.get("EGC_MEM_GBPS_ALL", CPUMachine.mem_gbps_all)),
+                          l1_bytes=caches.get(1, CPUMachine.l1_bytes), l2_bytes=caches.get(2, CPUMachine.l2_bytes),
+                          cpu=cpu.describe())
+
+    def describe(self) -> str:
+        return (f"{self.cpu}: {self.cores} cores, {self.simd_bytes * 8}-bit vectors x {self.vector_regs}, "
+                f"L1 {self.l1_bytes >> 10} KiB, L2 {self.l2_bytes >> 10} KiB, {self.ghz:g} GHz, "
+                f"memory {self.mem_gbps:g} GB/s per core, {self.mem_gbps_all:g} GB/s all")
 
     def lanes(self, itemsize: int) -> int:
         return max(1, self.simd_bytes // max(1, itemsize))
@@ -82,8 +109,39 @@ class CPUMachine:
     def roofline(self, flops: float, nbytes: float) -> float:
         """The least time a program with this much float32 work and compulsory traffic takes here: every core
         issuing two FMA vectors a cycle, or all cores streaming memory, plus one launch."""
-        peak = self.cores * self.ghz * 1e9 * self.lanes(4) * 4
-        return max(flops / peak, nbytes / (self.mem_gbps_all * 1e9)) + self.launch_us * 1e-6
+        return max(flops / self.peak_flops(), nbytes / (self.mem_gbps_all * 1e9)) + self.launch_us * 1e-6
+
+    def peak_flops(self, itemsize: int = 4) -> float:
+        """FLOP/s with every core issuing two FMA vectors (four flops a lane) a cycle."""
+        return self.cores * self.ghz * 1e9 * self.lanes(itemsize) * 4
+
+
+def _sysfs_caches() -> dict[int, int]:
+    """Data (or unified) cache size per level of cpu0, from sysfs; {} where there is none (not Linux)."""
+    out: dict[int, int] = {}
+    base = "/sys/devices/system/cpu/cpu0/cache"
+    try:
+        entries = os.listdir(base)
+    except OSError:
+        return out
+    for e in entries:
+        try:
+            with open(f"{base}/{e}/level") as f:
+                level = int(f.read())
+            with open(f"{base}/{e}/type") as f:
+                kind = f.read().strip()
+            with open(f"{base}/{e}/size") as f:
+                text = f.read().strip()
+        except (OSError, ValueError):
+            continue
+        if kind == "Instruction" or not text:
+            continue
+        mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1].upper(), 1)
+        try:
+            out[level] = int(text.rstrip("KMGkmg")) * mult
+        except ValueError:
+            continue
+    return out
 
 
 @dataclass
@@ -94,6 +152,8 @@ class KernelEstimate:
     overhead_s: float = 0.0
     cycles: float = 0.0
     bytes: int = 0
+    l1_misses: float = 0.0     # cache lines one core fills into L1, and into L2 (the cache model above)
+    l2_misses: float = 0.0
     parallel: int = 1
     spills: bool = False
     notes: list[str] = field(default_factory=list)
@@ -144,6 +204,7 @@ class _Walk:
         self.group_parallel = 1
         self.scalar_depth = 0   # inside a nested REDUCE with unrolled accumulators: copies are not packed
         self.ranges: dict[UOp, frozenset[UOp]] = {}
+        self.loads: list[tuple[UOp, tuple[UOp, ...], int]] = []   # (LOAD, its loops, how many it runs inside)
 
     def deps(self, u: UOp) -> frozenset[UOp]:
         """Ranges u depends on (a REDUCE's own ranges are bound inside it)."""
@@ -216,13 +277,8 @@ class _Walk:
             width = max(runs, default=lanes)   # one vector per contiguous run; other copies are more loads
             if gated:  # a branch around every copy: neither vectorized nor cheap
                 per += GATE_CYCLES
-            inner = loops[depth - 1] if depth else None
-            if lin is not None and inner is not None and u.op is Ops.LOAD:
-                s = stride(lin, inner)
-                b = buffer_of(idx)
-                big = b is not None and b.arg[1][0] * itemsize > self.m.cache_bytes
-                if big and (s is None or abs(s) * itemsize >= 64):
-                    per += MISS_CYCLES / max(1, min(copies, 64 // itemsize) if vectorizes else 1)
+            if u.op is Ops.LOAD:
+                self.loads.append((u, tuple(loops), depth))
         auto = vector_loop and depth == len(loops) and depth > 0 and copies == 1
         if copies > 1 and vectorizes and not scalar:
             cost = math.ceil(copies / width) * per
@@ -254,9 +310,11 @@ class _Walk:
         self.visit(u.src[0], inner_loops, inner_trips, unrolled | {r for r in own if _unrolled(r)},
                    vector_loop=False, in_reduce=True)
         self.scalar_depth -= scalar
-        # the accumulating adds: one per accumulator vector and own unrolled copy, but each accumulator's adds
-        # form a dependency chain, so few accumulators wait on the add latency
-        self.cycles += inner_trips[-1] * max(vectors * chain * 0.5, chain * ADD_LATENCY)
+        # the accumulating adds: one per accumulator vector and own unrolled copy (none for a float sum of products:
+        # the backend contracts each product and its add into one FMA, already charged as the product), but each
+        # accumulator's adds form a dependency chain, so few accumulators wait on the add latency
+        fma = u.dtype.is_float and u.arg[0] is Ops.ADD and u.src[0].op is Ops.MUL
+        self.cycles += inner_trips[-1] * max(0.0 if fma else vectors * chain * 0.5, chain * ADD_LATENCY)
         if vectors > self.m.vector_regs // 2:   # with operands needing the other half: accumulators spill
             self.spills = True
             self.cycles += inner_trips[-1] * vectors * SPILL_CYCLES
@@ -268,12 +326,78 @@ class _Walk:
             self.cycles += self.m.launch_us * 1e-6 * self.m.ghz * 1e9
 
 
+def _lines(load: UOp, inside: frozenset[UOp], deps: frozenset[UOp], bound: dict[UOp, int]) -> float:
+    """Cache lines one run of the ranges `inside` touches through `load`: its contiguous run (the ranges whose
+    strides chain up from 1) in whole lines, times the other ranges' bounds; at most the whole buffer."""
+    idx = load.src[0]
+    lin = idx.src[1] if idx.op is Ops.INDEX and len(idx.src) > 1 else None
+    isz = max(1, load.dtype.itemsize)
+    rs = [r for r in deps if r in inside]
+    elems = math.prod(bound.get(r, _bound(r)) for r in rs)
+    strides = {r: abs(s) for r in rs if lin is not None and (s := stride(lin, r))}
+    run, grew = 1, True
+    while grew:  # extend the contiguous run while a range steps by exactly its length
+        grew = False
+        for r, s in strides.items():
+            if s == run and bound.get(r, _bound(r)) > 1:
+                run *= bound.get(r, _bound(r))
+                grew = True
+                del strides[r]
+                break
+    if run > 1:
+        lines = elems / run * math.ceil(run * isz / LINE)
+    else:
+        step = min(strides.values(), default=LINE)
+        lines = elems * min(1.0, step * isz / LINE) if rs else 1.0
+    b = buffer_of(idx)
+    whole = b.arg[1][0] * isz / LINE + 1 if b is not None and b.op is Ops.BUFFER else math.inf
+    return max(1.0, min(lines, whole))
+
+
+def _misses(w: _Walk, loads: list[tuple[UOp, tuple[UOp, ...], int]], capacity: float,
+            bound: dict[UOp, int]) -> float:
+    """Lines the loads of one loop nest item miss in a cache of `capacity` bytes (the reuse-distance model in the
+    module docstring), one core's share when `bound` narrows the parallel loop."""
+    foot: dict[tuple[UOp, ...], float] = {}
+
+    def inside(loops: tuple[UOp, ...], level: int, d: frozenset[UOp]) -> frozenset[UOp]:
+        return frozenset(loops[level:]) | frozenset(r for r in d if _unrolled(r))
+
+    def footprint(prefix: tuple[UOp, ...]) -> float:
+        """Bytes every load inside the loops `prefix` touches in one run of what is inside them."""
+        if prefix not in foot:
+            n = len(prefix)
+            foot[prefix] = LINE * sum(_lines(y, inside(ly, n, w.deps(y)), w.deps(y), bound)
+                                      for y, ly, dy in loads if ly[:n] == prefix and dy >= n)
+        return foot[prefix]
+
+    total = 0.0
+    for x, lx, d in loads:
+        deps = w.deps(x)
+        misses = _lines(x, inside(lx, d, deps), deps, bound)
+        for level in range(d - 1, -1, -1):
+            r = lx[level]
+            if footprint(lx[:level]) <= capacity:
+                misses = _lines(x, inside(lx, level, deps), deps, bound)
+            elif r in deps:
+                idx = x.src[0]
+                lin = idx.src[1] if idx.op is Ops.INDEX and len(idx.src) > 1 else None
+                s = stride(lin, r) if lin is not None else None
+                share = 1.0 if s is None else min(1.0, abs(s) * max(1, x.dtype.itemsize) / LINE)
+                misses = max(misses, misses * bound.get(r, _bound(r)) * share)
+            elif footprint(lx[:level + 1]) > capacity:
+                misses *= bound.get(r, _bound(r))
+        total += misses
+    return total
+
+
 def estimate(kernel: UOp, m: CPUMachine | None = None) -> KernelEstimate:
     """Estimate a kernel AST (SINK of END-wrapped STOREs over bound ranges)."""
     m = m or CPUMachine.host()
     w = _Walk(m)
     est = KernelEstimate()
     nbytes = 0
+    cache_s = 0.0   # per core: the slices run side by side
     for item in kernel.src if kernel.op is Ops.SINK else (kernel,):
         ranges: list[UOp] = []
         st = item
@@ -282,19 +406,26 @@ def estimate(kernel: UOp, m: CPUMachine | None = None) -> KernelEstimate:
             st = st.src[0]
         loops = [r for r in ranges if not _unrolled(r)]
         before = w.cycles + w.loop_cycles
+        first = len(w.loads)
         w.item(st, loops, [r for r in ranges if _unrolled(r)])
         work = math.prod(_bound(r) for r in ranges)
         thread = [r for r in loops if r.arg[1] is AxisType.THREAD]   # a THREAD split is parallel at any size
-        par = min(m.cores, _bound(thread[0])) if thread else \
-            min(m.cores, _bound(loops[0])) if loops and work >= AUTO_PARALLEL_MIN_WORK else 1
+        split = thread[0] if thread else loops[0] if loops and work >= AUTO_PARALLEL_MIN_WORK else None
+        par = min(m.cores, _bound(split)) if split is not None else 1
         est.parallel = max(est.parallel, par)
         est.compute_s += (w.cycles + w.loop_cycles - before) / (m.ghz * 1e9 * par)
+        share = {split: -(-_bound(split) // par)} if split is not None else {}   # one core's slice
+        l1 = _misses(w, w.loads[first:], m.l1_bytes * CACHE_FILL[1], share)
+        l2 = _misses(w, w.loads[first:], m.l2_bytes * CACHE_FILL[2], share)
+        est.l1_misses += l1
+        est.l2_misses += l2
+        cache_s += max(l1 * LINE / (m.l2_bytes_per_cycle * m.ghz * 1e9), l2 * LINE / (m.mem_gbps * 1e9))
     for u in kernel.toposort():
         if u.op is Ops.BUFFER:
             nbytes += u.arg[1][0] * u.dtype.itemsize
     est.cycles, est.bytes, est.spills = w.cycles + w.loop_cycles, nbytes, w.spills
     est.parallel = max(est.parallel, w.group_parallel)
-    est.memory_s = nbytes / ((m.mem_gbps_all if est.parallel > 1 else m.mem_gbps) * 1e9)
+    est.memory_s = max(nbytes / ((m.mem_gbps_all if est.parallel > 1 else m.mem_gbps) * 1e9), cache_s)
     est.overhead_s = m.launch_us * 1e-6
     est.seconds = max(est.compute_s, est.memory_s) + est.overhead_s
     unrolled = math.prod(_bound(r) for r in {u for u in kernel.toposort() if u.op is Ops.RANGE and _unrolled(u)})

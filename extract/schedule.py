@@ -23,6 +23,7 @@ from egraph_compiler.extract.extractor import Extraction
 from egraph_compiler.extract.loop_cost import MAX_UNROLLED, CPUMachine, KernelEstimate, estimate
 from egraph_compiler.extract.view import EGraphView, ENode
 
+from egraph_compiler.cpu_target import CPUTarget, host_cpu
 from egraph_compiler.ops import Ops
 from egraph_compiler.split_ranges import bind_split_ranges
 from egraph_compiler.uop import UOp
@@ -171,21 +172,23 @@ class CostModel:
     max_unrolled: int | None = None
     renders: Callable[[UOp], bool] | None = None   # does the backend render it (checked on the best few only)
     roofline: Callable[[float, float], float] | None = None
+    machine: str = ""    # the machine model, in words (for reports and benchmarks)
 
 
-def cost_model_for(target: str) -> CostModel:
-    """The GPU roofline for CUDA, the CPU loop-nest one otherwise."""
+def cost_model_for(target: str, cpu: CPUTarget | None = None) -> CostModel:
+    """The GPU roofline for CUDA, the CPU loop-nest one (for `cpu`, default the host) otherwise."""
     if target == "cuda":
         from egraph_compiler.extract.gpu_cost import GPUMachine, estimate_gpu, renders_on_cuda
 
         gpu = GPUMachine.device()
         return CostModel(lambda k: estimate_gpu(k, gpu), renders=renders_on_cuda,
                          roofline=lambda f, b: max(f / (gpu.fp32_tflops * 1e12), b / (gpu.hbm_gbps * 1e9))
-                         + gpu.launch_us * 1e-6)
-    cpu = CPUMachine.host()
+                         + gpu.launch_us * 1e-6, machine=str(gpu))
+    machine = CPUMachine.for_cpu(cpu or host_cpu())
     # the reference target interprets kernels with numpy: the CPU estimate still ranks its choices, but its
     # distance from the CPU roofline says nothing about a slow program
-    return CostModel(lambda k: estimate(k, cpu), MAX_UNROLLED, roofline=cpu.roofline if target == "llvm" else None)
+    return CostModel(lambda k: estimate(k, machine), MAX_UNROLLED,
+                     roofline=machine.roofline if target == "llvm" else None, machine=machine.describe())
 
 
 def _unrolled(view: EGraphView, ex: Extraction, sink: int, choice: dict[int, ENode]) -> int:

@@ -295,7 +295,7 @@ RULES = [r for rs in OPTOPS.values() for r in rs.rules]
 # loop on every core (a THREAD split of it, which is why "thread" is not searched there) and loops over output
 # axes in the order their buffers are laid out (no swap); the reference interpreter gains nothing from a schedule.
 SPLIT_FACTORS: dict[str, dict[str, tuple[int, ...]]] = {
-    "llvm": {"u": (4, 8, 16), "r": (4,), "acc": (16, 32), "pad-u": (8,)},
+    "llvm": {"u": (4, 8, 16, 32), "r": (4,), "acc": (16, 32), "pad-u": (8,), "swap": (1,)},
     "cuda": {"l": (64, 256), "G": (256,), "u": (4,), "pad-l": (256,), "pad-G": (256,), "swap": (1,), "tc": (16,)},
     "reference": {},
 }

@@ -357,6 +357,37 @@ def test_gemm_with_upcast_and_unroll(up: int, unroll: int) -> None:
         assert LLVMBackend().render(Kernel.from_ast("k", ast), None).count("icmp slt i64") == 3
 
 
+@pytest.mark.parametrize("d,op", [(F32, Ops.ADD), (dtypes.float64, Ops.ADD), (F32, Ops.MUL), (F32, Ops.MAX)],
+                         ids=_name)
+@pytest.mark.parametrize("swap", [False, True])
+def test_gemm_tile_with_epilogue(d: DType, op: Ops, swap: bool) -> None:
+    """A register tile (rows x columns upcast) with a residual epilogue, its column loop nested outside or
+    inside the row loop: the column copies accumulate in one vector (ADD, MUL) or as scalars (MAX)."""
+    m, n, kk, um, un = 6, 16, 7, 3, 8
+    a, b, x, c = buf("A", m * kk, d), buf("B", kk * n, d), buf("X", m * n, d), buf("C", m * n, d)
+    io, iu, jo, ju = rng(m // um, 0), rng(um, 1, AxisType.UPCAST), rng(n // un, 2), rng(un, 3, AxisType.UPCAST)
+    k = rng(kk, 4, AxisType.REDUCE)
+    i, j = io * um + iu, jo * un + ju
+    acc = reduce(load(a, i * kk + k) * load(b, k * n + j), k, op=op)
+    ranges = (jo, ju, io, iu) if swap else (io, iu, jo, ju)
+    ast = kernel((store(c, i * n + j, load(x, i * n + j) + acc), ranges))
+    scale = 0.5 if op is Ops.MUL else 1.0   # products of 7 normals stay in range
+    compare(ast, {"A": (rand_array((m * kk,), seed=40) * scale).astype(d.np),
+                  "B": (rand_array((kk * n,), seed=41) * scale).astype(d.np),
+                  "X": rand_array((m * n,), seed=42).astype(d.np)})
+    vector = f"alloca <{un} x {'double' if d is dtypes.float64 else 'float'}>"
+    assert (vector in LLVMBackend().render(Kernel.from_ast("k", ast), None)) == (op is not Ops.MAX)
+
+
+def test_tile_without_a_contiguous_axis_keeps_scalar_accumulators() -> None:
+    m, kk = 8, 5
+    a, y = buf("A", m * kk), buf("Y", m * 3)
+    iu, k = rng(m, 0, AxisType.UPCAST), rng(kk, 1, AxisType.REDUCE)
+    ast = kernel((store(y, iu * 3, reduce(load(a, iu * kk + k), k)), (iu,)))   # stride 3: not contiguous
+    compare(ast, {"A": rand_array((m * kk,), seed=43)})
+    assert "alloca <" not in LLVMBackend().render(Kernel.from_ast("k", ast), None)
+
+
 def test_reduce_of_only_unrolled_ranges() -> None:
     x, y = buf("X", 4 * 6), buf("Y", 4)
     i, r = rng(4, 0, AxisType.UPCAST), rng(6, 1, AxisType.UNROLL)
@@ -710,6 +741,25 @@ def test_padded_loads_become_masked_vector_loads() -> None:
     for v in (load(x, i - 4, UOp.const(0.0, F32), valid), valid.where(load(x, i - 4), UOp.const(0.0, F32))):
         k = Kernel.from_ast("pad", kernel((store(y, i, v * 2.0), (i,))))
         assert "llvm.masked.load" in LLVMBackend(threads=1).optimized_ir(k)
+
+
+def test_exp2_is_inline_vectorized_and_within_one_ulp() -> None:
+    """EXP2 in float32 is rendered from arithmetic (no libm call), so its loop vectorizes; against numpy in
+    float64 it is within one float32 ulp everywhere, subnormal results and the overflow edge included."""
+    v = np.concatenate([np.linspace(-160, 140, 20011), [np.nan, np.inf, -np.inf, 0.0, -0.0, 127.999, 128.0,
+                                                         -126.0, -149.0, -149.5, -150.0, -150.5]]).astype(np.float32)
+    n = v.size
+    i = rng(n, 0)
+    x, y = buf("X", n), buf("Y", n)
+    k = Kernel.from_ast("e", kernel((store(y, i, alu(Ops.EXP2, load(x, i))), (i,))))
+    ir = LLVMBackend(threads=1).optimized_ir(k)
+    assert "llvm.exp2" not in ir and "exp2f" not in ir and " x float>" in ir
+    out = run_llvm(kernel((store(y, i, alu(Ops.EXP2, load(x, i))), (i,))), {"X": v}, LLVMBackend())["Y"]
+    ref = np.exp2(v.astype(np.float64)).astype(np.float32)
+    assert np.array_equal(np.isnan(out), np.isnan(ref)) and np.array_equal(np.isinf(out), np.isinf(ref))
+    fin = np.isfinite(ref)
+    ulps = np.abs(out[fin].view(np.int32).astype(np.int64) - ref[fin].view(np.int32).astype(np.int64))
+    assert ulps.max() <= 1
 
 
 def test_render_names_arguments_in_order() -> None:

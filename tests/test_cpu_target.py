@@ -1,0 +1,90 @@
+"""The CPU a program is compiled for: host, named CPUs, $EGC_CPU, and code for an older ISA that runs here."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from egraph_compiler.backends.llvm import LLVMBackend
+from egraph_compiler.extract.loop_cost import CPUMachine
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from egraph_compiler import Tensor, optimize
+from egraph_compiler.cpu_target import ENV, NAMED, cpu_target, host_cpu
+from egraph_compiler.diagnostics import InvalidArgument
+
+HOST = host_cpu()
+HAS_AVX2 = HOST.isa in ("avx2", "avx512")
+
+
+def test_host_is_the_default_and_describes_itself() -> None:
+    assert cpu_target(None) == HOST and HOST.host
+    assert cpu_target("host") == HOST
+    assert HOST.isa in ("avx512", "avx2", "avx", "sse") and HOST.name in HOST.describe()
+
+
+def test_a_named_cpu_sets_the_vector_model() -> None:
+    hsw = cpu_target("haswell")
+    assert (hsw.isa, hsw.simd_bytes, hsw.vector_regs, hsw.host) == ("avx2", 32, 16, False)
+    m = CPUMachine.for_cpu(hsw)
+    assert (m.simd_bytes, m.vector_regs) == (32, 16) and "haswell" in m.describe()
+    sse = CPUMachine.for_cpu(cpu_target("x86-64"))
+    assert sse.lanes(4) == 4
+
+
+def test_unknown_cpu_is_a_diagnostic() -> None:
+    with pytest.raises(InvalidArgument) as e:
+        cpu_target("pentium9")
+    assert "haswell" in e.value.suggestion
+
+
+def test_cpu_the_host_cannot_run_is_refused() -> None:
+    wider = [n for n, isa in NAMED.items() if isa == "avx512"]
+    if HOST.isa == "avx512":
+        pytest.skip("this host runs every CPU in the table")
+    with pytest.raises(InvalidArgument):
+        cpu_target(wider[0])
+
+
+def test_cpu_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    if not HAS_AVX2:
+        pytest.skip("needs an AVX2 host")
+    monkeypatch.setenv(ENV, "haswell")
+    assert LLVMBackend().cpu.name == "haswell"
+    monkeypatch.setenv(ENV, "nonsense")
+    with pytest.raises(InvalidArgument):
+        LLVMBackend()
+
+
+def test_cpu_needs_the_llvm_target() -> None:
+    a = Tensor.empty((4, 4), dtype="float32", name="a")
+    with pytest.raises(InvalidArgument):
+        optimize(a + 1, target="reference", cpu="haswell")
+
+
+@pytest.mark.skipif(not HAS_AVX2, reason="needs an AVX2 host")
+def test_haswell_code_has_no_avx512() -> None:
+    a = Tensor.empty((64, 48), dtype="float32", name="a")
+    b = Tensor.empty((48, 80), dtype="float32", name="b")
+    prog = optimize(a @ b, target="llvm", cpu="haswell")
+    k = prog.kernels[0]
+    assert '"target-cpu"="haswell"' in prog.backend.optimized_ir(k, prog)
+    asm = prog.backend.assembly(k, prog)
+    assert "%ymm" in asm and "%zmm" not in asm   # AVX2 vectors, no AVX-512 register
+    assert "haswell" in prog.report.extra["machine"]
+    av = np.random.default_rng(1).standard_normal((64, 48), dtype=np.float32)
+    bv = np.random.default_rng(2).standard_normal((48, 80), dtype=np.float32)
+    np.testing.assert_allclose(prog(a=av, b=bv), av @ bv, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.skipif(not HAS_AVX2, reason="needs an AVX2 host")
+@settings(max_examples=6, deadline=None)
+@given(m=st.integers(1, 70), k=st.integers(1, 70), n=st.integers(1, 70), cpu=st.sampled_from([None, "haswell"]))
+def test_gemm_at_any_size_for_both_isas(m: int, k: int, n: int, cpu: str | None) -> None:
+    """Primes, sizes below a tile and sizes the tiles do not divide: native and AVX2 code match numpy."""
+    a = Tensor.empty((m, k), dtype="float32", name="a")
+    b = Tensor.empty((k, n), dtype="float32", name="b")
+    prog = optimize(a @ b, target="llvm", cpu=cpu)
+    rng = np.random.default_rng(m * 10007 + k * 101 + n)
+    av, bv = rng.standard_normal((m, k), dtype=np.float32), rng.standard_normal((k, n), dtype=np.float32)
+    np.testing.assert_allclose(prog(a=av, b=bv), av.astype(np.float64) @ bv, rtol=1e-4, atol=1e-4)
