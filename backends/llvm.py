@@ -98,7 +98,7 @@ from egraph_compiler.cpu_target import CPUTarget, cpu_target, host_cpu
 from egraph_compiler.diagnostics import BackendError, InvalidArgument, UnsupportedOp
 from egraph_compiler.dtypes import DType, dtypes
 from egraph_compiler.ops import OP_TABLE, AxisType, Ops
-from egraph_compiler.program import HostBuffers, Kernel, Program, buffer_of
+from egraph_compiler.program import HostBuffers, Kernel, Program, buffer_of, stride
 from egraph_compiler.uop import UOp
 
 UNROLLED = frozenset({AxisType.UPCAST, AxisType.UNROLL})
@@ -274,31 +274,6 @@ class _Item:
     loops: list[UOp]         # counted loops, outermost first
     unrolled: list[UOp]      # straight-line ranges, innermost
     parallel: UOp | None     # the loop split across threads, if any
-
-
-def _coefficient(idx: UOp, r: UOp) -> int | None:
-    """The coefficient of range r in an index that is linear in it (sums, products with constants); 0 where
-    r does not occur; None where it occurs non-linearly (div, mod, ...)."""
-    memo: dict[UOp, int | None] = {}
-
-    def go(u: UOp) -> int | None:
-        if u in memo:
-            return memo[u]
-        if u is r:
-            out: int | None = 1
-        elif u.op is Ops.ADD:
-            a, b = go(u.src[0]), go(u.src[1])
-            out = None if a is None or b is None else a + b
-        elif u.op is Ops.MUL and any(s.op is Ops.CONST for s in u.src):
-            c, x = (u.src[0], u.src[1]) if u.src[0].op is Ops.CONST else (u.src[1], u.src[0])
-            k = go(x)
-            out = None if k is None else k * int(c.arg)
-        else:
-            out = None if any(go(s) != 0 for s in u.src) else 0
-        memo[u] = out
-        return out
-
-    return go(idx)
 
 
 def _items(ast: UOp, deps: dict[UOp, frozenset[UOp]], threads: int, auto_parallel: bool) -> list[_Item]:
@@ -831,7 +806,7 @@ class _Fn:
             closers.append(self.loop(r, lo, hi))
         self.push("unroll", [(r, Val((r,), tuple(str(k) for k in range(_bound(r))))) for r in item.unrolled])
         idx = _index_of(item.store.src[0])
-        self.contiguous = frozenset(r for r in item.unrolled if idx is not None and _coefficient(idx, r) == 1)
+        self.contiguous = frozenset(r for r in item.unrolled if idx is not None and stride(idx, r) == 1)
         self.emit_store(item.store, item.unrolled)
         self.pop()
         for close in reversed(closers):

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, Protocol
 
 import numpy as np
@@ -219,3 +220,42 @@ class Program:
         for k in self.kernels:
             lines.append(f"  {k.name}: reads {list(k.reads)} writes {list(k.writes)}")
         return "\n".join(lines)
+
+
+@lru_cache(maxsize=1 << 16)
+def ranges_in(u: UOp) -> frozenset[UOp]:
+    """The RANGEs u mentions."""
+    return frozenset(x for x in u.toposort() if x.op is Ops.RANGE)
+
+
+def stride(idx: UOp, r: UOp) -> int | None:
+    """Coefficient of range r in a linear index (0 if absent, None if r enters non-linearly)."""
+    if r not in ranges_in(idx):
+        return 0
+    if idx is r:
+        return 1
+    if idx.op is Ops.ADD:
+        a, b = (stride(s, r) for s in idx.src)
+        return None if a is None or b is None else a + b
+    if idx.op is Ops.MUL:
+        x, c = idx.src if idx.src[1].op is Ops.CONST else idx.src[::-1]
+        if c.op is Ops.CONST and (s := stride(x, r)) is not None:
+            return s * int(c.arg)
+    return None
+
+
+def canonical_kernel(kernel: UOp) -> UOp:
+    """The kernel with its buffers and ranges named by first appearance ("b0", ...; ranges ("r", 0), ...): kernels
+    that differ only in which buffers they touch and how their ranges were named (a model's repeated layers)
+    become one UOp, for memoizing what depends on structure and sizes alone, such as estimates."""
+    memo: dict[UOp, UOp] = {}
+    names: dict[object, object] = {}
+    for u in kernel.toposort():
+        src = tuple(memo[s] for s in u.src)
+        if u.op is Ops.BUFFER:
+            memo[u] = UOp(u.op, u.dtype, src, (names.setdefault(("b", u.arg[0]), f"b{len(names)}"), *u.arg[1:]))
+        elif u.op is Ops.RANGE:
+            memo[u] = UOp(u.op, u.dtype, src, (names.setdefault(("r", u.arg[0]), ("r", len(names))), *u.arg[1:]))
+        else:
+            memo[u] = u if src == u.src else UOp(u.op, u.dtype, src, u.arg)
+    return memo[kernel]

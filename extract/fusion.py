@@ -35,6 +35,7 @@ from egraph_compiler.extract.loop_cost import KernelEstimate
 from egraph_compiler.extract.schedule import CostModel, Decode, KernelSchedule, Overridden, rank_kernel
 from egraph_compiler.extract.view import EGraphView, ENode
 
+from egraph_compiler.program import canonical_kernel
 from egraph_compiler.uop import UOp
 
 NOISE = 0.001         # a fusion must save this fraction of the estimate of the kernels it changes
@@ -143,12 +144,15 @@ class FusionResult:
 class _Search:
     def __init__(self, view: EGraphView, ex: Extraction, roots: list[int], decode: Decode, model: CostModel,
                  candidates: dict[str, tuple[str, int]], barriers: set[str]) -> None:
-        estimates: dict[UOp, KernelEstimate] = {}   # trials re-rank kernels, mostly into the same loop nests
+        # trials re-rank kernels, mostly into the same loop nests, and a model's repeated layers give the same
+        # kernels over other buffers
+        estimates: dict[UOp, KernelEstimate] = {}
 
         def remembered(kernel: UOp) -> KernelEstimate:
-            if kernel not in estimates:
-                estimates[kernel] = model.estimate(kernel)
-            return estimates[kernel]
+            key = canonical_kernel(kernel)
+            if key not in estimates:
+                estimates[key] = model.estimate(kernel)
+            return estimates[key]
 
         self.view, self.ex, self.roots, self.decode = view, ex, roots, decode
         self.model = replace(model, estimate=remembered)

@@ -34,11 +34,11 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import asdict, dataclass, field
-from functools import cache, lru_cache
+from functools import cache
 
 from egraph_compiler.cpu_target import CPUTarget, host_cpu
 from egraph_compiler.ops import AxisType, Ops
-from egraph_compiler.program import buffer_of, value_nodes
+from egraph_compiler.program import buffer_of, stride, value_nodes
 from egraph_compiler.uop import UOp
 
 UNROLLED = (AxisType.UPCAST, AxisType.UNROLL)
@@ -169,28 +169,6 @@ def _bound(r: UOp) -> int:
 
 def _unrolled(r: UOp) -> bool:
     return r.arg[1] in UNROLLED
-
-
-@lru_cache(maxsize=1 << 16)
-def ranges_in(u: UOp) -> frozenset[UOp]:
-    """The RANGEs u mentions."""
-    return frozenset(x for x in u.toposort() if x.op is Ops.RANGE)
-
-
-def stride(idx: UOp, r: UOp) -> int | None:
-    """Coefficient of range r in a linear index (0 if absent, None if r enters non-linearly)."""
-    if r not in ranges_in(idx):
-        return 0
-    if idx is r:
-        return 1
-    if idx.op is Ops.ADD:
-        a, b = (stride(s, r) for s in idx.src)
-        return None if a is None or b is None else a + b
-    if idx.op is Ops.MUL:
-        x, c = idx.src if idx.src[1].op is Ops.CONST else idx.src[::-1]
-        if c.op is Ops.CONST and (s := stride(x, r)) is not None:
-            return s * int(c.arg)
-    return None
 
 
 class _Walk:
@@ -326,38 +304,59 @@ class _Walk:
             self.cycles += self.m.launch_us * 1e-6 * self.m.ghz * 1e9
 
 
-def _lines(load: UOp, inside: frozenset[UOp], deps: frozenset[UOp], bound: dict[UOp, int]) -> float:
-    """Cache lines one run of the ranges `inside` touches through `load`: its contiguous run (the ranges whose
-    strides chain up from 1) in whole lines, times the other ranges' bounds; at most the whole buffer."""
-    idx = load.src[0]
-    lin = idx.src[1] if idx.op is Ops.INDEX and len(idx.src) > 1 else None
-    isz = max(1, load.dtype.itemsize)
-    rs = [r for r in deps if r in inside]
-    elems = math.prod(bound.get(r, _bound(r)) for r in rs)
-    strides = {r: abs(s) for r in rs if lin is not None and (s := stride(lin, r))}
-    run, grew = 1, True
-    while grew:  # extend the contiguous run while a range steps by exactly its length
-        grew = False
-        for r, s in strides.items():
-            if s == run and bound.get(r, _bound(r)) > 1:
-                run *= bound.get(r, _bound(r))
-                grew = True
-                del strides[r]
-                break
-    if run > 1:
-        lines = elems / run * math.ceil(run * isz / LINE)
-    else:
-        step = min(strides.values(), default=LINE)
-        lines = elems * min(1.0, step * isz / LINE) if rs else 1.0
-    b = buffer_of(idx)
-    whole = b.arg[1][0] * isz / LINE + 1 if b is not None and b.op is Ops.BUFFER else math.inf
-    return max(1.0, min(lines, whole))
+class _Lines:
+    """Cache lines one run of some ranges touches through a load, memoized for one loop nest item (both cache
+    levels ask the same questions): the load's contiguous run (the ranges whose strides chain up from 1) in whole
+    lines, times the other ranges' bounds; at most the whole buffer."""
+
+    def __init__(self, w: _Walk, bound: dict[UOp, int]) -> None:
+        self.w, self.bound = w, bound
+        self.memo: dict[tuple[UOp, frozenset[UOp]], float] = {}
+        self.strides: dict[UOp, dict[UOp, int | None]] = {}
+
+    def size(self, r: UOp) -> int:
+        return self.bound.get(r, _bound(r))
+
+    def stride_of(self, load: UOp) -> dict[UOp, int | None]:
+        """|stride| of every range the load depends on in its index (0: only elsewhere; None: not linearly)."""
+        if load not in self.strides:
+            idx = load.src[0]
+            lin = idx.src[1] if idx.op is Ops.INDEX and len(idx.src) > 1 else None
+            self.strides[load] = {r: None if lin is None or (st := stride(lin, r)) is None else abs(st)
+                                  for r in self.w.deps(load)}
+        return self.strides[load]
+
+    def __call__(self, load: UOp, inside: frozenset[UOp]) -> float:
+        key = (load, inside)
+        if key in self.memo:
+            return self.memo[key]
+        isz = max(1, load.dtype.itemsize)
+        rs = [r for r in self.w.deps(load) if r in inside]
+        elems = math.prod(self.size(r) for r in rs)
+        strides = {r: st for r, st in self.stride_of(load).items() if r in inside and st}
+        run, grew = 1, True
+        while grew:  # extend the contiguous run while a range steps by exactly its length
+            grew = False
+            for r, st in strides.items():
+                if st == run and self.size(r) > 1:
+                    run *= self.size(r)
+                    grew = True
+                    del strides[r]
+                    break
+        if run > 1:
+            lines = elems / run * math.ceil(run * isz / LINE)
+        else:
+            step = min(strides.values(), default=LINE)
+            lines = elems * min(1.0, step * isz / LINE) if rs else 1.0
+        b = buffer_of(load.src[0])
+        whole = b.arg[1][0] * isz / LINE + 1 if b is not None and b.op is Ops.BUFFER else math.inf
+        self.memo[key] = out = max(1.0, min(lines, whole))
+        return out
 
 
-def _misses(w: _Walk, loads: list[tuple[UOp, tuple[UOp, ...], int]], capacity: float,
-            bound: dict[UOp, int]) -> float:
+def _misses(w: _Walk, loads: list[tuple[UOp, tuple[UOp, ...], int]], capacity: float, lines: _Lines) -> float:
     """Lines the loads of one loop nest item miss in a cache of `capacity` bytes (the reuse-distance model in the
-    module docstring), one core's share when `bound` narrows the parallel loop."""
+    module docstring), one core's share when `lines.bound` narrows the parallel loop."""
     foot: dict[tuple[UOp, ...], float] = {}
 
     def inside(loops: tuple[UOp, ...], level: int, d: frozenset[UOp]) -> frozenset[UOp]:
@@ -367,26 +366,24 @@ def _misses(w: _Walk, loads: list[tuple[UOp, tuple[UOp, ...], int]], capacity: f
         """Bytes every load inside the loops `prefix` touches in one run of what is inside them."""
         if prefix not in foot:
             n = len(prefix)
-            foot[prefix] = LINE * sum(_lines(y, inside(ly, n, w.deps(y)), w.deps(y), bound)
-                                      for y, ly, dy in loads if ly[:n] == prefix and dy >= n)
+            foot[prefix] = LINE * sum(lines(y, inside(ly, n, w.deps(y))) for y, ly, dy in loads
+                                      if ly[:n] == prefix and dy >= n)
         return foot[prefix]
 
     total = 0.0
     for x, lx, d in loads:
         deps = w.deps(x)
-        misses = _lines(x, inside(lx, d, deps), deps, bound)
+        misses = lines(x, inside(lx, d, deps))
         for level in range(d - 1, -1, -1):
             r = lx[level]
             if footprint(lx[:level]) <= capacity:
-                misses = _lines(x, inside(lx, level, deps), deps, bound)
+                misses = lines(x, inside(lx, level, deps))
             elif r in deps:
-                idx = x.src[0]
-                lin = idx.src[1] if idx.op is Ops.INDEX and len(idx.src) > 1 else None
-                s = stride(lin, r) if lin is not None else None
-                share = 1.0 if s is None else min(1.0, abs(s) * max(1, x.dtype.itemsize) / LINE)
-                misses = max(misses, misses * bound.get(r, _bound(r)) * share)
+                st = lines.stride_of(x).get(r)
+                share = 1.0 if st is None else min(1.0, st * max(1, x.dtype.itemsize) / LINE)
+                misses = max(misses, misses * lines.size(r) * share)
             elif footprint(lx[:level + 1]) > capacity:
-                misses *= bound.get(r, _bound(r))
+                misses *= lines.size(r)
         total += misses
     return total
 
@@ -415,8 +412,9 @@ def estimate(kernel: UOp, m: CPUMachine | None = None) -> KernelEstimate:
         est.parallel = max(est.parallel, par)
         est.compute_s += (w.cycles + w.loop_cycles - before) / (m.ghz * 1e9 * par)
         share = {split: -(-_bound(split) // par)} if split is not None else {}   # one core's slice
-        l1 = _misses(w, w.loads[first:], m.l1_bytes * CACHE_FILL[1], share)
-        l2 = _misses(w, w.loads[first:], m.l2_bytes * CACHE_FILL[2], share)
+        lines = _Lines(w, share)
+        l1 = _misses(w, w.loads[first:], m.l1_bytes * CACHE_FILL[1], lines)
+        l2 = _misses(w, w.loads[first:], m.l2_bytes * CACHE_FILL[2], lines)
         est.l1_misses += l1
         est.l2_misses += l2
         cache_s += max(l1 * LINE / (m.l2_bytes_per_cycle * m.ghz * 1e9), l2 * LINE / (m.mem_gbps * 1e9))

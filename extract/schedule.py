@@ -250,7 +250,7 @@ def _choice_dependent(view: EGraphView, ex: Extraction, sink: int, alts: dict[in
 def rank_kernel(view: EGraphView, ex: Extraction | Overridden, sink: int, decode: Decode,
                 model: CostModel, quick: bool = False) -> KernelSchedule:
     """The kernel's schedules ranked by estimate. `quick` (fusion trials): every combination only up to
-    QUICK_COMBINATIONS, else one round of coordinate descent."""
+    QUICK_COMBINATIONS, else one round of coordinate descent from the extraction's choice."""
     classes = [c for c in schedule_classes(view, ex, sink) if all(
         math.isfinite(ex.cost(k)) for n in view.nodes[c] if n.fn in BINDERS for k in view.children(n))]
     alts = {c: [n for n in view.nodes[c] if n.fn in BINDERS] for c in classes}
@@ -305,7 +305,8 @@ def rank_kernel(view: EGraphView, ex: Extraction | Overridden, sink: int, decode
         # the others over the limit
         plainest = {c: min(nodes, key=lambda n: _own_unrolled(view, ex, n)) for c, nodes in alts.items()}
         order = sorted(alts, key=lambda c: -len(alts[c]))
-        for start in ({c: ex.node(c) for c in alts}, plainest):
+        starts = [{c: ex.node(c) for c in alts}, plainest]
+        for start in starts[:1] if quick else starts:
             current = dict(start)
             for _ in range(1 if quick else DESCENT_ROUNDS):
                 before = dict(current)

@@ -19,7 +19,8 @@ One part takes the split's target AxisType (the spec's "split from" table):
   swap-0                      END: the two outermost ranges trade places
   padto-<kind>-<pos>          a split whose factor does not divide the bound: the range is padded up to
                               a multiple, and the padding is masked (a gated store, or the reduce
-                              identity under WHERE)
+                              identity under WHERE); an END whose store another padding gated already
+                              pads a second range too (`-gated`: the gates are ANDed)
   tc                          tensor cores: a float16/bfloat16 GEMM's two output ranges split into
                               WARP tiles of 16 and its reduce range into an UNROLL part of 16
   tc-block-<wm>x<wn>-<um>x<un>  the tile ranges of a TC nest split again: blocks of wm x wn warps
@@ -122,19 +123,26 @@ def _padto_rule(rs: RuleSet, name: str, binder: str, inner: str, pos: int, op: s
     guards = [f'(= r (RANGE {IX} key "{kind}" (CONST {IX} (I n))))', f"(= key ({keyc} t k))",
               f'(split-factor "pad-{inner}" f)', "(< f n)", "(!= (% n f) 0)"]
     if binder == "END":   # the store of a padded iteration is skipped (its loads run under the gate too)
-        body, masked = "(STORE sd (UCons i (UCons v (UNil))))", f"(STORE sd (UCons i (UCons v (UCons {valid} (UNil)))))"
-        guards = [f"(= e (END d (UCons {body} {ranges})))", *guards]
-        rname = f"padto-{name}-{pos}"
-    else:                 # a padded iteration adds the identity
-        guards = [f"(= e {_binder(binder, 'body', ranges, quoted_op)})", *guards, "(dt-float d)"]
-        masked = f"(WHERE d {valid} body (CONST d {PADDED_REDUCES[op]}))"
-        rname = f"padto-{name}-{op.lower()}-{pos}"
-    rule(rs, rname, guards,
+        # an ungated store, or one a padding of another range already gates (both ranges of a tile padded)
+        for suffix, gate, both in (("", "", valid), ("-gated", " (UCons g (UNil))", f'(AND "bool" g {valid})')):
+            body = f"(STORE sd (UCons i (UCons v{gate or ' (UNil)'})))"
+            masked = f"(STORE sd (UCons i (UCons v (UCons {both} (UNil)))))"
+            rule(rs, f"padto-{name}-{pos}{suffix}", [f"(= e (END d (UCons {body} {ranges})))", *guards],
+                 ["(let np (* (/ (+ n (- f 1)) f) f))", *_parts("RKPad key f", kind, inner, "(/ np f)"),
+                  f"(union e {_binder(binder, masked, ranges_new, quoted_op)})"],
+                 category="optops", check="structural",
+                 doc=f"Padto: range {pos} of an END padded to a multiple of f and split (inner part "
+                     f"{name.upper()}); padded iterations skip the store{' (AND its gate)' if suffix else ''}")
+        return
+    # a REDUCE: a padded iteration adds the identity
+    guards = [f"(= e {_binder(binder, 'body', ranges, quoted_op)})", *guards, "(dt-float d)"]
+    masked = f"(WHERE d {valid} body (CONST d {PADDED_REDUCES[op]}))"
+    rule(rs, f"padto-{name}-{op.lower()}-{pos}", guards,
          ["(let np (* (/ (+ n (- f 1)) f) f))", *_parts("RKPad key f", kind, inner, "(/ np f)"),
           f"(union e {_binder(binder, masked, ranges_new, quoted_op)})"],
          category="optops", check="structural",
          doc=f"Padto: range {pos} of a {binder} padded to a multiple of f and split (inner part "
-             f"{name.upper()}); padded iterations are masked")
+             f"{name.upper()}); padded iterations add the identity")
 
 
 def _accumulate_rule(rs: RuleSet, pos: int, key_pattern: str, suffix: str) -> None:
@@ -292,10 +300,13 @@ RULES = [r for rs in OPTOPS.values() for r in rs.rules]
 
 # Factors tried per target (kinds: the new part's AxisType letter, "acc" partial accumulators, "pad-<letter>"
 # Padto, "group"/"thread" one slice per core, "swap"/"tc" on or off). The LLVM backend already runs the outermost
-# loop on every core (a THREAD split of it, which is why "thread" is not searched there) and loops over output
-# axes in the order their buffers are laid out (no swap); the reference interpreter gains nothing from a schedule.
+# loop on every core (a THREAD split of it, which is why "thread" is not searched there); on the CPU, register
+# tiles are 8 to 32 copies along an axis (rows of a tile, or one to two AVX-512 vectors of columns; 4 added nothing
+# and doubled the ranking time), swap puts a GEMM's column panel outside its rows (the panel stays in L2), and
+# Padto pads a tile axis to 8 or 32 when neither divides it. The reference interpreter gains nothing from a
+# schedule.
 SPLIT_FACTORS: dict[str, dict[str, tuple[int, ...]]] = {
-    "llvm": {"u": (4, 8, 16, 32), "r": (4,), "acc": (16, 32), "pad-u": (8,), "swap": (1,)},
+    "llvm": {"u": (8, 16, 32), "r": (4,), "acc": (16, 32), "pad-u": (8, 32), "swap": (1,)},
     "cuda": {"l": (64, 256), "G": (256,), "u": (4,), "pad-l": (256,), "pad-G": (256,), "swap": (1,), "tc": (16,)},
     "reference": {},
 }

@@ -70,8 +70,9 @@ def test_candidates_are_tinygrads_realize_points() -> None:
 
 def test_gelu_before_a_matmul_is_not_recomputed_per_column() -> None:
     """The MLP pattern: the GELU output is read through the second matmul's broadcast. It is materialized (or
-    the search proved fusing it cheaper), and the result matches the reference."""
-    x, w1, w2 = E(32, 16, name="x"), E(16, 64, name="w1"), E(64, 16, name="w2")
+    the search proved fusing it cheaper), and the result matches the reference. With 128 output columns, fusing
+    would compute every GELU 128 times."""
+    x, w1, w2 = E(32, 16, name="x"), E(16, 64, name="w1"), E(64, 128, name="w2")
     t = (x @ w1).gelu() @ w2
     prog = optimize(t, target="llvm")
     f = _fusion(prog)
