@@ -103,6 +103,8 @@ from egraph_compiler.uop import UOp
 
 UNROLLED = frozenset({AxisType.UPCAST, AxisType.UNROLL})
 MAX_ACC_LANES = 64   # the widest vector of accumulators a REDUCE keeps along one unrolled axis
+MASKED_LOAD_DTYPES = frozenset({dtypes.float32, dtypes.float64, dtypes.int32, dtypes.int64, dtypes.uint32,
+                                dtypes.uint64})   # held in registers as stored (no bool/half/bf16 conversion)
 AUTO_PARALLEL_MIN_WORK = 1 << 16  # below this many iterations a thread hand-off costs more than it saves
 
 # ---- types and literals --------------------------------------------------------------------------
@@ -640,14 +642,25 @@ class _Fn:
                             + [g for g, _, _ in guards])
         zero = literal(0, u.dtype)
 
+        def guard(at: dict[UOp, int]) -> tuple[str | None, str]:
+            """The copy's condition (None: unguarded) and the value it has when false."""
+            if gate is not None and alt is not None:
+                return self.truth(self.pick(gate, at), gate_dt), self.pick(alt, at)
+            if guards:
+                return self.all_of([(self.pick(v, at), c.dtype, pol) for v, c, pol in guards]), zero
+            return None, zero
+
+        # unguarded copies at consecutive addresses not proven inside the buffer (a padded tile's last columns):
+        # one vector load with the lanes outside the buffer masked off, not a clamped address per copy (which
+        # no vectorizer packs)
+        lane = next((a for a in reversed(axes) if idx_u is not None and _bound(a) >= 2 and stride(idx_u, a) == 1),
+                    None)
+        if not safe and gate is None and not guards and lane is not None and u.dtype in MASKED_LOAD_DTYPES:
+            return self.masked_load(u, idx, lane, axes, size)
+
         def one(at: dict[UOp, int]) -> str:
             i = self.to_i64(self.pick(idx, at), idx_u.dtype if idx_u is not None else dtypes.index)
-            if gate is not None and alt is not None:
-                g, a = self.truth(self.pick(gate, at), gate_dt), self.pick(alt, at)
-            elif guards:
-                g, a = self.all_of([(self.pick(v, at), c.dtype, pol) for v, c, pol in guards]), zero
-            else:
-                g, a = None, zero
+            g, a = guard(at)
             if safe or g is None:
                 if not safe:  # nothing guards it: keep the address inside the buffer
                     i = self.ins(f"call i64 @llvm.umin.i64(i64 {i}, i64 {max(size - 1, 0)})")
@@ -666,6 +679,35 @@ class _Fn:
             return self.ins(f"phi {reg_ty(u.dtype)} [ {v}, %{ld_end} ], [ {a}, %{pre} ]")
 
         return self.each(axes, one)
+
+    def masked_load(self, u: UOp, idx: Val, lane: UOp, axes: tuple[UOp, ...], size: int) -> Val:
+        """A load whose copies along `lane` read consecutive elements: per combination of the other axes, one
+        `llvm.masked.load` of the lanes, those at or past `size` masked off (they read nothing and give 0), then
+        one value per copy."""
+        index = u.src[0]
+        idx_u = _index_of(index)
+        assert idx_u is not None
+        n = _bound(lane)
+        ty = mem_ty(u.dtype)
+        vty, mty, ity = f"<{n} x {ty}>", f"<{n} x i1>", f"<{n} x i64>"
+        al = max(1, _np_storage(u.dtype).itemsize)
+        fn = f"@llvm.masked.load.v{n}{ {'float': 'f32', 'double': 'f64'}.get(ty, ty)}.p0"
+        self.kb.declare(f"declare {vty} {fn}(ptr, i32, {mty}, {vty})")
+        steps = f"<{', '.join(f'i64 {j}' for j in range(n))}>"
+        rest = tuple(a for a in axes if a is not lane)
+        out: dict[tuple[int, ...], str] = {}
+        for at in self.combos(rest):
+            i0 = self.to_i64(self.pick(idx, at | {lane: 0}), idx_u.dtype)
+            first = self.ins(f"insertelement {ity} poison, i64 {i0}, i64 0")
+            splat = self.ins(f"shufflevector {ity} {first}, {ity} poison, <{n} x i32> zeroinitializer")
+            lanes = self.ins(f"add {ity} {splat}, {steps}")
+            mask = self.ins(f"icmp ult {ity} {lanes}, splat (i64 {size})")
+            # no `inbounds`: the first lane's address may lie outside the buffer when its lane is masked off
+            p = self.ins(f"getelementptr {ty}, ptr {self.kb.arg_of(buffer_of(index).arg[0])}, i64 {i0}")
+            v = self.ins(f"call {vty} {fn}(ptr {p}, i32 {al}, {mty} {mask}, {vty} zeroinitializer)")
+            for j in range(n):
+                out[tuple(at[a] if a is not lane else j for a in axes)] = self.ins(f"extractelement {vty} {v}, i64 {j}")
+        return Val(axes, tuple(out[tuple(at[a] for a in axes)] for at in self.combos(axes)))
 
     def all_of(self, conds: list[tuple[str, DType, bool]]) -> str:
         acc = None

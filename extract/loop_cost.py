@@ -183,6 +183,8 @@ class _Walk:
         self.scalar_depth = 0   # inside a nested REDUCE with unrolled accumulators: copies are not packed
         self.ranges: dict[UOp, frozenset[UOp]] = {}
         self.loads: list[tuple[UOp, tuple[UOp, ...], int]] = []   # (LOAD, its loops, how many it runs inside)
+        self.contiguous: frozenset[UOp] = frozenset()   # the item's unrolled ranges its store steps by 1 along
+        self.strided: frozenset[UOp] = frozenset()      # ... and those it steps along by more (or non-linearly)
 
     def deps(self, u: UOp) -> frozenset[UOp]:
         """Ranges u depends on (a REDUCE's own ranges are bound inside it)."""
@@ -201,6 +203,10 @@ class _Walk:
         return self.ranges[u]
 
     def item(self, value: UOp, loops: list[UOp], unrolled: list[UOp]) -> None:
+        idx = value.src[0] if value.op is Ops.STORE else None
+        lin = idx.src[1] if idx is not None and idx.op is Ops.INDEX and len(idx.src) > 1 else None
+        self.contiguous = frozenset(r for r in unrolled if lin is not None and stride(lin, r) == 1)
+        self.strided = frozenset(r for r in unrolled if lin is not None and stride(lin, r) not in (0, 1))
         trips = [1]
         for i, r in enumerate(loops):
             trips.append(trips[-1] * _bound(r))
@@ -230,6 +236,17 @@ class _Walk:
     def copies(self, u: UOp) -> int:
         return math.prod(_bound(r) for r in self.deps(u) if _unrolled(r))
 
+    def packed(self, u: UOp, lanes: int) -> int:
+        """Copies of u one vector holds: the backend packs copies along the item's contiguous unrolled axis
+        (a tile of 32 rows x 8 columns is 32 vectors of 8 lanes, not 16 of 16); copies only along axes the
+        store steps over by more pack poorly (counted one a vector); copies of ranges the store does not see
+        (partial sums) pack fully."""
+        d = self.deps(u)
+        along = [r for r in d if r in self.contiguous]
+        if along:
+            return min(lanes, math.prod(_bound(r) for r in along))
+        return 1 if d & self.strided else lanes
+
     def charge(self, u: UOp, loops: list[UOp], trips: list[int], unrolled: frozenset[UOp],
                vector_loop: bool, scalar: bool = False) -> None:
         if u.op in FREE:
@@ -244,7 +261,7 @@ class _Walk:
         lanes = self.m.lanes(itemsize)
         per = OP_CYCLES.get(u.op, DEFAULT_OP)
         vectorizes = u.op not in SCALAR_MATH
-        width = lanes   # copies one vector instruction covers
+        width = self.packed(u, lanes)   # copies one vector instruction covers
         if u.op in (Ops.LOAD, Ops.STORE):
             idx = u.src[0]
             lin = idx.src[1] if idx.op is Ops.INDEX and len(idx.src) > 1 else None
@@ -280,7 +297,7 @@ class _Walk:
             self.loop_cycles += inner_trips[-1] * LOOP_CYCLES
         acc = self.copies(u)   # one accumulator per copy of the unrolled ranges around it; its own add up in order
         scalar = nested and acc > 1
-        vectors = acc if scalar else math.ceil(acc / self.m.lanes(max(1, u.dtype.itemsize)))
+        vectors = acc if scalar else math.ceil(acc / self.packed(u, self.m.lanes(max(1, u.dtype.itemsize))))
         chain = math.prod(_bound(r) for r in own if _unrolled(r))
         before = self.cycles + self.loop_cycles
         # a strict-FP reduction loop is not vectorized by LLVM: its body runs one element per iteration

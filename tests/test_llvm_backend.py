@@ -762,6 +762,19 @@ def test_exp2_is_inline_vectorized_and_within_one_ulp() -> None:
     assert ulps.max() <= 1
 
 
+def test_unproven_loads_of_a_padded_tile_are_masked_vector_loads() -> None:
+    """Column sums over a tile padded past the end of its buffer (16 columns of which the last 3 fall outside):
+    the loads in the reduce are not proven in bounds, so the lanes outside are masked off in one vector load per
+    step instead of a clamped address per copy, the gated store skips them, and the sums match the reference."""
+    kk, n, up = 5, 13, 16
+    x, y = buf("X", kk * n), buf("Y", n)
+    ju, k = rng(up, 0, AxisType.UPCAST), rng(kk, 1, AxisType.REDUCE)
+    ast = kernel((store(y, ju, reduce(load(x, k * n + ju), k), ju < n), (ju,)))
+    compare(ast, {"X": rand_array((kk * n,), seed=44)})
+    text = LLVMBackend().render(Kernel.from_ast("k", ast), None)
+    assert "llvm.masked.load.v16f32" in text and "umin" not in text
+
+
 def test_render_names_arguments_in_order() -> None:
     i = rng(3, 0)
     k = Kernel.from_ast("k", kernel((store(buf("out", 3), i, load(buf("inp", 3), i)), (i,))))
