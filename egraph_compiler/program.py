@@ -156,6 +156,8 @@ class Program:
     single_output: bool = True
     _compiled: list[CompiledKernel] | None = field(default=None, repr=False)
     _consts: dict[str, Any] = field(default_factory=dict, repr=False)
+    _runner: Callable[[dict[str, Any]], None] | None = field(default=None, repr=False)
+    _plan: tuple[list[tuple[str, str, BufferSpec, np.dtype | None]], Any] | None = field(default=None, repr=False)
 
     @property
     def source(self) -> str:
@@ -170,11 +172,10 @@ class Program:
     def __call__(self, **inputs: Any) -> Any:
         compiled = self.compile()
         bufs = self.place_buffers(**inputs)
-        addresses = getattr(self.backend, "addresses", None)   # native backends: addresses once, not per kernel
-        if addresses is not None:
-            where = addresses(bufs)
-            for run in compiled:
-                run(bufs, where)
+        if self._runner is None and hasattr(self.backend, "runner"):  # native backends run the kernels in one go
+            self._runner = self.backend.runner(self, compiled)
+        if self._runner is not None:
+            self._runner(bufs)
         else:
             for run in compiled:
                 run(bufs)
@@ -188,32 +189,45 @@ class Program:
         allocated."""
         from egraph_compiler.backends.reference import coerce_input
 
-        missing = [n for n in self.inputs if n not in inputs]
-        if missing:
-            spec = self.buffers[missing[0]]
-            raise MissingInput(at=f"input {missing[0]!r}", why=f"the program needs inputs {self.inputs}",
-                               suggestion=f"call the program with {missing[0]}=<array of shape {spec.shape}>")
-        extra = sorted(set(inputs) - set(self.inputs))
-        if extra:
+        if self._plan is None:
+            self._plan = self._placement()
+        if inputs.keys() != self._plan[1]:
+            missing = [n for n in self.inputs if n not in inputs]
+            if missing:
+                spec = self.buffers[missing[0]]
+                raise MissingInput(at=f"input {missing[0]!r}", why=f"the program needs inputs {self.inputs}",
+                                   suggestion=f"call the program with {missing[0]}=<array of shape {spec.shape}>")
+            extra = sorted(set(inputs) - set(self.inputs))
             raise MissingInput(at=f"input {extra[0]!r}", why=f"the program has no input named {extra[0]!r}",
                                suggestion=f"its inputs are {self.inputs}")
         bufs: dict[str, Any] = {}
-        native = getattr(self.backend, "storage_np", None)
-        for name, spec in self.buffers.items():
-            if spec.kind == "input":
+        for name, kind, spec, native in self._plan[0]:
+            if kind == "input":
                 v = inputs[name]
-                if (native is not None and type(v) is np.ndarray and v.shape == spec.shape and v.flags.c_contiguous
-                        and spec.dtype is not dtypes.bfloat16 and v.dtype == native(spec.dtype) == spec.dtype.np):
+                if (native is not None and type(v) is np.ndarray and v.dtype == native and v.shape == spec.shape
+                        and v.flags.c_contiguous):
                     bufs[name] = v.reshape(-1)   # already what the kernels read: no copy, no conversion
                 else:
                     bufs[name] = self.backend.put(spec, coerce_input(name, v, spec.shape, spec.dtype))
-            elif spec.kind == "const":   # kernels never write constants: placed once per program
+            elif kind == "const":   # kernels never write constants: placed once per program
                 if name not in self._consts:
                     self._consts[name] = self.backend.put(spec, spec.data)
                 bufs[name] = self._consts[name]
             else:
                 bufs[name] = self.backend.alloc(spec)
         return bufs
+
+    def _placement(self) -> tuple[list[tuple[str, str, BufferSpec, np.dtype | None]], Any]:
+        """Per buffer: name, kind, spec and the numpy dtype an input already in place has (None: always
+        convert); and the input names, as a keys view to compare with the call's."""
+        storage = getattr(self.backend, "storage_np", None)
+        plan = []
+        for name, spec in self.buffers.items():
+            native = None
+            if storage is not None and spec.dtype is not dtypes.bfloat16 and storage(spec.dtype) == spec.dtype.np:
+                native = np.dtype(spec.dtype.np)
+            plan.append((name, spec.kind, spec, native))
+        return plan, dict.fromkeys(self.inputs).keys()
 
     def summary(self) -> str:
         lines = [f"Program for {self.target}: {len(self.kernels)} kernel(s), inputs {self.inputs}, outputs {self.outputs}"]

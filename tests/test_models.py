@@ -47,3 +47,31 @@ def test_models_bench_against_torch(tmp_path: Path) -> None:
     for r in rows:
         assert r["ok"] and r["ours_ms"] is not None and r["eager_ms"] is not None and r["estimate_ms"] is not None
     assert "geomean" in proc.stdout and "x PyTorch eager" in proc.stdout
+
+
+def test_a_chain_of_small_kernels_runs_as_one_native_call_and_mixes_with_parallel_ones() -> None:
+    """The LLVM runner batches consecutive kernels that need no thread pool into one native driver call; a big
+    kernel between them (split over the cores) runs on its own. Both give the reference's values, also when the
+    same program is called from two threads at once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    x = Tensor.empty(16, 32, name="x")
+    ws = [Tensor.empty(32, 32, name=f"w{i}") for i in range(4)]
+    big = Tensor.empty(512, 512, name="big")
+    h = x
+    for w in ws:
+        h = (h @ w).relu()
+    out = h.sum() + (big @ big).sum()   # a parallel GEMM beside the chain
+    prog = optimize(out, target="llvm")
+    rng = np.random.default_rng(5)
+    inputs = {"x": rng.standard_normal((16, 32), dtype=np.float32),
+              "big": rng.standard_normal((512, 512), dtype=np.float32) / np.float32(16),
+              **{f"w{i}": rng.standard_normal((32, 32), dtype=np.float32) / np.float32(6) for i in range(4)}}
+    runner = prog.backend.runner(prog, prog.compile())
+    drivers = [d for d, _ in runner.steps if d is not None]
+    assert drivers and len(runner.steps) < len(prog.kernels)
+    want = evaluate(out.uop, inputs)
+    np.testing.assert_allclose(prog(**inputs), want, rtol=1e-3, atol=1e-2)
+    with ThreadPoolExecutor(2) as pool:
+        for got in pool.map(lambda _: prog(**inputs), range(6)):
+            np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-2)
