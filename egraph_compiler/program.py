@@ -157,6 +157,7 @@ class Program:
     _compiled: list[CompiledKernel] | None = field(default=None, repr=False)
     _consts: dict[str, Any] = field(default_factory=dict, repr=False)
     _runner: Callable[[dict[str, Any]], None] | None = field(default=None, repr=False)
+    _temps: list[dict[str, Any]] = field(default_factory=list, repr=False)   # intermediates of finished calls
     _plan: tuple[list[tuple[str, str, BufferSpec, np.dtype | None]], Any] | None = field(default=None, repr=False)
 
     @property
@@ -171,7 +172,13 @@ class Program:
 
     def __call__(self, **inputs: Any) -> Any:
         compiled = self.compile()
-        bufs = self.place_buffers(**inputs)
+        # intermediates are reused from an earlier call (kernels write every element of what they store): no
+        # allocation and no page faults on fresh memory per call; concurrent calls each take their own set
+        try:
+            temps = self._temps.pop()
+        except IndexError:
+            temps = None
+        bufs = self._place(inputs, temps)
         if self._runner is None and hasattr(self.backend, "runner"):  # native backends run the kernels in one go
             self._runner = self.backend.runner(self, compiled)
         if self._runner is not None:
@@ -180,6 +187,7 @@ class Program:
             for run in compiled:
                 run(bufs)
         outs = tuple(self.backend.get(self.buffers[n], bufs[n]) for n in self.outputs)
+        self._temps.append({n: bufs[n] for n, spec in self.buffers.items() if spec.kind == "intermediate"})
         if len(set(self.outputs)) < len(self.outputs):  # one buffer returned twice: two independent arrays
             outs = tuple(o.copy() for o in outs)
         return outs[0] if self.single_output else outs
@@ -187,6 +195,9 @@ class Program:
     def place_buffers(self, **inputs: Any) -> dict[str, Any]:
         """Every buffer of the program on its backend: inputs checked and placed, constants placed, the rest
         allocated."""
+        return self._place(inputs, None)
+
+    def _place(self, inputs: dict[str, Any], temps: dict[str, Any] | None) -> dict[str, Any]:
         from egraph_compiler.backends.reference import coerce_input
 
         if self._plan is None:
@@ -213,6 +224,8 @@ class Program:
                 if name not in self._consts:
                     self._consts[name] = self.backend.put(spec, spec.data)
                 bufs[name] = self._consts[name]
+            elif temps is not None and kind == "intermediate":
+                bufs[name] = temps[name]
             else:
                 bufs[name] = self.backend.alloc(spec)
         return bufs

@@ -54,6 +54,7 @@ DEFAULT_OP = 1.0
 # not one: the backend renders it inline (about 28 vector instructions), and it vectorizes like arithmetic
 SCALAR_MATH = (Ops.LOG2, Ops.SIN)
 GATE_CYCLES = 2.0          # the branch (or select) around a gated load
+CODE_SIZE = {Ops.EXP2: 30}  # scalar instructions one copy of an op renders to (else 1)
 LINE = 64                  # bytes in a cache line
 # the share of a cache a loop nest's footprint may fill before it counts as not fitting (associativity and the
 # data the model does not see: stores, the stack, other buffers' partial lines)
@@ -156,6 +157,7 @@ class KernelEstimate:
     l2_misses: float = 0.0
     parallel: int = 1
     spills: bool = False
+    code: float = 0.0          # scalar instructions the backend emits before vectorizing (compile time grows with it)
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, object]:
@@ -183,6 +185,7 @@ class _Walk:
         self.scalar_depth = 0   # inside a nested REDUCE with unrolled accumulators: copies are not packed
         self.ranges: dict[UOp, frozenset[UOp]] = {}
         self.loads: list[tuple[UOp, tuple[UOp, ...], int]] = []   # (LOAD, its loops, how many it runs inside)
+        self.code = 0.0
         self.contiguous: frozenset[UOp] = frozenset()   # the item's unrolled ranges its store steps by 1 along
         self.strided: frozenset[UOp] = frozenset()      # ... and those it steps along by more (or non-linearly)
 
@@ -254,6 +257,7 @@ class _Walk:
         depth = self.place(u, loops, unrolled)
         trip = trips[depth]
         copies = self.copies(u)
+        self.code += copies * CODE_SIZE.get(u.op, 1)
         if u.dtype.is_int and u.op not in (Ops.IDIV, Ops.MOD, Ops.LOAD):  # index math: folded into addressing
             self.cycles += trip * OP_CYCLES.get(u.op, DEFAULT_OP)
             return
@@ -438,7 +442,7 @@ def estimate(kernel: UOp, m: CPUMachine | None = None) -> KernelEstimate:
     for u in kernel.toposort():
         if u.op is Ops.BUFFER:
             nbytes += u.arg[1][0] * u.dtype.itemsize
-    est.cycles, est.bytes, est.spills = w.cycles + w.loop_cycles, nbytes, w.spills
+    est.cycles, est.bytes, est.spills, est.code = w.cycles + w.loop_cycles, nbytes, w.spills, w.code
     est.parallel = max(est.parallel, w.group_parallel)
     est.memory_s = max(nbytes / ((m.mem_gbps_all if est.parallel > 1 else m.mem_gbps) * 1e9), cache_s)
     est.overhead_s = m.launch_us * 1e-6

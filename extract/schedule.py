@@ -36,6 +36,7 @@ Estimator = Callable[[UOp], KernelEstimate]
 Decode = Callable[[int, Callable[[int], ENode], dict[int, UOp]], UOp]
 MAX_COMBINATIONS = 96
 QUICK_COMBINATIONS = 24   # a quick ranking (a fusion trial) enumerates fewer combinations ...
+CODE_TIE = 0.05           # schedules estimated within 5% of the best: the one with the least code is chosen
 DESCENT_ROUNDS = 3        # ... and runs one round of coordinate descent, not three
 
 
@@ -323,6 +324,12 @@ def rank_kernel(view: EGraphView, ex: Extraction | Overridden, sink: int, decode
     for cand in sorted(found, key=lambda x: x.estimate.seconds):
         unique.setdefault(cand.kernel, cand)
     ranked = list(unique.values())
+    if ranked:   # estimates this close are a tie: the least code wins (LLVM's time grows with the unrolled copies)
+        near = [c for c in ranked if c.estimate.seconds <= ranked[0].estimate.seconds * (1 + CODE_TIE)]
+        lean = min(near, key=lambda c: c.estimate.code)
+        if lean is not ranked[0]:
+            ranked.remove(lean)
+            ranked.insert(0, lean)
     if model.renders is not None:   # the best candidates the backend cannot render go last
         ok = next((i for i, c in enumerate(ranked) if model.renders(c.kernel)), 0)
         ranked = ranked[ok:] + ranked[:ok]

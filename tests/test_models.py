@@ -75,3 +75,18 @@ def test_a_chain_of_small_kernels_runs_as_one_native_call_and_mixes_with_paralle
     with ThreadPoolExecutor(2) as pool:
         for got in pool.map(lambda _: prog(**inputs), range(6)):
             np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-2)
+
+
+def test_repeated_calls_reuse_intermediates_and_stay_correct() -> None:
+    """A program's intermediates are reused by later calls: each call's result depends on its own inputs only
+    (different inputs in turn, and a result kept from an earlier call is not overwritten)."""
+    m = model_defs.suite(quick=True)[0]
+    x = m.inputs()
+    out = m.ours(**{k: Tensor.empty(*v.shape, dtype="float32", name=k) for k, v in x.items()})
+    prog = optimize(out, target="llvm")
+    other = {k: (v * np.float32(0.5) + np.float32(0.1)).astype(np.float32) for k, v in x.items()}
+    first = prog(**x)
+    second = prog(**other)
+    np.testing.assert_allclose(prog(**x), evaluate(out.uop, x), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(first, evaluate(out.uop, x), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(second, evaluate(out.uop, other), rtol=1e-4, atol=1e-4)
