@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench bench-models clean
+.PHONY: demo test lint bench bench-models bench-kernels clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $$(.ci/find-python) -m venv $(VENV)
@@ -23,15 +23,22 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
-# the benchmark tables: micro-kernels (bench/run.py, against numpy and tinygrad) and real models (bench/models.py,
-# against PyTorch eager and torch.compile); installs the [bench] and [models] extras first.
-# Arguments through BENCH_ARGS and MODELS_ARGS, e.g.  make bench BENCH_ARGS="--quick" MODELS_ARGS="--quick"
+# the benchmark tables: micro-kernels (bench/run.py, against numpy and tinygrad), real models (bench/models.py,
+# against PyTorch eager and torch.compile) and GEMM/convolution shapes (bench/kernels.py, against numpy and
+# PyTorch); installs the [bench] and [models] extras first.
+# Arguments through BENCH_ARGS, MODELS_ARGS and KERNELS_ARGS, e.g.  make bench KERNELS_ARGS="--cpu haswell"
 BENCH_ARGS ?=
 MODELS_ARGS ?=
+KERNELS_ARGS ?=
 bench: $(STAMP)
 	$(PY) -m pip install -q -e '.[bench,models]'
 	$(PY) bench/run.py $(BENCH_ARGS)
 	$(PY) bench/models.py $(MODELS_ARGS)
+	$(PY) bench/kernels.py $(KERNELS_ARGS)
+
+bench-kernels: $(STAMP)
+	$(PY) -m pip install -q -e '.[models]'
+	$(PY) bench/kernels.py $(KERNELS_ARGS)
 
 bench-models: $(STAMP)
 	$(PY) -m pip install -q -e '.[models]'

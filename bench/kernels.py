@@ -8,10 +8,11 @@ Per shape: our first-call time (optimize + compile + first run), our run time (m
 GFLOP/s and the fraction of the machine model's peak, the cost model's estimate beside it, numpy's time (GEMMs;
 its default threads) and PyTorch's. Ratios are peer time / our time: above 1 means we are faster.
 
-`--cpu haswell` generates and prices AVX2 code (on any AVX2 or AVX-512 host); the header prints the machine
-model used. Ours runs first for each shape, before the peers, whose thread pools would otherwise spin on the
-cores we time on. Outputs are checked against numpy (float64 accumulation). torch is optional: without it the
-torch column reads n/a. Exit status 1 if any of our results was wrong or failed.
+`--cpu haswell` generates and prices AVX2 code (on any AVX2 or AVX-512 host; the peers keep their own code, so
+on an AVX-512 host they run AVX-512 kernels); the header prints the machine model used. Ours runs first for each
+shape, then torch, then numpy, with a pause between them: their thread pools spin for a while after a call, on
+the cores the next contestant is timed on. Outputs are checked against numpy (float64 accumulation). torch is
+optional: without it the torch column reads n/a. Exit status 1 if any of our results was wrong or failed.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from measure import time_calls
+
+SETTLE_S = 0.3   # between peers: OpenBLAS's and OpenMP's idle threads spin for a while before they sleep
 
 
 @dataclass(frozen=True)
@@ -156,15 +159,18 @@ def run_shape(s: Shape, cpu: str | None, repeat: int) -> Row:
         row.schedule = "; ".join(sc["chosen"] for sc in scheds)
     except Exception as e:   # reported in the table, the run goes on
         row.error = "".join(traceback.format_exception_only(e)).strip().splitlines()[0][:200]
-    if s.kind == "gemm":
-        a, b = x["a"], x["b"]
-        row.numpy_ms = time_calls(lambda: a @ b, repeat=repeat).median_s * 1e3
     fn = torch_fn(s, x)
     if fn is not None:
         import torch
 
+        time.sleep(SETTLE_S)
         with torch.no_grad():
             row.torch_ms = time_calls(fn, repeat=repeat).median_s * 1e3
+    if s.kind == "gemm":
+        a, b = x["a"], x["b"]
+        time.sleep(SETTLE_S)
+        row.numpy_ms = time_calls(lambda: a @ b, repeat=repeat).median_s * 1e3
+    time.sleep(SETTLE_S)
     return row
 
 

@@ -121,3 +121,18 @@ def test_gpu_bench_without_a_gpu_says_what_to_do() -> None:
         proc = subprocess.run([sys.executable, str(GPU_BENCH), "--quick", "--only", "sum"],
                               capture_output=True, text=True, timeout=120, check=False)
         assert proc.returncode == 2 and "--compile-only" in proc.stderr, proc.stderr
+
+
+def test_kernel_bench_quick_runs_checks_and_names_its_machine(tmp_path: Path) -> None:
+    """bench/kernels.py: a padded GEMM and a depthwise convolution, native and AVX2 code, checked against numpy
+    (float64); the header names the machine model; no timing is asserted."""
+    from egraph_compiler.cpu_target import host_cpu
+
+    out = tmp_path / "k.json"
+    for cpu in ([], ["--cpu", "haswell"]) if host_cpu().isa in ("avx2", "avx512") else ([],):
+        r = subprocess.run([sys.executable, str(ROOT / "bench" / "kernels.py"), "--quick", "--only", "gemm_250,dw",
+                            "--repeat", "2", "--json", str(out), *cpu], capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "machine model:" in r.stdout and ("haswell" in r.stdout) == bool(cpu)
+        rows = json.loads(out.read_text())["rows"]
+        assert [x["name"] for x in rows] == ["gemm_250", "dw3x3_b1_c64_28"] and all(x["ok"] for x in rows)
