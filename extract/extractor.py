@@ -77,15 +77,23 @@ def extract(view: EGraphView, model: NodeCost, max_visits: int = 200) -> Extract
                 continue
             if any(k not in best or k == c or c in best[k].dag for k in kids):
                 continue
-            dag: dict[int, float] = {}
+            # the DAG cost: the largest child's DAG plus what the others add (small into large, so a deep
+            # chain does not copy its whole DAG per candidate); the union is built only for a better choice
+            big = max(kids, key=lambda k: len(best[k].dag)) if kids else None
+            base = best[big].dag if big is not None else {}
+            extra: dict[int, float] = {}
             for k in kids:
-                dag.update(best[k].dag)
-            dag[c] = nc
-            total = sum(dag.values())
+                if k != big:
+                    extra.update((x, v) for x, v in best[k].dag.items() if x not in base)
+            total = (best[big].cost if big is not None else 0.0) + sum(extra.values()) + nc
+            size = len(base) + len(extra) + 1
             better = cur is None or total < cur.cost - 1e-12 or (
                 abs(total - cur.cost) <= 1e-12 and cur.node is not n
-                and (len(dag), _key(n)) < (len(cur.dag), _key(cur.node)))
+                and (size, _key(n)) < (len(cur.dag), _key(cur.node)))
             if better:
+                dag = dict(base)
+                dag.update(extra)
+                dag[c] = nc
                 cur = Choice(n, total, dag)
                 best[c] = cur
                 changed = True
