@@ -426,7 +426,8 @@ def estimate(kernel: UOp, m: CPUMachine | None = None) -> KernelEstimate:
         before = w.cycles + w.loop_cycles
         first = len(w.loads)
         w.item(st, loops, [r for r in ranges if _unrolled(r)])
-        work = math.prod(_bound(r) for r in ranges)
+        # the backend's auto-parallel rule counts every range under the store, the reduce ranges too
+        work = math.prod(_bound(r) for r in st.toposort() if r.op is Ops.RANGE)
         thread = [r for r in loops if r.arg[1] is AxisType.THREAD]   # a THREAD split is parallel at any size
         split = thread[0] if thread else loops[0] if loops and work >= AUTO_PARALLEL_MIN_WORK else None
         par = min(m.cores, _bound(split)) if split is not None else 1
