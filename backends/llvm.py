@@ -1438,6 +1438,8 @@ class _Runner:
             if c is not None:
                 self.steps.append((None, c))
         self.python = any(c is not None for _, c in self.steps)
+        self.seen: dict[int, tuple[np.ndarray, int]] = {}
+        self.tables: list[Any] = []
 
     def _driver(self, batch: list[LLVMCompiled], slot: dict[str, int], cpu: CPUTarget) -> Any:
         body, loaded = [], {}
@@ -1458,14 +1460,28 @@ class _Runner:
         return native.funcs["drive"]
 
     def __call__(self, bufs: dict[str, np.ndarray]) -> None:
-        addrs = [_address(bufs[n]) for n in self.names]
-        table = (ctypes.c_int64 * len(addrs))(*addrs)
+        # the arrays of the last call and their addresses: a caller passing the same inputs again (a serving
+        # loop, the program's own reused intermediates) skips taking them; holding the arrays keeps ids unique
+        seen, fresh, addrs = self.seen, {}, []
+        for n in self.names:
+            a = bufs[n]
+            hit = seen.get(id(a))
+            addr = hit[1] if hit is not None and hit[0] is a else _address(a)
+            fresh[id(a)] = (a, addr)
+            addrs.append(addr)
+        self.seen = fresh
+        try:
+            table = self.tables.pop()   # concurrent calls each take their own
+        except IndexError:
+            table = (ctypes.c_int64 * len(addrs))()
+        table[:] = addrs
         where = dict(zip(self.names, addrs)) if self.python else {}
         for drive, kernel in self.steps:
             if drive is not None:
                 drive(ctypes.addressof(table))
             else:
                 kernel(bufs, where)
+        self.tables.append(table)
 
 
 def _address(a: np.ndarray) -> int:

@@ -215,9 +215,9 @@ class Program:
         for name, kind, spec, native in self._plan[0]:
             if kind == "input":
                 v = inputs[name]
-                if (native is not None and type(v) is np.ndarray and v.dtype == native and v.shape == spec.shape
-                        and v.flags.c_contiguous):
-                    bufs[name] = v.reshape(-1)   # already what the kernels read: no copy, no conversion
+                if (native is not None and type(v) is np.ndarray and (v.dtype is native or v.dtype == native)
+                        and v.shape == spec.shape and v.flags.c_contiguous):
+                    bufs[name] = v   # already what the kernels read (contiguous, in storage dtype): as it is
                 else:
                     bufs[name] = self.backend.put(spec, coerce_input(name, v, spec.shape, spec.dtype))
             elif kind == "const":   # kernels never write constants: placed once per program

@@ -90,3 +90,6 @@ def test_repeated_calls_reuse_intermediates_and_stay_correct() -> None:
     np.testing.assert_allclose(prog(**x), evaluate(out.uop, x), rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(first, evaluate(out.uop, x), rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(second, evaluate(out.uop, other), rtol=1e-4, atol=1e-4)
+    for v in x.values():   # the same arrays, changed in place: the new values are read
+        v *= np.float32(-0.5)
+    np.testing.assert_allclose(prog(**x), evaluate(out.uop, x), rtol=1e-4, atol=1e-4)
