@@ -36,6 +36,10 @@ NAMED: dict[str, str] = {
 }
 
 
+# CPUs that execute each 512-bit operation as two 256-bit halves: half the AVX-512 FMA peak
+HALF_WIDTH_AVX512 = frozenset({"znver4"})
+
+
 @dataclass(frozen=True)
 class CPUTarget:
     """What code is generated for: LLVM's CPU name and feature string, and the vector ISA they imply."""
@@ -52,6 +56,12 @@ class CPUTarget:
     @property
     def vector_regs(self) -> int:
         return ISA_VECTORS[self.isa][1]
+
+    @property
+    def fma_vectors_per_cycle(self) -> int:
+        """Full-width FMA vectors a core issues a cycle: two, but one where 512-bit operations run as two
+        256-bit halves (AMD Zen 4)."""
+        return 1 if self.isa == "avx512" and self.name in HALF_WIDTH_AVX512 else 2
 
     def describe(self) -> str:
         return f"{self.name} ({self.isa.upper()}{', host' if self.host else ''})"

@@ -82,6 +82,7 @@ class CPUMachine:
     l2_bytes_per_cycle: float = 32.0   # sustained L2 -> L1 fill rate of one core
     launch_us: float = 5.0         # thread-pool hand-off and call overhead per kernel
     cpu: str = "generic"           # the CPU code is generated for (CPUTarget.describe)
+    fma_per_cycle: int = 2         # full-width FMA vectors a core issues a cycle (1 on Zen 4's AVX-512)
 
     @staticmethod
     def host() -> CPUMachine:
@@ -97,10 +98,11 @@ class CPUMachine:
                           mem_gbps=float(os.environ.get("EGC_MEM_GBPS", CPUMachine.mem_gbps)),
                           mem_gbps_all=float(os.environ.get("EGC_MEM_GBPS_ALL", CPUMachine.mem_gbps_all)),
                           l1_bytes=caches.get(1, CPUMachine.l1_bytes), l2_bytes=caches.get(2, CPUMachine.l2_bytes),
-                          cpu=cpu.describe())
+                          cpu=cpu.describe(), fma_per_cycle=cpu.fma_vectors_per_cycle)
 
     def describe(self) -> str:
         return (f"{self.cpu}: {self.cores} cores, {self.simd_bytes * 8}-bit vectors x {self.vector_regs}, "
+                f"{self.fma_per_cycle} FMA/cycle, "
                 f"L1 {self.l1_bytes >> 10} KiB, L2 {self.l2_bytes >> 10} KiB, {self.ghz:g} GHz, "
                 f"memory {self.mem_gbps:g} GB/s per core, {self.mem_gbps_all:g} GB/s all")
 
@@ -113,8 +115,8 @@ class CPUMachine:
         return max(flops / self.peak_flops(), nbytes / (self.mem_gbps_all * 1e9)) + self.launch_us * 1e-6
 
     def peak_flops(self, itemsize: int = 4) -> float:
-        """FLOP/s with every core issuing two FMA vectors (four flops a lane) a cycle."""
-        return self.cores * self.ghz * 1e9 * self.lanes(itemsize) * 4
+        """FLOP/s with every core issuing its FMA vectors (two flops a lane each) every cycle."""
+        return self.cores * self.ghz * 1e9 * self.lanes(itemsize) * 2 * self.fma_per_cycle
 
 
 def _sysfs_caches() -> dict[int, int]:

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from egraph_compiler import Tensor, optimize
-from egraph_compiler.cpu_target import ENV, NAMED, cpu_target, host_cpu
+from egraph_compiler.cpu_target import ENV, NAMED, CPUTarget, cpu_target, host_cpu
 from egraph_compiler.diagnostics import InvalidArgument
 
 HOST = host_cpu()
@@ -30,6 +30,9 @@ def test_a_named_cpu_sets_the_vector_model() -> None:
     assert (m.simd_bytes, m.vector_regs) == (32, 16) and "haswell" in m.describe()
     sse = CPUMachine.for_cpu(cpu_target("x86-64"))
     assert sse.lanes(4) == 4
+    # Zen 4 runs a 512-bit FMA as two halves: its AVX-512 peak equals AVX2's two 256-bit FMAs a cycle
+    assert CPUMachine.for_cpu(CPUTarget("znver4", "", "avx512", False)).peak_flops() == m.peak_flops()
+    assert CPUMachine.for_cpu(CPUTarget("skylake-avx512", "", "avx512", False)).peak_flops() == 2 * m.peak_flops()
 
 
 def test_unknown_cpu_is_a_diagnostic() -> None:
