@@ -655,8 +655,16 @@ class _Fn:
         # no vectorizer packs)
         lane = next((a for a in reversed(axes) if idx_u is not None and _bound(a) >= 2 and stride(idx_u, a) == 1),
                     None)
-        if not safe and gate is None and not guards and lane is not None and u.dtype in MASKED_LOAD_DTYPES:
-            return self.masked_load(u, idx, lane, axes, size)
+        if not safe and lane is not None and u.dtype in MASKED_LOAD_DTYPES:
+            if gate is None and not guards:
+                return self.masked_load(u, idx, lane, axes, size)
+            # guarded copies (a padded window): the guards evaluated over the lanes as vectors, if they are
+            # integer comparisons; else the branch per copy below
+            conds = [(u.src[2], True)] if gate is not None else [(c, pol) for _, c, pol in guards]
+            alt_u = u.src[1] if gate is not None else None
+            if all(self.lane_vector(c, lane, {}, {}, probe=True) is not None for c, _ in conds) and (
+                    alt_u is None or lane not in self.kb.deps[alt_u]):
+                return self.masked_load(u, idx, lane, axes, size, conds, alt_u)
 
         def one(at: dict[UOp, int]) -> str:
             i = self.to_i64(self.pick(idx, at), idx_u.dtype if idx_u is not None else dtypes.index)
@@ -680,10 +688,12 @@ class _Fn:
 
         return self.each(axes, one)
 
-    def masked_load(self, u: UOp, idx: Val, lane: UOp, axes: tuple[UOp, ...], size: int) -> Val:
+    def masked_load(self, u: UOp, idx: Val, lane: UOp, axes: tuple[UOp, ...], size: int,
+                    conds: list[tuple[UOp, bool]] | None = None, alt: UOp | None = None) -> Val:
         """A load whose copies along `lane` read consecutive elements: per combination of the other axes, one
-        `llvm.masked.load` of the lanes, those at or past `size` masked off (they read nothing and give 0), then
-        one value per copy."""
+        `llvm.masked.load` of the lanes, those at or past `size` masked off (they read nothing and give 0), or,
+        with `conds`, those whose conditions (each with its polarity) do not all hold (they give `alt`, or 0);
+        then one value per copy."""
         index = u.src[0]
         idx_u = _index_of(index)
         assert idx_u is not None
@@ -702,12 +712,57 @@ class _Fn:
             splat = self.ins(f"shufflevector {ity} {first}, {ity} poison, <{n} x i32> zeroinitializer")
             lanes = self.ins(f"add {ity} {splat}, {steps}")
             mask = self.ins(f"icmp ult {ity} {lanes}, splat (i64 {size})")
+            memo: dict[UOp, str] = {}
+            for c, pol in conds or []:
+                m = self.lane_vector(c, lane, at, memo)
+                assert m is not None
+                if not pol:
+                    m = self.ins(f"xor {mty} {m}, splat (i1 true)")
+                mask = self.ins(f"and {mty} {mask}, {m}")
+            pass_v = "zeroinitializer"
+            if alt is not None:
+                one = self.ins(f"insertelement {vty} poison, {ty} {self.pick(self.emit(alt), at | {lane: 0})}, i64 0")
+                pass_v = self.ins(f"shufflevector {vty} {one}, {vty} poison, <{n} x i32> zeroinitializer")
             # no `inbounds`: the first lane's address may lie outside the buffer when its lane is masked off
             p = self.ins(f"getelementptr {ty}, ptr {self.kb.arg_of(buffer_of(index).arg[0])}, i64 {i0}")
-            v = self.ins(f"call {vty} {fn}(ptr {p}, i32 {al}, {mty} {mask}, {vty} zeroinitializer)")
+            v = self.ins(f"call {vty} {fn}(ptr {p}, i32 {al}, {mty} {mask}, {vty} {pass_v})")
             for j in range(n):
                 out[tuple(at[a] if a is not lane else j for a in axes)] = self.ins(f"extractelement {vty} {v}, i64 {j}")
         return Val(axes, tuple(out[tuple(at[a] for a in axes)] for at in self.combos(axes)))
+
+    def lane_vector(self, u: UOp, lane: UOp, at: dict[UOp, int], memo: dict[UOp, str],
+                    probe: bool = False) -> str | None:
+        """u's values over the lanes of `lane` (the other unrolled ranges at `at`) as one vector, for integer and
+        boolean arithmetic and comparisons; None for anything else. `probe`: only say whether it can."""
+        if u in memo:
+            return memo[u]
+        n = _bound(lane)
+        if lane not in self.kb.deps[u]:   # the same for every lane: its scalar, splat
+            if probe:
+                return ""
+            ty = reg_ty(u.dtype)
+            one = self.ins(f"insertelement <{n} x {ty}> poison, {ty} {self.pick(self.emit(u), at | {lane: 0})}, i64 0")
+            out = self.ins(f"shufflevector <{n} x {ty}> {one}, <{n} x {ty}> poison, <{n} x i32> zeroinitializer")
+        elif u is lane:
+            out = "" if probe else f"<{', '.join(f'{reg_ty(u.dtype)} {j}' for j in range(n))}>"
+        elif u.op in (Ops.ADD, Ops.MUL, Ops.AND, Ops.OR, Ops.CMPLT, Ops.CMPNE) and (
+                u.src[0].dtype.is_int or u.src[0].dtype.is_bool):
+            a, b = (self.lane_vector(x, lane, at, memo, probe) for x in u.src)
+            if a is None or b is None:
+                return None
+            if probe:
+                return ""
+            ty = f"<{n} x {reg_ty(u.src[0].dtype)}>"
+            if u.op is Ops.CMPLT:
+                out = self.ins(f"icmp {'ult' if u.src[0].dtype.is_unsigned else 'slt'} {ty} {a}, {b}")
+            elif u.op is Ops.CMPNE:
+                out = self.ins(f"icmp ne {ty} {a}, {b}")
+            else:
+                out = self.ins(f"{ {Ops.ADD: 'add', Ops.MUL: 'mul', Ops.AND: 'and', Ops.OR: 'or'}[u.op]} {ty} {a}, {b}")
+        else:
+            return None
+        memo[u] = out
+        return out
 
     def all_of(self, conds: list[tuple[str, DType, bool]]) -> str:
         acc = None

@@ -775,6 +775,23 @@ def test_unproven_loads_of_a_padded_tile_are_masked_vector_loads() -> None:
     assert "llvm.masked.load.v16f32" in text and "umin" not in text
 
 
+@pytest.mark.parametrize("gated", [False, True])
+def test_guarded_copies_of_a_window_are_one_masked_load(gated: bool) -> None:
+    """A padded window read by an upcast tile (a convolution's padding): the guard is evaluated over the lanes
+    as a vector and the copies are one masked vector load, no branch per copy; WHERE-guarded or gated."""
+    n, up, kk = 40, 8, 3
+    x, y = buf("X", n), buf("Y", n)
+    jo, ju, k = rng(n // up, 0), rng(up, 1, AxisType.UPCAST), rng(kk, 2, AxisType.REDUCE)
+    j = jo * up + ju
+    pos = j + k - 1
+    valid = (pos >= 0) & (pos < n)
+    v = load(x, pos, UOp.const(0.0, F32), valid) if gated else valid.where(load(x, pos), UOp.const(0.0, F32))
+    ast = kernel((store(y, j, reduce(v, k)), (jo, ju)))
+    compare(ast, {"X": rand_array((n,), seed=45)})
+    text = LLVMBackend().render(Kernel.from_ast("k", ast), None)
+    assert "llvm.masked.load.v8f32" in text and "label %ld" not in text
+
+
 def test_render_names_arguments_in_order() -> None:
     i = rng(3, 0)
     k = Kernel.from_ast("k", kernel((store(buf("out", 3), i, load(buf("inp", 3), i)), (i,))))
