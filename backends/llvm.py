@@ -708,9 +708,7 @@ class _Fn:
         out: dict[tuple[int, ...], str] = {}
         for at in self.combos(rest):
             i0 = self.to_i64(self.pick(idx, at | {lane: 0}), idx_u.dtype)
-            first = self.ins(f"insertelement {ity} poison, i64 {i0}, i64 0")
-            splat = self.ins(f"shufflevector {ity} {first}, {ity} poison, <{n} x i32> zeroinitializer")
-            lanes = self.ins(f"add {ity} {splat}, {steps}")
+            lanes = self.ins(f"add {ity} {self.splat('i64', n, i0)}, {steps}")
             mask = self.ins(f"icmp ult {ity} {lanes}, splat (i64 {size})")
             memo: dict[UOp, str] = {}
             for c, pol in conds or []:
@@ -719,16 +717,18 @@ class _Fn:
                 if not pol:
                     m = self.ins(f"xor {mty} {m}, splat (i1 true)")
                 mask = self.ins(f"and {mty} {mask}, {m}")
-            pass_v = "zeroinitializer"
-            if alt is not None:
-                one = self.ins(f"insertelement {vty} poison, {ty} {self.pick(self.emit(alt), at | {lane: 0})}, i64 0")
-                pass_v = self.ins(f"shufflevector {vty} {one}, {vty} poison, <{n} x i32> zeroinitializer")
+            pass_v = "zeroinitializer" if alt is None else self.splat(ty, n, self.pick(self.emit(alt), at | {lane: 0}))
             # no `inbounds`: the first lane's address may lie outside the buffer when its lane is masked off
             p = self.ins(f"getelementptr {ty}, ptr {self.kb.arg_of(buffer_of(index).arg[0])}, i64 {i0}")
             v = self.ins(f"call {vty} {fn}(ptr {p}, i32 {al}, {mty} {mask}, {vty} {pass_v})")
             for j in range(n):
                 out[tuple(at[a] if a is not lane else j for a in axes)] = self.ins(f"extractelement {vty} {v}, i64 {j}")
         return Val(axes, tuple(out[tuple(at[a] for a in axes)] for at in self.combos(axes)))
+
+    def splat(self, ty: str, n: int, x: str) -> str:
+        """A vector of n copies of the scalar x of type ty."""
+        one = self.ins(f"insertelement <{n} x {ty}> poison, {ty} {x}, i64 0")
+        return self.ins(f"shufflevector <{n} x {ty}> {one}, <{n} x {ty}> poison, <{n} x i32> zeroinitializer")
 
     def lane_vector(self, u: UOp, lane: UOp, at: dict[UOp, int], memo: dict[UOp, str],
                     probe: bool = False) -> str | None:
@@ -740,9 +740,7 @@ class _Fn:
         if lane not in self.kb.deps[u]:   # the same for every lane: its scalar, splat
             if probe:
                 return ""
-            ty = reg_ty(u.dtype)
-            one = self.ins(f"insertelement <{n} x {ty}> poison, {ty} {self.pick(self.emit(u), at | {lane: 0})}, i64 0")
-            out = self.ins(f"shufflevector <{n} x {ty}> {one}, <{n} x {ty}> poison, <{n} x i32> zeroinitializer")
+            out = self.splat(reg_ty(u.dtype), n, self.pick(self.emit(u), at | {lane: 0}))
         elif u is lane:
             out = "" if probe else f"<{', '.join(f'{reg_ty(u.dtype)} {j}' for j in range(n))}>"
         elif u.op in (Ops.ADD, Ops.MUL, Ops.AND, Ops.OR, Ops.CMPLT, Ops.CMPNE) and (
@@ -1444,9 +1442,9 @@ class LLVMCompiled:
                 fu.result()
 
     def __call__(self, bufs: dict[str, Any], addresses: dict[str, int] | None = None) -> None:
-        """Run on `bufs`; `addresses` (from `LLVMBackend.addresses`) vouches that every buffer was placed by the
-        backend for this program and gives its address: the per-buffer checks are then skipped (a program with
-        many small kernels spends most of a call here)."""
+        """Run on `bufs`; `addresses` (from the program's runner, `LLVMBackend.runner`) vouches that every buffer
+        was placed by the backend for this program and gives its address: the per-buffer checks are then
+        skipped."""
         if addresses is not None:
             ptrs = [addresses[name] for name, _, _ in self.checks]
         else:
@@ -1567,11 +1565,6 @@ class LLVMBackend(HostBuffers):
         self.fast_math = fast_math
         self.auto_parallel = auto_parallel
         self.cpu = cpu_target(cpu)
-
-    @staticmethod
-    def addresses(bufs: dict[str, np.ndarray]) -> dict[str, int]:
-        """Each placed buffer's address, taken once per program call."""
-        return {name: _address(a) for name, a in bufs.items()}
 
     def runner(self, program: Program, compiled: list[LLVMCompiled]) -> Callable[[dict[str, np.ndarray]], None]:
         """One callable that runs the program's compiled kernels in order on its placed buffers."""
