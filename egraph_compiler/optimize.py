@@ -131,7 +131,11 @@ def materialization_candidates(roots: list[UOp]) -> list[UOp]:
             broadcast[u] = u.op is Ops.EXPAND or any(broadcast.get(x, False) for x in users.get(u, []))
     out = []
     for u in order:
-        if u.op in (Ops.BUFFER, Ops.CONST, Ops.DEFINE_VAR, Ops.BINARY) or u in roots or not u.shape or movement(u):
+        if u.op in (Ops.BUFFER, Ops.CONST, Ops.DEFINE_VAR, Ops.BINARY) or u in roots or not u.shape:
+            continue
+        if movement(u):
+            if u.op is Ops.PAD:
+                out.append(u)
             continue
         mine = users.get(u, [])
         if u.op in (Ops.REDUCE, Ops.CONTIGUOUS) or len(mine) > 1 or any(broadcast.get(x, False) for x in mine):

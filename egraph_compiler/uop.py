@@ -11,7 +11,7 @@ import math
 import struct
 import weakref
 from collections.abc import Callable, Iterable, Iterator
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import Any
 
 import numpy as np
@@ -300,7 +300,7 @@ class UOp:
 
     def toposort(self) -> list[UOp]:
         """All nodes reachable from self, sources before users (iterative: deep graphs are fine)."""
-        return toposort([self])
+        return list(_toposort_of(self))
 
     def substitute(self, mapping: dict[UOp, UOp]) -> UOp:
         """Replace nodes by identity (bottom-up, iterative)."""
@@ -357,6 +357,12 @@ def toposort(roots: Iterable[UOp], sources: Callable[[UOp], tuple[UOp, ...]] | N
         stack.append((u, True))
         stack.extend((s, False) for s in reversed(u.src if sources is None else sources(u)) if id(s) not in seen)
     return order
+
+
+@lru_cache(maxsize=256)
+def _toposort_of(u: UOp) -> tuple[UOp, ...]:
+    """The toposort of one node, for the few nodes asked about again and again (a kernel being estimated)."""
+    return tuple(toposort([u]))
 
 
 def _render_const(u: UOp) -> str:

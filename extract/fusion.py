@@ -32,7 +32,7 @@ from dataclasses import dataclass, field, replace
 from egraph_compiler.extract.extractor import Extraction
 from egraph_compiler.extract.kernel_cost import ulist
 from egraph_compiler.extract.loop_cost import KernelEstimate
-from egraph_compiler.extract.schedule import CostModel, Decode, KernelSchedule, Overridden, rank_kernel
+from egraph_compiler.extract.schedule import CostModel, Decode, KernelSchedule, Overridden, extracted_kernel, rank_kernel
 from egraph_compiler.extract.view import EGraphView, ENode
 
 from egraph_compiler.program import canonical_kernel
@@ -162,6 +162,7 @@ class _Search:
         self.name_of_after = {o.after: o.name for o in self.offers.values()}
         self._choice: tuple[frozenset[str], dict[int, ENode]] | None = None
         self.rankings: dict[tuple[int, frozenset[str], bool], KernelSchedule] = {}   # (sink, loads, quick?)
+        self.floors: dict[tuple[int, frozenset[str]], float] = {}
 
     def choice(self, mat: frozenset[str]) -> dict[int, ENode]:
         """The loads (and their AFTER nodes) that materialize the buffers in `mat` and the barriers."""
@@ -228,6 +229,16 @@ class _Search:
         self.rankings[(sink, loaded, quick)] = ks
         return ks
 
+    def floor(self, kernels: dict[int, frozenset[str]], mat: frozenset[str]) -> float:
+        """A lower bound of the kernels' estimates whatever their schedules (0 where the model has none)."""
+        if self.model.floor is None:
+            return 0.0
+        for sink, loaded in kernels.items():
+            if (sink, loaded) not in self.floors:
+                k = extracted_kernel(Overridden(self.ex, self.choice(mat)), sink, self.decode)
+                self.floors[(sink, loaded)] = 0.0 if k is None else self.model.floor(k)
+        return sum(self.floors[k] for k in kernels.items())
+
     def cost(self, kernels: dict[int, frozenset[str]], mat: frozenset[str], quick: bool = False) -> dict[int, float]:
         out: dict[int, float] = {}
         for sink, loaded in kernels.items():
@@ -292,8 +303,15 @@ def choose_fusion(view: EGraphView, ex: Extraction, roots: list[int], decode: De
             return False
         trial_costs = {k: costs[k] for k in trial if k in costs and trial[k] == kernels[k]}
         changed = {k: v for k, v in trial.items() if k not in trial_costs}
-        before = sum(v for k, v in costs.items() if k not in trial or trial[k] != kernels[k])
-        for quick in (True, False):   # a near miss on the quick ranking is ranked again in full
+        replaced = {k: v for k, v in kernels.items() if k not in trial or trial[k] != v}
+        before = sum(costs[k] for k in replaced)
+        # the work alone (a GEMM recomputed for every element of its consumer) rules most losing trials out unranked
+        after = s.floor(changed, trial_mat)
+        saving, keep, ranked = before - after, False, after <= before * (1 + NOISE)
+        for quick in (True, False) if ranked else ():   # a near miss on the quick ranking is ranked again in full
+            if not quick:   # ... and so are the kernels it would replace: a fair comparison
+                costs.update((k, min(costs[k], v)) for k, v in s.cost(replaced, mat).items())
+                before = sum(costs[k] for k in replaced)
             trial_costs.update(s.cost(changed, trial_mat, quick=quick))
             after = sum(trial_costs[k] for k in changed)
             saving = before - after
@@ -304,7 +322,8 @@ def choose_fusion(view: EGraphView, ex: Extraction, roots: list[int], decode: De
             decisions[b] = Decision(b, candidates[b][0], candidates[b][1], keep, saving)
         if progress is not None:
             progress(f"fusion: {' + '.join(group)} ({', '.join(candidates[b][0] for b in group)}) "
-                     f"{'fused' if keep else 'kept'}: {before * 1e3:.3f} -> {after * 1e3:.3f} ms")
+                     f"{'fused' if keep else 'kept'}: {before * 1e3:.3f} -> {'' if ranked else 'at least '}"
+                     f"{after * 1e3:.3f} ms")
         if keep:
             mat, kernels, costs = trial_mat, trial, trial_costs
         return keep

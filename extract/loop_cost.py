@@ -272,7 +272,7 @@ class _Walk:
             idx = u.src[0]
             lin = idx.src[1] if idx.op is Ops.INDEX and len(idx.src) > 1 else None
             unr = [r for r in self.deps(u) if _unrolled(r)]
-            gated = u.op is Ops.LOAD and len(u.src) == 3
+            gated = u.op is Ops.LOAD and len(u.src) == 3 and not (u.src[2].op is Ops.CONST and u.src[2].arg is True)
             runs = [min(_bound(r), lanes) for r in unr if lin is not None and stride(lin, r) == 1]
             vectorizes = lin is not None and not gated and (not unr or bool(runs))
             width = max(runs, default=lanes)   # one vector per contiguous run; other copies are more loads
@@ -409,6 +409,34 @@ def _misses(w: _Walk, loads: list[tuple[UOp, tuple[UOp, ...], int]], capacity: f
                 misses *= lines.size(r)
         total += misses
     return total
+
+
+def work_floor(kernel: UOp, m: CPUMachine | None = None) -> float:
+    """A lower bound of `estimate(kernel)` for any schedule of it, without walking its loop nest: every float
+    operation runs at least once per combination of the ranges it depends on and, inside a REDUCE whose ranges
+    it depends on, of the ranges that REDUCE runs over (a GEMM fused into each element of its consumer runs
+    once per element), at the cheapest rate the estimate ever charges (a vectorized loop on every core).
+    Fusion trials whose floor is above what they would replace need no ranking."""
+    m = m or CPUMachine.host()
+    w = _Walk(m)
+    cycles = 0.0
+
+    def visit(root: UOp, enclosing: list[tuple[frozenset[UOp], set[UOp]]]) -> None:
+        nonlocal cycles
+        for u in value_nodes(root):
+            runs = set(w.deps(u))
+            for own, domain in enclosing:   # innermost first: its domain holds the ranges of the ones around it
+                if runs & own:
+                    runs |= domain
+            if u.op is Ops.REDUCE:
+                visit(u.src[0], [(frozenset(u.src[1:]), runs), *enclosing])
+            elif u.dtype.is_float and u.op not in FREE and u.op not in (Ops.LOAD, Ops.STORE):
+                per = OP_CYCLES.get(u.op, DEFAULT_OP) / (m.lanes(u.dtype.itemsize) * LOOP_VECTOR_INTERLEAVE)
+                cycles += math.prod(_bound(r) for r in runs) * per
+
+    visit(kernel, [])
+    group = any(u.op is Ops.RANGE and u.arg[1] is AxisType.GROUP_REDUCE for u in kernel.toposort())
+    return cycles / (m.ghz * 1e9 * m.cores * (m.cores if group else 1)) + m.launch_us * 1e-6
 
 
 def estimate(kernel: UOp, m: CPUMachine | None = None) -> KernelEstimate:

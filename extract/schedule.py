@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from egraph_compiler.extract.extractor import Extraction
-from egraph_compiler.extract.loop_cost import MAX_UNROLLED, CPUMachine, KernelEstimate, estimate
+from egraph_compiler.extract.loop_cost import MAX_UNROLLED, CPUMachine, KernelEstimate, estimate, work_floor
 from egraph_compiler.extract.view import EGraphView, ENode
 
 from egraph_compiler.cpu_target import CPUTarget, host_cpu
@@ -174,6 +174,7 @@ class CostModel:
     renders: Callable[[UOp], bool] | None = None   # does the backend render it (checked on the best few only)
     roofline: Callable[[float, float], float] | None = None
     machine: str = ""    # the machine model, in words (for reports and benchmarks)
+    floor: Callable[[UOp], float] | None = None   # a lower bound of the estimate, whatever the schedule (seconds)
 
 
 def cost_model_for(target: str, cpu: CPUTarget | None = None) -> CostModel:
@@ -189,7 +190,8 @@ def cost_model_for(target: str, cpu: CPUTarget | None = None) -> CostModel:
     # the reference target interprets kernels with numpy: the CPU estimate still ranks its choices, but its
     # distance from the CPU roofline says nothing about a slow program
     return CostModel(lambda k: estimate(k, machine), MAX_UNROLLED,
-                     roofline=machine.roofline if target == "llvm" else None, machine=machine.describe())
+                     roofline=machine.roofline if target == "llvm" else None, machine=machine.describe(),
+                     floor=lambda k: work_floor(k, machine))
 
 
 def _unrolled(view: EGraphView, ex: Extraction, sink: int, choice: dict[int, ENode]) -> int:
@@ -246,6 +248,14 @@ def _choice_dependent(view: EGraphView, ex: Extraction, sink: int, alts: dict[in
             out.add(c)
             stack.extend(users.get(c, ()))
     return out
+
+
+def extracted_kernel(ex: Extraction | Overridden, sink: int, decode: Decode) -> UOp | None:
+    """The kernel at `sink` as the extraction (with its overrides) has it; None where a part is unextractable."""
+    try:
+        return bind_split_ranges(decode(sink, ex.node, {}))
+    except (KeyError, ValueError):
+        return None
 
 
 def rank_kernel(view: EGraphView, ex: Extraction | Overridden, sink: int, decode: Decode,
@@ -370,4 +380,4 @@ def kernel_entry(kernel: Any, schedules: list[dict[str, Any]]) -> dict[str, Any]
 
 
 __all__ = ["Candidate", "CostModel", "Estimator", "KernelSchedule", "Overridden", "cost_model_for", "describe_schedule",
-           "kernel_entry", "kernel_sinks", "rank_kernel", "schedule_classes", "schedule_report"]
+           "extracted_kernel", "kernel_entry", "kernel_sinks", "rank_kernel", "schedule_classes", "schedule_report"]

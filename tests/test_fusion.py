@@ -173,6 +173,50 @@ def test_decisions_follow_their_estimates() -> None:
     assert "fusion: estimate" in text and "baseline" in text
 
 
+def test_work_floor_never_exceeds_any_schedules_estimate() -> None:
+    """The floor that rules fusion trials out unranked is a lower bound of the estimate: checked on every ranked
+    schedule of a GEMM with an epilogue, a padded convolution and softmax."""
+    from egraph_compiler.extract.loop_cost import CPUMachine, estimate, work_floor
+
+    m = CPUMachine.host()
+    x, w = E(1, 8, 10, 10, name="x"), E(8, 8, 3, 3, name="w")
+    a = E(16, 24, name="a")
+    for t in ((a @ E(24, 40, name="b") + 1).relu(), x.conv2d(w, padding=1), a.softmax(-1)):
+        alts: list = []
+        optimize(t, target="llvm", alternatives=alts)
+        assert alts
+        for _, prog in alts:
+            for k in prog.kernels:
+                assert work_floor(k.ast, m) <= estimate(k.ast, m).seconds
+
+
+def test_recomputing_a_matmul_is_ruled_out_by_its_work_alone(capsys: pytest.CaptureFixture[str]) -> None:
+    """Fusing a 64x256 @ 256x256 product into the next product recomputes it for each of the 256 output columns:
+    the trial's work floor is already above the two kernels' estimate, so it is refused without ranking, and
+    the report says so."""
+    h = E(64, 256, name="x") @ E(256, 256, name="w1")
+    t = h @ E(256, 256, name="w2")
+    prog = optimize(t, target="llvm", progress=lambda _: None)   # with progress, fusion trials go to stderr
+    assert len(prog.kernels) == 2
+    assert any("at least" in m and "kept" in m for m in capsys.readouterr().err.splitlines())
+    x_ = _inputs(t)   # sums of 65,536 products: float32 rounding, relative to values in the hundreds
+    np.testing.assert_allclose(prog(**x_), evaluate(t.uop, x_), rtol=1e-3, atol=1e-2)
+
+
+def test_padded_window_reads_get_a_buffer_of_their_own() -> None:
+    """A convolution's zero padding is a realize point (a PAD read through the window): materialized, the
+    convolution's loads need no guards. The search keeps it where the estimate says the guards cost more than
+    the copy, and the result matches the reference either way."""
+    x, w = E(2, 32, 28, 28, name="x"), E(32, 32, 3, 3, name="w")
+    t = x.conv2d(w, padding=1)
+    assert any(u.op is Ops.PAD for u in materialization_candidates([t.uop]))
+    prog = optimize(t, target="llvm")
+    pads = [d for d in _fusion(prog)["decisions"] if d["tensor"].startswith("PAD")]
+    assert pads and pads[0]["decision"] == "materialized"
+    x_ = _inputs(t)
+    np.testing.assert_allclose(prog(**x_), evaluate(t.uop, x_), rtol=1e-3, atol=1e-3)
+
+
 def _random_dag(draw: st.DrawFn) -> Tensor:
     """A random program of matmuls, reductions, broadcasts and elementwise ops over small 2-d tensors."""
     n = draw(st.sampled_from([4, 8]))
