@@ -36,6 +36,7 @@ from egraph_compiler.extract.schedule import CostModel, cost_model_for, kernel_e
 from egraph_compiler.extract.view import ENode
 from egraph_compiler.late_simplify import LateSimplifier
 from egraph_compiler.ops import OP_TABLE, Category, Ops
+from egraph_compiler.packing import pack_matmul_operands
 from egraph_compiler.pipeline import shared_session, uop_cost
 from egraph_compiler.program import BufferSpec, Kernel, Program, buffer_of
 from egraph_compiler.report import IterationStats, Report
@@ -277,6 +278,9 @@ def _build(roots: list[UOp], names: list[str], target: str, backend: Any, tune: 
            progress: Callable[[IterationStats], None] | None,
            alternatives: list[tuple[str, Program]] | None = None, nolocals: bool = False) -> Program:
     t0 = time.perf_counter()
+    packs: list[UOp] = []
+    if target == "llvm":   # a packed copy of a GEMM's right operand: one more buffer the fusion search may keep
+        roots, packs = pack_matmul_operands(roots)
     sess = shared_session("kernel", kernel_session)
     stages = stages_for(target, nolocals, graph_depth(roots))
     with sess.scope(stages, lim):
@@ -294,7 +298,7 @@ def _build(roots: list[UOp], names: list[str], target: str, backend: Any, tune: 
             out_terms[r] = facts.buffer_for(r, first[r], "output")
         candidates: dict[str, tuple[str, int]] = {}   # buffer -> (what it holds, bytes): for the fusion search
         barriers: set[str] = set()
-        for i, c in enumerate(materialization_candidates(roots)):
+        for i, c in enumerate(materialization_candidates(roots) + packs):
             facts.buffer_for(c, f"tmp{i}", "intermediate")
             if c.op is Ops.CONTIGUOUS:
                 barriers.add(f"tmp{i}")
@@ -369,7 +373,7 @@ def _build(roots: list[UOp], names: list[str], target: str, backend: Any, tune: 
 
 def _label(u: UOp) -> str:
     """What a materialization candidate holds, for the report: its op and shape."""
-    what = u.op.name if u.op is not Ops.REDUCE else f"REDUCE {u.arg[0].name}"
+    what = f"REDUCE {u.arg[0].name}" if u.op is Ops.REDUCE else "PACK" if u.op is Ops.PERMUTE else u.op.name
     return f"{what} {'x'.join(map(str, u.shape))} {u.dtype.name}"
 
 

@@ -256,7 +256,9 @@ def ranges_in(u: UOp) -> frozenset[UOp]:
 
 
 def stride(idx: UOp, r: UOp) -> int | None:
-    """Coefficient of range r in a linear index (0 if absent, None if r enters non-linearly)."""
+    """Coefficient of range r in an index, over one run of r (0 if absent, None if r enters non-linearly). A
+    MOD or IDIV by a constant whose run of r never crosses a multiple of it (a packed panel's `j % 32` with j
+    split 16 x 16) steps by r's coefficient inside it, and its quotient not at all."""
     if r not in ranges_in(idx):
         return 0
     if idx is r:
@@ -268,6 +270,30 @@ def stride(idx: UOp, r: UOp) -> int | None:
         x, c = idx.src if idx.src[1].op is Ops.CONST else idx.src[::-1]
         if c.op is Ops.CONST and (s := stride(x, r)) is not None:
             return s * int(c.arg)
+    if idx.op in (Ops.MOD, Ops.IDIV) and idx.src[1].op is Ops.CONST and r.src[0].op is Ops.CONST:
+        terms = _linear(idx.src[0])
+        c, span = int(idx.src[1].arg), terms.get(r, 0) * int(r.src[0].arg) if terms is not None else 0
+        if terms is not None and span > 0 and c > 0 and c % span == 0 and all(   # never negative, either
+                v >= 0 and v % span == 0 for k, v in terms.items() if k is not r):
+            return terms[r] if idx.op is Ops.MOD else 0
+    return None
+
+
+def _linear(e: UOp) -> dict[UOp | None, int] | None:
+    """e as coefficients of its ranges (None: the constant term), if it is a linear combination of them."""
+    if e.op is Ops.RANGE:
+        return {e: 1}
+    if e.op is Ops.CONST and isinstance(e.arg, int):
+        return {None: e.arg}
+    if e.op is Ops.ADD:
+        a, b = _linear(e.src[0]), _linear(e.src[1])
+        if a is None or b is None:
+            return None
+        return {k: a.get(k, 0) + b.get(k, 0) for k in a.keys() | b.keys()}
+    if e.op is Ops.MUL:
+        x, c = e.src if e.src[1].op is Ops.CONST else e.src[::-1]
+        if c.op is Ops.CONST and isinstance(c.arg, int) and (t := _linear(x)) is not None:
+            return {k: v * c.arg for k, v in t.items()}
     return None
 
 

@@ -40,6 +40,7 @@ from egraph_compiler.uop import UOp
 
 NOISE = 0.001         # a fusion must save this fraction of the estimate of the kernels it changes
 RECHECK = 0.3        # a trial the quick ranking rejects by less than this fraction is ranked in full
+VERIFY_ABOVE_S = 1e-3  # kernels estimated above this whose quick win is narrow (below RECHECK) are ranked in full
 MAX_PAIRED = 6        # buffers of one kernel tried in pairs (when no single fusion pays)
 
 
@@ -316,7 +317,10 @@ def choose_fusion(view: EGraphView, ex: Extraction, roots: list[int], decode: De
             after = sum(trial_costs[k] for k in changed)
             saving = before - after
             keep = math.isfinite(after) and saving > NOISE * before
-            if keep or not math.isfinite(after) or after > before * (1 + RECHECK):
+            # a quick ranking of a big kernel can miss its best loop nest by 2x: a narrow quick win there is
+            # checked in full as well (a convolution's padded copy looks no dearer than its guards otherwise)
+            narrow = quick and keep and saving < RECHECK * before and before > VERIFY_ABOVE_S
+            if (keep and not narrow) or not math.isfinite(after) or after > before * (1 + RECHECK):
                 break
         for b in group:
             decisions[b] = Decision(b, candidates[b][0], candidates[b][1], keep, saving)

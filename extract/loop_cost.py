@@ -64,6 +64,8 @@ SPILL_CYCLES = 4.0         # reload + spill of one accumulator vector per iterat
 LOOP_VECTOR_INTERLEAVE = 2  # LLVM interleaves a vectorized loop: two vectors in flight per iteration
 LOOP_CYCLES = 1.0          # increment, compare, branch
 AUTO_PARALLEL_MIN_WORK = 1 << 16
+PAGE = 4096                # bytes
+PAGE_STEP_CYCLES = 4.0     # a load that steps a page per loop iteration (measured: unpacked GEMM B columns)
 MAX_UNROLLED = 512         # product of a kernel's UPCAST/UNROLL bounds
 
 
@@ -263,6 +265,12 @@ class _Walk:
         if u.dtype.is_int and u.op not in (Ops.IDIV, Ops.MOD, Ops.LOAD):  # index math: folded into addressing
             self.cycles += trip * OP_CYCLES.get(u.op, DEFAULT_OP)
             return
+        if u.dtype.is_int and u.op in (Ops.IDIV, Ops.MOD):
+            # index math LLVM hoists out of every loop it does not depend on, whatever unrolled copy it is for
+            d = self.deps(u)
+            self.cycles += trips[max((i + 1 for i, r in enumerate(loops) if r in d), default=0)] * copies * \
+                OP_CYCLES[u.op]
+            return
         itemsize = max(1, (u.src[1].dtype if u.op is Ops.STORE and len(u.src) > 1 else u.dtype).itemsize)
         lanes = self.m.lanes(itemsize)
         per = OP_CYCLES.get(u.op, DEFAULT_OP)
@@ -280,6 +288,13 @@ class _Walk:
                 per += GATE_CYCLES
             if u.op is Ops.LOAD:
                 self.loads.append((u, tuple(loops), depth))
+                if lin is not None and depth == len(loops) > 0:
+                    # a page or more ahead every iteration of its innermost loop (a GEMM's unpacked B column):
+                    # the prefetchers stop at the page and the loop waits on the new line (packed operands,
+                    # egraph_compiler/packing.py, step a panel row instead)
+                    st = stride(lin, loops[-1])
+                    if st is None or abs(st) * itemsize >= PAGE:
+                        self.cycles += trip * PAGE_STEP_CYCLES
         auto = vector_loop and depth == len(loops) and depth > 0 and copies == 1
         if copies > 1 and vectorizes and not scalar:
             cost = math.ceil(copies / width) * per
