@@ -50,15 +50,26 @@ def buffer_value(u: UOp, inputs: Env) -> np.ndarray:
 
 
 def coerce_input(name: str, value: Any, shape: tuple[int, ...], dtype: DType) -> np.ndarray:
+    """An input as the placeholder declares it. Its shape must match, and its values survive the conversion to
+    the placeholder's dtype exactly (numpy's safe casts, or values that convert and back unchanged: int64 5 into
+    int32, 1.5 into float32, but not 2**40 into int32 or 0.1 into float32); anything else is refused with the
+    conversion to make, never changed silently."""
     arr = np.asarray(value)
-    if arr.shape != tuple(shape) and arr.size == math.prod(shape) and arr.ndim == 1 and len(shape) != 1:
-        arr = arr.reshape(shape)
     if arr.shape != tuple(shape):
         raise MissingInput(at=f"input {name!r}", why=f"expected shape {tuple(shape)}, got {arr.shape}",
-                           suggestion=f"pass an array of shape {tuple(shape)}")
+                           suggestion=f"pass an array of shape {tuple(shape)}"
+                           + (f" (x.reshape{tuple(shape)})" if arr.size == math.prod(shape) else ""))
     if arr.dtype.kind not in "biuf":
         raise MissingInput(at=f"input {name!r}", why=f"array of dtype {arr.dtype} is not numeric",
                            suggestion=f"pass a {dtype.name} array")
+    target = np.dtype(np.float32) if dtype is dtypes.bfloat16 else np.dtype(compute_np(dtype))
+    if arr.dtype != target and not np.can_cast(arr.dtype, target, "safe"):
+        with np.errstate(all="ignore"):
+            back = arr.astype(target).astype(arr.dtype)
+        if not np.array_equal(back, arr, equal_nan=arr.dtype.kind == "f"):
+            raise MissingInput(at=f"input {name!r}", why=f"its {arr.dtype} values do not all convert to "
+                               f"{dtype.name} exactly", suggestion=f"convert it yourself if the rounding is meant: "
+                               f"np.asarray(x, dtype=np.{target.name})")
     if dtype is dtypes.bfloat16:
         return bf16_round(arr.astype(np.float32))
     return arr.astype(compute_np(dtype), copy=False)

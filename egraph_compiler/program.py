@@ -12,9 +12,10 @@ memory with `LOAD(INDEX(buf, idx)[, alt, gate])` and reduce with
 element dtype; its size is in elements.
 
 A Backend turns a kernel into something callable on a dict of buffers. The
-Program owns the buffers: it coerces the keyword inputs, allocates outputs
-and intermediates through the backend, runs kernels in order and hands the
-outputs back as numpy arrays.
+Program owns the buffers: it checks the keyword inputs (the placeholder's
+shape, and a dtype they convert to exactly: `backends.reference.coerce_input`;
+E1404 otherwise), allocates outputs and intermediates through the backend,
+runs kernels in order and hands the outputs back as numpy arrays.
 """
 
 from __future__ import annotations

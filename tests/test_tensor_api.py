@@ -407,3 +407,24 @@ def test_programs_compose_many_features() -> None:
     want = _softmax(h @ w2, -1).sum(0)
     got = ((Tensor(x) @ Tensor(w1)).relu() @ Tensor(w2)).softmax().sum(0)
     check(run(got), want)
+
+
+@pytest.mark.parametrize("target", ["llvm", "reference"])
+def test_inputs_are_never_changed_silently(target: str) -> None:
+    """An input converts to its placeholder's dtype only when every value survives exactly; a wrong shape is
+    refused even when the element count matches. The diagnostic says what to convert."""
+    from egraph_compiler import optimize
+
+    i = Tensor.empty(3, dtype="int32", name="i")
+    f = Tensor.empty(2, 2, dtype="float32", name="f")
+    pi, pf = optimize(i + 1, target=target), optimize(f * 2, target=target)
+    np.testing.assert_array_equal(pi(i=np.array([1, 2, 3], np.int64)), [2, 3, 4])       # exact: accepted
+    np.testing.assert_array_equal(pf(f=np.array([[1.5, 2], [3, -4]])), [[3, 4], [6, -8]])  # float64, exact
+    with pytest.raises(MissingInput, match="exactly") as e:
+        pi(i=np.array([1, 2, 2**40 + 5], np.int64))                                        # would wrap to 5
+    assert "np.asarray" in str(e.value)
+    with pytest.raises(MissingInput, match="exactly"):
+        pf(f=np.array([[0.1, 0], [0, 0]]))                                                 # would round
+    with pytest.raises(MissingInput, match="shape") as e:
+        pf(f=np.zeros(4, np.float32))                                                      # flat: not reshaped
+    assert "reshape" in str(e.value)
