@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench bench-models bench-kernels clean
+.PHONY: demo test lint bench bench-models bench-kernels bench-calibrate clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $$(.ci/find-python) -m venv $(VENV)
@@ -39,6 +39,9 @@ bench: $(STAMP)
 bench-kernels: $(STAMP)
 	$(PY) -m pip install -q -e '.[models]'
 	$(PY) bench/kernels.py $(KERNELS_ARGS)
+
+bench-calibrate: $(STAMP)
+	$(PY) bench/calibrate.py $(CALIBRATE_ARGS)
 
 bench-models: $(STAMP)
 	$(PY) -m pip install -q -e '.[models]'

@@ -136,3 +136,16 @@ def test_kernel_bench_quick_runs_checks_and_names_its_machine(tmp_path: Path) ->
         assert "machine model:" in r.stdout and ("haswell" in r.stdout) == bool(cpu)
         rows = json.loads(out.read_text())["rows"]
         assert [x["name"] for x in rows] == ["gemm_250", "dw3x3_b1_c64_28"] and all(x["ok"] for x in rows)
+
+
+def test_calibration_quick_runs_and_summarizes(tmp_path: Path) -> None:
+    """bench/calibrate.py: every candidate of two small kernels timed, the estimate's pick and its regret
+    printed; regrets are at least 1 by construction (no timing is asserted)."""
+    out = tmp_path / "c.json"
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "calibrate.py"), "--quick", "--limit", "3",
+                        "--repeat", "2", "--json", str(out)], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "machine model:" in r.stdout and "geomean regret" in r.stdout
+    rows = json.loads(out.read_text())["rows"]
+    assert {x["kernel"].split(":")[0] for x in rows} == {"gemm_64", "softmax_32x64"}
+    assert all(x["regret"] >= 1.0 and 1 <= x["candidates"] <= 3 for x in rows)
