@@ -9,9 +9,11 @@ from a CONTIGUOUS buffer: CONTIGUOUS is a barrier and has no inline form).
 The search starts from the safe baseline, every candidate materialized: no value is ever recomputed once per
 element of another kernel, so its estimate is an upper bound the result never exceeds. It then tries fusions,
 one buffer at a time: the buffer's loads become inline computations and its kernel goes away. A fusion is
-kept when the program's estimate (each changed kernel at its best schedule: ranked quickly, and in full when
-the quick ranking misses by little) drops by more than a noise margin of the changed kernels' estimate, so the
-chosen estimate is never above the baseline's.
+kept when the program's estimate (each changed kernel at its best schedule: ranked quickly, and in full, with
+the kernels it replaces, when the quick ranking misses by little or wins narrowly on a big kernel) drops by
+more than a noise margin of the changed kernels' estimate, so the chosen estimate is never above the
+baseline's. A trial whose work floor (a lower bound of any schedule's estimate) is already above what it
+replaces is refused without ranking.
 The candidates are the buffers the current program still materializes, tried in order of the traffic they
 would save; the search passes over them until a whole pass keeps nothing, or until its time budget is spent.
 Every decision is recorded for the report.
@@ -39,7 +41,7 @@ from egraph_compiler.program import canonical_kernel
 from egraph_compiler.uop import UOp
 
 NOISE = 0.001         # a fusion must save this fraction of the estimate of the kernels it changes
-RECHECK = 0.3        # a trial the quick ranking rejects by less than this fraction is ranked in full
+RECHECK = 0.3        # a trial the quick ranking rejects (or, on big kernels, keeps) by less than this: ranked in full
 VERIFY_ABOVE_S = 1e-3  # kernels estimated above this whose quick win is narrow (below RECHECK) are ranked in full
 MAX_PAIRED = 6        # buffers of one kernel tried in pairs (when no single fusion pays)
 
