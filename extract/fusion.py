@@ -312,13 +312,14 @@ def choose_fusion(view: EGraphView, ex: Extraction, roots: list[int], decode: De
         after = s.floor(changed, trial_mat)
         saving, keep, ranked = before - after, False, after <= before * (1 + NOISE)
         for quick in (True, False) if ranked else ():   # a near miss on the quick ranking is ranked again in full
-            if not quick:   # ... and so are the kernels it would replace: a fair comparison
-                costs.update((k, min(costs[k], v)) for k, v in s.cost(replaced, mat).items())
-                before = sum(costs[k] for k in replaced)
             trial_costs.update(s.cost(changed, trial_mat, quick=quick))
             after = sum(trial_costs[k] for k in changed)
+            keep = math.isfinite(after) and before - after > NOISE * before
+            if keep and not quick:   # ... and a win in full is confirmed against the replaced kernels in full
+                costs.update((k, min(costs[k], v)) for k, v in s.cost(replaced, mat).items())
+                before = sum(costs[k] for k in replaced)
+                keep = before - after > NOISE * before
             saving = before - after
-            keep = math.isfinite(after) and saving > NOISE * before
             # a quick ranking of a big kernel can miss its best loop nest by 2x: a narrow quick win there is
             # checked in full as well (a convolution's padded copy looks no dearer than its guards otherwise)
             narrow = quick and keep and saving < RECHECK * before and before > VERIFY_ABOVE_S
