@@ -44,6 +44,27 @@ def _py_scalar(x: Any) -> Scalar:
     return x.item() if isinstance(x, np.generic) else x
 
 
+def _int_fits(v: int, d: DType) -> bool:
+    info = np.iinfo(d.np)
+    return int(info.min) <= v <= int(info.max)
+
+
+def _checked_int_dtype(v: Any, d: DType | None, what: str) -> DType | None:
+    """The dtype a python int (or a range of them, `v` = (lo, hi)) gets: the default int, or int64 where it does
+    not fit (as numpy infers), or `d` if given and the values fit it; never a silently wrapped value."""
+    lo, hi = v if isinstance(v, tuple) else (v, v)
+    if d is not None:
+        if d.is_int and not (_int_fits(lo, d) and _int_fits(hi, d)):
+            raise DTypeError(at=what, why=f"python integer {hi if not _int_fits(hi, d) else lo} is out of bounds "
+                             f"for {d.name}", suggestion="use a wider integer dtype (int64) or a value that fits")
+        return d
+    for cand in (dtypes.default_int, dtypes.int64):
+        if _int_fits(lo, cand) and _int_fits(hi, cand):
+            return cand
+    raise DTypeError(at=what, why=f"python integer {hi} does not fit any integer dtype (int64 at most)",
+                     suggestion="use a float, or split the value")
+
+
 def _as_int(x: Any, what: str) -> int:
     if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, np.integer)):
         raise InvalidArgument(at=what, why=f"expected an integer, got {x!r}", suggestion="pass a python int")
@@ -115,6 +136,8 @@ class Tensor(TensorNN):
             return
         if _is_scalar(data):
             v = _py_scalar(data)
+            if isinstance(v, int) and not isinstance(v, bool) and (dt is None or dt.is_int):
+                dt = _checked_int_dtype(v, dt, "Tensor(int)")
             self.uop = UOp.const(v, dt or default_dtype_for(v))
             return
         if isinstance(data, np.ndarray):
@@ -130,9 +153,10 @@ class Tensor(TensorNN):
             if arr.dtype.kind not in "biuf":
                 raise InvalidArgument(at="Tensor(list)", why=f"list elements of kind {arr.dtype} are not numbers",
                                       suggestion="pass numbers or bools")
+            if arr.dtype.kind in "iu" and arr.size and (dt is None or dt.is_int):
+                dt = _checked_int_dtype((int(arr.min()), int(arr.max())), dt, "Tensor(list)")
             if dt is None:
-                dt = {"b": dtypes.bool, "i": dtypes.default_int, "u": dtypes.default_int,
-                      "f": dtypes.default_float}[arr.dtype.kind]
+                dt = {"b": dtypes.bool, "f": dtypes.default_float}[arr.dtype.kind]
         else:
             raise InvalidArgument(at="Tensor(...)", why=f"cannot make a tensor from {type(data).__name__}",
                                   suggestion="pass a numpy array, a nested list, a scalar, a UOp or a Tensor")
@@ -306,7 +330,12 @@ class Tensor(TensorNN):
             return x
         if _is_scalar(x):
             v = _py_scalar(x)
-            return Tensor(UOp.const(v, weak_scalar_dtype(v, self.dtype)))
+            dt = weak_scalar_dtype(v, self.dtype)
+            if isinstance(v, int) and not isinstance(v, bool) and dt.is_int and not _int_fits(v, dt):
+                # as numpy (NEP 50): a python int out of bounds for the tensor's dtype is an error, not a wrap
+                raise DTypeError(at=what, why=f"python integer {v} is out of bounds for {dt.name}",
+                                 suggestion="cast the tensor first (t.cast('int64')) or use a value that fits")
+            return Tensor(UOp.const(v, dt))
         if isinstance(x, (np.ndarray, list, tuple)):
             return Tensor(x)
         raise InvalidArgument(at=what, why=f"cannot combine a Tensor with {type(x).__name__}",
@@ -343,7 +372,8 @@ class Tensor(TensorNN):
     def mul(self, x: Any, reverse: bool = False) -> Tensor: return self._binop(Ops.MUL, x, reverse)
 
     def neg(self) -> Tensor:
-        return self.logical_not() if self.dtype.is_bool else self * -1
+        # -1 in the tensor's own dtype (all ones for unsigned: negation wraps, as numpy's does)
+        return self.logical_not() if self.dtype.is_bool else self * Tensor(UOp.const(-1, self.dtype))
 
     def sub(self, x: Any, reverse: bool = False) -> Tensor:
         a, b = (self._to_tensor(x, "sub"), self) if _flag(reverse) else (self, self._to_tensor(x, "sub"))

@@ -430,3 +430,23 @@ def test_inputs_are_never_changed_silently(target: str) -> None:
     with pytest.raises(MissingInput, match="shape") as e:
         pf(f=np.zeros(4, np.float32))                                                      # flat: not reshaped
     assert "reshape" in str(e.value)
+
+
+def test_python_ints_never_wrap_silently() -> None:
+    """A python int too big for the default int32 makes an int64 tensor (as numpy infers); one that does not fit
+    a dtype asked for, or a tensor's dtype it is combined with (NEP 50), is E1004; negation still wraps."""
+    from egraph_compiler.diagnostics import DTypeError
+
+    big = Tensor(2**40)
+    assert big.dtype is dtypes.int64 and run(big) == 2**40
+    lst = Tensor([1, -(2**40)])
+    assert lst.dtype is dtypes.int64
+    np.testing.assert_array_equal(run(lst), [1, -(2**40)])
+    assert Tensor([1, 2]).dtype is dtypes.int32
+    for bad in (lambda: Tensor(2**40, dtype="int32"), lambda: Tensor([0, 300], dtype="int8"),
+                lambda: Tensor(np.array([1, 2], np.int8)) + 300, lambda: Tensor(np.array([1], np.uint8)) - (-1),
+                lambda: Tensor(2**70)):
+        with pytest.raises(DTypeError):
+            bad()
+    check(run(Tensor(np.array([1, 2], np.int8)) + 100), np.array([101, 102], np.int8), dtype=np.int8)
+    check(run(-Tensor(np.array([1, 0], np.uint8))), -np.array([1, 0], np.uint8), dtype=np.uint8)

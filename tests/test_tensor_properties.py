@@ -5,11 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import pytest
 from helpers import arrays, broadcastable_pair, check, rand_array, run, shapes
 from hypothesis import given
 from hypothesis import strategies as st
 
 from egraph_compiler import Tensor
+from egraph_compiler.diagnostics import DTypeError
 
 INT_DTYPES = [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32]
 ALL_DTYPES = [np.bool_, *INT_DTYPES, np.float16, np.float32, np.float64]
@@ -38,8 +40,12 @@ def test_random_dtype_pairs_promote_and_compute_like_numpy(a: Any, b: Any, op: s
 
 @given(st.sampled_from(INT_DTYPES), st.sampled_from(["add", "sub", "mul"]), st.integers(-100, 100), st.integers(0, 99))
 def test_python_int_scalars_are_weak_and_wrap_like_numpy(dt: Any, op: str, k: int, seed: int) -> None:
+    """A python int takes the tensor's dtype (NEP 50) and the arithmetic wraps as numpy's does; an int out of
+    that dtype's bounds is an error (E1004), as numpy's OverflowError, never a silently wrapped operand."""
     info = np.iinfo(dt)
     if not info.min <= k <= info.max:
+        with pytest.raises(DTypeError, match="out of bounds"):
+            ARITH[op](Tensor(np.zeros(5, dt)), k)
         k = int(np.array(k).astype(dt))
     x = np.random.default_rng(seed).integers(info.min, int(info.max) + 1, (5,), dtype=dt)
     with np.errstate(all="ignore"):
