@@ -21,7 +21,7 @@ import numpy as np
 from egraph_compiler.diagnostics import MissingInput, OutOfBounds, UnsupportedOp
 from egraph_compiler.dtypes import DType, bf16_from_bits, bf16_round, compute_np, dtypes
 from egraph_compiler.ops import OP_TABLE, Category, Ops
-from egraph_compiler.uop import UOp, toposort
+from egraph_compiler.uop import UOp, check_placeholder_names, toposort
 
 Env = dict[str, np.ndarray]
 
@@ -124,6 +124,7 @@ def evaluate(roots: UOp | Sequence[UOp], inputs: Env | None = None,
     inputs = inputs or {}
     var_values = var_values or {}
     vals: dict[UOp, Any] = {}
+    check_placeholder_names(root_list)
     for u in toposort(_inline_functions(root_list)):
         vals[u] = _eval_node(u, [vals[s] for s in u.src], inputs, var_values)
     outs = [vals[r] if not isinstance(vals[r], np.ndarray) else _external(vals[r], r.dtype)

@@ -44,7 +44,7 @@ from egraph_compiler.rules import intervals, linear, optops, rangeify, symbolic
 from egraph_compiler.rules.optops import MAX_POSITION
 from egraph_compiler.split_ranges import bind_split_ranges
 from egraph_compiler.tuning import tune_schedules
-from egraph_compiler.uop import UOp, pretty, toposort
+from egraph_compiler.uop import UOp, check_placeholder_names, pretty, toposort
 
 # rangeify terminates and builds the safe baseline (every materialization's load and kernel): no limit cuts it
 RANGEIFY_STAGE = Stage("rangeify", rulesets=("rangeify",), max_steps=500, growth_check=False, limited=False)
@@ -103,6 +103,7 @@ def output_roots(graph: Any) -> tuple[list[UOp], list[str], bool]:
                               suggestion="pass a Tensor, a list of Tensors, a UOp graph, a FrontendGraph or a "
                                          "Frontend-IR JSON path")
     roots = [x.uop if isinstance(x, Tensor) else x for x in items]
+    check_placeholder_names(roots)
     return roots, [f"out{i}" for i in range(len(roots))], single
 
 

@@ -359,6 +359,19 @@ def toposort(roots: Iterable[UOp], sources: Callable[[UOp], tuple[UOp, ...]] | N
     return order
 
 
+def check_placeholder_names(roots: list[UOp]) -> None:
+    """Two different placeholders under one name would be one buffer read two ways: refused, naming both."""
+    seen: dict[str, UOp] = {}
+    for u in toposort(roots):
+        if u.op is Ops.BUFFER and not u.src:
+            first = seen.setdefault(u.arg[0], u)
+            if first is not u:
+                raise InvalidArgument(at=f"placeholder {u.arg[0]!r}",
+                                      why=f"two different inputs share the name: {first.dtype.name}"
+                                          f"{list(first.arg[1])} and {u.dtype.name}{list(u.arg[1])}",
+                                      suggestion="give each Tensor.empty its own name (or use the same tensor twice)")
+
+
 @lru_cache(maxsize=256)
 def _toposort_of(u: UOp) -> tuple[UOp, ...]:
     """The toposort of one node, for the few nodes asked about again and again (a kernel being estimated)."""

@@ -450,3 +450,19 @@ def test_python_ints_never_wrap_silently() -> None:
             bad()
     check(run(Tensor(np.array([1, 2], np.int8)) + 100), np.array([101, 102], np.int8), dtype=np.int8)
     check(run(-Tensor(np.array([1, 0], np.uint8))), -np.array([1, 0], np.uint8), dtype=np.uint8)
+
+
+@pytest.mark.parametrize("path", ["optimize", "reference"])
+def test_two_placeholders_with_one_name_are_refused(path: str) -> None:
+    """One name for two different inputs would be one buffer read as two dtypes (a silently wrong result): E1006
+    naming both; the same placeholder used twice is fine."""
+    from egraph_compiler import optimize
+    from egraph_compiler.diagnostics import InvalidArgument
+
+    a, b = Tensor.empty(3, name="a"), Tensor.empty(3, name="a", dtype="int32")
+    with pytest.raises(InvalidArgument, match=r"float32\[3\] and int32\[3\]"):
+        optimize(a + b, target="llvm") if path == "optimize" else evaluate((a + b).uop, {"a": np.ones(3, np.float32)})
+    same = a + Tensor.empty(3, name="a")
+    x = {"a": np.array([1, 2, 3], np.float32)}
+    got = optimize(same, target="llvm")(**x) if path == "optimize" else evaluate(same.uop, x)
+    np.testing.assert_array_equal(got, [2, 4, 6])
