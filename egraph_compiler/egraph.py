@@ -16,6 +16,7 @@ Durations are measured here, not taken from egglog's run report."""
 from __future__ import annotations
 
 import itertools
+import numbers
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -60,9 +61,12 @@ class Limits:
             raise InvalidArgument(at="limits", why=f"unknown limit(s) {sorted(bad)}",
                                   suggestion=f"use {', '.join(Limits.__dataclass_fields__)}")
         for k, v in kw.items():
-            if not isinstance(v, (int, float)) or isinstance(v, bool) or v <= 0:
-                raise InvalidArgument(at=f"limit {k}", why=f"{k}={v!r} is not a positive number",
-                                      suggestion="limits are positive numbers")
+            count = Limits.__dataclass_fields__[k].type == "int"
+            if isinstance(v, bool) or not isinstance(v, numbers.Integral if count else numbers.Real) or not v > 0:
+                raise InvalidArgument(at=f"limit {k}", why=f"{k}={v!r} is not a positive "
+                                      f"{'whole number' if count else 'number'}",
+                                      suggestion=f"{k} is a count of {'items' if count else 'seconds or a factor'}: "
+                                                 "pass a positive value (NaN, 0 and negatives turn nothing off)")
         return Limits(**kw)  # type: ignore[arg-type]
 
 

@@ -12,6 +12,7 @@ import math
 import random
 import time
 
+import numpy as np
 import pytest
 from egraph_compiler.extract.cost import OP_COSTS
 from egraph_compiler.extract.extractor import extract
@@ -130,10 +131,13 @@ def test_limits_are_recorded_and_validated() -> None:
     assert r.report.limits["iter_limit"] == 7
     assert r.report.limits["time_limit"] == 3.5
     x = UOp.variable("x", 0, 5)
-    for bad in ({"node_limt": 5}, {"node_limit": 0}, {"iter_limit": -1}, {"time_limit": True}, {"time_limit": "1"}):
+    for bad in ({"node_limt": 5}, {"node_limit": 0}, {"iter_limit": -1}, {"time_limit": True}, {"time_limit": "1"},
+                {"time_limit": float("nan")}, {"search_time": float("nan")}, {"node_limit": 1.5},
+                {"iter_limit": 2.0}):
         with pytest.raises(InvalidArgument):
             simplify(x, **bad)
     assert Limits.make(node_limit=5).node_limit == 5
+    assert Limits.make(node_limit=np.int64(5), time_limit=np.float32(0.5)).node_limit == 5   # numpy numbers
 
 
 def test_patience_stops_a_run_whose_result_stopped_improving(unlimited: SimplifyResult) -> None:
