@@ -25,6 +25,7 @@ from egraph_compiler.diagnostics import (
     AxisAlignmentMismatch,
     CompilerError,
     CyclicGraph,
+    DTypeError,
     InvalidArgument,
     InvalidSize,
     MalformedJSON,
@@ -366,7 +367,10 @@ def _run_node(node: dict[str, Any], env: dict[str, Tensor], decl: dict[str, tupl
         if out.shape != shape:
             raise AxisAlignmentMismatch(at=f"node {label!r} -> {oname!r}", why=f"computed shape {out.shape} differs "
                                         f"from the declared {shape}", suggestion="fix the tensor table or the node")
-        out = out.cast(dtype)
+        if out.dtype is not dtype:
+            raise DTypeError(at=f"node {label!r} -> {oname!r}", why=f"computed dtype {out.dtype.name} differs from "
+                             f"the declared {dtype.name}", suggestion=f"declare {oname!r} as {out.dtype.name}, or add "
+                             f"a CAST node to {dtype.name}")
     env[oname] = out
 
 

@@ -13,7 +13,7 @@ import pytest
 from egraph_compiler.backends.reference import evaluate
 from helpers import check
 
-from egraph_compiler.diagnostics import CompilerError
+from egraph_compiler.diagnostics import CompilerError, DTypeError
 from egraph_compiler.frontend_ir import FrontendGraph, describe, load_frontend_ir
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -137,12 +137,17 @@ def test_tensor_names_that_are_not_identifiers_still_run() -> None:
     check(out["out-1"], np.maximum(next(iter(inp.values())), 0))
 
 
-def test_declared_output_dtype_is_applied() -> None:
-    doc = doc_with([{"op": "Elementwise", "fn": "add", "inputs": ["a", "b"], "outputs": ["c"]}],
-                   {"a": {"dtype": "int32", "shape": [3]}, "b": {"dtype": "int32", "shape": [3]},
-                    "c": {"dtype": "fp16", "shape": [3]}}, ["a", "b"], ["c"])
-    inp, out = run_graph(load_frontend_ir(doc))
-    check(out["c"], (inp["a"] + inp["b"]).astype(np.float16), dtype=np.float16)
+def test_declared_output_dtype_must_match() -> None:
+    """A node's computed dtype that differs from the tensor table's is refused (E1004, naming both), not cast
+    without a word; a matching declaration runs."""
+    def doc(c_dtype: str) -> dict[str, Any]:
+        return doc_with([{"op": "Elementwise", "fn": "add", "inputs": ["a", "b"], "outputs": ["c"]}],
+                        {"a": {"dtype": "int32", "shape": [3]}, "b": {"dtype": "int32", "shape": [3]},
+                         "c": {"dtype": c_dtype, "shape": [3]}}, ["a", "b"], ["c"])
+    with pytest.raises(DTypeError, match="computed dtype int32 differs from the declared float16"):
+        load_frontend_ir(doc("fp16"))
+    inp, out = run_graph(load_frontend_ir(doc("int32")))
+    check(out["c"], inp["a"] + inp["b"], dtype=np.int32)
 
 
 # ---- diagnostics -------------------------------------------------------------------------------
