@@ -346,6 +346,26 @@ def _positive_float(s: str) -> float:
     return v
 
 
+def _seed(s: str) -> int:
+    try:
+        v = int(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{s!r} is not an integer") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"{s!r} is not a seed (a non-negative integer)")
+    return v
+
+
+def _tolerance(s: str) -> float:
+    try:
+        v = float(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{s!r} is not a number") from None
+    if not 0 <= v < float("inf"):
+        raise argparse.ArgumentTypeError(f"{s!r} is not a finite tolerance >= 0")
+    return v
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--traceback", action="store_true", help="show Python tracebacks of internal errors")
@@ -381,10 +401,10 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Optimize a Frontend-IR graph, run it and print each output's statistics.")
     r.add_argument("--inputs", default="random", metavar="random|FILE.npz",
                    help="input arrays: random (default) or an .npz keyed by input tensor name")
-    r.add_argument("--seed", type=int, default=0, help="seed for random inputs (default 0)")
+    r.add_argument("--seed", type=_seed, default=0, help="seed for random inputs (default 0)")
     r.add_argument("--check", action="store_true", help="compare with the reference interpreter; exit 1 on mismatch")
-    r.add_argument("--rtol", type=float, default=RTOL, help=f"relative tolerance of --check (default {RTOL:g})")
-    r.add_argument("--atol", type=float, default=ATOL, help=f"absolute tolerance of --check (default {ATOL:g})")
+    r.add_argument("--rtol", type=_tolerance, default=RTOL, help=f"relative tolerance of --check (default {RTOL:g})")
+    r.add_argument("--atol", type=_tolerance, default=ATOL, help=f"absolute tolerance of --check (default {ATOL:g})")
     r.set_defaults(func=cmd_run)
 
     o = sub.add_parser("optimize", parents=[common, compile_opts], help="optimize a graph and dump stages",

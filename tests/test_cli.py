@@ -137,6 +137,10 @@ def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert rc == 2 and "invalid choice" in err
     rc, _, err = egc(capsys, "run", str(GEMM), "--node-limit", "-5")
     assert rc == 2 and "positive" in err and "Traceback" not in err
+    for flag, value, words in (("--seed", "-5", "seed"), ("--rtol", "nan", "tolerance"), ("--atol", "-1", "tolerance"),
+                               ("--atol", "inf", "tolerance")):
+        rc, _, err = egc(capsys, "run", str(GEMM), flag, value)
+        assert rc == 2 and words in err and "Traceback" not in err, (flag, value, err)
 
 
 # ---- bad input files --------------------------------------------------------------------------------------------------
