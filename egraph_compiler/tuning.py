@@ -70,10 +70,8 @@ def tune_schedules(schedules: dict[int, KernelSchedule], chosen: dict[int, ENode
     """Pick each kernel's schedule by timing; returns the new choice (and records timings in the report)."""
     chosen = dict(chosen)
     store = cache_dir() / "schedules.json"
-    try:
-        cache: dict[str, str] = json.loads(store.read_text()) if store.is_file() else {}
-    except (OSError, ValueError):
-        cache = {}
+    cache = _read_cache(store, report)
+    learned: dict[str, str] = {}
     log: list[dict[str, Any]] = []
     for ks in schedules.values():
         if len(ks.ranked) < 2:
@@ -90,14 +88,46 @@ def tune_schedules(schedules: dict[int, KernelSchedule], chosen: dict[int, ENode
             timings.append((time_program(assemble({**chosen, **cand.choice})), i))
         best = ks.ranked[min(timings)[1]]
         chosen.update(best.choice)
-        cache[key] = best.describe()
+        cache[key] = learned[key] = best.describe()
         log.append({"kernel": ks.sink_class, "cached": False, "chosen": best.describe(),
                     "timings": [{"schedule": ks.ranked[i].describe(), "seconds": t,
                                  "estimate": ks.ranked[i].estimate.seconds} for t, i in timings]})
-    try:
-        store.parent.mkdir(parents=True, exist_ok=True)
-        store.write_text(json.dumps(cache, indent=1))
-    except OSError as e:  # a read-only home still tunes, it just does not remember
-        report.notes.append(f"tuning cache not written: {e}")
+    if learned:
+        try:
+            _merge_into_cache(store, learned, report)
+        except OSError as e:  # a read-only home still tunes, it just does not remember
+            report.notes.append(f"tuning cache not written: {e}")
     report.extra["tuning"] = log
     return chosen
+
+
+def _read_cache(store: Path, report: Any) -> dict[str, str]:
+    """The cached decisions; an unreadable or malformed file is said in the report and treated as empty."""
+    if not store.is_file():
+        return {}
+    try:
+        data = json.loads(store.read_text())
+    except (OSError, ValueError) as e:
+        report.notes.append(f"tuning cache {store} unreadable ({e}): ignored, and rewritten with new decisions")
+        return {}
+    if not isinstance(data, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in data.items()):
+        report.notes.append(f"tuning cache {store} is not an object of schedule names: ignored, and rewritten")
+        return {}
+    return data
+
+
+def _merge_into_cache(store: Path, learned: dict[str, str], report: Any) -> None:
+    """Add this run's decisions to the file under an exclusive lock (another process tuning at the same time
+    keeps its own), written to a temporary file and renamed into place (a reader never sees half a file)."""
+    store.parent.mkdir(parents=True, exist_ok=True)
+    with open(store.with_suffix(".lock"), "a") as lock:
+        try:
+            import fcntl
+
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        except ImportError:   # no fcntl (Windows): the rename still keeps the file whole
+            pass
+        merged = {**_read_cache(store, report), **learned}
+        tmp = store.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(merged, indent=1))
+        os.replace(tmp, store)

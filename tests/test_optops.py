@@ -220,3 +220,28 @@ def test_tune_times_the_top_candidates_and_caches_the_decision(tmp_path: Any, mo
     assert log2["cached"] and log2["chosen"] == log["chosen"] and "timings" not in log2
     untuned = optimize(a @ b, target="llvm")
     assert "tuning" not in untuned.report.extra
+
+
+def test_tuning_cache_survives_bad_files_and_concurrent_writers(tmp_path: Any, monkeypatch: Any) -> None:
+    """A cache holding valid JSON that is not an object, or no JSON at all, is reported and replaced (tuning still
+    runs); two processes adding decisions at once both keep theirs (locked read-merge-write, renamed in place)."""
+    import json
+    import subprocess
+    import sys
+
+    monkeypatch.setenv("EGC_CACHE_DIR", str(tmp_path))
+    store = tmp_path / "schedules.json"
+    a, b = Tensor.empty((32, 48), dtype="float32", name="a"), Tensor.empty((48, 32), dtype="float32", name="b")
+    for junk in ("[1, 2, 3]", "{not json"):
+        store.write_text(junk)
+        prog = optimize(a @ b, target="llvm", tune=True)
+        assert any("tuning cache" in n for n in prog.report.notes)
+        assert isinstance(json.loads(store.read_text()), dict) and json.loads(store.read_text())
+    store.unlink()
+    code = ("import sys; from egraph_compiler import Tensor, optimize; n = int(sys.argv[1]); "
+            "a = Tensor.empty((n, 48), dtype='float32', name='a'); b = Tensor.empty((48, n), dtype='float32', name='b');"
+            " optimize(a @ b, target='llvm', tune=True)")
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(n)], env={**__import__("os").environ})
+             for n in (24, 40)]
+    assert all(p.wait(timeout=300) == 0 for p in procs)
+    assert len(json.loads(store.read_text())) == 2
