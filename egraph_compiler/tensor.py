@@ -285,6 +285,20 @@ class Tensor(TensorNN):
             raise InvalidArgument(at="len(Tensor)", why="a 0-d tensor has no length", suggestion="use .shape")
         return self.shape[0]
 
+    def __iter__(self) -> Any:
+        """The sub-tensors along the first axis, lazily (as numpy iterates an array)."""
+        if not self.shape:
+            raise InvalidArgument(at="iter(Tensor)", why="a 0-d tensor cannot be iterated", suggestion="use .item()")
+        return (self[i] for i in range(self.shape[0]))
+
+    def __bool__(self) -> bool:
+        raise InvalidArgument(at="bool(Tensor)", why="a lazy tensor has no truth value until it is computed",
+                              suggestion="compute it first: t.numpy().any(), t.numpy().all() or t.item()")
+
+    def __contains__(self, x: object) -> bool:
+        raise InvalidArgument(at="x in Tensor", why="membership would need the tensor computed",
+                              suggestion="compute it first: x in t.numpy(), or (t == x).numpy().any()")
+
     # ---- realization ---------------------------------------------------------------------------
 
     def numpy(self) -> np.ndarray:

@@ -466,3 +466,15 @@ def test_two_placeholders_with_one_name_are_refused(path: str) -> None:
     x = {"a": np.array([1, 2, 3], np.float32)}
     got = optimize(same, target="llvm")(**x) if path == "optimize" else evaluate(same.uop, x)
     np.testing.assert_array_equal(got, [2, 4, 6])
+
+
+def test_truth_membership_and_iteration() -> None:
+    """bool(t) and `x in t` would need the lazy tensor computed: E1006 saying how, not an always-True or a
+    misleading index error; iteration yields the sub-tensors along the first axis, as numpy's does."""
+    from egraph_compiler.diagnostics import InvalidArgument
+
+    t = Tensor(np.array([[1, 2], [3, 4]], np.int32))
+    assert [run(x).tolist() for x in t] == [[1, 2], [3, 4]]
+    for bad in (lambda: bool(t), lambda: 2 in t, lambda: list(Tensor(3))):
+        with pytest.raises(InvalidArgument):
+            bad()
