@@ -326,44 +326,23 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 # ---- argument parsing ------------------------------------------------------------------------------------------------
 
-def _positive_int(s: str) -> int:
-    try:
-        v = int(s)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{s!r} is not an integer") from None
-    if v <= 0:
-        raise argparse.ArgumentTypeError(f"{s!r} is not a positive integer")
-    return v
+def _parsed(convert: Callable[[str], Any], ok: Callable[[Any], bool], what: str) -> Callable[[str], Any]:
+    """An argparse type: `convert` the text, then require `ok` of the value (`what` it must be, for the message)."""
+    def parse(s: str) -> Any:
+        try:
+            v = convert(s)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{s!r} is not {'an integer' if convert is int else 'a number'}") from None
+        if not ok(v):
+            raise argparse.ArgumentTypeError(f"{s!r} is not {what}")
+        return v
+    return parse
 
 
-def _positive_float(s: str) -> float:
-    try:
-        v = float(s)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{s!r} is not a number") from None
-    if not v > 0:
-        raise argparse.ArgumentTypeError(f"{s!r} is not a positive number")
-    return v
-
-
-def _seed(s: str) -> int:
-    try:
-        v = int(s)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{s!r} is not an integer") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"{s!r} is not a seed (a non-negative integer)")
-    return v
-
-
-def _tolerance(s: str) -> float:
-    try:
-        v = float(s)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{s!r} is not a number") from None
-    if not 0 <= v < float("inf"):
-        raise argparse.ArgumentTypeError(f"{s!r} is not a finite tolerance >= 0")
-    return v
+_positive_int = _parsed(int, lambda v: v > 0, "a positive integer")
+_positive_float = _parsed(float, lambda v: v > 0, "a positive number")
+_seed = _parsed(int, lambda v: v >= 0, "a seed (a non-negative integer)")
+_tolerance = _parsed(float, lambda v: 0 <= v < float("inf"), "a finite tolerance >= 0")
 
 
 def build_parser() -> argparse.ArgumentParser:
