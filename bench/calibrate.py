@@ -5,7 +5,7 @@
 For each kernel shape (GEMMs, transformer products, ResNet convolutions, softmax, layernorm), optimize with
 `alternatives=[]` gives every ranked schedule of every kernel as a runnable program; each distinct kernel (up to
 `--limit` per kernel of the program) is compiled and timed alone. Per kernel the table prints the schedule the
-estimate picks (the least code within CODE_TIE of the best, as `rank_kernel` does), its measured time, the best
+estimate picks (`schedule.tie_winner`, as `rank_kernel` ranks), its measured time, the best
 measured time among the candidates, their ratio (the regret: 1.00 means the estimate picked the fastest) and the
 estimate over the measurement. Two models of the model benchmark are calibrated whole (their kernels carry
 the epilogues and fusion context that bare shapes lack). The summary is the geomean regret and the geomean
@@ -31,7 +31,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import model_defs
 from egraph_compiler.extract.loop_cost import CPUMachine, estimate
-from egraph_compiler.extract.schedule import CODE_TIE, describe_schedule
+from egraph_compiler.extract.schedule import describe_schedule, tie_winner
 
 from egraph_compiler import Tensor, optimize
 from egraph_compiler.cpu_target import cpu_target
@@ -118,9 +118,7 @@ def pick(cands: list[tuple[str, Any, float]], machine: CPUMachine) -> tuple[int,
     """The candidate the estimate picks (as rank_kernel: least code within CODE_TIE of the best) and its
     estimate."""
     ests = [estimate(a, machine) for _, a, _ in cands]
-    best = min(e.seconds for e in ests)
-    near = [i for i, e in enumerate(ests) if e.seconds <= best * (1 + CODE_TIE)]
-    i = min(near, key=lambda j: (ests[j].code, ests[j].seconds))
+    i = tie_winner(ests)
     return i, ests[i].seconds
 
 

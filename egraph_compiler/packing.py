@@ -44,7 +44,7 @@ def _right_operand(u: UOp) -> UOp | None:
 def pack_matmul_operands(roots: list[UOp]) -> tuple[list[UOp], list[UOp]]:
     """The roots with every 2-d matmul's right operand read through its packed view, and the packed views (P)."""
     swap: dict[UOp, UOp] = {}
-    packs: dict[UOp, UOp] = {}
+    packs: dict[UOp, tuple[UOp, UOp]] = {}   # B -> (P, B as a view of P)
     for u in toposort(roots):
         if u.op is not Ops.REDUCE or u.arg[0] is not Ops.ADD or u.arg[1] != (1,) or u.src[0].op is not Ops.MUL:
             continue
@@ -52,13 +52,11 @@ def pack_matmul_operands(roots: list[UOp]) -> tuple[list[UOp], list[UOp]]:
             b = _right_operand(x)
             if b is not None and x.src[0] not in swap:
                 if b not in packs:
-                    packs[b], view = packed_view(b)
-                else:
-                    view = packs[b].permute((1, 0, 2)).reshape(b.shape)
-                swap[x.src[0]] = view.reshape(x.src[0].shape)
+                    packs[b] = packed_view(b)
+                swap[x.src[0]] = packs[b][1].reshape(x.src[0].shape)
     if not swap:
         return roots, []
-    return [r.substitute(swap) for r in roots], list(packs.values())
+    return [r.substitute(swap) for r in roots], [p for p, _ in packs.values()]
 
 
 __all__ = ["PANEL", "pack_matmul_operands", "packed_view"]

@@ -49,10 +49,9 @@ def _int_fits(v: int, d: DType) -> bool:
     return int(info.min) <= v <= int(info.max)
 
 
-def _checked_int_dtype(v: Any, d: DType | None, what: str) -> DType | None:
-    """The dtype a python int (or a range of them, `v` = (lo, hi)) gets: the default int, or int64 where it does
-    not fit (as numpy infers), or `d` if given and the values fit it; never a silently wrapped value."""
-    lo, hi = v if isinstance(v, tuple) else (v, v)
+def _checked_int_dtype(lo: int, hi: int, d: DType | None, what: str) -> DType:
+    """The dtype python ints from lo to hi get: the default int, or int64 where they do not fit (as numpy
+    infers), or `d` if given and they fit it; never a silently wrapped value."""
     if d is not None:
         if d.is_int and not (_int_fits(lo, d) and _int_fits(hi, d)):
             raise DTypeError(at=what, why=f"python integer {hi if not _int_fits(hi, d) else lo} is out of bounds "
@@ -137,7 +136,7 @@ class Tensor(TensorNN):
         if _is_scalar(data):
             v = _py_scalar(data)
             if isinstance(v, int) and not isinstance(v, bool) and (dt is None or dt.is_int):
-                dt = _checked_int_dtype(v, dt, "Tensor(int)")
+                dt = _checked_int_dtype(v, v, dt, "Tensor(int)")
             self.uop = UOp.const(v, dt or default_dtype_for(v))
             return
         if isinstance(data, np.ndarray):
@@ -154,7 +153,7 @@ class Tensor(TensorNN):
                 raise InvalidArgument(at="Tensor(list)", why=f"list elements of kind {arr.dtype} are not numbers",
                                       suggestion="pass numbers or bools")
             if arr.dtype.kind in "iu" and arr.size and (dt is None or dt.is_int):
-                dt = _checked_int_dtype((int(arr.min()), int(arr.max())), dt, "Tensor(list)")
+                dt = _checked_int_dtype(int(arr.min()), int(arr.max()), dt, "Tensor(list)")
             if dt is None:
                 dt = {"b": dtypes.bool, "f": dtypes.default_float}[arr.dtype.kind]
         else:

@@ -267,9 +267,7 @@ class _Walk:
             return
         if u.dtype.is_int and u.op in (Ops.IDIV, Ops.MOD):
             # index math LLVM hoists out of every loop it does not depend on, whatever unrolled copy it is for
-            d = self.deps(u)
-            self.cycles += trips[max((i + 1 for i, r in enumerate(loops) if r in d), default=0)] * copies * \
-                OP_CYCLES[u.op]
+            self.cycles += trips[self.place(u, loops, frozenset())] * copies * OP_CYCLES[u.op]
             return
         itemsize = max(1, (u.src[1].dtype if u.op is Ops.STORE and len(u.src) > 1 else u.dtype).itemsize)
         lanes = self.m.lanes(itemsize)

@@ -258,6 +258,14 @@ def extracted_kernel(ex: Extraction | Overridden, sink: int, decode: Decode) -> 
         return None
 
 
+def tie_winner(estimates: list[KernelEstimate]) -> int:
+    """The index of the estimate a ranking puts first: estimates within CODE_TIE of the best are a tie, and the
+    least code wins it (LLVM's time grows with the unrolled copies)."""
+    best = min(e.seconds for e in estimates)
+    near = [i for i, e in enumerate(estimates) if e.seconds <= best * (1 + CODE_TIE)]
+    return min(near, key=lambda i: (estimates[i].code, estimates[i].seconds))
+
+
 def rank_kernel(view: EGraphView, ex: Extraction | Overridden, sink: int, decode: Decode,
                 model: CostModel, quick: bool = False) -> KernelSchedule:
     """The kernel's schedules ranked by estimate. `quick` (fusion trials): every combination only up to
@@ -334,12 +342,8 @@ def rank_kernel(view: EGraphView, ex: Extraction | Overridden, sink: int, decode
     for cand in sorted(found, key=lambda x: x.estimate.seconds):
         unique.setdefault(cand.kernel, cand)
     ranked = list(unique.values())
-    if ranked:   # estimates this close are a tie: the least code wins (LLVM's time grows with the unrolled copies)
-        near = [c for c in ranked if c.estimate.seconds <= ranked[0].estimate.seconds * (1 + CODE_TIE)]
-        lean = min(near, key=lambda c: c.estimate.code)
-        if lean is not ranked[0]:
-            ranked.remove(lean)
-            ranked.insert(0, lean)
+    if ranked:
+        ranked.insert(0, ranked.pop(tie_winner([c.estimate for c in ranked])))
     if model.renders is not None:   # the best candidates the backend cannot render go last
         ok = next((i for i, c in enumerate(ranked) if model.renders(c.kernel)), 0)
         ranked = ranked[ok:] + ranked[:ok]
@@ -380,4 +384,5 @@ def kernel_entry(kernel: Any, schedules: list[dict[str, Any]]) -> dict[str, Any]
 
 
 __all__ = ["Candidate", "CostModel", "Estimator", "KernelSchedule", "Overridden", "cost_model_for", "describe_schedule",
-           "extracted_kernel", "kernel_entry", "kernel_sinks", "rank_kernel", "schedule_classes", "schedule_report"]
+           "extracted_kernel", "kernel_entry", "kernel_sinks", "rank_kernel", "schedule_classes", "schedule_report",
+           "tie_winner"]
