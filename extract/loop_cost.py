@@ -15,8 +15,13 @@ vectors when the operation is arithmetic or a contiguous load; the innermost
 plain loop is vectorized by LLVM when it is contiguous and not a strict-FP
 reduction. A float sum of products is one fused multiply-add per copy (the
 backend contracts them). A REDUCE keeps one accumulator per copy: more vector
-accumulators than registers spill. The outermost loop runs on every core when
-it is big enough (the backend's auto-parallel rule), a THREAD range always.
+accumulators than registers spill, and an iteration takes at least the add
+latency of its accumulator chain. Loads issue on their own ports beside the
+arithmetic, so the busier of the two sets the pace; index arithmetic is
+folded into addressing. A 512-bit operation costs two 256-bit ones on a core
+that runs it as two halves (Zen 4). The outermost loop runs on every core
+when it is big enough (the backend's auto-parallel rule), a THREAD range
+always.
 
 Traffic: every load's cache misses are counted per level (L1 and L2 of one
 core) by reuse distance over the loop nest. Going outwards from the loop the
@@ -26,15 +31,18 @@ one iteration's whole footprint (the lines every load of the nest touches
 inside it) fits the cache; once a whole loop's footprint fits, each line is
 missed once. So a GEMM whose B panel stays in L2 while the rows of A go by
 is priced by its panel, and the same GEMM with the loops the other way
-round re-reads all of B for every row block.
+round re-reads all of B for every row block. Unrolled copies of a load that
+fall into one L1 set more often than the cache has ways (rows a power-of-two
+multiple of 4 KiB apart) miss on every iteration.
 """
 
 from __future__ import annotations
 
 import math
 import os
+from collections import Counter
 from dataclasses import asdict, dataclass, field
-from functools import cache
+from functools import cache, lru_cache
 
 from egraph_compiler.cpu_target import CPUTarget, host_cpu
 from egraph_compiler.ops import AxisType, Ops
@@ -65,7 +73,7 @@ LOOP_VECTOR_INTERLEAVE = 2  # LLVM interleaves a vectorized loop: two vectors in
 LOOP_CYCLES = 1.0          # increment, compare, branch
 AUTO_PARALLEL_MIN_WORK = 1 << 16
 PAGE = 4096                # bytes
-PAGE_STEP_CYCLES = 4.0     # a load that steps a page per loop iteration (measured: unpacked GEMM B columns)
+PAGE_STEP_CYCLES = 8.0     # a load that steps a page per loop iteration (measured: unpacked GEMM B columns)
 MAX_UNROLLED = 512         # product of a kernel's UPCAST/UNROLL bounds
 
 
@@ -80,6 +88,7 @@ class CPUMachine:
     mem_gbps: float = 12.0         # DRAM streaming bandwidth of one core (overridable: EGC_MEM_GBPS)
     mem_gbps_all: float = 20.0     # ... of all cores together (EGC_MEM_GBPS_ALL)
     l1_bytes: int = 32 << 10       # data cache of one core, per level (sysfs)
+    l1_ways: int = 8               # ... and the L1's associativity (sysfs)
     l2_bytes: int = 1 << 20
     l2_bytes_per_cycle: float = 32.0   # sustained L2 -> L1 fill rate of one core
     launch_us: float = 5.0         # thread-pool hand-off and call overhead per kernel
@@ -95,17 +104,18 @@ class CPUMachine:
     def for_cpu(cpu: CPUTarget) -> CPUMachine:
         """The machine model of code generated for `cpu` and run on this host: the CPU's vector width and
         registers, the host's cores and caches (sysfs), bandwidth from a config."""
-        caches = _sysfs_caches()
+        caches, ways = _sysfs_caches(), _sysfs_caches("ways_of_associativity")
         return CPUMachine(cores=os.cpu_count() or 1, simd_bytes=cpu.simd_bytes, vector_regs=cpu.vector_regs,
                           mem_gbps=float(os.environ.get("EGC_MEM_GBPS", CPUMachine.mem_gbps)),
                           mem_gbps_all=float(os.environ.get("EGC_MEM_GBPS_ALL", CPUMachine.mem_gbps_all)),
-                          l1_bytes=caches.get(1, CPUMachine.l1_bytes), l2_bytes=caches.get(2, CPUMachine.l2_bytes),
+                          l1_bytes=caches.get(1, CPUMachine.l1_bytes),
+                          l1_ways=ways.get(1, CPUMachine.l1_ways), l2_bytes=caches.get(2, CPUMachine.l2_bytes),
                           cpu=cpu.describe(), fma_per_cycle=cpu.fma_vectors_per_cycle)
 
     def describe(self) -> str:
         return (f"{self.cpu}: {self.cores} cores, {self.simd_bytes * 8}-bit vectors x {self.vector_regs}, "
                 f"{self.fma_per_cycle} FMA/cycle, "
-                f"L1 {self.l1_bytes >> 10} KiB, L2 {self.l2_bytes >> 10} KiB, {self.ghz:g} GHz, "
+                f"L1 {self.l1_bytes >> 10} KiB {self.l1_ways}-way, L2 {self.l2_bytes >> 10} KiB, {self.ghz:g} GHz, "
                 f"memory {self.mem_gbps:g} GB/s per core, {self.mem_gbps_all:g} GB/s all")
 
     def lanes(self, itemsize: int) -> int:
@@ -121,8 +131,9 @@ class CPUMachine:
         return self.cores * self.ghz * 1e9 * self.lanes(itemsize) * 2 * self.fma_per_cycle
 
 
-def _sysfs_caches() -> dict[int, int]:
-    """Data (or unified) cache size per level of cpu0, from sysfs; {} where there is none (not Linux)."""
+def _sysfs_caches(field: str = "size") -> dict[int, int]:
+    """A data (or unified) cache's size (or another sysfs field, such as "ways_of_associativity") per level of
+    cpu0; {} where there is none (not Linux)."""
     out: dict[int, int] = {}
     base = "/sys/devices/system/cpu/cpu0/cache"
     try:
@@ -135,7 +146,7 @@ def _sysfs_caches() -> dict[int, int]:
                 level = int(f.read())
             with open(f"{base}/{e}/type") as f:
                 kind = f.read().strip()
-            with open(f"{base}/{e}/size") as f:
+            with open(f"{base}/{e}/{field}") as f:
                 text = f.read().strip()
         except (OSError, ValueError):
             continue
@@ -183,6 +194,9 @@ class _Walk:
     def __init__(self, m: CPUMachine) -> None:
         self.m = m
         self.cycles = 0.0
+        self.load_cycles = 0.0  # cycles of the load ports, which issue beside the arithmetic
+        self.conflicts = 0.0    # L1 misses of unrolled copies that overfill one cache set
+        self.stalls = 0.0       # cycles the loop waits and neither the loads nor the arithmetic issue
         self.loop_cycles = 0.0
         self.spills = False
         self.group_parallel = 1
@@ -262,8 +276,9 @@ class _Walk:
         trip = trips[depth]
         copies = self.copies(u)
         self.code += copies * CODE_SIZE.get(u.op, 1)
-        if u.dtype.is_int and u.op not in (Ops.IDIV, Ops.MOD, Ops.LOAD):  # index math: folded into addressing
-            self.cycles += trip * OP_CYCLES.get(u.op, DEFAULT_OP)
+        if u.dtype.is_int and u.op not in (Ops.IDIV, Ops.MOD, Ops.LOAD):
+            # index math: folded into the addressing and strength-reduced to pointer steps, which the loop overhead
+            # counts (charging each add and multiply made a conv's 3 nested reduce loops look 2x slower than run)
             return
         if u.dtype.is_int and u.op in (Ops.IDIV, Ops.MOD):
             # index math LLVM hoists out of every loop it does not depend on, whatever unrolled copy it is for
@@ -286,21 +301,31 @@ class _Walk:
                 per += GATE_CYCLES
             if u.op is Ops.LOAD:
                 self.loads.append((u, tuple(loops), depth))
+                if lin is not None and unr:
+                    self.conflicts += trip * set_conflicts(lin, tuple(unr), itemsize, self.m)
                 if lin is not None and depth == len(loops) > 0:
                     # a page or more ahead every iteration of its innermost loop (a GEMM's unpacked B column):
                     # the prefetchers stop at the page and the loop waits on the new line (packed operands,
                     # egraph_compiler/packing.py, step a panel row instead)
                     st = stride(lin, loops[-1])
                     if st is None or abs(st) * itemsize >= PAGE:
-                        self.cycles += trip * PAGE_STEP_CYCLES
+                        self.stalls += trip * PAGE_STEP_CYCLES
         auto = vector_loop and depth == len(loops) and depth > 0 and copies == 1
         if copies > 1 and vectorizes and not scalar:
-            cost = math.ceil(copies / width) * per
+            cost = math.ceil(copies / width) * per * self.wide(min(width, copies) * itemsize)
         elif auto and vectorizes:
-            cost = per / (lanes * LOOP_VECTOR_INTERLEAVE)
+            cost = per / (lanes * LOOP_VECTOR_INTERLEAVE) * self.wide(lanes * itemsize)
         else:
             cost = copies * per
-        self.cycles += trip * cost
+        if u.op is Ops.LOAD:
+            self.load_cycles += trip * cost
+        else:
+            self.cycles += trip * cost
+
+    def wide(self, nbytes: int) -> float:
+        """The cost of a vector of nbytes against a 256-bit one: twice where the core runs 512-bit operations as
+        two halves (Zen 4: a GEMM tile of 16 zmm accumulators measured no faster than 16 ymm ones)."""
+        return 2 / self.m.fma_per_cycle if nbytes > 32 else 1.0
 
     def reduce(self, u: UOp, loops: list[UOp], trips: list[int], unrolled: frozenset[UOp],
                nested: bool = False) -> None:
@@ -318,17 +343,23 @@ class _Walk:
         scalar = nested and acc > 1
         vectors = acc if scalar else math.ceil(acc / self.packed(u, self.m.lanes(max(1, u.dtype.itemsize))))
         chain = math.prod(_bound(r) for r in own if _unrolled(r))
-        before = self.cycles + self.loop_cycles
+        before, before_loads, before_stalls = self.cycles + self.loop_cycles, self.load_cycles, self.stalls
         # a strict-FP reduction loop is not vectorized by LLVM: its body runs one element per iteration
         self.scalar_depth += scalar
+        body_before = self.cycles
         self.visit(u.src[0], inner_loops, inner_trips, unrolled | {r for r in own if _unrolled(r)},
                    vector_loop=False, in_reduce=True)
         self.scalar_depth -= scalar
         # the accumulating adds: one per accumulator vector and own unrolled copy (none for a float sum of products:
-        # the backend contracts each product and its add into one FMA, already charged as the product), but each
-        # accumulator's adds form a dependency chain, so few accumulators wait on the add latency
+        # the backend contracts each product and its add into one FMA, already charged as the product); each
+        # accumulator's adds form a dependency chain, so an iteration takes at least the add latency per own
+        # unrolled copy: few accumulators wait on it, enough of them hide it behind the body's work
         fma = u.dtype.is_float and u.arg[0] is Ops.ADD and u.src[0].op is Ops.MUL
-        self.cycles += inner_trips[-1] * max(0.0 if fma else vectors * chain * 0.5, chain * ADD_LATENCY)
+        adds = inner_trips[-1] * (0.0 if fma else vectors * chain * 0.5)
+        latency = inner_trips[-1] * chain * ADD_LATENCY
+        # scalar chains of a nested REDUCE wait on it whatever the body: LLVM shuffles their copies in and out of
+        # vectors around each add (the fused pair of dense layers above)
+        self.cycles += adds + (latency if scalar else max(0.0, latency - (self.cycles - body_before + adds)))
         if vectors > self.m.vector_regs // 2:   # with operands needing the other half: accumulators spill
             self.spills = True
             self.cycles += inner_trips[-1] * vectors * SPILL_CYCLES
@@ -337,13 +368,15 @@ class _Walk:
             par = min(self.m.cores, group)
             self.group_parallel = max(self.group_parallel, par)
             self.cycles -= (self.cycles + self.loop_cycles - before) * (1 - 1 / par)
+            self.load_cycles -= (self.load_cycles - before_loads) * (1 - 1 / par)
+            self.stalls -= (self.stalls - before_stalls) * (1 - 1 / par)
             self.cycles += self.m.launch_us * 1e-6 * self.m.ghz * 1e9
 
 
 class _Lines:
     """Cache lines one run of some ranges touches through a load, memoized for one loop nest item (both cache
-    levels ask the same questions): the load's contiguous run (the ranges whose strides chain up from 1) in whole
-    lines, times the other ranges' bounds; at most the whole buffer."""
+    levels ask the same questions): the load's contiguous span (the ranges whose strides abut or overlap the span
+    of the smaller ones, from stride 1) in whole lines, times the other ranges' bounds; at most the whole buffer."""
 
     def __init__(self, w: _Walk, bound: dict[UOp, int]) -> None:
         self.w, self.bound = w, bound
@@ -368,22 +401,21 @@ class _Lines:
             return self.memo[key]
         isz = max(1, load.dtype.itemsize)
         rs = [r for r in self.w.deps(load) if r in inside]
-        elems = math.prod(self.size(r) for r in rs)
         strides = {r: st for r, st in self.stride_of(load).items() if r in inside and st}
-        run, grew = 1, True
-        while grew:  # extend the contiguous run while a range steps by exactly its length
-            grew = False
-            for r, st in strides.items():
-                if st == run and self.size(r) > 1:
-                    run *= self.size(r)
-                    grew = True
-                    del strides[r]
-                    break
-        if run > 1:
-            lines = elems / run * math.ceil(run * isz / LINE)
+        # the contiguous span: ranges by stride, each one whose copies abut or overlap the span so far widens it
+        # (a conv window's w and kw both step by 1: together they span w + kw - 1 elements, not w * kw); sorted,
+        # so the answer never depends on which of two equal strides comes first
+        span, spanned = 1, set()
+        for r, st in sorted(strides.items(), key=lambda kv: (kv[1], -self.size(kv[0]))):
+            if st > span:
+                break
+            span += (self.size(r) - 1) * st
+            spanned.add(r)
+        if span > 1:
+            lines = math.prod(self.size(r) for r in rs if r not in spanned) * math.ceil(span * isz / LINE)
         else:
             step = min(strides.values(), default=LINE)
-            lines = elems * min(1.0, step * isz / LINE) if rs else 1.0
+            lines = math.prod(self.size(r) for r in rs) * min(1.0, step * isz / LINE) if rs else 1.0
         b = buffer_of(load.src[0])
         whole = b.arg[1][0] * isz / LINE + 1 if b is not None and b.op is Ops.BUFFER else math.inf
         self.memo[key] = out = max(1.0, min(lines, whole))
@@ -422,6 +454,22 @@ def _misses(w: _Walk, loads: list[tuple[UOp, tuple[UOp, ...], int]], capacity: f
                 misses *= lines.size(r)
         total += misses
     return total
+
+
+@lru_cache(maxsize=1 << 14)
+def set_conflicts(lin: UOp, unrolled: tuple[UOp, ...], itemsize: int, m: CPUMachine) -> int:
+    """Lines a load's unrolled copies touch in L1 sets that hold more of them than the cache has ways: these miss
+    on every iteration. Copies a power-of-two multiple of 4 KiB apart share one set (a 16-row GEMM tile over
+    rows of 1024 floats thrashes a 8-way L1 and measured half the speed of an 8-row one)."""
+    strides = [stride(lin, r) for r in unrolled]
+    if any(st is None for st in strides):
+        return 0
+    offsets = {0}
+    for r, st in zip(unrolled, strides):
+        offsets = {o + i * st * itemsize for o in offsets for i in range(_bound(r))}  # type: ignore[operator]
+    sets = max(1, m.l1_bytes // (LINE * max(1, m.l1_ways)))
+    per_set = Counter(line % sets for line in {o // LINE for o in offsets})
+    return sum(n for n in per_set.values() if n > m.l1_ways)
 
 
 def work_floor(kernel: UOp, m: CPUMachine | None = None) -> float:
@@ -466,7 +514,8 @@ def estimate(kernel: UOp, m: CPUMachine | None = None) -> KernelEstimate:
             ranges += [r for r in st.src[1:] if r.op is Ops.RANGE]
             st = st.src[0]
         loops = [r for r in ranges if not _unrolled(r)]
-        before = w.cycles + w.loop_cycles
+        before, before_loads, before_conflicts = w.cycles + w.loop_cycles, w.load_cycles, w.conflicts
+        before_stalls = w.stalls
         first = len(w.loads)
         w.item(st, loops, [r for r in ranges if _unrolled(r)])
         # the backend's auto-parallel rule counts every range under the store, the reduce ranges too
@@ -475,10 +524,12 @@ def estimate(kernel: UOp, m: CPUMachine | None = None) -> KernelEstimate:
         split = thread[0] if thread else loops[0] if loops and work >= AUTO_PARALLEL_MIN_WORK else None
         par = min(m.cores, _bound(split)) if split is not None else 1
         est.parallel = max(est.parallel, par)
-        est.compute_s += (w.cycles + w.loop_cycles - before) / (m.ghz * 1e9 * par)
+        # the load ports and the arithmetic issue side by side: the busier of them sets the pace
+        busy = max(w.cycles + w.loop_cycles - before, w.load_cycles - before_loads) + w.stalls - before_stalls
+        est.compute_s += busy / (m.ghz * 1e9 * par)
         share = {split: -(-_bound(split) // par)} if split is not None else {}   # one core's slice
         lines = _Lines(w, share)
-        l1 = _misses(w, w.loads[first:], m.l1_bytes * CACHE_FILL[1], lines)
+        l1 = _misses(w, w.loads[first:], m.l1_bytes * CACHE_FILL[1], lines) + (w.conflicts - before_conflicts) / par
         l2 = _misses(w, w.loads[first:], m.l2_bytes * CACHE_FILL[2], lines)
         est.l1_misses += l1
         est.l2_misses += l2
@@ -486,7 +537,8 @@ def estimate(kernel: UOp, m: CPUMachine | None = None) -> KernelEstimate:
     for u in kernel.toposort():
         if u.op is Ops.BUFFER:
             nbytes += u.arg[1][0] * u.dtype.itemsize
-    est.cycles, est.bytes, est.spills, est.code = w.cycles + w.loop_cycles, nbytes, w.spills, w.code
+    est.cycles, est.bytes = max(w.cycles + w.loop_cycles, w.load_cycles) + w.stalls, nbytes
+    est.spills, est.code = w.spills, w.code
     est.parallel = max(est.parallel, w.group_parallel)
     est.memory_s = max(nbytes / ((m.mem_gbps_all if est.parallel > 1 else m.mem_gbps) * 1e9), cache_s)
     est.overhead_s = m.launch_us * 1e-6

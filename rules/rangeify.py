@@ -61,6 +61,7 @@ DECLARATIONS = """
 (constructor RedIx (UL IL IL U i64) UL :unextractable)
 (constructor RedRanges (IL IL U i64) UL :unextractable)
 (constructor OutRanges (U IL i64) UL :unextractable)
+(constructor OutIx (U IL i64) UL :unextractable)
 (constructor KernelOf (U U) U :unextractable)
 (relation in-buf (U U))
 (relation mat-buf (U U))
@@ -76,7 +77,8 @@ DECLARATIONS = """
                 for d in ALL_DTYPES if d.name != "void")
 
 HELPERS = ("At", "Flat", "Regroup", "TakeL", "DropL", "Append", "Unflat", "Bcast", "Offs", "PadIx", "PadValid",
-           "FlipIx", "Pick", "Get", "RedIx", "RedRanges", "OutRanges", "KernelOf")
+           "FlipIx", "Pick", "Get", "RedIx", "RedRanges", "OutRanges", "OutIx",
+           "KernelOf")
 
 
 def ik(v: str | int) -> str:
@@ -112,7 +114,7 @@ def _distribute(rs: RuleSet) -> None:
                     category="marker", check="structural")
     # CONTIGUOUS is a barrier: its value is computed only in its own kernel (at its own output ranges); every
     # other read loads its buffer (`materialize`). A scalar one has no buffer and no ranges: it is a plain marker.
-    rule(rs, "at-contiguous-own", ["(= e (At t rs g))", "(= t (CONTIGUOUS d x))", "(= rs (OutRanges t s k))"],
+    rule(rs, "at-contiguous-own", ["(= e (At t rs g))", "(= t (CONTIGUOUS d x))", "(= rs (OutIx t s k))"],
          ["(union e (At x rs g))"], category="marker", check="structural",
          doc="a CONTIGUOUS value is computed in its own kernel only")
     rewrite(rs, "at-contiguous-scalar", "(At (CONTIGUOUS d x) (UNil) g)", "(At x (UNil) g)", category="marker",
@@ -201,10 +203,20 @@ def _ranges(rs: RuleSet) -> None:
     rule(rs, "redranges-skip", ["(= e (RedRanges (ICons n s) (ICons 0 f) t k))"],
          ["(union e (RedRanges s f t (+ k 1)))"], category=c, check="structural")
     rewrite(rs, "redranges-end", "(RedRanges (INil) (INil) t k)", "(UNil)", category=c, check="structural")
-    rule(rs, "outranges-range", ["(= e (OutRanges t (ICons n s) k))"],
+    # a kernel loops over its output's axes but a size-1 one, which its index reads as 0: no loop of one trip
+    # sits between two others (a materialized reduce keeps its reduced axis), so every loop order is a swap away
+    rule(rs, "outranges-range", ["(= e (OutRanges t (ICons n s) k))", "(!= n 1)"],
          [f"(union e (UCons {_range('L', 't', 'k', 'n')} (OutRanges t s (+ k 1))))"], category=c,
          check="structural", doc="output axis k of t's kernel")
+    rewrite(rs, "outranges-unit", "(OutRanges t (ICons 1 s) k)", "(OutRanges t s (+ k 1))", category=c,
+            check="structural", doc="a size-1 output axis needs no loop")
     rewrite(rs, "outranges-end", "(OutRanges t (INil) k)", "(UNil)", category=c, check="structural")
+    rule(rs, "outix-range", ["(= e (OutIx t (ICons n s) k))", "(!= n 1)"],
+         [f"(union e (UCons {_range('L', 't', 'k', 'n')} (OutIx t s (+ k 1))))"], category=c,
+         check="structural", doc="t's kernel indexes output axis k by its range")
+    rewrite(rs, "outix-unit", "(OutIx t (ICons 1 s) k)", f"(UCons {ik(0)} (OutIx t s (+ k 1)))", category=c,
+            check="structural", doc="... and a size-1 axis by 0")
+    rewrite(rs, "outix-end", "(OutIx t (INil) k)", "(UNil)", category=c, check="structural")
 
 
 def _movement(rs: RuleSet) -> None:
@@ -241,15 +253,16 @@ def _movement(rs: RuleSet) -> None:
 
 def _kernels(rs: RuleSet) -> None:
     c = "fusion"
-    index = f"(INDEX d {ul('b', '(Flat rs s)')})"
-    store = f"(STORE {VOID} {ul(index, f'(At t rs {TRUE})')})"
+    index = f"(INDEX d {ul('b', '(Flat ix s)')})"
+    store = f"(STORE {VOID} {ul(index, f'(At t ix {TRUE})')})"
     rule(rs, "kernel-of", ["(= kk (KernelOf t b))", "(= s (shape t))", "(= s (ICons n0 s0))",
                            "(= b (BUFFER d nm sz bs))"],
-         ["(let rs (OutRanges t s 0))", f"(union kk (SINK {VOID} {ul(f'(END {VOID} (UCons {store} rs))')}))"],
+         ["(let ix (OutIx t s 0))", "(let rs (OutRanges t s 0))",
+          f"(union kk (SINK {VOID} {ul(f'(END {VOID} (UCons {store} rs))')}))"],
          category=c, check="structural", doc="t's kernel: store every element of t into its buffer")
     rule(rs, "kernel-of-scalar", ["(= kk (KernelOf t b))", "(= s (shape t))", "(= s (INil))",
                                   "(= b (BUFFER d nm sz bs))"],
-         ["(let rs (UNil))", f"(union kk (SINK {VOID} {ul(store)}))"], category=c, check="structural")
+         ["(let ix (UNil))", f"(union kk (SINK {VOID} {ul(store)}))"], category=c, check="structural")
     rule(rs, "materialize", ["(= e (At t idx g))", "(mat-buf t b)", "(= b (BUFFER d nm sz bs))",
                              "(= s (shape t))", "(= z (zero d))"],
          [f"(union e {load('d', '(AFTER d (UCons b (UCons (KernelOf t b) (UNil))))', '(Flat idx s)', 'g')})"],

@@ -60,7 +60,7 @@ def test_a_chain_of_small_kernels_runs_as_one_native_call_and_mixes_with_paralle
     big = Tensor.empty(512, 512, name="big")
     h = x
     for w in ws:
-        h = (h @ w).relu()
+        h = (h @ w).relu().contiguous()   # a kernel each, whatever the fusion search would decide
     out = h.sum() + (big @ big).sum()   # a parallel GEMM beside the chain
     prog = optimize(out, target="llvm")
     rng = np.random.default_rng(5)
