@@ -218,7 +218,7 @@ class _Search:
             else:
                 loaded = self.loaded(sink, ch)
             kernels[sink] = loaded
-            stack.extend(self.offers[b].sink for b in loaded)
+            stack.extend(self.offers[b].sink for b in sorted(loaded))   # sets of names: their order is per-process
         return None if _cyclic(kernels, self.offers) else kernels
 
     def rank(self, sink: int, loaded: frozenset[str], mat: frozenset[str], quick: bool = False) -> KernelSchedule:
@@ -343,11 +343,13 @@ def choose_fusion(view: EGraphView, ex: Extraction, roots: list[int], decode: De
             for b in loaded:
                 used[b] = used.get(b, 0) + 1
         weight = {b: candidates[b][1] * (1 + used[b]) for b in used if b in mat}
+        # ties go by the candidates' order: the search must not depend on how a process hashes names
+        order = {b: i for i, b in enumerate(candidates)}
         if size == 1:
-            return [(b,) for b in sorted(weight, key=lambda b: -weight[b])]
+            return [(b,) for b in sorted(weight, key=lambda b: (-weight[b], order[b]))]
         pairs = {tuple(sorted(p)) for loaded in kernels.values()
                  for p in itertools.combinations(sorted(b for b in loaded if b in weight)[:MAX_PAIRED], 2)}
-        return sorted(pairs, key=lambda p: -sum(weight[b] for b in p))   # type: ignore[return-value]
+        return sorted(pairs, key=lambda p: (-sum(weight[b] for b in p), [order[b] for b in p]))  # type: ignore[return-value]
 
     size = 1
     while size <= 2 and not budget_hit:

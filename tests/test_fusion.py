@@ -301,3 +301,32 @@ def test_rangeify_step_bound_grows_with_the_graph() -> None:
     depth = graph_depth([t.uop])
     assert depth > 120 * 5
     assert stages_for("llvm", False, depth)[0].max_steps >= 2 * depth
+
+
+_SAME_PROGRAM = """
+import sys
+sys.path.insert(0, "bench")
+import model_defs
+from egraph_compiler import Tensor, optimize
+m = model_defs.gpt2_block(16, 64, 4)
+ts = {k: Tensor.empty(s, dtype="float32", name=k) for k, s in m.shapes.items()}
+prog = optimize(m.ours(**ts), target="llvm")
+print(prog.report.extra["fusion"]["decisions"])
+print([s["chosen"] for s in prog.report.extra["schedules"]])
+print([str(k.ast) for k in prog.kernels])
+"""
+
+
+def test_the_same_graph_gives_the_same_program_in_every_process() -> None:
+    """Name sets iterate in a per-process order (string hashing) and UOp sets in address order: neither may
+    reach a decision. Two processes with different hash seeds (and so different memory layouts) must agree on
+    every fusion decision, schedule and kernel."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    outs = [subprocess.run([sys.executable, "-c", _SAME_PROGRAM], cwd=root, capture_output=True, text=True, check=True,
+                           env={**os.environ, "PYTHONHASHSEED": seed}).stdout for seed in ("1", "2")]
+    assert outs[0] and outs[0] == outs[1]
