@@ -74,7 +74,8 @@ defaults to 256 bits there), which the CPU estimate assumes.
 Caching: modules are keyed by a hash of the IR text (which holds no buffer or
 range names, so structurally equal kernels share code) plus the options; the
 process-wide cache makes a second compile of the same kernel do no LLVM work
-(`CACHE_STATS` counts both).
+(`CACHE_STATS` counts both). It keeps the MAX_CACHED_MODULES most recently
+used modules; a program holds its own, so eviction never frees running code.
 """
 
 from __future__ import annotations
@@ -86,6 +87,7 @@ import math
 import os
 import struct
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -1385,6 +1387,7 @@ def _jit(ir: str, signatures: list[tuple[str, int]], n_bufs: int, cpu: CPUTarget
     with _LOCK:
         hit = _CACHE.get(key)
         if hit is not None:
+            _CACHE.move_to_end(key)
             CACHE_STATS["hits"] += 1
             return hit
         mod = optimize_ir(ir, cpu)
@@ -1399,11 +1402,19 @@ def _jit(ir: str, signatures: list[tuple[str, int]], n_bufs: int, cpu: CPUTarget
             funcs[name] = proto(engine.get_function_address(name))
         native = _Native(engine, funcs, str(mod))
         _CACHE[key] = native
+        while len(_CACHE) > MAX_CACHED_MODULES:   # an evicted engine lives on while a program still holds it
+            _CACHE.popitem(last=False)
         CACHE_STATS["compiles"] += 1
         return native
 
 
-_CACHE: dict[str, _Native] = {}
+_CACHE: OrderedDict[str, _Native] = OrderedDict()   # least recently used first
+MAX_CACHED_MODULES = 256
+
+
+def cached_modules() -> int:
+    """How many compiled modules the cache holds now."""
+    return len(_CACHE)
 
 
 def clear_cache() -> None:

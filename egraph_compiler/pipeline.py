@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,14 +27,18 @@ def symbolic_session() -> EGraphSession:
                          declarations=[intervals.DECLARATIONS, linear.DECLARATIONS], unextractable=linear.HELPERS)
 
 
-_SHARED: dict[str, EGraphSession] = {}
+_SHARED = threading.local()
 
 
 def shared_session(kind: str, make: Callable[[], EGraphSession]) -> EGraphSession:
-    """One session per kind and process: parsing the schema and rules once, each problem in its own scope."""
-    if kind not in _SHARED:
-        _SHARED[kind] = make()
-    return _SHARED[kind]
+    """One session per kind and thread: the schema and rules are parsed once, each problem works in its own
+    scope. An egglog e-graph serves one caller at a time, so threads never share one (concurrent optimize()
+    calls need no lock, and a call that fails leaves no other thread's session half-used)."""
+    sessions: dict[str, EGraphSession] = getattr(_SHARED, "sessions", None) or {}
+    _SHARED.sessions = sessions
+    if kind not in sessions:
+        sessions[kind] = make()
+    return sessions[kind]
 
 
 def uop_cost(u: UOp) -> float:

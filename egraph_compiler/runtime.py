@@ -9,6 +9,7 @@ STACK or GETTUPLE) are evaluated by the reference interpreter instead.
 from __future__ import annotations
 
 import os
+import threading
 from collections import OrderedDict
 from typing import TYPE_CHECKING
 
@@ -25,6 +26,7 @@ TARGETS = ("llvm", "reference", "cuda")
 _default_target = os.environ.get("EGC_TARGET", "llvm")
 _programs: OrderedDict[tuple[UOp, str], Program | None] = OrderedDict()
 CACHED_PROGRAMS = 64
+_LOCK = threading.Lock()
 
 
 def set_default_target(target: str) -> None:
@@ -43,18 +45,20 @@ def _program(u: UOp, target: str) -> Program | None:
     from egraph_compiler.optimize import optimize
 
     key = (u, target)
-    if key in _programs:
-        _programs.move_to_end(key)
-        return _programs[key]
+    with _LOCK:   # the cache only: threads optimize side by side (each has its own e-graph session)
+        if key in _programs:
+            _programs.move_to_end(key)
+            return _programs[key]
     try:
         prog: Program | None = optimize(u, target=target)
     except UnsupportedOp:
         prog = None
     if prog is not None and prog.inputs:  # placeholders have no data: the interpreter says so
         prog = None
-    _programs[key] = prog
-    if len(_programs) > CACHED_PROGRAMS:
-        _programs.popitem(last=False)
+    with _LOCK:
+        _programs[key] = prog
+        if len(_programs) > CACHED_PROGRAMS:
+            _programs.popitem(last=False)
     return prog
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import struct
+import threading
 import weakref
 from collections.abc import Callable, Iterable, Iterator
 from functools import cached_property, lru_cache
@@ -59,6 +60,9 @@ def _argkey(arg: Any) -> Any:
     return arg
 
 
+_INTERN_LOCK = threading.RLock()   # re-entrant: validating a new node's shape may build others
+
+
 def _shape_str(s: Any) -> str:
     return "x".join(map(str, s)) if s else "()"
 
@@ -80,8 +84,16 @@ class UOp:
                                   suggestion="use tuples, not lists or arrays, in a UOp's arg") from None
         if hit is not None:
             return hit
+        with _INTERN_LOCK:   # two threads building the same node get one UOp (identity is equality)
+            hit = UOp._interned.get(key)
+            if hit is not None:
+                return hit
+            return UOp._make(op, dtype, src, arg, key)
+
+    @staticmethod
+    def _make(op: Ops, dtype: DType, src: tuple[UOp, ...], arg: Any, key: Any) -> UOp:
         check_arity(op, len(src))
-        self = object.__new__(cls)
+        self = object.__new__(UOp)
         object.__setattr__(self, "op", op)
         object.__setattr__(self, "dtype", dtype)
         object.__setattr__(self, "src", src)
