@@ -113,6 +113,7 @@ class EGraphSession:
         for rs in rulesets:
             self._run(rs.to_egglog())
         self._combined: dict[tuple[str, ...], str] = {}
+        self.worked = 0   # e-nodes of the problems it has held: egglog keeps some memory per problem after a pop
         self._schedulers: dict[str, str] = {}
         self._scheduler_ids = itertools.count()
 
@@ -167,6 +168,7 @@ class EGraphSession:
         try:
             yield self
         finally:
+            self.worked += self.size()
             self._run("(pop)")
             self.encoder.names = names
             self.reg = reg

@@ -28,15 +28,19 @@ def symbolic_session() -> EGraphSession:
 
 
 _SHARED = threading.local()
+# egglog keeps some memory of every problem a session held, even after its scope is popped (~1 MB per optimize of
+# a small graph): a session that has held this many e-nodes in all is replaced by a fresh one (0.2 s to build)
+RECYCLE_AFTER_NODES = 200_000
 
 
 def shared_session(kind: str, make: Callable[[], EGraphSession]) -> EGraphSession:
     """One session per kind and thread: the schema and rules are parsed once, each problem works in its own
     scope. An egglog e-graph serves one caller at a time, so threads never share one (concurrent optimize()
-    calls need no lock, and a call that fails leaves no other thread's session half-used)."""
+    calls need no lock, and a call that fails leaves no other thread's session half-used). A session that has
+    done RECYCLE_AFTER_NODES of work is replaced, so memory stays bounded over any number of calls."""
     sessions: dict[str, EGraphSession] = getattr(_SHARED, "sessions", None) or {}
     _SHARED.sessions = sessions
-    if kind not in sessions:
+    if kind not in sessions or sessions[kind].worked > RECYCLE_AFTER_NODES:
         sessions[kind] = make()
     return sessions[kind]
 
