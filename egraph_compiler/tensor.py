@@ -474,10 +474,19 @@ class Tensor(TensorNN):
 
     def __lt__(self, x: Any) -> Tensor: return self._cmp(Ops.CMPLT, x)
     def __gt__(self, x: Any) -> Tensor: return self._cmp(Ops.CMPLT, x, reverse=True)
-    def __le__(self, x: Any) -> Tensor: return self._cmp(Ops.CMPLT, x, reverse=True).logical_not()
-    def __ge__(self, x: Any) -> Tensor: return self._cmp(Ops.CMPLT, x).logical_not()
+    def __le__(self, x: Any) -> Tensor: return self._at_most(x)
+    def __ge__(self, x: Any) -> Tensor: return self._at_most(x, reverse=True)
     def __ne__(self, x: Any) -> Tensor: return self._cmp(Ops.CMPNE, x)  # type: ignore[override]
     def __eq__(self, x: Any) -> Tensor: return self._cmp(Ops.CMPNE, x).logical_not()  # type: ignore[override]
+
+    def _at_most(self, x: Any, reverse: bool = False) -> Tensor:
+        """self <= x (x <= self with `reverse`). Floats compare as numpy does: a NaN on either side is False, so
+        not `not (x < self)`."""
+        y = self._to_tensor(x, "<=")
+        a, b = (y, self) if _flag(reverse) else (self, y)
+        if promote(a.dtype, b.dtype).is_float:
+            return (a < b) | (a == b)
+        return (b < a).logical_not()
 
     def logical_not(self) -> Tensor:
         b = self if self.dtype.is_bool else self.cast(dtypes.bool)
@@ -570,6 +579,9 @@ class Tensor(TensorNN):
     def abs(self) -> Tensor:
         if self.dtype.is_bool or self.dtype.is_unsigned:
             return self
+        if self.dtype.is_float:   # the sign bit cleared: abs(-0.0) is 0.0 and NaN keeps its payload, as IEEE fabs
+            bits = {2: dtypes.int16, 4: dtypes.int32, 8: dtypes.int64}[self.dtype.itemsize]
+            return (self.bitcast(bits) & ((1 << (8 * self.dtype.itemsize - 1)) - 1)).bitcast(self.dtype)
         return (self < 0).where(-self, self)
 
     def sign(self) -> Tensor:
