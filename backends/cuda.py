@@ -885,10 +885,10 @@ class _Renderer:
         tmpl = OP_TABLE[op].c
         if tmpl is None:
             raise _unsupported(op.name, f"{op.name} has no C spelling in the op table")
-        if op in (Ops.TRUNC, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT) and t == "float":
+        if op in (Ops.TRUNC, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.COS, Ops.SQRT) and t == "float":
             tmpl = re.sub(r"^(\w+)\(", r"\1f(", tmpl)  # float versions: exp2f, sinf, ...
         expr = tmpl.format(*a)
-        return _round(expr, d) if op in (Ops.RECIP, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT) else expr
+        return _round(expr, d) if op in (Ops.RECIP, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.COS, Ops.SQRT) else expr
 
     # ---- reduce ---------------------------------------------------------------------------------
 

@@ -1007,7 +1007,8 @@ class _Alu:
             return x
         if op is Ops.RECIP:
             return self.fix(f, f.ins(f"fdiv {ty} {_fhex(1.0, ty)}, {x}"), d)
-        name = {Ops.TRUNC: "trunc", Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.SQRT: "sqrt"}.get(op)
+        name = {Ops.TRUNC: "trunc", Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.COS: "cos",
+                Ops.SQRT: "sqrt"}.get(op)
         if name is None:
             raise UnsupportedOp(at=op.name, why=f"no LLVM lowering for unary {op.name}", suggestion="decompose it first")
         if op is Ops.EXP2 and ty == "float":   # inline, so that loops around it vectorize

@@ -44,7 +44,7 @@ class Ops(Enum):
     RANGE = auto(); END = auto(); AFTER = auto(); GROUP = auto(); SINK = auto(); LINEAR = auto()  # noqa: E702
     # elementwise: unary
     RECIP = auto(); TRUNC = auto(); CAST = auto()  # noqa: E702
-    EXP2 = auto(); LOG2 = auto(); SIN = auto(); SQRT = auto()  # noqa: E702
+    EXP2 = auto(); LOG2 = auto(); SIN = auto(); SQRT = auto(); COS = auto()  # noqa: E702
     # elementwise: binary
     ADD = auto(); MUL = auto(); MAX = auto(); MOD = auto(); IDIV = auto()  # noqa: E702
     CMPLT = auto(); CMPNE = auto(); XOR = auto(); OR = auto(); AND = auto(); SHR = auto(); SHL = auto()  # noqa: E702
@@ -616,6 +616,8 @@ OP_TABLE: dict[Ops, OpSpec] = {s.op: s for s in [
          decomposition="log2", doc="log2(x) (polynomial decomposition available)"),
     _alu(Ops.SIN, U, _ref_unary(np.sin), _dt_float_unary, c="sin({0})", llvm=(None, "sin"),
          decomposition="sin", doc="sin(x) (polynomial decomposition available)"),
+    _alu(Ops.COS, U, _ref_unary(np.cos), _dt_float_unary, c="cos({0})", llvm=(None, "cos"),
+         doc="cos(x): libm's, accurate over the whole range (sin(pi/2 - x) loses the low bits of a large x)"),
     _alu(Ops.SQRT, U, _ref_unary(np.sqrt), _dt_float_unary, c="sqrt({0})", llvm=(None, "sqrt"),
          decomposition="sqrt", doc="sqrt(x) = exp2(0.5*log2(x)) when decomposed"),
     # elementwise binary

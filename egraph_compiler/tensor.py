@@ -557,7 +557,7 @@ class Tensor(TensorNN):
     def exp(self) -> Tensor: return (self._float() * (1 / math.log(2))).exp2()
     def log(self) -> Tensor: return self.log2() * math.log(2)
     def rsqrt(self) -> Tensor: return self.sqrt().reciprocal()
-    def cos(self) -> Tensor: return ((math.pi / 2) - self._float()).sin()
+    def cos(self) -> Tensor: return self._float()._unop(Ops.COS)
     def tan(self) -> Tensor: return self.sin() / self.cos()
     def square(self) -> Tensor: return self * self
 

@@ -224,6 +224,7 @@ class UOp:
     def exp2(self) -> UOp: return self.alu(Ops.EXP2)
     def log2(self) -> UOp: return self.alu(Ops.LOG2)
     def sin(self) -> UOp: return self.alu(Ops.SIN)
+    def cos(self) -> UOp: return self.alu(Ops.COS)
     def sqrt(self) -> UOp: return self.alu(Ops.SQRT)
 
     # ---- movement / reduce helpers (tensor level) ----------------------------------------------

@@ -53,14 +53,14 @@ UNROLLED = (AxisType.UPCAST, AxisType.UNROLL)
 # cycles per scalar operation (throughput on a modern x86 core); anything else costs DEFAULT_OP
 OP_CYCLES = {Ops.ADD: 0.5, Ops.MUL: 0.5, Ops.MAX: 0.5, Ops.CMPLT: 0.5, Ops.CMPNE: 0.5, Ops.WHERE: 0.5,
              Ops.AND: 0.5, Ops.OR: 0.5, Ops.XOR: 0.5, Ops.CAST: 1.0, Ops.IDIV: 20.0, Ops.MOD: 20.0,
-             Ops.RECIP: 4.0, Ops.SQRT: 6.0, Ops.EXP2: 14.0, Ops.LOG2: 10.0, Ops.SIN: 20.0,
+             Ops.RECIP: 4.0, Ops.SQRT: 6.0, Ops.EXP2: 14.0, Ops.LOG2: 10.0, Ops.SIN: 20.0, Ops.COS: 20.0,
              Ops.LOAD: 0.5, Ops.STORE: 1.0}
 FREE = (Ops.CONST, Ops.RANGE, Ops.DEFINE_VAR, Ops.BUFFER, Ops.INDEX, Ops.AFTER, Ops.END, Ops.SINK, Ops.REDUCE,
         Ops.VECTORIZE, Ops.GEP)
 DEFAULT_OP = 1.0
 # math calls stay one scalar call per element: neither the loop nor the SLP vectorizer widens them here. EXP2 is
 # not one: the backend renders it inline (about 28 vector instructions), and it vectorizes like arithmetic
-SCALAR_MATH = (Ops.LOG2, Ops.SIN)
+SCALAR_MATH = (Ops.LOG2, Ops.SIN, Ops.COS)
 GATE_CYCLES = 2.0          # the branch (or select) around a gated load
 CODE_SIZE = {Ops.EXP2: 30}  # scalar instructions one copy of an op renders to (else 1)
 LINE = 64                  # bytes in a cache line

@@ -139,7 +139,7 @@ def alu_case(d: DType) -> Case:
     if d.is_bool:
         binary += [Ops.XOR, Ops.OR, Ops.AND]
     items: list[tuple[str, UOp]] = [(op.name, xv.alu(op, yv)) for op in binary]
-    unary = [Ops.RECIP, Ops.TRUNC, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT] if d.is_float else \
+    unary = [Ops.RECIP, Ops.TRUNC, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.COS, Ops.SQRT] if d.is_float else \
         [Ops.TRUNC] if d.is_int else []
     items += [(op.name, xv.alu(op)) for op in unary]
     items.append(("WHERE", (xv < yv).where(xv, yv)))

@@ -102,7 +102,7 @@ def alu_samples() -> Iterator[tuple[str, UOp]]:
     yield "where", p.where(x, y + 1)
     yield "shifts", (x.cast(I32) << 2) >> 1
     yield "bitwise-int", (x.cast(I32) & 6) | (y.cast(I32) ^ 3)
-    yield "unary-float", (f.reciprocal() + f.exp2() + f.log2() + f.sin() + f.sqrt()).trunc()
+    yield "unary-float", (f.reciprocal() + f.exp2() + f.log2() + f.sin() + f.cos() + f.sqrt()).trunc()
     yield "cast-chain", x.cast(dtypes.int8).cast(dtypes.uint16).cast(BOOL).cast(dtypes.float64)
     yield "bitcast", f.bitcast(I32)
     yield "float-compare-where", (f < 2.5).where(f, UOp.const(-1.0, F32))

@@ -140,7 +140,7 @@ def test_binary_op(op: Ops, d: DType) -> None:
     compare(ast, dict(zip(names, (a, b))), rtol=tol(d))
 
 
-UNARY_CASES = [(op, d) for op in (Ops.RECIP, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.TRUNC) for d in FLOATS]
+UNARY_CASES = [(op, d) for op in (Ops.RECIP, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.COS, Ops.SQRT, Ops.TRUNC) for d in FLOATS]
 
 
 @pytest.mark.parametrize("op,d", UNARY_CASES + [(Ops.TRUNC, d) for d in INTS], ids=_name)
