@@ -44,7 +44,7 @@ class Ops(Enum):
     RANGE = auto(); END = auto(); AFTER = auto(); GROUP = auto(); SINK = auto(); LINEAR = auto()  # noqa: E702
     # elementwise: unary
     RECIP = auto(); TRUNC = auto(); CAST = auto()  # noqa: E702
-    EXP2 = auto(); LOG2 = auto(); SIN = auto(); SQRT = auto(); COS = auto()  # noqa: E702
+    EXP2 = auto(); LOG2 = auto(); SIN = auto(); SQRT = auto()  # noqa: E702
     # elementwise: binary
     ADD = auto(); MUL = auto(); MAX = auto(); MOD = auto(); IDIV = auto()  # noqa: E702
     CMPLT = auto(); CMPNE = auto(); XOR = auto(); OR = auto(); AND = auto(); SHR = auto(); SHL = auto()  # noqa: E702
@@ -55,6 +55,8 @@ class Ops(Enum):
     # codegen
     SPECIAL = auto(); WMMA = auto(); BARRIER = auto(); IF = auto(); ENDIF = auto()  # noqa: E702
     DEFINE_LOCAL = auto(); DEFINE_REG = auto(); VECTORIZE = auto(); GEP = auto()  # noqa: E702
+    # added later, last, so that the values above (pickled UOps refer to ops by value) stay the same
+    COS = auto()  # elementwise unary
 
     def __repr__(self) -> str:
         return f"Ops.{self.name}"

@@ -86,6 +86,7 @@ def test_sin_and_cos_are_libms_over_the_whole_range(x: np.ndarray) -> None:
     x = np.concatenate([x, np.array([2.0**31, 1e20, -3e8], np.float32)])
     a = Tensor.empty(x.size, name="a")
     for f, ref in ((Tensor.sin, np.sin), (Tensor.cos, np.cos)):
-        want = ref(x.astype(np.float64)).astype(np.float32)
+        with np.errstate(invalid="ignore"):   # sin/cos of an infinity is NaN
+            want = ref(x.astype(np.float64)).astype(np.float32)
         for got in _both(f(a), a=x):
             assert _ulps(got, want).max() <= 2, (f, x, got, want)
