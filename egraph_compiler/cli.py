@@ -354,7 +354,8 @@ def build_parser() -> argparse.ArgumentParser:
     g = compile_opts.add_argument_group("limits (default: the optimizer's)")
     g.add_argument("--node-limit", type=_positive_int, metavar="N", help="stop saturating past N e-nodes")
     g.add_argument("--iter-limit", type=_positive_int, metavar="N", help="at most N saturation steps per stage")
-    g.add_argument("--time-limit", type=_positive_float, metavar="SECONDS", help="saturation time budget")
+    g.add_argument("--time-limit", type=_positive_float, metavar="SECONDS",
+                   help="seconds for the whole optimize call (saturation, fusion search, ranking)")
     compile_opts.add_argument("--tune", action="store_true",
                               help="time the best few schedules of each kernel on this machine and keep the fastest "
                                    "(cached on disk)")

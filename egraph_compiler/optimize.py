@@ -154,9 +154,11 @@ def optimize(graph: Any, target: str = "llvm", *, node_limit: int | None = None,
              alternatives: list[tuple[str, Program]] | None = None) -> Program:
     """Optimize a tensor program for `target` ("llvm", "cuda" or "reference"); returns a runnable Program.
 
-    node_limit, iter_limit, time_limit: bounds on saturation past the safe baseline (rangeify, which no limit
-    cuts); search_time: seconds of fusion trials. Hitting any of them returns the best program found so far (at
-    worst the baseline, every candidate materialized) and says so in the report.
+    node_limit, iter_limit: bounds on saturation past the safe baseline (rangeify, which no limit cuts);
+    time_limit: seconds for the whole call (saturation, then the fusion search and the schedule ranking get what
+    is left; rangeify and ranking the baseline's kernels run regardless); search_time: seconds of fusion trials.
+    Hitting any of them returns the best program found so far (at worst the baseline, every candidate
+    materialized) and says so in the report.
     tune: time the cost model's best schedules on this machine and keep the fastest (cached on disk).
     nolocals: the Nolocals OptOp: explore no schedule with workgroup dims (LOCAL, GROUP_REDUCE threads, TC).
     cpu: target "llvm" only: the x86 CPU to generate code for and price schedules on, as an LLVM CPU name
@@ -187,8 +189,10 @@ def _optimize(graph: Any, target: str, limits: dict[str, float | None], tune: bo
                                 suggestion="express it with movement ops and reductions")
     given = {k: v for k, v in limits.items() if v is not None}
     lim = Limits.make(**{**KERNEL_LIMITS, **given})
+    # a time_limit the caller gives bounds the whole call: saturation, the fusion search and the final ranking
+    deadline = time.perf_counter() + lim.time_limit if "time_limit" in given else None
     report = Report()
-    program = _build(roots, names, target, backend, tune, lim, report, progress, alternatives, nolocals)
+    program = _build(roots, names, target, backend, tune, lim, report, progress, alternatives, nolocals, deadline)
     program.backend, program.target, program.single_output, program.report = backend, target, single, report
     report.extra["input_graph"] = "\n".join(pretty(r) for r in roots)
     return program
@@ -277,7 +281,8 @@ class Facts:
 
 def _build(roots: list[UOp], names: list[str], target: str, backend: Any, tune: bool, lim: Limits, report: Report,
            progress: Callable[[IterationStats], None] | None,
-           alternatives: list[tuple[str, Program]] | None = None, nolocals: bool = False) -> Program:
+           alternatives: list[tuple[str, Program]] | None = None, nolocals: bool = False,
+           deadline: float | None = None) -> Program:
     t0 = time.perf_counter()
     packs: list[UOp] = []
     if target == "llvm":   # a packed copy of a GEMM's right operand: one more buffer the fusion search may keep
@@ -336,7 +341,7 @@ def _build(roots: list[UOp], names: list[str], target: str, backend: Any, tune: 
         view, ex, list(root_classes.values()),
         lambda c, choose, memo: late(Decoder(view, choose, reg, rkey=_range_key, own_kernel=True, memo=memo).decode(c)),
         cost_model, candidates, barriers, lim.search_time,
-        None if progress is None else lambda msg: print(msg, file=sys.stderr))
+        None if progress is None else lambda msg: print(msg, file=sys.stderr), deadline)
     fusion, schedules = fused.choice, fused.schedules
     report.notes += fused.notes
 

@@ -276,12 +276,13 @@ def _cyclic(kernels: dict[int, frozenset[str]], offs: dict[str, Offer]) -> bool:
 
 def choose_fusion(view: EGraphView, ex: Extraction, roots: list[int], decode: Decode, model: CostModel,
                   candidates: dict[str, tuple[str, int]], barriers: set[str], time_budget: float,
-                  progress: Callable[[str], None] | None = None) -> FusionResult:
+                  progress: Callable[[str], None] | None = None, deadline: float | None = None) -> FusionResult:
     """The materialized buffers and every kernel's schedules, from the baseline by estimated savings.
 
     candidates: buffer name -> (a label for the report, bytes) for each intermediate that may be fused;
     barriers: buffers that are never fused (CONTIGUOUS); time_budget: seconds of trials (`Limits.search_time`;
-    the baseline and the final ranking are not counted)."""
+    the baseline and the final ranking are not counted); deadline: a perf_counter time past which no trial
+    starts and kernels ranked quickly are not ranked again in full (`optimize`'s time_limit)."""
     s = _Search(view, ex, roots, decode, model, candidates, barriers)
     notes: list[str] = []
     mat = frozenset(n for n in candidates if n in s.offers)
@@ -295,6 +296,8 @@ def choose_fusion(view: EGraphView, ex: Extraction, roots: list[int], decode: De
     baseline = sum(costs.values())
     decisions: dict[str, Decision] = {}
     start = time.perf_counter()
+    if deadline is not None:
+        time_budget = min(time_budget, max(0.0, deadline - start))
     budget_hit = False
 
     def attempt(group: tuple[str, ...]) -> bool:
@@ -370,8 +373,12 @@ def choose_fusion(view: EGraphView, ex: Extraction, roots: list[int], decode: De
                      "so far is used")
     # the kept program's kernels ranked in full: a full ranking contains every quick one's candidates' region
     # and is kept only where it is no worse, so the chosen estimate stays below the baseline's
-    full = s.cost(kernels, mat)
-    scheds = {k: s.rankings[(k, kernels[k], full[k] > costs[k])] for k in kernels}
+    past = deadline is not None and time.perf_counter() > deadline
+    full = costs if past else s.cost(kernels, mat)
+    scheds = {k: s.rankings.get((k, kernels[k], full[k] > costs[k])) or s.rankings.get((k, kernels[k], True))
+              or s.rankings[(k, kernels[k], False)] for k in kernels}
+    if past:
+        notes.append("the time limit was reached: kernels ranked quickly in the fusion search keep that ranking")
     chosen = sum(min(full[k], costs[k]) for k in kernels)
     choice = s.choice(mat)
     for b in candidates:

@@ -270,6 +270,21 @@ def test_limits_never_fail_a_program() -> None:
     np.testing.assert_allclose(prog(**x), evaluate(t.uop, x), rtol=1e-4, atol=1e-4)
 
 
+def test_time_limit_bounds_the_whole_call() -> None:
+    """time_limit covers the fusion search and the schedule ranking too (it bounded saturation only, and
+    optimize took 3-12 times the limit): past it no trial starts and quick rankings are kept, the program is
+    still correct and never estimated above the baseline, and the report says why."""
+    t = ((E(64, 96, name="x") @ E(96, 128, name="w")).relu() @ E(128, 32, name="v")).softmax(-1)
+    full = optimize(t, target="llvm")
+    prog = optimize(t, target="llvm", time_limit=1e-3)
+    assert any("fusion search stopped" in n for n in prog.report.notes), prog.report.notes
+    fusion = prog.report.extra["fusion"]
+    assert fusion["chosen_s"] <= fusion["baseline_s"] * 1.05
+    x = _inputs(t)
+    np.testing.assert_allclose(prog(**x), evaluate(t.uop, x), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(full(**x), evaluate(t.uop, x), rtol=1e-4, atol=1e-4)
+
+
 def test_deep_chain_optimizes_past_the_node_limit() -> None:
     """Rangeify (the baseline) is never cut: a chain whose rangeify alone is bigger than node_limit still
     compiles and is correct."""
