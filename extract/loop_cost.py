@@ -73,7 +73,8 @@ LOOP_VECTOR_INTERLEAVE = 2  # LLVM interleaves a vectorized loop: two vectors in
 LOOP_CYCLES = 1.0          # increment, compare, branch
 AUTO_PARALLEL_MIN_WORK = 1 << 16
 PAGE = 4096                # bytes
-PAGE_STEP_CYCLES = 8.0     # a load that steps a page per loop iteration (measured: unpacked GEMM B columns)
+PAGE_STEP_CYCLES = 8.0     # a stall beside the ports when a load steps a page per loop iteration (an unpacked
+#                            GEMM B column: 512x1024 @ 1024x4096 ran ~6-8 cycles a k step slower than packed)
 MAX_UNROLLED = 512         # product of a kernel's UPCAST/UNROLL bounds
 
 
