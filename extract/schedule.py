@@ -89,18 +89,16 @@ def describe_schedule(kernel: UOp) -> str:
     kernel behind an AFTER is not part of this one)."""
     parts: list[str] = []
     seen: set[UOp] = set()
-
-    def walk(u: UOp) -> None:
+    stack = [kernel]   # depth first, sources in order (a loop, not recursion: a chain of 1,000 ops is deep)
+    while stack:
+        u = stack.pop()
         if u in seen:
-            return
+            continue
         seen.add(u)
         if u.op in (Ops.END, Ops.REDUCE):
             rs = [f"{r.src[0].arg}{r.arg[1].value}" for r in u.src[1:] if r.op is Ops.RANGE]
             parts.append(("red[" if u.op is Ops.REDUCE else "[") + " ".join(rs) + "]")
-        for x in u.src[:1] if u.op is Ops.AFTER else u.src:
-            walk(x)
-
-    walk(kernel)
+        stack.extend(reversed(u.src[:1] if u.op is Ops.AFTER else u.src))
     return " ".join(parts)
 
 

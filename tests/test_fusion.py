@@ -285,6 +285,17 @@ def test_time_limit_bounds_the_whole_call() -> None:
     np.testing.assert_allclose(full(**x), evaluate(t.uop, x), rtol=1e-4, atol=1e-4)
 
 
+def test_a_chain_of_1000_elementwise_ops_compiles() -> None:
+    """Deep graphs are walked with loops, not recursion (describing the schedule of a 1,000-op chain raised
+    RecursionError)."""
+    t = E(64, name="x")
+    for i in range(1000):
+        t = t + 1.0 if i % 3 else (t * 1.001 if i % 2 else t.relu())
+    prog = optimize(t, target="llvm")
+    x = _inputs(t)
+    np.testing.assert_allclose(prog(**x), evaluate(t.uop, x), rtol=1e-4, atol=1e-4)
+
+
 def test_deep_chain_optimizes_past_the_node_limit() -> None:
     """Rangeify (the baseline) is never cut: a chain whose rangeify alone is bigger than node_limit still
     compiles and is correct."""
