@@ -888,7 +888,7 @@ class _Renderer:
         if op in (Ops.TRUNC, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.COS, Ops.SQRT) and t == "float":
             tmpl = re.sub(r"^(\w+)\(", r"\1f(", tmpl)  # float versions: exp2f, sinf, ...
         expr = tmpl.format(*a)
-        return _round(expr, d) if op in (Ops.RECIP, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.COS, Ops.SQRT) else expr
+        return _round(expr, d) if op in (Ops.RECIP, Ops.FDIV, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.COS, Ops.SQRT) else expr
 
     # ---- reduce ---------------------------------------------------------------------------------
 

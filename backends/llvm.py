@@ -1065,7 +1065,7 @@ class _Alu:
                     wa, wb = f.ins(f"fpext half {a} to float"), f.ins(f"fpext half {b} to float")
                     return f.ins(f"fptrunc float {self.call(f, 'maximum', 'float', wa, wb)} to half")
                 return self.call(f, "maximum", ty, a, b)
-            ins = {Ops.ADD: "fadd", Ops.MUL: "fmul"}.get(op)
+            ins = {Ops.ADD: "fadd", Ops.MUL: "fmul", Ops.FDIV: "fdiv"}.get(op)
             if ins is None:
                 raise UnsupportedOp(at=op.name, why=f"{op.name} on {d.name}", suggestion="use integer operands")
             return self.fix(f, f.ins(f"{ins} {self.fl()}{ty} {a}, {b}"), d)

@@ -57,6 +57,7 @@ class Ops(Enum):
     DEFINE_LOCAL = auto(); DEFINE_REG = auto(); VECTORIZE = auto(); GEP = auto()  # noqa: E702
     # added later, last, so that the values above (pickled UOps refer to ops by value) stay the same
     COS = auto()  # elementwise unary
+    FDIV = auto()  # elementwise binary
 
     def __repr__(self) -> str:
         return f"Ops.{self.name}"
@@ -290,6 +291,14 @@ def _dt_float_unary(dts: tuple[DType, ...], arg: Any, given: DType | None) -> DT
     return dts[0]
 
 
+def _dt_float_binary(dts: tuple[DType, ...], arg: Any, given: DType | None) -> DType:
+    d = _dt_same_binary(dts, arg, given)
+    if not d.is_float:
+        raise DTypeError(at="float op", why=f"this op needs float operands, got {d.name}",
+                         suggestion="cast to a float dtype first (Tensor division does)")
+    return d
+
+
 def _dt_cmp(dts: tuple[DType, ...], arg: Any, given: DType | None) -> DType:
     _dt_same_binary(dts, arg, given)
     return dtypes.bool
@@ -500,6 +509,11 @@ def _ref_recip(a: np.ndarray, d: DType) -> np.ndarray:
         return _np_out(np.reciprocal(a.astype(compute_np(d))), d)
 
 
+def _ref_fdiv(a: np.ndarray, b: np.ndarray, d: DType) -> np.ndarray:
+    with np.errstate(all="ignore"):
+        return _np_out(np.divide(a.astype(compute_np(d)), b.astype(compute_np(d))), d)
+
+
 def _ref_cast(a: np.ndarray, d: DType) -> np.ndarray:
     if d.is_bool:
         return a != 0
@@ -629,6 +643,8 @@ OP_TABLE: dict[Ops, OpSpec] = {s.op: s for s in [
          llvm=("mul", "fmul"), commutative=True),
     _alu(Ops.MAX, B, _ref_binary(np.maximum), _dt_same_binary, _b_max, py="max({0}, {1})", c="max({0}, {1})",
          commutative=True),
+    _alu(Ops.FDIV, B, _ref_fdiv, _dt_float_binary, py="({0}/{1})", c="({0}/{1})", llvm=(None, "fdiv"),
+         doc="a / b of floats, correctly rounded (a * (1/b) is off by an ulp, and inf or NaN when 1/b overflows)"),
     _alu(Ops.MOD, B, _ref_mod, _dt_int, _b_mod, py="({0}%{1})", c="({0}%{1})", llvm=("srem", None),
          doc="floor remainder (sign of the divisor)"),
     _alu(Ops.IDIV, B, _ref_idiv, _dt_int, _b_idiv, py="({0}//{1})", c="({0}/{1})", llvm=("sdiv", None),

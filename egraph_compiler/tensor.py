@@ -400,8 +400,7 @@ class Tensor(TensorNN):
         dt = promote(a.dtype, b.dtype)
         if not dt.is_float:
             dt = dtypes.default_float
-        a, b = a.cast(dt), b.cast(dt)
-        return a * b.reciprocal()
+        return a._binop(Ops.FDIV, b, dtype=dt)   # true division, as numpy's (not a * (1/b))
 
     def floordiv(self, x: Any, reverse: bool = False) -> Tensor:
         a, b = (self._to_tensor(x, "//"), self) if _flag(reverse) else (self, self._to_tensor(x, "//"))

@@ -53,7 +53,7 @@ UNROLLED = (AxisType.UPCAST, AxisType.UNROLL)
 # cycles per scalar operation (throughput on a modern x86 core); anything else costs DEFAULT_OP
 OP_CYCLES = {Ops.ADD: 0.5, Ops.MUL: 0.5, Ops.MAX: 0.5, Ops.CMPLT: 0.5, Ops.CMPNE: 0.5, Ops.WHERE: 0.5,
              Ops.AND: 0.5, Ops.OR: 0.5, Ops.XOR: 0.5, Ops.CAST: 1.0, Ops.IDIV: 20.0, Ops.MOD: 20.0,
-             Ops.RECIP: 4.0, Ops.SQRT: 6.0, Ops.EXP2: 14.0, Ops.LOG2: 10.0, Ops.SIN: 20.0, Ops.COS: 20.0,
+             Ops.RECIP: 4.0, Ops.FDIV: 4.0, Ops.SQRT: 6.0, Ops.EXP2: 14.0, Ops.LOG2: 10.0, Ops.SIN: 20.0, Ops.COS: 20.0,
              Ops.LOAD: 0.5, Ops.STORE: 1.0}
 FREE = (Ops.CONST, Ops.RANGE, Ops.DEFINE_VAR, Ops.BUFFER, Ops.INDEX, Ops.AFTER, Ops.END, Ops.SINK, Ops.REDUCE,
         Ops.VECTORIZE, Ops.GEP)

@@ -60,7 +60,8 @@ def ik(v: str | int) -> str:
 
 def can_be_index(sp: OpSpec) -> bool:
     """Whether the op's dtype rule allows an index-typed result (not float-only, bool-only or void)."""
-    return getattr(sp.dtype_rule, "__name__", "") not in ("_dt_float_unary", "_dt_cmp", "_dt_bool", "_dt_void")
+    return getattr(sp.dtype_rule, "__name__", "") not in ("_dt_float_unary", "_dt_float_binary", "_dt_cmp", "_dt_bool",
+                                                              "_dt_void")
 
 
 def atom_ops() -> list[OpSpec]:

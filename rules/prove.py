@@ -156,7 +156,7 @@ def _dt_kind(op: Ops) -> str:
 def _dt_allowed(op: Ops) -> Any:
     name = getattr(OP_TABLE[op].dtype_rule, "__name__", "")
     return {"_dt_int": lambda d: d.is_int, "_dt_int_or_bool": lambda d: d.is_int or d.is_bool,
-            "_dt_float_unary": lambda d: d.is_float}.get(name)
+            "_dt_float_unary": lambda d: d.is_float, "_dt_float_binary": lambda d: d.is_float}.get(name)
 
 
 class Typing:

@@ -99,6 +99,8 @@ def constant_folding(rs: RuleSet) -> None:
             when=[*finite("ds"), "(< a b)"], category=ff, check="float")
     rewrite(rs, "fold-float-cmplt-false", f"(CMPLT dt {kf('a', 'ds')} {kf('b', 'ds')})", F_,
             when=[*finite("ds"), "(>= a b)"], category=ff, check="float")
+    rewrite(rs, "fold-float-div", f"(FDIV dt {kf('a')} {kf('b')})", kf("(/ a b)"),
+            when=[*fin, "(!= b 0.0)"], category=ff, check="float")   # f64's 53 bits: no double rounding to f32
     rewrite(rs, "fold-float-recip", f"(RECIP dt {kf('a')})", kf("(/ 1.0 a)"),
             when=["(dt-float dt)", "(<= a inf)", "(>= a -inf)", "(!= a 0.0)"], category=ff, check="float")
 
@@ -423,7 +425,8 @@ def where_closure(rs: RuleSet) -> None:
                 return " ".join(x if i == pos else f"o{i}" for i in range(n))
             op = sp.egg_name
             kind = getattr(sp.dtype_rule, "__name__", "")
-            check = "z3" if kind in ("_dt_int", "_dt_int_or_bool") else "float" if kind == "_dt_float_unary" else "z3+float"
+            check = ("z3" if kind in ("_dt_int", "_dt_int_or_bool")
+                     else "float" if kind in ("_dt_float_unary", "_dt_float_binary") else "z3+float")
             rewrite(rs, f"where-then-{op.lower()}{pos}", f"(WHERE dt p ({op} do {with_arg('(WHERE dw p a b)')}) y)",
                     f"(WHERE dt p ({op} do {with_arg('a')}) y)", category=c, check=check)
             rewrite(rs, f"where-else-{op.lower()}{pos}", f"(WHERE dt p y ({op} do {with_arg('(WHERE dw p a b)')}))",

@@ -136,6 +136,8 @@ def alu_case(d: DType) -> Case:
     binary = [Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPLT, Ops.CMPNE]
     if d.is_int:
         binary += [Ops.IDIV, Ops.MOD, Ops.XOR, Ops.OR, Ops.AND, Ops.SHL, Ops.SHR]
+    if d.is_float:
+        binary += [Ops.FDIV]
     if d.is_bool:
         binary += [Ops.XOR, Ops.OR, Ops.AND]
     items: list[tuple[str, UOp]] = [(op.name, xv.alu(op, yv)) for op in binary]

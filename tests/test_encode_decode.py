@@ -103,6 +103,7 @@ def alu_samples() -> Iterator[tuple[str, UOp]]:
     yield "shifts", (x.cast(I32) << 2) >> 1
     yield "bitwise-int", (x.cast(I32) & 6) | (y.cast(I32) ^ 3)
     yield "unary-float", (f.reciprocal() + f.exp2() + f.log2() + f.sin() + f.cos() + f.sqrt()).trunc()
+    yield "float-division", f.alu(Ops.FDIV, f + 1.5)
     yield "cast-chain", x.cast(dtypes.int8).cast(dtypes.uint16).cast(BOOL).cast(dtypes.float64)
     yield "bitcast", f.bitcast(I32)
     yield "float-compare-where", (f < 2.5).where(f, UOp.const(-1.0, F32))

@@ -122,6 +122,7 @@ BINARY_ALL = [Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPLT, Ops.CMPNE]
 BINARY_INT = [Ops.IDIV, Ops.MOD, Ops.SHL, Ops.SHR]
 BITWISE = [Ops.XOR, Ops.OR, Ops.AND]
 BINARY_CASES = ([(op, d) for op in BINARY_ALL for d in ALL] + [(op, d) for op in BINARY_INT for d in INTS]
+                + [(Ops.FDIV, d) for d in FLOATS]
                 + [(op, d) for op in BITWISE for d in [*INTS, dtypes.bool]])
 
 

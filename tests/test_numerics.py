@@ -90,3 +90,16 @@ def test_sin_and_cos_are_libms_over_the_whole_range(x: np.ndarray) -> None:
             want = ref(x.astype(np.float64)).astype(np.float32)
         for got in _both(f(a), a=x):
             assert _ulps(got, want).max() <= 2, (f, x, got, want)
+
+
+@settings(max_examples=20, deadline=None)
+@given(x=floats32(), y=floats32())
+def test_division_is_true_division(x: np.ndarray, y: np.ndarray) -> None:
+    """a / b is correctly rounded, as numpy's (it was a * (1/b): an ulp off, and inf or NaN where 1/b overflows
+    though the quotient does not, as 1e-30 / 1e-39)."""
+    x[:2], y[:2] = [1e-30, 3.0], [1e-39, 7.0]
+    a, b = Tensor.empty(x.size, name="a"), Tensor.empty(y.size, name="b")
+    with np.errstate(all="ignore"):
+        want = x / y
+    for got in _both(a / b, a=x, b=y):
+        np.testing.assert_array_equal(got, want)
