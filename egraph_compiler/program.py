@@ -27,7 +27,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from egraph_compiler.diagnostics import MissingInput
+from egraph_compiler.diagnostics import MissingInput, OutOfMemory
 from egraph_compiler.dtypes import DType, bf16_from_bits, bf16_round, compute_np, dtypes
 from egraph_compiler.ops import Ops
 from egraph_compiler.uop import UOp
@@ -199,8 +199,6 @@ class Program:
         return self._place(inputs, None)
 
     def _place(self, inputs: dict[str, Any], temps: dict[str, Any] | None) -> dict[str, Any]:
-        from egraph_compiler.backends.reference import coerce_input
-
         if self._plan is None:
             self._plan = self._placement()
         if inputs.keys() != self._plan[1]:
@@ -212,6 +210,16 @@ class Program:
             extra = sorted(set(inputs) - set(self.inputs))
             raise MissingInput(at=f"input {extra[0]!r}", why=f"the program has no input named {extra[0]!r}",
                                suggestion=f"its inputs are {self.inputs}")
+        try:
+            return self._placed(inputs, temps)
+        except MemoryError:
+            size = sum(spec.size * spec.dtype.itemsize for _, kind, spec, _ in self._plan[0] if kind != "input")
+            raise OutOfMemory(at="program buffers", why=f"the program's buffers ({size} bytes besides its inputs) "
+                              "could not be allocated", suggestion="use smaller shapes, or free memory") from None
+
+    def _placed(self, inputs: dict[str, Any], temps: dict[str, Any] | None) -> dict[str, Any]:
+        from egraph_compiler.backends.reference import coerce_input
+
         bufs: dict[str, Any] = {}
         for name, kind, spec, native in self._plan[0]:
             if kind == "input":

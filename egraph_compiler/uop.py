@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from egraph_compiler.diagnostics import DTypeError, InvalidArgument
+from egraph_compiler.diagnostics import DTypeError, InvalidArgument, InvalidSize
 from egraph_compiler.dtypes import DType, as_const, dtypes, to_dtype
 from egraph_compiler.ops import OP_TABLE, ArgKind, AxisType, Category, Ops, check_arity
 
@@ -60,6 +60,7 @@ def _argkey(arg: Any) -> Any:
     return arg
 
 
+MAX_BYTES = 1 << 62   # a tensor larger than this has byte offsets that int64 index math cannot hold
 _INTERN_LOCK = threading.RLock()   # re-entrant: validating a new node's shape may build others
 
 
@@ -98,7 +99,10 @@ class UOp:
         object.__setattr__(self, "dtype", dtype)
         object.__setattr__(self, "src", src)
         object.__setattr__(self, "arg", arg)
-        _ = self.shape  # validate shapes at construction (raises a diagnostic)
+        if math.prod(self.shape) * max(1, dtype.itemsize) > MAX_BYTES:  # validates the shape (a diagnostic) too
+            raise InvalidSize(at=op.name, why=f"a {dtype.name} tensor of shape {self.shape} takes "
+                              f"{math.prod(self.shape) * max(1, dtype.itemsize)} bytes, beyond the 2**62 that 64-bit "
+                              "byte offsets address", suggestion="use smaller shapes")
         UOp._interned[key] = self
         return self
 

@@ -265,3 +265,30 @@ def test_non_ascii_names_are_diagnosed(name: str) -> None:
     the e-graph (or two buffers with one C name)."""
     raises_diagnostic(lambda: Tensor.empty(4, name=name))
     raises_diagnostic(lambda: UOp.variable(name, 0, 4))
+
+
+@pytest.mark.parametrize("shape", [(2**62, 4), (2**40, 2**40), (2**31, 2**31, 2)])
+def test_sizes_beyond_64_bit_offsets_are_diagnosed(shape: tuple[int, ...]) -> None:
+    """A tensor whose bytes exceed 2**62 is E1005 when it is made (it reached egglog as an i64 overflow)."""
+    with pytest.raises(CompilerError) as info:
+        Tensor.empty(*shape, name="x")
+    assert info.value.code == "E1005"
+    with pytest.raises(CompilerError):
+        Tensor.empty(2**31, name="x").reshape(2**31, 1).expand(2**31, 2**31)
+
+
+def test_buffers_too_big_to_allocate_are_diagnosed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A program whose intermediates or outputs cannot be allocated is E1502, not a raw MemoryError (numpy's
+    refusal is simulated: with memory overcommitted, a real 4 TiB buffer could be granted and then fault)."""
+    from egraph_compiler import optimize
+
+    x = Tensor.empty(1, name="x")
+    prog = optimize(x.expand(2**20, 2**20) * 2, target="llvm")   # a 4 TiB output
+
+    def refuse(*_: Any) -> Any:
+        raise MemoryError("Unable to allocate 4.00 TiB")
+
+    monkeypatch.setattr(prog.backend, "alloc", refuse)
+    with pytest.raises(CompilerError) as info:
+        prog(x=np.ones(1, np.float32))
+    assert info.value.code == "E1502"
