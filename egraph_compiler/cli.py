@@ -40,7 +40,8 @@ RTOL = ATOL = 1e-3  # seed 001 §13
 # ---- progress --------------------------------------------------------------------------------------------------------
 
 class Progress:
-    """One status line on stderr per saturation step: rewritten in place on a TTY, one line each otherwise."""
+    """One status line on stderr per saturation step and per later phase (extraction, fusion trials, tuning,
+    decoding): rewritten in place on a TTY, one line each otherwise."""
 
     def __init__(self, stream: TextIO, tty: bool) -> None:
         self.stream, self.tty = stream, tty
@@ -48,11 +49,15 @@ class Progress:
         self.width = 0
         self.active = False
 
-    def __call__(self, st: IterationStats) -> None:
-        classes = "" if st.classes is None else f", {st.classes} classes"
-        fired = sum(st.matches.values())
-        line = (f"[egc] saturating: iteration {st.index} ({st.stage}), {st.nodes} nodes{classes}, {fired} matches, "
-                f"{time.perf_counter() - self.start:.1f}s elapsed")
+    def __call__(self, st: IterationStats | str) -> None:
+        elapsed = f"{time.perf_counter() - self.start:.1f}s elapsed"
+        if isinstance(st, str):   # a later phase: extraction, a fusion trial, tuning, decoding
+            line = f"[egc] {st}, {elapsed}"
+        else:
+            classes = "" if st.classes is None else f", {st.classes} classes"
+            fired = sum(st.matches.values())
+            line = (f"[egc] saturating: iteration {st.index} ({st.stage}), {st.nodes} nodes{classes}, {fired} matches, "
+                    f"{elapsed}")
         if self.tty:
             self.stream.write("\r" + line.ljust(self.width))
             self.width = max(self.width, len(line))
@@ -230,6 +235,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     graph = load_frontend_ir(args.file)
     inputs = _load_inputs(args.inputs, graph, args.seed)  # before optimizing: a bad .npz fails fast
     program = _compile(graph, args)
+    line = _progress(args)
+    if line is not None:
+        line(f"compiling and running: {len(program.kernels)} kernel(s) on {args.target}")
+        line.close()
     t0 = time.perf_counter()
     outs = _as_tuple(program(**inputs))
     dt = time.perf_counter() - t0
@@ -366,8 +375,8 @@ def build_parser() -> argparse.ArgumentParser:
                               help="the Nolocals OptOp: no schedule with workgroup dims (LOCAL, GROUP_REDUCE "
                                    "threads, tensor cores)")
     pg = compile_opts.add_mutually_exclusive_group()
-    pg.add_argument("--progress", action="store_true", help="print saturation progress to stderr (default: on a TTY)")
-    pg.add_argument("--no-progress", action="store_true", help="never print saturation progress")
+    pg.add_argument("--progress", action="store_true", help="print progress to stderr (default: on a TTY)")
+    pg.add_argument("--no-progress", action="store_true", help="never print progress")
 
     p = argparse.ArgumentParser(prog="egc", description="egraph-compiler: equality-saturation compiler for "
                                 "tinygrad-style UOp graphs.", epilog="Exit codes: 0 ok, 1 check mismatch, "

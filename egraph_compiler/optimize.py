@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import gc
 import math
-import sys
 import time
 import warnings
 from collections.abc import Callable
@@ -150,7 +149,7 @@ def materialization_candidates(roots: list[UOp]) -> list[UOp]:
 def optimize(graph: Any, target: str = "llvm", *, node_limit: int | None = None, iter_limit: int | None = None,
              time_limit: float | None = None, search_time: float | None = None, tune: bool = False,
              nolocals: bool = False, cpu: str | None = None,
-             progress: Callable[[IterationStats], None] | None = None,
+             progress: Callable[[IterationStats | str], None] | None = None,
              alternatives: list[tuple[str, Program]] | None = None) -> Program:
     """Optimize a tensor program for `target` ("llvm", "cuda" or "reference"); returns a runnable Program.
 
@@ -163,6 +162,8 @@ def optimize(graph: Any, target: str = "llvm", *, node_limit: int | None = None,
     nolocals: the Nolocals OptOp: explore no schedule with workgroup dims (LOCAL, GROUP_REDUCE threads, TC).
     cpu: target "llvm" only: the x86 CPU to generate code for and price schedules on, as an LLVM CPU name
     ("haswell" for AVX2, "skylake-avx512", "znver4"); default $EGC_CPU, else the host. It must run here.
+    progress: called with every saturation step's IterationStats, then with a line of text per later phase
+    (extraction, each fusion trial, tuning, decoding).
     alternatives: a list to receive (schedule, Program) for every ranked schedule of every kernel (the
     other kernels at their chosen schedule), best first per kernel: for inspection and testing."""
     collecting = gc.isenabled()
@@ -177,7 +178,7 @@ def optimize(graph: Any, target: str = "llvm", *, node_limit: int | None = None,
 
 
 def _optimize(graph: Any, target: str, limits: dict[str, float | None], tune: bool, nolocals: bool,
-              progress: Callable[[IterationStats], None] | None, alternatives: list[tuple[str, Program]] | None,
+              progress: Callable[[IterationStats | str], None] | None, alternatives: list[tuple[str, Program]] | None,
               cpu: str | None = None) -> Program:
     backend = get_backend(target, cpu)
     roots, names, single = output_roots(graph)
@@ -280,7 +281,7 @@ class Facts:
 
 
 def _build(roots: list[UOp], names: list[str], target: str, backend: Any, tune: bool, lim: Limits, report: Report,
-           progress: Callable[[IterationStats], None] | None,
+           progress: Callable[[IterationStats | str], None] | None,
            alternatives: list[tuple[str, Program]] | None = None, nolocals: bool = False,
            deadline: float | None = None) -> Program:
     t0 = time.perf_counter()
@@ -323,6 +324,9 @@ def _build(roots: list[UOp], names: list[str], target: str, backend: Any, tune: 
         view = sess.view()
         reg = sess.reg
         root_classes = {r: view.lets[let[1:]] if let[1:] in view.lets else view.lets[let] for r, let in kernel_lets.items()}
+    say: Callable[[str], None] | None = progress
+    if say is not None:
+        say(f"extracting: {view.num_classes} e-classes, {view.num_nodes} e-nodes")
     attach_snapshot(report, view, roots=list(root_classes.values()), hide=sess.unextractable)
     model = KernelCost(view, unextractable=sess.unextractable, loads_from=frozenset(barriers))
     ex = extract(view, model)   # everything inline but CONTIGUOUS: the fusion search adds the loads
@@ -337,11 +341,12 @@ def _build(roots: list[UOp], names: list[str], target: str, backend: Any, tune: 
     late: Callable[[UOp], UOp] = LateSimplifier(sess) if report.limit_hit else (lambda a: a)
     cost_model = cost_model_for(target, backend.cpu if target == "llvm" else None)
     report.extra["machine"] = cost_model.machine
+    if say is not None:
+        say(f"fusion search: {len(candidates)} buffers the baseline materializes, {lim.search_time:g} s of trials")
     fused = choose_fusion(
         view, ex, list(root_classes.values()),
         lambda c, choose, memo: late(Decoder(view, choose, reg, rkey=_range_key, own_kernel=True, memo=memo).decode(c)),
-        cost_model, candidates, barriers, lim.search_time,
-        None if progress is None else lambda msg: print(msg, file=sys.stderr), deadline)
+        cost_model, candidates, barriers, lim.search_time, say, deadline)
     fusion, schedules = fused.choice, fused.schedules
     report.notes += fused.notes
 
@@ -356,10 +361,11 @@ def _build(roots: list[UOp], names: list[str], target: str, backend: Any, tune: 
     if tune and backend.name != "reference":
         t3 = time.perf_counter()
         machine = f"{target}:{backend.cpu.name}" if target == "llvm" else target   # timings are per CPU
-        chosen = tune_schedules(schedules, chosen, machine, assemble, report,
-                                None if progress is None else lambda msg: print(msg, file=sys.stderr))
+        chosen = tune_schedules(schedules, chosen, machine, assemble, report, say)
         report.add_phase("tune", time.perf_counter() - t3)
     t2 = time.perf_counter()
+    if say is not None:
+        say(f"decoding: {len(schedules)} kernels")
     report.extra["schedules"] = [schedule_report(ks, chosen) for ks in schedules.values()]
     if alternatives is not None:
         alternatives += [(c.describe(), assemble({**chosen, **c.choice})) for ks in schedules.values()
