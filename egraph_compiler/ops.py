@@ -276,12 +276,18 @@ def _dt_int_or_bool(dts: tuple[DType, ...], arg: Any, given: DType | None) -> DT
     return d
 
 
-def _dt_int(dts: tuple[DType, ...], arg: Any, given: DType | None) -> DType:
+def _same_of(kind: str, ok: Callable[[DType], bool], suggestion: str, dts: tuple[DType, ...], arg: Any,
+             given: DType | None) -> DType:
+    """Both operands of one dtype, of the kind `ok` accepts."""
     d = _dt_same_binary(dts, arg, given)
-    if not d.is_int:
-        raise DTypeError(at="integer op", why=f"this op needs integer operands, got {d.name}",
-                         suggestion="cast to an integer dtype first, or use float division")
+    if not ok(d):
+        raise DTypeError(at=f"{kind} op", why=f"this op needs {kind} operands, got {d.name}", suggestion=suggestion)
     return d
+
+
+def _dt_int(dts: tuple[DType, ...], arg: Any, given: DType | None) -> DType:
+    return _same_of("integer", lambda d: d.is_int, "cast to an integer dtype first, or use float division", dts, arg,
+                    given)
 
 
 def _dt_float_unary(dts: tuple[DType, ...], arg: Any, given: DType | None) -> DType:
@@ -292,11 +298,8 @@ def _dt_float_unary(dts: tuple[DType, ...], arg: Any, given: DType | None) -> DT
 
 
 def _dt_float_binary(dts: tuple[DType, ...], arg: Any, given: DType | None) -> DType:
-    d = _dt_same_binary(dts, arg, given)
-    if not d.is_float:
-        raise DTypeError(at="float op", why=f"this op needs float operands, got {d.name}",
-                         suggestion="cast to a float dtype first (Tensor division does)")
-    return d
+    return _same_of("float", lambda d: d.is_float, "cast to a float dtype first (Tensor division does)", dts, arg,
+                    given)
 
 
 def _dt_cmp(dts: tuple[DType, ...], arg: Any, given: DType | None) -> DType:
