@@ -168,7 +168,10 @@ class EGraphSession:
         try:
             yield self
         finally:
-            self.worked += self.size()
+            try:
+                self.worked += self.size()
+            except Exception:   # egglog failed on this problem: the session is replaced before its next one
+                self.worked = 1 << 62
             self._run("(pop)")
             self.encoder.names = names
             self.reg = reg
