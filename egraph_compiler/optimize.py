@@ -324,9 +324,8 @@ def _build(roots: list[UOp], names: list[str], target: str, backend: Any, tune: 
         view = sess.view()
         reg = sess.reg
         root_classes = {r: view.lets[let[1:]] if let[1:] in view.lets else view.lets[let] for r, let in kernel_lets.items()}
-    say: Callable[[str], None] | None = progress
-    if say is not None:
-        say(f"extracting: {view.num_classes} e-classes, {view.num_nodes} e-nodes")
+    if progress is not None:
+        progress(f"extracting: {view.num_classes} e-classes, {view.num_nodes} e-nodes")
     attach_snapshot(report, view, roots=list(root_classes.values()), hide=sess.unextractable)
     model = KernelCost(view, unextractable=sess.unextractable, loads_from=frozenset(barriers))
     ex = extract(view, model)   # everything inline but CONTIGUOUS: the fusion search adds the loads
@@ -341,12 +340,12 @@ def _build(roots: list[UOp], names: list[str], target: str, backend: Any, tune: 
     late: Callable[[UOp], UOp] = LateSimplifier(sess) if report.limit_hit else (lambda a: a)
     cost_model = cost_model_for(target, backend.cpu if target == "llvm" else None)
     report.extra["machine"] = cost_model.machine
-    if say is not None:
-        say(f"fusion search: {len(candidates)} buffers the baseline materializes, {lim.search_time:g} s of trials")
+    if progress is not None:
+        progress(f"fusion search: {len(candidates)} buffers the baseline materializes, {lim.search_time:g} s of trials")
     fused = choose_fusion(
         view, ex, list(root_classes.values()),
         lambda c, choose, memo: late(Decoder(view, choose, reg, rkey=_range_key, own_kernel=True, memo=memo).decode(c)),
-        cost_model, candidates, barriers, lim.search_time, say, deadline)
+        cost_model, candidates, barriers, lim.search_time, progress, deadline)
     fusion, schedules = fused.choice, fused.schedules
     report.notes += fused.notes
 
@@ -361,11 +360,11 @@ def _build(roots: list[UOp], names: list[str], target: str, backend: Any, tune: 
     if tune and backend.name != "reference":
         t3 = time.perf_counter()
         machine = f"{target}:{backend.cpu.name}" if target == "llvm" else target   # timings are per CPU
-        chosen = tune_schedules(schedules, chosen, machine, assemble, report, say)
+        chosen = tune_schedules(schedules, chosen, machine, assemble, report, progress)
         report.add_phase("tune", time.perf_counter() - t3)
     t2 = time.perf_counter()
-    if say is not None:
-        say(f"decoding: {len(schedules)} kernels")
+    if progress is not None:
+        progress(f"decoding: {len(schedules)} kernels")
     report.extra["schedules"] = [schedule_report(ks, chosen) for ks in schedules.values()]
     if alternatives is not None:
         alternatives += [(c.describe(), assemble({**chosen, **c.choice})) for ks in schedules.values()
