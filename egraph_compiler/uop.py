@@ -99,10 +99,10 @@ class UOp:
         object.__setattr__(self, "dtype", dtype)
         object.__setattr__(self, "src", src)
         object.__setattr__(self, "arg", arg)
-        if math.prod(self.shape) * max(1, dtype.itemsize) > MAX_BYTES:  # validates the shape (a diagnostic) too
-            raise InvalidSize(at=op.name, why=f"a {dtype.name} tensor of shape {self.shape} takes "
-                              f"{math.prod(self.shape) * max(1, dtype.itemsize)} bytes, beyond the 2**62 that 64-bit "
-                              "byte offsets address", suggestion="use smaller shapes")
+        nbytes = math.prod(self.shape) * max(1, dtype.itemsize)   # computing the shape validates it (a diagnostic)
+        if nbytes > MAX_BYTES:
+            raise InvalidSize(at=op.name, why=f"a {dtype.name} tensor of shape {self.shape} takes {nbytes} bytes, "
+                              "beyond the 2**62 that 64-bit byte offsets address", suggestion="use smaller shapes")
         UOp._interned[key] = self
         return self
 

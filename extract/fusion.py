@@ -338,6 +338,9 @@ def choose_fusion(view: EGraphView, ex: Extraction, roots: list[int], decode: De
             mat, kernels, costs = trial_mat, trial, trial_costs
         return keep
 
+    # ties between trials go by the candidates' order: the search must not depend on how a process hashes names
+    order = {b: i for i, b in enumerate(candidates)}
+
     def groups(size: int) -> list[tuple[str, ...]]:
         """Materialized buffers still loaded, alone (size 1) or in pairs loaded by one kernel (size 2: a GEMM's
         two cast operands only enable tensor cores together), most traffic saved first."""
@@ -346,8 +349,6 @@ def choose_fusion(view: EGraphView, ex: Extraction, roots: list[int], decode: De
             for b in loaded:
                 used[b] = used.get(b, 0) + 1
         weight = {b: candidates[b][1] * (1 + used[b]) for b in used if b in mat}
-        # ties go by the candidates' order: the search must not depend on how a process hashes names
-        order = {b: i for i, b in enumerate(candidates)}
         if size == 1:
             return [(b,) for b in sorted(weight, key=lambda b: (-weight[b], order[b]))]
         pairs = {tuple(sorted(p)) for loaded in kernels.values()
