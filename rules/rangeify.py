@@ -216,7 +216,8 @@ def _ranges(rs: RuleSet) -> None:
          check="structural", doc="t's kernel indexes output axis k by its range")
     rewrite(rs, "outix-unit", "(OutIx t (ICons 1 s) k)", f"(UCons {ik(0)} (OutIx t s (+ k 1)))", category=c,
             check="structural", doc="... and a size-1 axis by 0")
-    rewrite(rs, "outix-end", "(OutIx t (INil) k)", "(UNil)", category=c, check="structural")
+    rewrite(rs, "outix-end", "(OutIx t (INil) k)", "(UNil)", category=c, check="structural",
+            doc="the index list ends with the shape")
 
 
 def _movement(rs: RuleSet) -> None:

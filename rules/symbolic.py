@@ -100,7 +100,8 @@ def constant_folding(rs: RuleSet) -> None:
     rewrite(rs, "fold-float-cmplt-false", f"(CMPLT dt {kf('a', 'ds')} {kf('b', 'ds')})", F_,
             when=[*finite("ds"), "(>= a b)"], category=ff, check="float")
     rewrite(rs, "fold-float-div", f"(FDIV dt {kf('a')} {kf('b')})", kf("(/ a b)"),
-            when=[*fin, "(!= b 0.0)"], category=ff, check="float")   # f64's 53 bits: no double rounding to f32
+            when=[*fin, "(!= b 0.0)"], category=ff, check="float",   # f64's 53 bits: no double rounding to f32
+            doc="a quotient of two finite float constants, the divisor not zero, is a constant")
     rewrite(rs, "fold-float-recip", f"(RECIP dt {kf('a')})", kf("(/ 1.0 a)"),
             when=["(dt-float dt)", "(<= a inf)", "(>= a -inf)", "(!= a 0.0)"], category=ff, check="float")
 
