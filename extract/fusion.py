@@ -34,7 +34,18 @@ from dataclasses import dataclass, field, replace
 from egraph_compiler.extract.extractor import Extraction
 from egraph_compiler.extract.kernel_cost import ulist
 from egraph_compiler.extract.loop_cost import KernelEstimate
-from egraph_compiler.extract.schedule import CostModel, Decode, KernelSchedule, Overridden, extracted_kernel, rank_kernel
+from egraph_compiler.extract.schedule import (
+    REPLAYED,
+    CostModel,
+    Decode,
+    KernelSchedule,
+    Overridden,
+    ScheduleSpace,
+    extracted_kernel,
+    rank_kernel,
+    rank_like,
+    term_children,
+)
 from egraph_compiler.extract.view import EGraphView, ENode
 
 from egraph_compiler.program import canonical_kernel
@@ -166,6 +177,9 @@ class _Search:
         self._choice: tuple[frozenset[str], dict[int, ENode]] | None = None
         self.rankings: dict[tuple[int, frozenset[str], bool], KernelSchedule] = {}   # (sink, loads, quick?)
         self.floors: dict[tuple[int, frozenset[str]], float] = {}
+        self.kernels: dict[tuple[int, frozenset[str]], UOp | None] = {}
+        # (kernel shape, quick?) -> the first ranking of that shape, and its schedule space
+        self.donors: dict[tuple[object, bool], tuple[KernelSchedule, ScheduleSpace]] = {}
 
     def choice(self, mat: frozenset[str]) -> dict[int, ENode]:
         """The loads (and their AFTER nodes) that materialize the buffers in `mat` and the barriers."""
@@ -198,7 +212,7 @@ class _Search:
                 continue
             n = ch.get(c) or (self.ex.node(c) if c in self.ex.best else None)
             if n is not None:
-                stack.extend(self.view.children(n))
+                stack.extend(term_children(self.view, n))
         return frozenset(loaded)
 
     def program(self, mat: frozenset[str], known: dict[int, frozenset[str]] | None = None,
@@ -221,14 +235,31 @@ class _Search:
             stack.extend(self.offers[b].sink for b in sorted(loaded))   # sets of names: their order is per-process
         return None if _cyclic(kernels, self.offers) else kernels
 
+    def kernel(self, sink: int, loaded: frozenset[str], mat: frozenset[str]) -> UOp | None:
+        """The kernel at `sink` as the extraction has it under `mat` (None where a part is unextractable)."""
+        if (sink, loaded) not in self.kernels:
+            self.kernels[(sink, loaded)] = extracted_kernel(Overridden(self.ex, self.choice(mat)), sink, self.decode)
+        return self.kernels[(sink, loaded)]
+
     def rank(self, sink: int, loaded: frozenset[str], mat: frozenset[str], quick: bool = False) -> KernelSchedule:
         """The kernel's schedules ranked (each kernel's own, whatever the rankings before it: a fused REDUCE
         brings loop nests of its own, such as a GEMM's tensor-core tiles). `quick` for trials; a full ranking,
-        once made, serves both."""
+        once made, serves both. A kernel shaped like one ranked before (the same kernel over other buffers, and
+        the same schedules offered) replays that ranking's best schedules."""
         for key in ((sink, loaded, False), (sink, loaded, True)) if quick else ((sink, loaded, False),):
             if key in self.rankings:
                 return self.rankings[key]
-        ks = rank_kernel(self.view, Overridden(self.ex, self.choice(mat)), sink, self.decode, self.model, quick)
+        ex = Overridden(self.ex, self.choice(mat))
+        space = ScheduleSpace(self.view, ex, sink)
+        kernel = self.kernel(sink, loaded, mat)
+        shape = None if kernel is None or space.shape is None else (canonical_kernel(kernel), frozenset(space.shape))
+        donor = None if shape is None else self.donors.get((shape, False)) or self.donors.get((shape, quick))
+        top = 1 if quick else REPLAYED   # a trial needs the best estimate alone
+        ks = None if donor is None else rank_like(ex, sink, self.decode, self.model, space, *donor, top)
+        if ks is None:
+            ks = rank_kernel(self.view, ex, sink, self.decode, self.model, quick, space)
+            if shape is not None:
+                self.donors.setdefault((shape, quick), (ks, space))
         self.rankings[(sink, loaded, quick)] = ks
         return ks
 
@@ -238,7 +269,7 @@ class _Search:
             return 0.0
         for sink, loaded in kernels.items():
             if (sink, loaded) not in self.floors:
-                k = extracted_kernel(Overridden(self.ex, self.choice(mat)), sink, self.decode)
+                k = self.kernel(sink, loaded, mat)
                 self.floors[(sink, loaded)] = 0.0 if k is None else self.model.floor(k)
         return sum(self.floors[k] for k in kernels.items())
 

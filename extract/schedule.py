@@ -21,7 +21,7 @@ from typing import Any
 
 from egraph_compiler.extract.extractor import Extraction
 from egraph_compiler.extract.loop_cost import MAX_UNROLLED, CPUMachine, KernelEstimate, estimate, work_floor
-from egraph_compiler.extract.view import EGraphView, ENode
+from egraph_compiler.extract.view import ClassRef, EGraphView, ENode
 
 from egraph_compiler.cpu_target import CPUTarget, host_cpu
 from egraph_compiler.ops import Ops
@@ -30,6 +30,7 @@ from egraph_compiler.uop import UOp
 
 BINDERS = ("END", "REDUCE")
 UNROLLED_LETTERS = ("u", "r")
+RANGE_KEYS = ("RKOut", "RKRed")
 Estimator = Callable[[UOp], KernelEstimate]
 # decode(c, choose, memo): the kernel at SINK class c alone (its AFTER inputs as plain buffers) under `choose`,
 # starting from and filling `memo` (e-class -> UOp)
@@ -38,6 +39,7 @@ MAX_COMBINATIONS = 96
 QUICK_COMBINATIONS = 24   # a quick ranking (a fusion trial) enumerates fewer combinations ...
 CODE_TIE = 0.05           # schedules estimated within 5% of the best: the one with the least code is chosen
 DESCENT_ROUNDS = 3        # ... and runs one round of coordinate descent, not three
+REPLAYED = 8              # a kernel shaped like one ranked before: its best schedules are tried, no others
 
 
 class _Either:
@@ -131,9 +133,16 @@ def schedule_classes(view: EGraphView, ex: Extraction, sink: int) -> list[int]:
     return sorted(c for c, nodes in _walk_kernel(view, ex, sink, nodes_of) if len(nodes) > 1)
 
 
-def _children_in_kernel(view: EGraphView, ex: Extraction, n: ENode) -> list[int]:
-    """n's children, except that AFTER(buffer, kernel) leads only to the buffer: the kernel is another one."""
+def term_children(view: EGraphView, n: ENode) -> list[int]:
+    """n's children as a kernel's term has them: a range's key (RKOut/RKRed: the term the range comes from, and
+    an axis) names the range by that term's class, and decoding never visits the term."""
     kids = view.children(n)
+    return kids[1:] if n.fn in RANGE_KEYS else kids
+
+
+def _children_in_kernel(view: EGraphView, ex: Extraction | Overridden, n: ENode) -> list[int]:
+    """n's term children, except that AFTER(buffer, kernel) leads only to the buffer: the kernel is another one."""
+    kids = term_children(view, n)
     if n.fn != "AFTER":
         return kids
     first = ex.node(kids[0])
@@ -231,21 +240,79 @@ def _const(view: EGraphView, c: int) -> int:
     return 1
 
 
-def _choice_dependent(view: EGraphView, ex: Extraction, sink: int, alts: dict[int, list[ENode]]) -> set[int]:
-    """The kernel's e-classes whose decoding depends on a schedule choice: the schedule classes and what uses them."""
-    users: dict[int, set[int]] = {}
-    for c, nodes in _walk_kernel(view, ex, sink, lambda c: alts.get(c) or [ex.node(c)]):
-        for n in nodes:
-            for k in _children_in_kernel(view, ex, n):
-                users.setdefault(k, set()).add(c)
-    out: set[int] = set()
-    stack = list(alts)
-    while stack:
-        c = stack.pop()
-        if c not in out:
-            out.add(c)
-            stack.extend(users.get(c, ()))
-    return out
+# literal fields that only name something (a buffer, a range): a kernel's shape leaves them out
+NAMING_FIELDS = {"RK": (0,), "BUFFER": (1,), "PARAM": (1,)}
+
+
+class ScheduleSpace:
+    """A kernel's schedule choices as the e-graph offers them, from one walk of its classes (not crossing into
+    other kernels): the schedule classes and their binders (`alts`), the classes whose decoding depends on a
+    choice (`variant`), and the kernel's shape: a structural hash of each class from its nodes' functions,
+    literals (names of buffers and ranges left out) and children, a schedule class's binders all included.
+    Kernels of one shape offer the same schedules (a model's repeated layers), so a ranking of one is replayed
+    on the others (`rank_like`); `shape` is None where the hashes cannot tell the schedule classes or binders
+    apart (or a cycle runs through an alternative)."""
+
+    def __init__(self, view: EGraphView, ex: Extraction | Overridden, sink: int) -> None:
+        self.alts = {c: [n for n in view.nodes[c] if n.fn in BINDERS] for c in schedule_classes(view, ex, sink)}
+        self.alts = {c: ns for c, ns in self.alts.items()
+                     if all(math.isfinite(ex.cost(k)) for n in ns for k in view.children(n))}
+        users: dict[int, set[int]] = {}
+        of_class: dict[int, int] = {}
+        of_node: dict[int, int] = {}     # id(binder) -> hash
+        cyclic = False
+        open_: set[int] = set()          # expanded, not finished: the current path (the stack is LIFO)
+        stack: list[tuple[int, bool]] = [(sink, False)]
+        while stack:
+            c, done = stack.pop()
+            nodes = self.alts.get(c) or [ex.node(c)] if c in ex.best else []
+            if done:
+                hashes = []
+                for n in nodes:
+                    skip = NAMING_FIELDS.get(n.fn, ())
+                    lits = tuple(a for i, a in enumerate(n.args) if not isinstance(a, ClassRef) and i not in skip)
+                    h = hash((n.fn, lits, tuple(of_class.get(k, 0) for k in _children_in_kernel(view, ex, n))))
+                    of_node[id(n)] = h
+                    hashes.append(h)
+                of_class[c] = hash(tuple(sorted(hashes))) if c in self.alts else hashes[0]
+                open_.discard(c)
+                continue
+            if c in of_class or not nodes:
+                continue
+            if c in open_:
+                cyclic = True
+                continue
+            open_.add(c)
+            stack.append((c, True))
+            for n in nodes:
+                for k in _children_in_kernel(view, ex, n):
+                    users.setdefault(k, set()).add(c)
+                    stack.append((k, False))
+        self.variant: set[int] = set()
+        todo = list(self.alts)
+        while todo:
+            c = todo.pop()
+            if c not in self.variant:
+                self.variant.add(c)
+                todo.extend(users.get(c, ()))
+        classes = {of_class[c]: c for c in self.alts}
+        binders = {(of_class[c], of_node[id(n)]): n for c, ns in self.alts.items() for n in ns}
+        unique = len(classes) == len(self.alts) and len(binders) == sum(map(len, self.alts.values()))
+        # (schedule class hash, binder hash) -> binder, and the hashes of each binder
+        self.shape: dict[tuple[int, int], ENode] | None = binders if unique and not cyclic else None
+        self.key_of = {id(n): k for k, n in binders.items()}
+
+    def translate(self, choice: dict[int, ENode], donor: ScheduleSpace) -> dict[int, ENode] | None:
+        """`donor`'s choice as the same choice here (None where a binder has no counterpart)."""
+        if self.shape is None or donor.shape is None:
+            return None
+        out: dict[int, ENode] = {}
+        for n in choice.values():
+            mine = self.shape.get(donor.key_of[id(n)])
+            if mine is None:
+                return None
+            out[mine.eclass] = mine
+        return out
 
 
 def extracted_kernel(ex: Extraction | Overridden, sink: int, decode: Decode) -> UOp | None:
@@ -264,18 +331,48 @@ def tie_winner(estimates: list[KernelEstimate]) -> int:
     return min(near, key=lambda i: (estimates[i].code, estimates[i].seconds))
 
 
+def _decoder(ex: Extraction | Overridden, sink: int, decode: Decode, model: CostModel,
+             variant: set[int]) -> Callable[[dict[int, ENode]], Candidate | None]:
+    """Decode and estimate the kernel under a choice of its schedule classes (None: a part is unextractable).
+    The classes no choice changes are decoded once, for every candidate."""
+    shared: dict[int, UOp] = {}
+
+    def candidate(choice: dict[int, ENode]) -> Candidate | None:
+        try:
+            memo = dict(shared)
+            kernel = bind_split_ranges(decode(sink, lambda c: choice.get(c) or ex.node(c), memo))
+            shared.update((c, u) for c, u in memo.items() if c not in variant)
+            return Candidate(dict(choice), kernel, model.estimate(kernel))
+        except (KeyError, ValueError):  # an alternative with an unextractable part is not a program
+            return None
+
+    return candidate
+
+
+def _ranked(sink: int, found: list[Candidate], model: CostModel) -> KernelSchedule:
+    """The candidates best first, one per kernel: the best within CODE_TIE with the least code, then the rest
+    by estimate; the best ones the backend cannot render go last."""
+    unique: dict[UOp, Candidate] = {}
+    for cand in sorted(found, key=lambda x: x.estimate.seconds):
+        unique.setdefault(cand.kernel, cand)
+    ranked = list(unique.values())
+    if ranked:
+        ranked.insert(0, ranked.pop(tie_winner([c.estimate for c in ranked])))
+    if model.renders is not None:   # the best candidates the backend cannot render go last
+        ok = next((i for i, c in enumerate(ranked) if model.renders(c.kernel)), 0)
+        ranked = ranked[ok:] + ranked[:ok]
+    return KernelSchedule(sink, ranked)
+
+
 def rank_kernel(view: EGraphView, ex: Extraction | Overridden, sink: int, decode: Decode,
-                model: CostModel, quick: bool = False) -> KernelSchedule:
+                model: CostModel, quick: bool = False, space: ScheduleSpace | None = None) -> KernelSchedule:
     """The kernel's schedules ranked by estimate. `quick` (fusion trials): every combination only up to
     QUICK_COMBINATIONS, else one round of coordinate descent from the extraction's choice."""
-    classes = [c for c in schedule_classes(view, ex, sink) if all(
-        math.isfinite(ex.cost(k)) for n in view.nodes[c] if n.fn in BINDERS for k in view.children(n))]
-    alts = {c: [n for n in view.nodes[c] if n.fn in BINDERS] for c in classes}
-
+    space = space or ScheduleSpace(view, ex, sink)
+    alts = space.alts
     evaluated: dict[tuple[int, ...], Candidate | None] = {}   # coordinate descent comes back to the same choices
     too_unrolled: set[tuple[int, ...]] = set()
-    variant = _choice_dependent(view, ex, sink, alts)
-    shared: dict[int, UOp] = {}   # decoded e-classes no schedule choice changes, for every candidate
+    candidate = _decoder(ex, sink, decode, model, space.variant)
 
     # an upper bound of a choice's unrolling: every binder some choice reaches, the schedule classes at theirs
     own: dict[int, int] = {}
@@ -302,13 +399,7 @@ def rank_kernel(view: EGraphView, ex: Extraction | Overridden, sink: int, decode
             return evaluated[key]
         if prefilter and over_limit(choice, key):
             return None
-        try:
-            memo = dict(shared)
-            kernel = bind_split_ranges(decode(sink, lambda c: choice.get(c) or ex.node(c), memo))
-            shared.update((c, u) for c, u in memo.items() if c not in variant)
-            evaluated[key] = Candidate(dict(choice), kernel, model.estimate(kernel))
-        except (KeyError, ValueError):  # an alternative with an unextractable part is not a program
-            evaluated[key] = None
+        evaluated[key] = candidate(choice)
         return evaluated[key]
 
     found: list[Candidate] = []
@@ -336,16 +427,23 @@ def rank_kernel(view: EGraphView, ex: Extraction | Overridden, sink: int, decode
                     break
     viable = [c for c in found if math.isfinite(c.estimate.seconds)]   # e.g. not unrolled beyond reason
     found = viable or found or [c for c in [evaluate({}, prefilter=False)] if c is not None]
-    unique: dict[UOp, Candidate] = {}
-    for cand in sorted(found, key=lambda x: x.estimate.seconds):
-        unique.setdefault(cand.kernel, cand)
-    ranked = list(unique.values())
-    if ranked:
-        ranked.insert(0, ranked.pop(tie_winner([c.estimate for c in ranked])))
-    if model.renders is not None:   # the best candidates the backend cannot render go last
-        ok = next((i for i, c in enumerate(ranked) if model.renders(c.kernel)), 0)
-        ranked = ranked[ok:] + ranked[:ok]
-    return KernelSchedule(sink, ranked)
+    return _ranked(sink, found, model)
+
+
+def rank_like(ex: Extraction | Overridden, sink: int, decode: Decode, model: CostModel, space: ScheduleSpace,
+              donor: KernelSchedule, donor_space: ScheduleSpace, top: int = REPLAYED) -> KernelSchedule | None:
+    """The kernel ranked by replaying the `top` best schedules of a kernel of the same shape (`donor`): each
+    is decoded and estimated here, so the ranking is this kernel's own, narrowed to what won there. None where
+    a choice has no counterpart here, or none decodes."""
+    candidate = _decoder(ex, sink, decode, model, space.variant)
+    found: list[Candidate] = []
+    for cand in donor.ranked[:top]:
+        choice = space.translate(cand.choice, donor_space)
+        if choice is None:
+            return None
+        if (mine := candidate(choice)) is not None:
+            found.append(mine)
+    return _ranked(sink, found, model) if found else None
 
 
 def schedule_report(ks: KernelSchedule, chosen: dict[int, ENode]) -> dict[str, object]:
@@ -381,6 +479,6 @@ def kernel_entry(kernel: Any, schedules: list[dict[str, Any]]) -> dict[str, Any]
     return entry
 
 
-__all__ = ["Candidate", "CostModel", "Estimator", "KernelSchedule", "Overridden", "cost_model_for", "describe_schedule",
-           "extracted_kernel", "kernel_entry", "kernel_sinks", "rank_kernel", "schedule_classes", "schedule_report",
-           "tie_winner"]
+__all__ = ["Candidate", "CostModel", "Estimator", "KernelSchedule", "Overridden", "ScheduleSpace", "cost_model_for",
+           "describe_schedule", "extracted_kernel", "kernel_entry", "kernel_sinks", "rank_kernel", "rank_like",
+           "schedule_classes", "schedule_report", "term_children", "tie_winner"]

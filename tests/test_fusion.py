@@ -146,6 +146,28 @@ def test_dense_chain_estimate_grows_linearly() -> None:
     assert est[8] <= 2.5 * est[4]
 
 
+def test_repeated_layers_replay_one_ranking(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A model's repeated layers give kernels of one shape over other buffers: the first is ranked, the others
+    replay its best schedules, decoded and estimated on their own buffers. The program is the one that ranking
+    every kernel in full gives, and it computes the right values."""
+    from egraph_compiler.extract import fusion
+
+    replays: list[object] = []
+    replay = fusion.rank_like
+    monkeypatch.setattr(fusion, "rank_like", lambda *a: replays.append(r := replay(*a)) or r)
+    t = dense_chain(6)
+    prog = optimize(t, target="llvm")
+    assert sum(r is not None for r in replays) >= 5
+    monkeypatch.setattr(fusion, "rank_like", lambda *a: None)
+    full = optimize(t, target="llvm")
+    for key in ("decisions", "chosen_s", "baseline_s"):
+        assert _fusion(prog)[key] == _fusion(full)[key]
+    assert [s["chosen"] for s in prog.report.extra["schedules"]] == [s["chosen"] for s in full.report.extra["schedules"]]
+    x = _inputs(t)
+    ref = evaluate(t.uop, x)   # six layers grow the values to ~1e4: an element near 0 is a difference of large sums
+    np.testing.assert_allclose(prog(**x), ref, rtol=1e-4, atol=1e-5 * np.abs(ref).max())
+
+
 @pytest.mark.parametrize("name", ["softmax", "layernorm"])
 def test_row_reductions_fuse_into_one_kernel(name: str) -> None:
     """A broadcast reduce hoisted out of the inner loop is cheaper inline than its own kernel with a store and a
