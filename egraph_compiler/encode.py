@@ -18,7 +18,7 @@ from typing import Any
 from egraph_compiler.dtypes import DType
 from egraph_compiler.ops import OP_TABLE, ArgKind
 from egraph_compiler.schema import fixed_arity
-from egraph_compiler.uop import Blob, UOp, _argkey, toposort
+from egraph_compiler.uop import Blob, UOp, arg_key, toposort
 
 
 def egg_str(s: str) -> str:
@@ -64,7 +64,7 @@ class Registry:
     opaque: dict[str, Any] = field(default_factory=dict)
 
     def range_key(self, key: Any) -> str:
-        k = _argkey(key)  # keys told apart as UOp args are: 1, 1.0 and True are three keys
+        k = arg_key(key)  # keys told apart as UOp args are: 1, 1.0 and True are three keys
         if k not in self.range_keys:
             rid = f"k{len(self.range_keys)}"
             self.range_keys[k] = rid
@@ -74,7 +74,7 @@ class Registry:
     def opaque_id(self, v: Any) -> str:
         rid = f"o{len(self.opaque)}"
         for k, x in self.opaque.items():
-            if _argkey(x) == _argkey(v):  # not ==: 1, 1.0 and True are different args
+            if arg_key(x) == arg_key(v):  # not ==: 1, 1.0 and True are different args
                 return k
         self.opaque[rid] = v
         return rid

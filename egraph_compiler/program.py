@@ -30,7 +30,7 @@ import numpy as np
 from egraph_compiler.diagnostics import MissingInput, OutOfMemory
 from egraph_compiler.dtypes import DType, bf16_from_bits, bf16_round, compute_np, dtypes
 from egraph_compiler.ops import Ops
-from egraph_compiler.uop import UOp
+from egraph_compiler.uop import UOp, arg_key
 
 
 @dataclass(frozen=True)
@@ -306,18 +306,18 @@ def _linear(e: UOp) -> dict[UOp | None, int] | None:
     return None
 
 
-def canonical_kernel(kernel: UOp) -> UOp:
-    """The kernel with its buffers and ranges named by first appearance ("b0", ...; ranges ("r", 0), ...): kernels
-    that differ only in which buffers they touch and how their ranges were named (a model's repeated layers)
-    become one UOp, for memoizing what depends on structure and sizes alone, such as estimates."""
-    memo: dict[UOp, UOp] = {}
-    names: dict[object, object] = {}
+def canonical_kernel(kernel: UOp) -> tuple[tuple[Any, ...], ...]:
+    """The kernel's structure as a key: one row per node in topological order (op, dtype, arg, positions of its
+    sources), buffers and ranges named by first appearance. Kernels that differ only in which buffers they touch
+    and how their ranges were named (a model's repeated layers) get one key, for memoizing what depends on
+    structure and sizes alone, such as estimates. Rows, not a renamed UOp: nothing is interned."""
+    pos: dict[UOp, int] = {}
+    names: dict[object, int] = {}
+    rows: list[tuple[Any, ...]] = []
     for u in kernel.toposort():
-        src = tuple(memo[s] for s in u.src)
-        if u.op is Ops.BUFFER:
-            memo[u] = UOp(u.op, u.dtype, src, (names.setdefault(("b", u.arg[0]), f"b{len(names)}"), *u.arg[1:]))
-        elif u.op is Ops.RANGE:
-            memo[u] = UOp(u.op, u.dtype, src, (names.setdefault(("r", u.arg[0]), ("r", len(names))), *u.arg[1:]))
-        else:
-            memo[u] = u if src == u.src else UOp(u.op, u.dtype, src, u.arg)
-    return memo[kernel]
+        arg = u.arg
+        if u.op in (Ops.BUFFER, Ops.RANGE):
+            arg = (names.setdefault((u.op, arg[0]), len(names)), *arg[1:])
+        rows.append((u.op, u.dtype, arg_key(arg), tuple(pos[s] for s in u.src)))
+        pos[u] = len(rows) - 1
+    return tuple(rows)

@@ -49,14 +49,14 @@ class Blob:
         return f"Blob({self.data.dtype}{list(self.data.shape)}, {self.digest[:8]})"
 
 
-def _argkey(arg: Any) -> Any:
+def arg_key(arg: Any) -> Any:
     """Hash key of an arg: floats by bit pattern so 0.0/-0.0 and NaNs stay distinct and stable."""
     if isinstance(arg, float):
         return ("f", struct.pack("<d", arg))
     if isinstance(arg, bool):
         return ("b", arg)
     if isinstance(arg, tuple):
-        return tuple(_argkey(a) for a in arg)
+        return tuple(arg_key(a) for a in arg)
     return arg
 
 
@@ -77,7 +77,7 @@ class UOp:
 
     def __new__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None) -> UOp:
         src = tuple(src)
-        key = (op, dtype, src, _argkey(arg))
+        key = (op, dtype, src, arg_key(arg))
         try:
             hit = UOp._interned.get(key)
         except TypeError:

@@ -36,6 +36,7 @@ from egraph_compiler.extract.kernel_cost import ulist
 from egraph_compiler.extract.loop_cost import KernelEstimate
 from egraph_compiler.extract.schedule import (
     REPLAYED,
+    Candidate,
     CostModel,
     Decode,
     KernelSchedule,
@@ -178,6 +179,7 @@ class _Search:
         self.rankings: dict[tuple[int, frozenset[str], bool], KernelSchedule] = {}   # (sink, loads, quick?)
         self.floors: dict[tuple[int, frozenset[str]], float] = {}
         self.kernels: dict[tuple[int, frozenset[str]], UOp | None] = {}
+        self.decoded: dict[tuple[int, frozenset[str]], dict[tuple[int, ...], Candidate | None]] = {}  # by rank_kernel
         # (kernel shape, quick?) -> the first ranking of that shape, and its schedule space
         self.donors: dict[tuple[object, bool], tuple[KernelSchedule, ScheduleSpace]] = {}
 
@@ -257,7 +259,8 @@ class _Search:
         top = 1 if quick else REPLAYED   # a trial needs the best estimate alone
         ks = None if donor is None else rank_like(ex, sink, self.decode, self.model, space, *donor, top)
         if ks is None:
-            ks = rank_kernel(self.view, ex, sink, self.decode, self.model, quick, space)
+            ks = rank_kernel(self.view, ex, sink, self.decode, self.model, quick, space,
+                             self.decoded.setdefault((sink, loaded), {}))
             if shape is not None:
                 self.donors.setdefault((shape, quick), (ks, space))
         self.rankings[(sink, loaded, quick)] = ks

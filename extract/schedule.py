@@ -365,12 +365,15 @@ def _ranked(sink: int, found: list[Candidate], model: CostModel) -> KernelSchedu
 
 
 def rank_kernel(view: EGraphView, ex: Extraction | Overridden, sink: int, decode: Decode,
-                model: CostModel, quick: bool = False, space: ScheduleSpace | None = None) -> KernelSchedule:
+                model: CostModel, quick: bool = False, space: ScheduleSpace | None = None,
+                evaluated: dict[tuple[int, ...], Candidate | None] | None = None) -> KernelSchedule:
     """The kernel's schedules ranked by estimate. `quick` (fusion trials): every combination only up to
-    QUICK_COMBINATIONS, else one round of coordinate descent from the extraction's choice."""
+    QUICK_COMBINATIONS, else one round of coordinate descent from the extraction's choice. `evaluated`: the
+    candidates decoded so far, by their binders (coordinate descent comes back to the same choices, and a full
+    ranking to a quick one's), filled in."""
     space = space or ScheduleSpace(view, ex, sink)
     alts = space.alts
-    evaluated: dict[tuple[int, ...], Candidate | None] = {}   # coordinate descent comes back to the same choices
+    evaluated = {} if evaluated is None else evaluated
     too_unrolled: set[tuple[int, ...]] = set()
     candidate = _decoder(ex, sink, decode, model, space.variant)
 
