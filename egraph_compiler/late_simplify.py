@@ -11,6 +11,14 @@ e-graph by the same rules (`pipeline.simplify_all`: all of a kernel's new
 expressions in one e-graph), and substituted. Results
 are memoized, so the schedule candidates of a kernel (the same expressions
 with ranges bound differently) share the work.
+
+Most of these terms are a div or mod of an affine sum of ranges whose
+remainder part provably stays within one multiple of the divisor (a split
+range recombined, `(32*jo + ji) // 32` with ji < 32, or a packed operand's
+view). `fold_affine_divmod` settles those directly, from the terms'
+bounds, and only what it leaves with a div or mod of more than a bare range
+or variable (`j // 32` is as simple as it gets) goes to the e-graph: each
+e-graph costs ~0.1 s, and every schedule candidate brings new expressions.
 """
 
 from __future__ import annotations
@@ -44,6 +52,76 @@ def maximal_index_exprs(ast: UOp) -> list[UOp]:
             and any(x.op in NEEDS_WORK for x in u.toposort())]
 
 
+Affine = tuple[dict[UOp, int], int]   # sum of coefficient * atom, plus a constant
+
+
+def _affine_bounds(a: Affine) -> tuple[int, int]:
+    terms, c = a
+    lo = hi = c
+    for atom, k in terms.items():
+        x, y = int(atom.vmin) * k, int(atom.vmax) * k
+        lo, hi = lo + min(x, y), hi + max(x, y)
+    return lo, hi
+
+
+def _divmod_affine(a: Affine, d: int, op: Ops) -> Affine | None:
+    """a // d or a % d (d > 0, a never negative) as an affine sum, when the terms that d does not divide stay
+    within one multiple of d; else None."""
+    terms, c = a
+    whole = {x: k // d for x, k in terms.items() if k % d == 0}
+    rest: Affine = ({x: k for x, k in terms.items() if k % d}, c % d)
+    lo, hi = _affine_bounds(rest)
+    if lo // d != hi // d:
+        return None
+    q = lo // d
+    return (whole, c // d + q) if op is Ops.IDIV else (rest[0], rest[1] - q * d)
+
+
+def _build_affine(a: Affine, like: UOp) -> UOp:
+    terms, c = a
+    out: UOp | None = None
+    for atom, k in terms.items():
+        if k:
+            t = atom if k == 1 else atom * k
+            out = t if out is None else out + t
+    if out is None:
+        return UOp.const(c, like.dtype)
+    return out + c if c else out
+
+
+def fold_affine_divmod(u: UOp) -> UOp:
+    """u with every div or mod by a positive constant of a never-negative affine sum (of ranges, variables and
+    other terms, bounded by their vmin/vmax) replaced by the affine sum it equals, where the bounds prove it."""
+    aff: dict[UOp, Affine] = {}    # the rebuilt nodes that are affine sums
+    new: dict[UOp, UOp] = {}
+
+    def of(x: UOp) -> Affine:
+        return aff.get(x) or ({x: 1}, 0)
+
+    for x in u.toposort():
+        src = tuple(new[s] for s in x.src)
+        y = x if src == x.src else UOp(x.op, x.dtype, src, x.arg)
+        if y.op is Ops.CONST and type(y.arg) is int:
+            aff[y] = ({}, y.arg)
+        elif y.op is Ops.ADD:
+            (t0, c0), (t1, c1) = of(y.src[0]), of(y.src[1])
+            t = dict(t0)
+            for atom, k in t1.items():
+                t[atom] = t.get(atom, 0) + k
+            aff[y] = ({atom: k for atom, k in t.items() if k}, c0 + c1)
+        elif y.op is Ops.MUL and any(s in aff and not aff[s][0] for s in y.src):
+            (t, c), (_, k) = (of(y.src[0]), aff[y.src[1]]) if y.src[1] in aff and not aff[y.src[1]][0] else \
+                (of(y.src[1]), aff[y.src[0]])
+            aff[y] = ({atom: v * k for atom, v in t.items() if v * k}, c * k)
+        elif y.op in (Ops.IDIV, Ops.MOD) and y.src[1].op is Ops.CONST and type(y.src[1].arg) is int \
+                and y.src[1].arg > 0 and _affine_bounds(of(y.src[0]))[0] >= 0 \
+                and (r := _divmod_affine(of(y.src[0]), y.src[1].arg, y.op)) is not None:
+            y = _build_affine(r, y)
+            aff[y] = r
+        new[x] = y
+    return new[u]
+
+
 class LateSimplifier:
     def __init__(self, session: EGraphSession | None = None) -> None:
         """session: a session with the symbolic rules to work in (optimize passes its kernel session: building
@@ -55,8 +133,15 @@ class LateSimplifier:
         from egraph_compiler.pipeline import simplify_all
 
         exprs = maximal_index_exprs(ast)
-        new = [u for u in exprs if u not in self.memo]
-        for u, r in zip(new, simplify_all(new, self.session)):   # one e-graph for all of a kernel's new expressions
+        hard: list[UOp] = []
+        for u in exprs:
+            if u not in self.memo:
+                folded = fold_affine_divmod(u)
+                if any(x.op in NEEDS_WORK and x.src[0].op not in LEAVES for x in folded.toposort()):
+                    hard.append(u)
+                else:
+                    self.memo[u] = folded if folded.dtype is u.dtype else u
+        for u, r in zip(hard, simplify_all(hard, self.session)):   # one e-graph for all of a kernel's new expressions
             self.memo[u] = r.result if r.result.dtype is u.dtype else u
         mapping = {u: self.memo[u] for u in exprs if self.memo[u] is not u}
         return ast.substitute(mapping) if mapping else ast

@@ -146,3 +146,75 @@ def test_simplify_is_deterministic(case: Case) -> None:
     assert a.result is b.result
     assert (a.vmin, a.vmax) == (b.vmin, b.vmax)
     assert case.expr.simplify(**LIMITS) is a.result
+
+
+@settings(max_examples=60, deadline=None)
+@given(cases())
+def test_affine_divmod_fold_is_equivalent(case: Case) -> None:
+    """The late simplifier's direct fold of div/mod over affine sums never changes a value (negative operands
+    and variable divisors included: those it must leave alone)."""
+    from egraph_compiler.late_simplify import fold_affine_divmod
+
+    u = case.expr
+    out = fold_affine_divmod(u)
+    want_f, got_f = evaluator(u), evaluator(out)
+    for env in assignments(u, case.seed):
+        assert got_f(env) == want_f(env), f"{u.render()}  =>  {out.render()}  differ at {env}"
+
+
+@st.composite
+def affine_divmods(draw: st.DrawFn) -> UOp:
+    """Div/mod chains over never-negative affine sums, as split ranges and packed views make them."""
+    xs = [UOp.variable(n, 0, draw(st.integers(0, 40))) for n in ("i", "j", "k")]
+
+    def affine() -> UOp:
+        out = UOp.const(draw(st.integers(0, 9)), dtypes.index)
+        for x in xs:
+            out = out + x * draw(st.integers(0, 64))
+        return out
+
+    e = affine()
+    for _ in range(draw(st.integers(1, 3))):
+        d = draw(st.sampled_from([1, 2, 3, 4, 8, 16, 32, 41, 64]))
+        e = (e // d if draw(st.booleans()) else e % d) + affine() * draw(st.integers(0, 2))
+    return e
+
+
+@settings(max_examples=80, deadline=None)
+@given(affine_divmods(), st.integers(0, 2**16))
+def test_affine_divmod_fold_on_split_like_sums(u: UOp, seed: int) -> None:
+    from egraph_compiler.late_simplify import fold_affine_divmod
+
+    out = fold_affine_divmod(u)
+    want_f, got_f = evaluator(u), evaluator(out)
+    for env in assignments(u, seed):
+        assert got_f(env) == want_f(env), f"{u.render()}  =>  {out.render()}  differ at {env}"
+
+
+def test_affine_divmod_fold_recombines_a_split_range() -> None:
+    """(32*jo + ji) // 32 is jo and (32*jo + ji) % 32 is ji when ji < 32: no e-graph needed."""
+    from egraph_compiler.late_simplify import fold_affine_divmod
+
+    jo, ji = UOp.variable("jo", 0, 23), UOp.variable("ji", 0, 31)
+    j = jo * 32 + ji
+    assert fold_affine_divmod(j // 32) is jo
+    assert fold_affine_divmod(j % 32) is ji
+    straddle = fold_affine_divmod((j + 5) // 32)   # ji + 5 may pass 32: left for the e-graph
+    assert any(x.op is Ops.IDIV for x in straddle.toposort())
+
+
+def test_the_late_simplifier_settles_split_ranges_without_an_egraph(monkeypatch: Any) -> None:
+    """A recombined split range needs no e-graph (each costs ~0.1 s, and every schedule candidate brings new
+    expressions): the late simplifier folds it directly."""
+    from egraph_compiler import pipeline
+    from egraph_compiler.late_simplify import LateSimplifier
+
+    calls: list[object] = []
+    monkeypatch.setattr(pipeline, "simplify_all", lambda us, *a, **k: calls.append(us) or [])
+    jo, ji = UOp.variable("jo", 0, 23), UOp.variable("ji", 0, 31)
+    j = jo * 32 + ji
+    out = LateSimplifier()((j // 32) * 100 + j % 32)
+    assert not calls
+    f = evaluator(out)
+    assert all(f({"jo": a, "ji": b}) == a * 100 + b for a in range(24) for b in range(32))
+    assert not any(x.op in (Ops.IDIV, Ops.MOD) for x in out.toposort())
