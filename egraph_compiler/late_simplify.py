@@ -141,7 +141,7 @@ class LateSimplifier:
                     hard.append(u)
                 else:
                     self.memo[u] = folded if folded.dtype is u.dtype else u
-        for u, r in zip(hard, simplify_all(hard, self.session)):   # one e-graph for all of a kernel's new expressions
+        for u, r in zip(hard, simplify_all(hard, self.session) if hard else []):   # one e-graph for all of them
             self.memo[u] = r.result if r.result.dtype is u.dtype else u
         mapping = {u: self.memo[u] for u in exprs if self.memo[u] is not u}
         return ast.substitute(mapping) if mapping else ast
