@@ -56,6 +56,7 @@ NOISE = 0.001         # a fusion must save this fraction of the estimate of the 
 RECHECK = 0.3        # a trial the quick ranking rejects (or, on big kernels, keeps) by less than this: ranked in full
 VERIFY_ABOVE_S = 1e-3  # kernels estimated above this whose quick win is narrow (below RECHECK) are ranked in full
 MAX_PAIRED = 6        # buffers of one kernel tried in pairs (when no single fusion pays)
+BATCH_ABOVE = 128     # with more buffers than this, single fusions are tried in doubling batches
 
 
 @dataclass(frozen=True)
@@ -365,7 +366,9 @@ def choose_fusion(view: EGraphView, ex: Extraction, roots: list[int], decode: De
         for b in group:
             decisions[b] = Decision(b, candidates[b][0], candidates[b][1], keep, saving)
         if progress is not None:
-            progress(f"fusion: {' + '.join(group)} ({', '.join(candidates[b][0] for b in group)}) "
+            names = ' + '.join(group) if len(group) <= 4 else f"{len(group)} buffers ({group[0]} ... {group[-1]})"
+            labels = ', '.join(candidates[b][0] for b in group) if len(group) <= 4 else "a batch"
+            progress(f"fusion: {names} ({labels}) "
                      f"{'fused' if keep else 'kept'}: {before * 1e3:.3f} -> {'' if ranked else 'at least '}"
                      f"{after * 1e3:.3f} ms")
         if keep:
@@ -389,19 +392,37 @@ def choose_fusion(view: EGraphView, ex: Extraction, roots: list[int], decode: De
                  for p in itertools.combinations(sorted(b for b in loaded if b in weight)[:MAX_PAIRED], 2)}
         return sorted(pairs, key=lambda p: (-sum(weight[b] for b in p), [order[b] for b in p]))  # type: ignore[return-value]
 
+    def live(b: str) -> bool:
+        return b in mat and any(b in v for v in kernels.values())
+
+    # with many buffers (a graph of thousands of small ops), single fusions that pay are tried in batches that
+    # double while they keep paying and fall back to one at a time when one does not: every trial decodes the
+    # kernels it grows, so one buffer at a time costs quadratic time
+    batching = sum(map(live, candidates)) > BATCH_ABOVE
     size = 1
     while size <= 2 and not budget_hit:
         improved = False
-        for group in groups(size):
-            if any(b not in mat or not any(b in v for v in kernels.values()) for b in group):
-                continue
+        todo, i, batch = groups(size), 0, 1
+        while i < len(todo):
             if time.perf_counter() - start > time_budget:
                 budget_hit = True
                 break
+            if batch > 1:
+                chunk = tuple(g[0] for g in todo[i:i + batch] if live(g[0]))
+                if len(chunk) > 1 and attempt(chunk):
+                    improved, i, batch = True, i + batch, 2 * batch
+                else:
+                    batch = 1
+                continue
+            group = todo[i]
+            i += 1
+            if not all(map(live, group)):
+                continue
             if attempt(group):   # the pass goes on with the new program; the next pass retries the rest
                 improved = True
                 if size > 1:
                     break
+                batch = 2 if batching else 1
         size = 1 if improved else size + 1
     if budget_hit:
         notes.append(f"the fusion search stopped at its time budget ({time_budget:g} s); the best program found "

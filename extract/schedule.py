@@ -262,7 +262,8 @@ class ScheduleSpace:
         of_node: dict[int, int] = {}     # id(binder) -> hash
         cyclic = False
         open_: set[int] = set()          # expanded, not finished: the current path (the stack is LIFO)
-        stack: list[tuple[int, bool]] = [(sink, False)]
+        # a kernel with no choice to make has one shape of schedules (none), whatever its classes
+        stack: list[tuple[int, bool]] = [(sink, False)] if self.alts else []
         while stack:
             c, done = stack.pop()
             nodes = self.alts.get(c) or [ex.node(c)] if c in ex.best else []
@@ -385,12 +386,16 @@ def rank_kernel(view: EGraphView, ex: Extraction | Overridden, sink: int, decode
             own[id(n)] = _own_unrolled(view, ex, n)
         return own[id(n)]
 
-    fixed = math.prod(own_unrolled(ex.node(c)) for c, _ in _walk_kernel(view, ex, sink, lambda c: alts.get(c) or [
-        ex.node(c)]) if c not in alts and ex.node(c).fn in BINDERS)
+    fixed: list[int] = []   # computed when first needed: a kernel with no choices needs no bound
 
     def over_limit(choice: dict[int, ENode], key: tuple[int, ...]) -> bool:
         limit = model.max_unrolled
-        if limit is None or fixed * math.prod(own_unrolled(choice.get(c) or ex.node(c)) for c in alts) <= limit:
+        if limit is None:
+            return False
+        if not fixed:
+            fixed.append(math.prod(own_unrolled(ex.node(c)) for c, _ in _walk_kernel(
+                view, ex, sink, lambda c: alts.get(c) or [ex.node(c)]) if c not in alts and ex.node(c).fn in BINDERS))
+        if fixed[0] * math.prod(own_unrolled(choice.get(c) or ex.node(c)) for c in alts) <= limit:
             return False
         if key not in too_unrolled and _unrolled(view, ex, sink, choice) > limit:
             too_unrolled.add(key)
@@ -406,7 +411,9 @@ def rank_kernel(view: EGraphView, ex: Extraction | Overridden, sink: int, decode
         return evaluated[key]
 
     found: list[Candidate] = []
-    if math.prod(len(a) for a in alts.values()) <= (QUICK_COMBINATIONS if quick else MAX_COMBINATIONS):
+    if not alts:   # the extraction's loop nest is the only one
+        pass
+    elif math.prod(len(a) for a in alts.values()) <= (QUICK_COMBINATIONS if quick else MAX_COMBINATIONS):
         for pick in itertools.product(*alts.values()):
             if (cand := evaluate(dict(zip(alts, pick)))) is not None:
                 found.append(cand)

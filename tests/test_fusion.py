@@ -269,10 +269,14 @@ def _random_dag(draw: st.DrawFn) -> Tensor:
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.data())
-def test_random_dags_are_correct_and_never_above_the_baseline(data: st.DataObject) -> None:
+@given(st.data(), st.booleans())
+def test_random_dags_are_correct_and_never_above_the_baseline(data: st.DataObject, batched: bool) -> None:
+    """`batched`: single fusions tried in doubling batches, as graphs with many buffers have them."""
+    from egraph_compiler.extract import fusion
+
     t = _random_dag(data.draw)
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), pytest.MonkeyPatch.context() as mp:
+        mp.setattr(fusion, "BATCH_ABOVE", 0 if batched else fusion.BATCH_ABOVE)
         warnings.simplefilter("ignore", EstimateWarning)
         prog = optimize(t, target="llvm")
     f = _fusion(prog)
@@ -282,6 +286,41 @@ def test_random_dags_are_correct_and_never_above_the_baseline(data: st.DataObjec
 
 
 # ---- limits and warnings --------------------------------------------------------------------------------------------
+
+def test_many_small_buffers_fuse_in_batches(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A graph of hundreds of small ops: one buffer at a time, each trial decodes the growing kernel again
+    (quadratic: 190 trials, 17 s at 700 ops); in doubling batches a handful of trials fuse it. (Batches start
+    above BATCH_ABOVE buffers: lowered here, so that a small graph shows it.)"""
+    import random
+
+    from egraph_compiler.extract import fusion
+
+    monkeypatch.setattr(fusion, "BATCH_ABOVE", 16)
+    rng = random.Random(0)
+    vals = [E(8, 6, name="x")]
+    for i in range(120):
+        a = rng.choice(vals[-8:])
+        kind = rng.randrange(4)
+        if kind == 0:
+            out = a - a.sum(1, keepdim=True) * 0.1
+        elif kind == 1:
+            out = (a * 0.1).exp() * 0.1
+        elif kind == 2:
+            out = a + rng.choice(vals)
+        else:
+            out = (a + E(6, name=f"b{i}")).relu() * 0.5
+        vals.append(out)
+    t = vals[-1]
+    lines: list[str] = []
+    prog = optimize(t, target="llvm", progress=lambda m: lines.append(m) if isinstance(m, str) else None)
+    trials = [m for m in lines if m.startswith("fusion: ")]
+    assert any("buffers (" in m for m in trials), trials   # a batch was tried
+    assert len(trials) < 40
+    f = _fusion(prog)
+    assert f["chosen_s"] <= f["baseline_s"]
+    v = _inputs(t)
+    np.testing.assert_allclose(prog(**v), evaluate(t.uop, v), rtol=1e-4, atol=1e-4)
+
 
 def test_limits_never_fail_a_program() -> None:
     """Node, iteration, time and search limits at their smallest still give a correct program (the baseline at
