@@ -35,6 +35,9 @@ from egraph_compiler.uop import UOp
 
 ANALYSIS_CHUNK = 1     # analysis iterations between two limit checks
 GROWTH_FLOOR = 3_000   # e-graphs smaller than this may grow by any factor in one step
+# even the safe baseline stops here: past it, extracting the e-graph would take more memory than a machine has
+# (a 544-op graph whose values are read in many index contexts reached 2.5M nodes and was killed for memory)
+BASELINE_CEILING = 1_000_000
 BASE_CONSTRUCTORS = {"I", "F", "INil", "ICons", "UNil", "UCons", "RK", *EGG_TO_OP}
 
 
@@ -237,7 +240,7 @@ class EGraphSession:
 
         def over_limit(stage: Stage, step_start: int) -> str | None:
             if not stage.limited:
-                return None
+                return "node_ceiling" if self.size() > BASELINE_CEILING else None
             nodes = self.size()
             if nodes - base > limits.node_limit:
                 return "node_limit"
@@ -307,7 +310,7 @@ class EGraphSession:
                        else f"it reached its {stage_reason.replace('_', ' ')}")
                 report.notes.append(f"stage {stage.name!r} stopped because {why}; the result is the best program "
                                     "found so far")
-                cut = stage_reason in ("node_limit", "time_limit", "growth_limit")
+                cut = stage_reason in ("node_limit", "time_limit", "growth_limit", "node_ceiling")
             if not stage.limited:
                 base, clock = self.size(), time.perf_counter()
         report.add_phase("saturate", time.perf_counter() - start)

@@ -24,8 +24,8 @@ from typing import Any
 
 from egraph_compiler.backends import get_backend
 from egraph_compiler.decode import Decoder
-from egraph_compiler.diagnostics import EstimateWarning, InvalidArgument, UnguardedAccess, UnsupportedOp
-from egraph_compiler.egraph import EGraphSession, Limits, Stage
+from egraph_compiler.diagnostics import EstimateWarning, InvalidArgument, OutOfMemory, UnguardedAccess, UnsupportedOp
+from egraph_compiler.egraph import BASELINE_CEILING, EGraphSession, Limits, Stage
 from egraph_compiler.egraph_dot import attach_snapshot
 from egraph_compiler.encode import egg_ilist, egg_str
 from egraph_compiler.extract.extractor import extract
@@ -193,7 +193,13 @@ def _optimize(graph: Any, target: str, limits: dict[str, float | None], tune: bo
     # a time_limit the caller gives bounds the whole call: saturation, the fusion search and the final ranking
     deadline = time.perf_counter() + lim.time_limit if "time_limit" in given else None
     report = Report()
-    program = _build(roots, names, target, backend, tune, lim, report, progress, alternatives, nolocals, deadline)
+    try:
+        program = _build(roots, names, target, backend, tune, lim, report, progress, alternatives, nolocals, deadline)
+    except MemoryError:
+        nodes = report.iterations[-1].nodes if report.iterations else 0
+        raise OutOfMemory(at="optimize", why=f"the compiler ran out of memory (the e-graph had {nodes:,} nodes)",
+                          suggestion="give values many later ops read a buffer of their own with .contiguous(), "
+                                     "lower node_limit, or optimize the graph in parts") from None
     program.backend, program.target, program.single_output, program.report = backend, target, single, report
     report.extra["input_graph"] = "\n".join(pretty(r) for r in roots)
     return program
@@ -332,6 +338,11 @@ def _build(roots: list[UOp], names: list[str], target: str, backend: Any, tune: 
     report.add_phase("extract", time.perf_counter() - t1)
     t2 = time.perf_counter()
     missing = [r for r, c in root_classes.items() if c not in ex.best]
+    if missing and report.stop_reason == "node_ceiling":
+        raise UnsupportedOp(at=missing[0].op.name, why=f"the e-graph passed {BASELINE_CEILING:,} nodes before every "
+                            "kernel had a form (each value is offered inline in every index context that reads it)",
+                            suggestion="give the values many later ops read a buffer of their own with .contiguous() "
+                                       "(a barrier: nothing is inlined across it), or optimize the graph in parts")
     if missing:
         raise UnsupportedOp(at=missing[0].op.name, why="rangeify did not reach a complete kernel for this output "
                             f"(stop reason: {report.stop_reason})",

@@ -321,3 +321,38 @@ def test_simplify_cost_is_dag_cost() -> None:
     assert after == sum(OP_COSTS[n.op] for n in toposort([r.result]))  # the decoded result costs what was reported
     assert tree_size(r.result) > len(toposort([r.result]))            # ... and it still shares the subterm
     assert_equivalent(u, r)
+
+
+def test_a_baseline_past_the_ceiling_is_a_diagnostic(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rangeify, which no limit cuts, still stops at BASELINE_CEILING nodes (a 544-op graph whose values are read
+    in many index contexts reached 2.5M nodes and was killed for memory): a graph it leaves without kernels gets
+    a diagnostic that names the way out, never a kill."""
+    from egraph_compiler import Tensor, egraph, optimize
+    from egraph_compiler.diagnostics import UnsupportedOp
+
+    monkeypatch.setattr(egraph, "BASELINE_CEILING", 300)
+    x = Tensor.empty(8, 6, name="x")
+    t = x
+    for _ in range(6):
+        t = (t - t.max(1, keepdim=True)).exp() + x
+    with pytest.raises(UnsupportedOp) as err:
+        optimize(t, target="llvm")
+    assert "contiguous" in err.value.suggestion and "nodes" in err.value.why
+
+
+def test_the_compiler_running_out_of_memory_is_a_diagnostic(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A MemoryError while optimizing (extraction of a huge e-graph) is E1502 with the e-graph's size and a way
+    out, not a traceback."""
+    import importlib
+
+    from egraph_compiler import Tensor, optimize
+    from egraph_compiler.diagnostics import OutOfMemory
+
+    def no_memory(*args: object, **kw: object) -> None:
+        raise MemoryError
+
+    monkeypatch.setattr(importlib.import_module("egraph_compiler.optimize"), "extract", no_memory)
+    x = Tensor.empty(8, 6, name="x")
+    with pytest.raises(OutOfMemory) as err:
+        optimize((x * 2).relu(), target="llvm")
+    assert err.value.code == "E1502" and "e-graph" in err.value.why and "nodes" in err.value.why
