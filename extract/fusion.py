@@ -20,7 +20,10 @@ Every decision is recorded for the report.
 
 A kernel's content depends only on its SINK and the buffers it loads (a class with a load from a
 materialized buffer takes it; which buffer wins where a class has several is fixed by their order), so
-rankings are memoized on that pair and a trial re-walks only the kernels that load the fused buffer.
+rankings are memoized on that pair and a trial re-walks only the kernels that load the fused buffer. A kernel
+of the same shape as one ranked before (a model's repeated layers) replays that ranking's best schedules
+(`schedule.rank_like`). With more than BATCH_ABOVE buffers, single fusions that pay are tried in doubling
+batches (a graph of thousands of small ops would otherwise take one trial per buffer, each over a growing kernel).
 """
 
 from __future__ import annotations

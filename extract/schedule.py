@@ -8,7 +8,8 @@ alternatives (or, when there are too many, one class at a time, keeping the
 others at their best so far) is decoded to a kernel, its split ranges bound,
 and estimated by the target's roofline (extract/loop_cost.py for the CPU,
 extract/gpu_cost.py for CUDA; `cost_model_for`). The cheapest wins; the rest
-are kept, ranked, for the report and for tuning.
+are kept, ranked, for the report and for tuning. `ScheduleSpace` is one kernel's choices and shape;
+`rank_like` ranks a kernel by replaying the best schedules of another of the same shape.
 """
 
 from __future__ import annotations
