@@ -92,6 +92,19 @@ def _build_affine(a: Affine, like: UOp) -> UOp:
 def fold_affine_divmod(u: UOp) -> UOp:
     """u with every div or mod by a positive constant of a never-negative affine sum (of ranges, variables and
     other terms, bounded by their vmin/vmax) replaced by the affine sum it equals, where the bounds prove it."""
+    return _fold(u)[0]
+
+
+def affine_bounds(u: UOp) -> tuple[int, int]:
+    """u's bounds from its affine form, like terms combined (`(i + 1) + -2*i + 6` is `7 - i`, in [0, 7] for i in
+    [0, 7], where interval arithmetic gives [-7, 14]), intersected with its interval bounds."""
+    out, aff = _fold(u)
+    lo, hi = _affine_bounds(aff.get(out) or ({out: 1}, 0))
+    return max(lo, int(u.vmin)), min(hi, int(u.vmax))
+
+
+def _fold(u: UOp) -> tuple[UOp, dict[UOp, Affine]]:
+    """fold_affine_divmod's result, and the affine form of each rebuilt node that has one."""
     aff: dict[UOp, Affine] = {}    # the rebuilt nodes that are affine sums
     new: dict[UOp, UOp] = {}
 
@@ -119,7 +132,7 @@ def fold_affine_divmod(u: UOp) -> UOp:
             y = _build_affine(r, y)
             aff[y] = r
         new[x] = y
-    return new[u]
+    return new[u], aff
 
 
 class LateSimplifier:

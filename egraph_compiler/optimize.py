@@ -33,7 +33,7 @@ from egraph_compiler.extract.fusion import choose_fusion
 from egraph_compiler.extract.kernel_cost import KernelCost, chosen_dag_cost
 from egraph_compiler.extract.schedule import CostModel, cost_model_for, kernel_entry, schedule_report
 from egraph_compiler.extract.view import ENode
-from egraph_compiler.late_simplify import LateSimplifier
+from egraph_compiler.late_simplify import LateSimplifier, affine_bounds
 from egraph_compiler.ops import OP_TABLE, Category, Ops
 from egraph_compiler.packing import pack_matmul_operands
 from egraph_compiler.pipeline import shared_session, uop_cost
@@ -519,6 +519,8 @@ def check_accesses(program: Program) -> None:
                 continue
             b = buffer_of(idx)
             lo, hi = idx.src[1].vmin, idx.src[1].vmax
+            if lo < 0 or hi >= b.arg[1][0]:   # intervals add up loosely: like terms combined, the bounds are exact
+                lo, hi = affine_bounds(idx.src[1])
             if lo < 0 or hi >= b.arg[1][0]:
                 raise UnguardedAccess(at=f"{u.op.name.lower()} of {b.arg[0]!r} in kernel {k.name}",
                                       why=f"index range [{lo}, {hi}] is not inside [0, {b.arg[1][0]})",
