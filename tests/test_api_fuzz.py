@@ -77,7 +77,7 @@ class Program:
     def step(self, cur: Pair, values: list[Pair]) -> Pair:
         t, a = cur
         kinds = ["unary", "binary", "reduce", "permute", "reshape", "flip", "pad", "shrink", "matmul", "softmax",
-                 "layernorm", "cumsum", "expand"]
+                 "layernorm", "cumsum", "expand", "cat", "clamp", "sum_all", "contiguous"]
         kind = self.draw(st.sampled_from(kinds))
         if kind == "unary":
             name = self.draw(st.sampled_from(sorted(UNARY)))
@@ -146,6 +146,20 @@ class Program:
             k = self.draw(st.integers(1, 3))
             self.trace.append(f"expand to {k}")
             return t.unsqueeze(0).expand((k, *a.shape)), np.broadcast_to(a[None], (k, *a.shape))
+        if kind == "cat" and a.ndim >= 1:
+            ax = self.axis(a)
+            ot, oa = self.new_input(tuple(self.draw(st.integers(1, 3)) if i == ax else s for i, s in enumerate(a.shape)))
+            self.trace.append(f"cat {list(oa.shape)} on {ax}")
+            return t.cat(ot, dim=ax), np.concatenate([a, oa], axis=ax)
+        if kind == "clamp":
+            self.trace.append("clamp(-0.5, 0.5)")
+            return t.clamp(-0.5, 0.5), np.clip(a, -0.5, 0.5)
+        if kind == "sum_all":
+            self.trace.append("sum()")
+            return t.sum().reshape(1), np.sum(a).reshape(1)
+        if kind == "contiguous":
+            self.trace.append("contiguous")
+            return t.contiguous(), a
         self.trace.append("relu")
         f, g = UNARY["relu"]   # the op drawn does not fit this shape
         return f(t), g(a)
