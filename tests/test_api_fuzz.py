@@ -77,7 +77,7 @@ class Program:
     def step(self, cur: Pair, values: list[Pair]) -> Pair:
         t, a = cur
         kinds = ["unary", "binary", "reduce", "permute", "reshape", "flip", "pad", "shrink", "matmul", "softmax",
-                 "layernorm", "cumsum", "expand", "cat", "clamp", "sum_all", "contiguous"]
+                 "layernorm", "cumsum", "expand", "cat", "clamp", "sum_all", "contiguous", "conv2d", "attention"]
         kind = self.draw(st.sampled_from(kinds))
         if kind == "unary":
             name = self.draw(st.sampled_from(sorted(UNARY)))
@@ -160,6 +160,28 @@ class Program:
         if kind == "contiguous":
             self.trace.append("contiguous")
             return t.contiguous(), a
+        if kind == "conv2d" and a.ndim == 2:   # the value as one channel of an image
+            (h, w), co = a.shape, self.draw(st.integers(1, 3))
+            kh, kw = self.draw(st.integers(1, min(h + 2, 3))), self.draw(st.integers(1, min(w + 2, 3)))
+            pad, stride = self.draw(st.integers(0, 1)), self.draw(st.integers(1, 2))
+            if h + 2 * pad < kh or w + 2 * pad < kw:
+                pad = 1
+            wt, wa = self.new_input((co, 1, kh, kw))
+            self.trace.append(f"conv2d {list(wa.shape)} padding={pad} stride={stride}")
+            x = np.pad(a, pad)
+            win = np.lib.stride_tricks.sliding_window_view(x, (kh, kw))[::stride, ::stride]   # (ho, wo, kh, kw)
+            out = np.einsum("hwij,cij->chw", win, wa[:, 0])
+            return t.reshape(1, 1, h, w).conv2d(wt, padding=pad, stride=stride).reshape(out.shape), out
+        if kind == "attention" and a.ndim == 2:   # the value as queries
+            (lq, d), lk, dv = a.shape, self.draw(st.integers(1, 5)), self.draw(st.integers(1, 4))
+            causal = self.draw(st.booleans())
+            (kt, ka), (vt, va) = self.new_input((lk, d)), self.new_input((lk, dv))
+            self.trace.append(f"attention k {list(ka.shape)} v {list(va.shape)} causal={causal}")
+            sc = a @ ka.T / math.sqrt(d)
+            if causal:
+                sc = np.where(np.arange(lq)[:, None] >= np.arange(lk)[None], sc, -np.inf)
+            e = np.exp(sc - sc.max(-1, keepdims=True))
+            return t.scaled_dot_product_attention(kt, vt, is_causal=causal), (e / e.sum(-1, keepdims=True)) @ va
         self.trace.append("relu")
         f, g = UNARY["relu"]   # the op drawn does not fit this shape
         return f(t), g(a)
