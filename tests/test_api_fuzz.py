@@ -227,3 +227,73 @@ def test_a_flip_after_a_reshape_compiles() -> None:
     x = Tensor.empty((2, 2, 2), dtype="float32", name="in0")
     a = np.arange(8, dtype=np.float32).reshape(2, 2, 2)
     np.testing.assert_array_equal(optimize(x.reshape(8).flip(0), target="llvm")(in0=a), a.reshape(8)[::-1])
+
+
+INT_BINARY: dict[str, tuple[Callable[[Tensor, Tensor], Tensor], Callable[[np.ndarray, np.ndarray], np.ndarray]]] = {
+    "add": (lambda p, q: p + q, lambda p, q: p + q),
+    "sub": (lambda p, q: p - q, lambda p, q: p - q),
+    "mul": (lambda p, q: p * q, lambda p, q: p * q),
+    "floordiv": (lambda p, q: p // (q.abs() + 1), lambda p, q: p // (np.abs(q) + 1)),
+    "mod": (lambda p, q: p % (q.abs() + 1), lambda p, q: p % (np.abs(q) + 1)),
+    "maximum": (lambda p, q: p.maximum(q), np.maximum),
+    "where": (lambda p, q: (p < q).where(p, q), lambda p, q: np.where(p < q, p, q)),
+}
+
+
+@st.composite
+def int_programs(draw: st.DrawFn) -> tuple[Tensor, np.ndarray, dict[str, np.ndarray], list[str]]:
+    """int32 programs: floor division and modulo by positive and negative values, wrapping products, movement."""
+    rng = np.random.default_rng(draw(st.integers(0, 2**16)))
+    inputs: dict[str, np.ndarray] = {}
+
+    def new(shape: tuple[int, ...]) -> Pair:
+        a = rng.integers(-60, 60, shape).astype(np.int32)
+        inputs[f"in{len(inputs)}"] = a
+        return Tensor.empty(shape, dtype="int32", name=f"in{len(inputs) - 1}"), a
+
+    t, a = new(tuple(draw(st.lists(st.integers(1, 5), min_size=1, max_size=3))))
+    trace = [f"input {list(a.shape)}"]
+    for _ in range(draw(st.integers(1, 5))):
+        kind = draw(st.sampled_from(["binary", "const", "flip", "permute", "sum", "pad"]))
+        if kind == "binary":
+            name = draw(st.sampled_from(sorted(INT_BINARY)))
+            f, g = INT_BINARY[name]
+            ot, oa = new(tuple(1 if draw(st.booleans()) else s for s in a.shape))
+            trace.append(f"{name} with {list(oa.shape)}")
+            t, a = (f(t, ot), g(a, oa)) if draw(st.booleans()) else (f(ot, t), g(oa, a))
+        elif kind == "const":
+            k = draw(st.sampled_from([-7, -3, -1, 2, 3, 8, 32]))
+            op = draw(st.sampled_from(["//", "%", "*", "+"]))
+            trace.append(f"{op} {k}")
+            t, a = {"//": (t // k, a // k), "%": (t % k, a % k), "*": (t * k, a * np.int32(k)),
+                    "+": (t + k, a + np.int32(k))}[op]
+        elif kind == "flip":
+            ax = draw(st.integers(0, a.ndim - 1))
+            trace.append(f"flip({ax})")
+            t, a = t.flip(ax), np.flip(a, ax)
+        elif kind == "permute" and a.ndim >= 2:
+            perm = tuple(draw(st.permutations(range(a.ndim))))
+            trace.append(f"permute{perm}")
+            t, a = t.permute(perm), np.transpose(a, perm)
+        elif kind == "sum":
+            ax = draw(st.integers(0, a.ndim - 1))
+            trace.append(f"sum({ax})")
+            t, a = t.sum(ax, keepdim=True), a.sum(ax, keepdims=True, dtype=np.int32)
+        elif kind == "pad":
+            ax = draw(st.integers(0, a.ndim - 1))
+            pads = tuple((1, 2) if i == ax else (0, 0) for i in range(a.ndim))
+            trace.append(f"pad{pads}")
+            t, a = t.pad(pads), np.pad(a, pads)
+        trace.append(f"-> {list(a.shape)}")
+    return t, np.asarray(a), inputs, trace
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(int_programs())
+def test_random_integer_programs_match_numpy(case: tuple[Tensor, np.ndarray, dict[str, np.ndarray], list[str]]) -> None:
+    """Integer semantics as numpy has them: floor division and its remainder for every sign, int32 wraparound."""
+    t, want, inputs, _ = case
+    prog = optimize(t, target="llvm")
+    got = prog(**{k: v for k, v in inputs.items() if k in prog.inputs})
+    assert got.dtype == np.int32 and got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
