@@ -77,7 +77,8 @@ class Program:
     def step(self, cur: Pair, values: list[Pair]) -> Pair:
         t, a = cur
         kinds = ["unary", "binary", "reduce", "permute", "reshape", "flip", "pad", "shrink", "matmul", "softmax",
-                 "layernorm", "cumsum", "expand", "cat", "clamp", "sum_all", "contiguous", "conv2d", "attention"]
+                 "layernorm", "cumsum", "expand", "cat", "clamp", "sum_all", "contiguous", "conv2d", "attention",
+                 "gather"]
         kind = self.draw(st.sampled_from(kinds))
         if kind == "unary":
             name = self.draw(st.sampled_from(sorted(UNARY)))
@@ -182,6 +183,14 @@ class Program:
                 sc = np.where(np.arange(lq)[:, None] >= np.arange(lk)[None], sc, -np.inf)
             e = np.exp(sc - sc.max(-1, keepdims=True))
             return t.scaled_dot_product_attention(kt, vt, is_causal=causal), (e / e.sum(-1, keepdims=True)) @ va
+        if kind == "gather" and a.ndim >= 1:
+            ax = self.axis(a)
+            shape = tuple(self.draw(st.integers(1, 4)) if i == ax else s for i, s in enumerate(a.shape))
+            idx = self.rng.integers(0, a.shape[ax], shape).astype(np.int32)
+            name = f"in{len(self.inputs)}"
+            self.inputs[name] = idx
+            self.trace.append(f"gather({ax}) {list(shape)}")
+            return t.gather(ax, Tensor.empty(shape, dtype="int32", name=name)), np.take_along_axis(a, idx, axis=ax)
         self.trace.append("relu")
         f, g = UNARY["relu"]   # the op drawn does not fit this shape
         return f(t), g(a)
