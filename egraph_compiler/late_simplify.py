@@ -122,9 +122,9 @@ def _fold(u: UOp) -> tuple[UOp, dict[UOp, Affine]]:
             for atom, k in t1.items():
                 t[atom] = t.get(atom, 0) + k
             aff[y] = ({atom: k for atom, k in t.items() if k}, c0 + c1)
-        elif y.op is Ops.MUL and any(s in aff and not aff[s][0] for s in y.src):
-            (t, c), (_, k) = (of(y.src[0]), aff[y.src[1]]) if y.src[1] in aff and not aff[y.src[1]][0] else \
-                (of(y.src[1]), aff[y.src[0]])
+        elif y.op is Ops.MUL and (consts := [i for i, s in enumerate(y.src) if s in aff and not aff[s][0]]):
+            k = aff[y.src[consts[-1]]][1]   # times a constant: the other side scaled
+            t, c = of(y.src[1 - consts[-1]])
             aff[y] = ({atom: v * k for atom, v in t.items() if v * k}, c * k)
         elif y.op in (Ops.IDIV, Ops.MOD) and y.src[1].op is Ops.CONST and type(y.src[1].arg) is int \
                 and y.src[1].arg > 0 and _affine_bounds(of(y.src[0]))[0] >= 0 \

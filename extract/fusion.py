@@ -259,7 +259,9 @@ class _Search:
         space = ScheduleSpace(self.view, ex, sink)
         kernel = self.kernel(sink, loaded, mat)
         shape = None if kernel is None or space.shape is None else (canonical_kernel(kernel), frozenset(space.shape))
-        donor = None if shape is None else self.donors.get((shape, False)) or self.donors.get((shape, quick))
+        # a full ranking of the shape serves any request; a quick one serves only quick ones
+        donor = None if shape is None else self.donors.get((shape, False)) or (
+            self.donors.get((shape, True)) if quick else None)
         top = 1 if quick else REPLAYED   # a trial needs the best estimate alone
         ks = None if donor is None else rank_like(ex, sink, self.decode, self.model, space, *donor, top)
         if ks is None:

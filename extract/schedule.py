@@ -255,8 +255,8 @@ class ScheduleSpace:
     apart (or a cycle runs through an alternative)."""
 
     def __init__(self, view: EGraphView, ex: Extraction | Overridden, sink: int) -> None:
-        self.alts = {c: [n for n in view.nodes[c] if n.fn in BINDERS] for c in schedule_classes(view, ex, sink)}
-        self.alts = {c: ns for c, ns in self.alts.items()
+        offered = {c: [n for n in view.nodes[c] if n.fn in BINDERS] for c in schedule_classes(view, ex, sink)}
+        self.alts = {c: ns for c, ns in offered.items()   # every binder's parts extractable
                      if all(math.isfinite(ex.cost(k)) for n in ns for k in view.children(n))}
         users: dict[int, set[int]] = {}
         of_class: dict[int, int] = {}
@@ -378,6 +378,10 @@ def rank_kernel(view: EGraphView, ex: Extraction | Overridden, sink: int, decode
     evaluated = {} if evaluated is None else evaluated
     too_unrolled: set[tuple[int, ...]] = set()
     candidate = _decoder(ex, sink, decode, model, space.variant)
+    if not alts:   # the extraction's loop nest is the only one
+        if () not in evaluated:
+            evaluated[()] = candidate({})
+        return _ranked(sink, [c for c in [evaluated[()]] if c is not None], model)
 
     # an upper bound of a choice's unrolling: every binder some choice reaches, the schedule classes at theirs
     own: dict[int, int] = {}
@@ -387,16 +391,12 @@ def rank_kernel(view: EGraphView, ex: Extraction | Overridden, sink: int, decode
             own[id(n)] = _own_unrolled(view, ex, n)
         return own[id(n)]
 
-    fixed: list[int] = []   # computed when first needed: a kernel with no choices needs no bound
+    fixed = math.prod(own_unrolled(ex.node(c)) for c, _ in _walk_kernel(view, ex, sink, lambda c: alts.get(c) or [
+        ex.node(c)]) if c not in alts and ex.node(c).fn in BINDERS)
 
     def over_limit(choice: dict[int, ENode], key: tuple[int, ...]) -> bool:
         limit = model.max_unrolled
-        if limit is None:
-            return False
-        if not fixed:
-            fixed.append(math.prod(own_unrolled(ex.node(c)) for c, _ in _walk_kernel(
-                view, ex, sink, lambda c: alts.get(c) or [ex.node(c)]) if c not in alts and ex.node(c).fn in BINDERS))
-        if fixed[0] * math.prod(own_unrolled(choice.get(c) or ex.node(c)) for c in alts) <= limit:
+        if limit is None or fixed * math.prod(own_unrolled(choice.get(c) or ex.node(c)) for c in alts) <= limit:
             return False
         if key not in too_unrolled and _unrolled(view, ex, sink, choice) > limit:
             too_unrolled.add(key)
@@ -412,9 +412,7 @@ def rank_kernel(view: EGraphView, ex: Extraction | Overridden, sink: int, decode
         return evaluated[key]
 
     found: list[Candidate] = []
-    if not alts:   # the extraction's loop nest is the only one
-        pass
-    elif math.prod(len(a) for a in alts.values()) <= (QUICK_COMBINATIONS if quick else MAX_COMBINATIONS):
+    if math.prod(len(a) for a in alts.values()) <= (QUICK_COMBINATIONS if quick else MAX_COMBINATIONS):
         for pick in itertools.product(*alts.values()):
             if (cand := evaluate(dict(zip(alts, pick)))) is not None:
                 found.append(cand)
