@@ -100,11 +100,10 @@ from egraph_compiler.cpu_target import CPUTarget, cpu_target, host_cpu
 from egraph_compiler.diagnostics import BackendError, InvalidArgument, UnsupportedOp
 from egraph_compiler.dtypes import DType, dtypes
 from egraph_compiler.ops import OP_TABLE, AxisType, Ops
-from egraph_compiler.program import HostBuffers, Kernel, Program, buffer_of, stride
+from egraph_compiler.program import HostBuffers, Kernel, Program, accumulator_axis, buffer_of, stride
 from egraph_compiler.uop import UOp
 
 UNROLLED = frozenset({AxisType.UPCAST, AxisType.UNROLL})
-MAX_ACC_LANES = 64   # the widest vector of accumulators a REDUCE keeps along one unrolled axis
 MASKED_LOAD_DTYPES = frozenset({dtypes.float32, dtypes.float64, dtypes.int32, dtypes.int64, dtypes.uint32,
                                 dtypes.uint64})   # held in registers as stored (no bool/half/bf16 conversion)
 AUTO_PARALLEL_MIN_WORK = 1 << 16  # below this many iterations a thread hand-off costs more than it saves
@@ -814,10 +813,10 @@ class _Fn:
         at_ty = acc_ty(u.dtype)
         # copies along the store's contiguous axis accumulate in one vector: the same adds per lane in the same
         # order, but LLVM's SLP vectorizer no longer has to discover (and sometimes mis-packs) the tile
-        vec = outer[-1] if (outer and outer[-1] in self.contiguous and 2 <= _bound(outer[-1]) <= MAX_ACC_LANES
-                            and u.dtype in (dtypes.float32, dtypes.float64) and op in (Ops.ADD, Ops.MUL)) else None
+        vec = (accumulator_axis(u, list(outer), self.contiguous, self.kb.simd_bytes // u.dtype.itemsize)
+               if u.dtype in (dtypes.float32, dtypes.float64) and op in (Ops.ADD, Ops.MUL) else None)
         lanes = _bound(vec) if vec is not None else 1
-        rest = outer[:-1] if vec is not None else outer
+        rest = tuple(a for a in outer if a is not vec)
         ty = f"<{lanes} x {at_ty}>" if vec is not None else at_ty
         ident = self.kb.alu.identity(op, u.dtype)
         init = f"<{', '.join([f'{at_ty} {ident}'] * lanes)}>" if vec is not None else ident
@@ -856,7 +855,7 @@ class _Fn:
                 names.append(self.kb.alu.from_acc(self, x, u.dtype))
             else:
                 names += [self.ins(f"extractelement {ty} {x}, i64 {j}") for j in range(lanes)]
-        return Val(outer, tuple(names))
+        return Val(rest + ((vec,) if vec is not None else ()), tuple(names))
 
     # -- group reduce -------------------------------------------------------------------------------
     def part_ptr(self, base: str, d: DType, g: str) -> str:
@@ -1252,6 +1251,7 @@ class _Module:
             if u.op is Ops.REDUCE or any(s in self.loopy for s in u.src):
                 self.loopy.add(u)
         self.fast_math = fast_math
+        self.simd_bytes = cpu.simd_bytes
         self.need_bf16 = False
         self.decls: dict[str, None] = {}
         self.alu = _Alu(self)

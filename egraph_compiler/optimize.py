@@ -35,7 +35,7 @@ from egraph_compiler.extract.schedule import CostModel, cost_model_for, kernel_e
 from egraph_compiler.extract.view import ENode
 from egraph_compiler.late_simplify import LateSimplifier, affine_bounds
 from egraph_compiler.ops import OP_TABLE, Category, Ops
-from egraph_compiler.packing import pack_matmul_operands
+from egraph_compiler.packing import pack_operands
 from egraph_compiler.pipeline import shared_session, uop_cost
 from egraph_compiler.program import BufferSpec, Kernel, Program, buffer_of
 from egraph_compiler.report import IterationStats, Report
@@ -292,8 +292,8 @@ def _build(roots: list[UOp], names: list[str], target: str, backend: Any, tune: 
            deadline: float | None = None) -> Program:
     t0 = time.perf_counter()
     packs: list[UOp] = []
-    if target == "llvm":   # a packed copy of a GEMM's right operand: one more buffer the fusion search may keep
-        roots, packs = pack_matmul_operands(roots)
+    if target == "llvm":   # packed copies of GEMM and conv operands: buffers the fusion search may keep
+        roots, packs = pack_operands(roots)
     sess = shared_session("kernel", kernel_session)
     stages = stages_for(target, nolocals, graph_depth(roots))
     with sess.scope(stages, lim):

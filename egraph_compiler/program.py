@@ -288,6 +288,47 @@ def stride(idx: UOp, r: UOp) -> int | None:
     return None
 
 
+MAX_ACC_LANES = 64   # the widest vector of accumulators a REDUCE keeps along one unrolled axis
+
+
+def _loads_contiguous(body: UOp, r: UOp) -> bool:
+    """Every load in body whose index depends on r steps by 1 along it (a load that does not is broadcast)."""
+    for u in value_nodes(body):
+        if u.op is Ops.LOAD:
+            idx = u.src[0]
+            lin = idx.src[1] if idx.op is Ops.INDEX and len(idx.src) > 1 else None
+            if lin is None or stride(lin, r) not in (0, 1):
+                return False
+    return True
+
+
+def accumulator_axis(reduce: UOp, outer: list[UOp], store_contiguous: frozenset[UOp], lanes: int) -> UOp | None:
+    """The unrolled range along which the CPU backend keeps a REDUCE's accumulators in one vector (None: one
+    scalar accumulator per copy). `outer`: the unrolled ranges around the REDUCE that it depends on, in the
+    backend's emission order. The default is the last of them when the store steps by 1 along it (a GEMM tile's
+    columns) and it makes whole vectors or a power of two of lanes (LLVM splits 7 lanes into 4 + 2 + 1). When
+    that range does not fill whole vectors of `lanes`, or its loads step by more than 1, a range that does both
+    takes over: a convolution whose output channels read a packed weight (Q[ci, ky, kx, co]) keeps them in one
+    vector and broadcasts each input pixel, whatever the row's width or the stride."""
+    def usable(r: UOp) -> bool:
+        b = r.src[0]
+        return b.op is Ops.CONST and 2 <= int(b.arg) <= MAX_ACC_LANES
+
+    def full(r: UOp) -> bool:
+        return int(r.src[0].arg) % lanes == 0 and _loads_contiguous(reduce.src[0], r)
+
+    last = outer[-1] if outer else None
+    default = last if last is not None and last in store_contiguous and usable(last) and (
+        int(last.src[0].arg) % lanes == 0 or int(last.src[0].arg) & (int(last.src[0].arg) - 1) == 0) else None
+    if default is not None and full(default):
+        return default
+    better = [r for r in outer if usable(r) and full(r)]
+    if not better:
+        return default
+    first = {x: i for i, x in enumerate(reduce.src[0].toposort())}   # ties go the same way in every process
+    return max(better, key=lambda r: (r in store_contiguous, int(r.src[0].arg), first.get(r, -1)))
+
+
 def _linear(e: UOp) -> dict[UOp | None, int] | None:
     """e as coefficients of its ranges (None: the constant term), if it is a linear combination of them."""
     if e.op is Ops.RANGE:

@@ -45,8 +45,9 @@ from dataclasses import asdict, dataclass, field
 from functools import cache, lru_cache
 
 from egraph_compiler.cpu_target import CPUTarget, host_cpu
+from egraph_compiler.dtypes import dtypes
 from egraph_compiler.ops import AxisType, Ops
-from egraph_compiler.program import buffer_of, stride, value_nodes
+from egraph_compiler.program import accumulator_axis, buffer_of, stride, value_nodes
 from egraph_compiler.uop import UOp
 
 UNROLLED = (AxisType.UPCAST, AxisType.UNROLL)
@@ -185,6 +186,12 @@ def _bound(r: UOp) -> int:
     return int(b.arg) if b.op is Ops.CONST else 1
 
 
+def _width(n: int, lanes: int) -> float:
+    """Copies one vector instruction covers, on average, for n contiguous copies: whole vectors of `lanes`, and
+    fewer copies in power-of-two pieces (LLVM splits 7 lanes into 4 + 2 + 1: 7/3 a piece)."""
+    return lanes if n >= lanes else n / bin(n).count("1")
+
+
 def _unrolled(r: UOp) -> bool:
     return r.arg[1] in UNROLLED
 
@@ -207,6 +214,7 @@ class _Walk:
         self.code = 0.0
         self.contiguous: frozenset[UOp] = frozenset()   # the item's unrolled ranges its store steps by 1 along
         self.strided: frozenset[UOp] = frozenset()      # ... and those it steps along by more (or non-linearly)
+        self.vec: UOp | None = None   # inside a REDUCE that keeps its accumulators along another range than those
 
     def deps(self, u: UOp) -> frozenset[UOp]:
         """Ranges u depends on (a REDUCE's own ranges are bound inside it)."""
@@ -264,9 +272,11 @@ class _Walk:
         store steps over by more pack poorly (counted one a vector); copies of ranges the store does not see
         (partial sums) pack fully."""
         d = self.deps(u)
+        if self.vec is not None:   # one vector of copies along the accumulators' range; the others one each
+            return _width(_bound(self.vec), lanes) if self.vec in d else 1
         along = [r for r in d if r in self.contiguous]
         if along:
-            return min(lanes, math.prod(_bound(r) for r in along))
+            return _width(math.prod(_bound(r) for r in along), lanes)
         return 1 if d & self.strided else lanes
 
     def charge(self, u: UOp, loops: list[UOp], trips: list[int], unrolled: frozenset[UOp],
@@ -295,7 +305,8 @@ class _Walk:
             lin = idx.src[1] if idx.op is Ops.INDEX and len(idx.src) > 1 else None
             unr = [r for r in self.deps(u) if _unrolled(r)]
             gated = u.op is Ops.LOAD and len(u.src) == 3 and not (u.src[2].op is Ops.CONST and u.src[2].arg is True)
-            runs = [min(_bound(r), lanes) for r in unr if lin is not None and stride(lin, r) == 1]
+            along = unr if self.vec is None else [self.vec] if self.vec in unr else []
+            runs = [_width(_bound(r), lanes) for r in along if lin is not None and stride(lin, r) == 1]
             vectorizes = lin is not None and not gated and (not unr or bool(runs))
             width = max(runs, default=lanes)   # one vector per contiguous run; other copies are more loads
             if gated:  # a branch around every copy: neither vectorized nor cheap
@@ -313,7 +324,7 @@ class _Walk:
                         self.stalls += trip * PAGE_STEP_CYCLES
         auto = vector_loop and depth == len(loops) and depth > 0 and copies == 1
         if copies > 1 and vectorizes and not scalar:
-            cost = math.ceil(copies / width) * per * self.wide(min(width, copies) * itemsize)
+            cost = math.ceil(copies / width - 1e-9) * per * self.wide(min(width, copies) * itemsize)
         elif auto and vectorizes:
             cost = per / (lanes * LOOP_VECTOR_INTERLEAVE) * self.wide(lanes * itemsize)
         else:
@@ -342,7 +353,13 @@ class _Walk:
             self.loop_cycles += inner_trips[-1] * LOOP_CYCLES
         acc = self.copies(u)   # one accumulator per copy of the unrolled ranges around it; its own add up in order
         scalar = nested and acc > 1
-        vectors = acc if scalar else math.ceil(acc / self.packed(u, self.m.lanes(max(1, u.dtype.itemsize))))
+        outer_vec = self.vec
+        if not scalar and u.dtype in (dtypes.float32, dtypes.float64) and u.arg[0] in (Ops.ADD, Ops.MUL):
+            outer = sorted((r for r in self.deps(u) if _unrolled(r)), key=lambda r: r in self.contiguous)
+            vec = accumulator_axis(u, outer, self.contiguous, self.m.lanes(u.dtype.itemsize))
+            if vec is not None and vec not in self.contiguous:
+                self.vec = vec
+        vectors = acc if scalar else math.ceil(acc / self.packed(u, self.m.lanes(max(1, u.dtype.itemsize))) - 1e-9)
         chain = math.prod(_bound(r) for r in own if _unrolled(r))
         before, before_loads, before_stalls = self.cycles + self.loop_cycles, self.load_cycles, self.stalls
         # a strict-FP reduction loop is not vectorized by LLVM: its body runs one element per iteration
@@ -351,6 +368,7 @@ class _Walk:
         self.visit(u.src[0], inner_loops, inner_trips, unrolled | {r for r in own if _unrolled(r)},
                    vector_loop=False, in_reduce=True)
         self.scalar_depth -= scalar
+        self.vec = outer_vec
         # the accumulating adds: one per accumulator vector and own unrolled copy (none for a float sum of products:
         # the backend contracts each product and its add into one FMA, already charged as the product); each
         # accumulator's adds form a dependency chain, so an iteration takes at least the add latency per own

@@ -302,11 +302,12 @@ RULES = [r for rs in OPTOPS.values() for r in rs.rules]
 # Padto, "group"/"thread" one slice per core, "swap"/"tc" on or off). The LLVM backend already runs the outermost
 # loop on every core (a THREAD split of it, which is why "thread" is not searched there); on the CPU, register
 # tiles are 8 to 32 copies along an axis (rows of a tile, or one to two AVX-512 vectors of columns; 4 added nothing
-# and doubled the ranking time), swap puts a GEMM's column panel outside its rows (the panel stays in L2), and
+# and doubled the ranking time), or 7 and 14 (a convolution's rows of pixels at ResNet's widths, 56 to 14, beside
+# a vector of output channels), swap puts a GEMM's column panel outside its rows (the panel stays in L2), and
 # Padto pads a tile axis to 8 or 32 when neither divides it. The reference interpreter gains nothing from a
 # schedule.
 SPLIT_FACTORS: dict[str, dict[str, tuple[int, ...]]] = {
-    "llvm": {"u": (8, 16, 32), "r": (4,), "acc": (16, 32), "pad-u": (8, 32), "swap": (1,)},
+    "llvm": {"u": (7, 8, 14, 16, 32), "r": (4,), "acc": (16, 32), "pad-u": (8, 32), "swap": (1,)},
     "cuda": {"l": (64, 256), "G": (256,), "u": (4,), "pad-l": (256,), "pad-G": (256,), "swap": (1,), "tc": (16,)},
     "reference": {},
 }

@@ -10,9 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from egraph_compiler import Tensor, optimize
+from egraph_compiler.cpu_target import cpu_target
 from egraph_compiler.ops import AxisType, Ops
-from egraph_compiler.packing import PANEL, pack_matmul_operands
-from egraph_compiler.program import stride
+from egraph_compiler.packing import PANEL, pack_operands
+from egraph_compiler.program import accumulator_axis, ranges_in, stride
 from egraph_compiler.uop import UOp
 
 
@@ -28,7 +29,7 @@ def test_the_packed_view_has_the_same_values(m: int, k: int, n: int, epilogue: b
     t = E(m, k, name="a") @ E(k, n, name="b")
     if epilogue:
         t = (t + E(n, name="c")).relu()
-    (packed,), packs = pack_matmul_operands([t.uop])
+    (packed,), packs = pack_operands([t.uop])
     assert len(packs) == 1 and packs[0].shape == (n // PANEL, k, PANEL)
     rng = np.random.default_rng(m + k + n)
     x = {u.arg[0]: rng.standard_normal(u.arg[1]).astype(np.float32)
@@ -40,7 +41,7 @@ def test_small_or_unaligned_products_are_not_packed() -> None:
     """Too few rows to pay for the copy, or columns no panel divides: nothing to offer."""
     for a, b in (((16, 64), (64, 64)), ((256, 64), (64, 40)), ((256, 64), (64, 32))):
         t = E(*a, name="a") @ E(*b, name="b")
-        assert pack_matmul_operands([t.uop]) == ([t.uop], [])
+        assert pack_operands([t.uop]) == ([t.uop], [])
 
 
 def test_a_long_reduction_reads_a_packed_copy() -> None:
@@ -79,3 +80,84 @@ def test_stride_through_mod_and_div_is_exact(s: int, n: int, outer: int, const: 
 
     for ov, rv in itertools.product(range(4), range(n - 1)):
         assert val(ov, rv + 1) - val(ov, rv) == step
+
+
+def _conv_ref(x: np.ndarray, w: np.ndarray, stride: int, padding: int) -> np.ndarray:
+    """Direct convolution in float64 (sliding_window_view), groups 1."""
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (padding, padding), (padding, padding)))
+    win = np.lib.stride_tricks.sliding_window_view(xp, w.shape[2:], axis=(2, 3))[:, :, ::stride, ::stride]
+    return np.einsum("nchwyx,ocyx->nohw", win, w.astype(np.float64))
+
+
+def _channel_vector_reduces(prog: object, lanes: int = 16) -> list[UOp]:
+    """The REDUCEs of a program whose accumulators the CPU backend keeps along a range the store does not step by 1
+    (a convolution's output channels), for vectors of `lanes` floats."""
+    found = []
+    for k in prog.kernels:   # type: ignore[attr-defined]
+        for store in (u for u in k.ast.toposort() if u.op is Ops.STORE):
+            lin = store.src[0].src[1]
+            for red in (u for u in store.toposort() if u.op is Ops.REDUCE):
+                outer = sorted((r for r in ranges_in(red) - set(red.src[1:]) if r.arg[1] is AxisType.UPCAST),
+                               key=lambda r: stride(lin, r) == 1)
+                contiguous = frozenset(r for r in outer if stride(lin, r) == 1)
+                vec = accumulator_axis(red, outer, contiguous, lanes)
+                if vec is not None and vec not in contiguous:
+                    found.append(red)
+    return found
+
+
+def test_a_convolution_weight_gets_a_channels_last_view() -> None:
+    """conv2d's weight (Cout, Cin, kh, kw) is read through Q = W.permute(1, 2, 3, 0): one pack, the same values;
+    output channels that fill no vector, or grouped convolutions, are left alone."""
+    x, w = E(2, 5, 17, 17, name="x"), E(32, 5, 3, 3, name="w")
+    t = x.conv2d(w, padding=1, stride=2)
+    (packed,), packs = pack_operands([t.uop])
+    assert len(packs) == 1 and packs[0].shape == (5, 3, 3, 32)
+    rng = np.random.default_rng(3)
+    bufs = {"x": rng.standard_normal((2, 5, 17, 17), dtype=np.float32),
+            "w": rng.standard_normal((32, 5, 3, 3), dtype=np.float32)}
+    np.testing.assert_allclose(evaluate(packed, bufs), evaluate(t.uop, bufs), rtol=1e-5, atol=1e-5)
+    for cout, groups in ((24, 1), (32, 2)):
+        t = E(1, 4, 12, 12, name="x").conv2d(E(cout, 4 // groups, 3, 3, name="w"), groups=groups)
+        assert pack_operands([t.uop]) == ([t.uop], [])
+
+
+@settings(max_examples=6, deadline=None)
+@given(st.sampled_from([1, 2]), st.sampled_from([3, 8, 16]), st.integers(8, 20), st.sampled_from([32, 48, 64]),
+       st.sampled_from([(3, 1, 1), (3, 2, 1), (1, 2, 0), (3, 1, 0)]))
+def test_accumulators_along_output_channels_are_correct(n: int, cin: int, wo: int, cout: int,
+                                                        conv: tuple[int, int, int]) -> None:
+    """With the weight given channels-last, the schedules that keep a vector of output channels per accumulator
+    (program.accumulator_axis) exist, and every one of them computes the convolution (numpy, float64). Outputs
+    8 to 20 pixels wide (narrower ones take conv2d's im2col lowering)."""
+    k, stride_, padding = conv
+    hw = (wo - 1) * stride_ + k - 2 * padding
+    q = E(cin, k, k, cout, name="q")
+    t = E(n, cin, hw, hw, name="x").conv2d(q.permute(3, 0, 1, 2), stride=stride_, padding=padding)
+    alts: list[tuple[str, object]] = []
+    optimize(t, target="llvm", alternatives=alts)
+    rng = np.random.default_rng(n * cin * hw + cout)
+    x = rng.standard_normal((n, cin, hw, hw), dtype=np.float32)
+    w = rng.standard_normal((cout, cin, k, k), dtype=np.float32)
+    want = _conv_ref(x, w, stride_, padding)
+    along = [(s, p) for s, p in alts if _channel_vector_reduces(p, cpu_target().simd_bytes // 4)]
+    assert along, [s for s, _ in alts]
+    for s, p in along[:4]:
+        np.testing.assert_allclose(p(x=x, q=np.ascontiguousarray(w.transpose(1, 2, 3, 0))), want,  # type: ignore[operator]
+                                   rtol=1e-4, atol=1e-4, err_msg=s)
+
+
+def test_a_resnet_convolution_keeps_channels_in_vectors() -> None:
+    """3x3, 128 channels at 28x28, batch 2 (rows of 28 fill no vector of pixels without padding): the search keeps
+    the channels-last weight and the estimate ranks a schedule with accumulators along the output channels first
+    (measured on Zen 4: 211 GFLOP/s against 156 for the best padded row of pixels; AVX2 code 105 against 78);
+    the result matches numpy."""
+    t = E(2, 128, 28, 28, name="x").conv2d(E(128, 128, 3, 3, name="w"), padding=1)
+    prog = optimize(t, target="llvm")
+    decisions = {d["tensor"].split()[0]: d["decision"] for d in prog.report.extra["fusion"]["decisions"]}
+    assert decisions["PACK"] == "materialized"
+    assert _channel_vector_reduces(prog, cpu_target().simd_bytes // 4)
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((2, 128, 28, 28), dtype=np.float32)
+    w = rng.standard_normal((128, 128, 3, 3), dtype=np.float32)
+    np.testing.assert_allclose(prog(x=x, w=w), _conv_ref(x, w, 1, 1), rtol=1e-3, atol=1e-3)
