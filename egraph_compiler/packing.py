@@ -52,7 +52,10 @@ def _right_operand(u: UOp) -> UOp | None:
 
 
 def channels_last_view(w: UOp) -> tuple[UOp, UOp]:
-    """(Q, W as a view of Q) for a (Cout, Cin, kh, kw) convolution weight w: Q[ci, ky, kx, co] = w[co, ci, ky, kx]."""
+    """(Q, W as a view of Q) for a (Cout, Cin, kh, kw) convolution weight w: Q[ci, ky, kx, co] = w[co, ci, ky, kx].
+    A permutation alone: reads through it stay affine (a blocked [co // 32, (ci, ky, kx), co % 32] copy reads w
+    through a div and mod that the rules do not always fold back within the iteration limit, and then it is
+    priced as missing the cache on every element)."""
     q = w.permute((1, 2, 3, 0))
     return q, q.permute((3, 0, 1, 2))
 

@@ -63,6 +63,11 @@ DEFAULT_OP = 1.0
 # not one: the backend renders it inline (about 28 vector instructions), and it vectorizes like arithmetic
 SCALAR_MATH = (Ops.LOG2, Ops.SIN, Ops.COS)
 GATE_CYCLES = 2.0          # the branch (or select) around a gated load
+# a load of one element (a broadcast operand, a gathered lane) issues a little slower than a vector load. Measured
+# on Zen 4, 3x3 convolution 64 -> 64 channels at 56x56: one broadcast weight per 8-lane FMA (17 loads and 16 FMAs
+# a step) ran 15% slower than one broadcast pixel per 16-lane FMA (9 loads, 16 FMAs of twice the width), where
+# 0.5 cycles a load priced the first 4% faster
+SCALAR_LOAD_EXTRA = 0.05
 CODE_SIZE = {Ops.EXP2: 30}  # scalar instructions one copy of an op renders to (else 1)
 LINE = 64                  # bytes in a cache line
 # the share of a cache a loop nest's footprint may fill before it counts as not fitting (associativity and the
@@ -328,7 +333,7 @@ class _Walk:
         elif auto and vectorizes:
             cost = per / (lanes * LOOP_VECTOR_INTERLEAVE) * self.wide(lanes * itemsize)
         else:
-            cost = copies * per
+            cost = copies * (per + (SCALAR_LOAD_EXTRA if u.op is Ops.LOAD else 0.0))
         if u.op is Ops.LOAD:
             self.load_cycles += trip * cost
         else:

@@ -10,6 +10,7 @@ split itself (invariant 4: `RKSplit key f 0` is the outer part, `RKSplit key f
 One part takes the split's target AxisType (the spec's "split from" table):
 
   split-upcast-<pos>          END  L -> L outer, UPCAST inner           (registers / SIMD lanes)
+  split-upcast-odd-<pos>      the same by 7 or 14, where 8 does not divide the range (rows of 28 pixels)
   split-local-<pos>           END  L -> L outer, LOCAL inner            (threads of a GPU block)
   split-thread                END  L -> THREAD outer (one per core), L inner
   split-unroll-<pos>          REDUCE R -> R outer, UNROLL inner
@@ -99,18 +100,24 @@ def _parts(key: str, outer: str, inner: str, outer_bound: str = "(/ n f)") -> li
 SPLIT_IDENTITY = f"(union r (ADD {IX} (MUL {IX} ro {ik('f')}) ri))"   # r == outer*f + inner
 
 
-def _split_rule(rs: RuleSet, name: str, binder: str, kind: str, inner: str, keyc: str, pos: int) -> None:
-    """Split the range at position `pos` of the binder's range list (after its body)."""
+def _split_rule(rs: RuleSet, name: str, binder: str, kind: str, inner: str, keyc: str, pos: int,
+                odd: bool = False) -> None:
+    """Split the range at position `pos` of the binder's range list (after its body). `odd`: the factors of
+    kind `<inner>-odd`, tried only on ranges that 8 does not divide (a row of 28 pixels: 7 or 14). Never the
+    whole range: its outer part of one iteration is 0, so the inner part is proved equal to the range itself
+    and the loop nest binds the same range twice."""
     before = [f"x{i}" for i in range(pos)]
     e = _binder(binder, "body", _nest(before, "(UCons r rest)"))
     e_new = _binder(binder, "body", _nest(before, "(UCons ro (UCons ri rest))"))
-    rule(rs, f"split-{name}-{pos}",
+    fact = [f'(split-factor "{inner}-odd" f)', "(!= (% n 8) 0)"] if odd else [f'(split-factor "{inner}" f)']
+    rule(rs, f"split-{name}{'-odd' if odd else ''}-{pos}",
          [f"(= e {e})", f'(= r (RANGE {IX} key "{kind}" (CONST {IX} (I n))))', f"(= key ({keyc} t k))",
-          f'(split-factor "{inner}" f)', "(< f n)", "(= (% n f) 0)"],
+          *fact, "(< f n)", "(= (% n f) 0)"],
          [*_parts("RKSplit key f", kind, inner), SPLIT_IDENTITY, f"(union e {e_new})"],
          category="optops", check="structural",
          doc=f"range {pos} of a {binder} split by f: outer part keeps its AxisType, inner part becomes "
-             f"{name.upper()} (r == outer*f + inner, proved in tests/test_optops.py)")
+             f"{name.upper()} (r == outer*f + inner, proved in tests/test_optops.py)"
+             + ("; for ranges 8 does not divide" if odd else ""))
 
 
 def _padto_rule(rs: RuleSet, name: str, binder: str, inner: str, pos: int, op: str = "") -> None:
@@ -275,6 +282,8 @@ def build() -> dict[str, RuleSet]:
     for name, binder, kind, inner, keyc in SPLITS:
         for pos in range(MAX_POSITION):
             _split_rule(rs(inner), name, binder, kind, inner, keyc, pos)
+            if inner == "u":
+                _split_rule(rs("u-odd"), name, binder, kind, inner, keyc, pos, odd=True)
     for name, binder, inner in PADS:
         for pos in range(MAX_POSITION):
             if binder == "END":
@@ -302,12 +311,12 @@ RULES = [r for rs in OPTOPS.values() for r in rs.rules]
 # Padto, "group"/"thread" one slice per core, "swap"/"tc" on or off). The LLVM backend already runs the outermost
 # loop on every core (a THREAD split of it, which is why "thread" is not searched there); on the CPU, register
 # tiles are 8 to 32 copies along an axis (rows of a tile, or one to two AVX-512 vectors of columns; 4 added nothing
-# and doubled the ranking time), or 7 and 14 (a convolution's rows of pixels at ResNet's widths, 56 to 14, beside
-# a vector of output channels), swap puts a GEMM's column panel outside its rows (the panel stays in L2), and
+# and doubled the ranking time), or 7 and 14 where 8 does not divide the range (a convolution's rows of 28 or 14
+# pixels beside a vector of output channels), swap puts a GEMM's column panel outside its rows (the panel stays in L2), and
 # Padto pads a tile axis to 8 or 32 when neither divides it. The reference interpreter gains nothing from a
 # schedule.
 SPLIT_FACTORS: dict[str, dict[str, tuple[int, ...]]] = {
-    "llvm": {"u": (7, 8, 14, 16, 32), "r": (4,), "acc": (16, 32), "pad-u": (8, 32), "swap": (1,)},
+    "llvm": {"u": (8, 16, 32), "u-odd": (7, 14), "r": (4,), "acc": (16, 32), "pad-u": (8, 32), "swap": (1,)},
     "cuda": {"l": (64, 256), "G": (256,), "u": (4,), "pad-l": (256,), "pad-G": (256,), "swap": (1,), "tc": (16,)},
     "reference": {},
 }

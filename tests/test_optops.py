@@ -318,3 +318,20 @@ def test_tuning_cache_survives_bad_files_and_concurrent_writers(tmp_path: Any, m
              for n in (24, 40)]
     assert all(p.wait(timeout=300) == 0 for p in procs)
     assert len(json.loads(store.read_text())) == 2
+
+
+@pytest.mark.parametrize(("rows", "odd"), [(28, {"7u", "14u"}), (56, set()), (7, set()), (14, {"7u"})])
+def test_tiles_of_7_and_14_only_where_8_does_not_divide(rows: int, odd: set[str]) -> None:
+    """The LLVM target's odd register tiles (SPLIT_FACTORS "u-odd") split a range only where 8 does not divide it
+    (a row of 28 or 14 pixels), never as the whole range (a row of 7: its outer part of one iteration would make
+    the inner part the range itself); every such schedule computes the product (numpy)."""
+    assert SPLIT_FACTORS["llvm"]["u-odd"] == (7, 14)
+    a, b = Tensor.empty((rows, 24), dtype="float32", name="a"), Tensor.empty((24, 32), dtype="float32", name="b")
+    alts: list[tuple[str, Program]] = []
+    optimize(a @ b, target="llvm", alternatives=alts)
+    tiles = {part for s, _ in alts for part in s.replace("]", " ").split() if part in ("7u", "14u")}
+    assert tiles == odd, [s for s, _ in alts]
+    av, bv = rand_array((rows, 24), seed=rows), rand_array((24, 32), seed=rows + 1)
+    for s, p in alts:
+        if any(t in s for t in ("7u", "14u")):
+            np.testing.assert_allclose(p(a=av, b=bv), av @ bv, rtol=1e-4, atol=1e-4, err_msg=s)

@@ -161,3 +161,4 @@ def test_a_resnet_convolution_keeps_channels_in_vectors() -> None:
     x = rng.standard_normal((2, 128, 28, 28), dtype=np.float32)
     w = rng.standard_normal((128, 128, 3, 3), dtype=np.float32)
     np.testing.assert_allclose(prog(x=x, w=w), _conv_ref(x, w, 1, 1), rtol=1e-3, atol=1e-3)
+
