@@ -358,13 +358,15 @@ class _Walk:
             self.loop_cycles += inner_trips[-1] * LOOP_CYCLES
         acc = self.copies(u)   # one accumulator per copy of the unrolled ranges around it; its own add up in order
         scalar = nested and acc > 1
-        outer_vec = self.vec
-        if not scalar and u.dtype in (dtypes.float32, dtypes.float64) and u.arg[0] in (Ops.ADD, Ops.MUL):
+        outer_vec, vec = self.vec, None
+        float_acc = not scalar and u.dtype in (dtypes.float32, dtypes.float64) and u.arg[0] in (Ops.ADD, Ops.MUL)
+        if float_acc:   # the backend's accumulators: along this range, or one scalar per copy
             outer = sorted((r for r in self.deps(u) if _unrolled(r)), key=lambda r: r in self.contiguous)
             vec = accumulator_axis(u, outer, self.contiguous, self.m.lanes(u.dtype.itemsize))
             if vec is not None and vec not in self.contiguous:
                 self.vec = vec
-        vectors = acc if scalar else math.ceil(acc / self.packed(u, self.m.lanes(max(1, u.dtype.itemsize))) - 1e-9)
+        vectors = acc if scalar or (float_acc and vec is None) else math.ceil(
+            acc / self.packed(u, self.m.lanes(max(1, u.dtype.itemsize))) - 1e-9)
         chain = math.prod(_bound(r) for r in own if _unrolled(r))
         before, before_loads, before_stalls = self.cycles + self.loop_cycles, self.load_cycles, self.stalls
         # a strict-FP reduction loop is not vectorized by LLVM: its body runs one element per iteration

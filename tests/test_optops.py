@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from test_llvm_backend import buf, kernel, load, reduce, rng, store
 
 from egraph_compiler import AxisType, Ops, Tensor, UOp, optimize
-from egraph_compiler.program import Program
+from egraph_compiler.program import Program, accumulator_axis, stride
 
 MACHINE = CPUMachine(cores=2, simd_bytes=32, vector_regs=16)   # fixed, so rankings don't depend on the host
 
@@ -183,6 +183,21 @@ def test_cost_model_prefers_a_register_tiled_gemm() -> None:
     assert tiled.seconds < plain.seconds / 4, (tiled, plain)
     spilling = estimate(_gemm(1024, 16, 64), MACHINE)   # 128 vector accumulators: far more than 16 registers
     assert spilling.spills and spilling.seconds > tiled.seconds
+
+
+def test_cost_model_prices_the_backends_scalar_accumulators() -> None:
+    """A tile of 14 columns fills no vector and its rows read A a row apart: the backend keeps one scalar
+    accumulator per copy (program.accumulator_axis gives no range), and the estimate counts 56 of them, which
+    spill, not 4 vectors of 14 lanes (such a 3x3 convolution tile ran 5x slower than priced that way)."""
+    odd, even = _gemm(448, 4, 14), _gemm(448, 4, 16)
+    red = next(u for u in odd.toposort() if u.op is Ops.REDUCE)
+    store_ = next(u for u in odd.toposort() if u.op is Ops.STORE)
+    tile = sorted((r for r in red.toposort() if r.op is Ops.RANGE and r.arg[1] is AxisType.UPCAST),
+                  key=lambda r: r.src[0].arg == 14)
+    contiguous = frozenset(r for r in tile if stride(store_.src[0].src[1], r) == 1)
+    assert accumulator_axis(red, tile, contiguous, MACHINE.lanes(4)) is None
+    slow, fast = estimate(odd, MACHINE), estimate(even, MACHINE)
+    assert slow.spills and not fast.spills and slow.seconds > 2 * fast.seconds
 
 
 def _row_reduce_then_scale(n: int, m: int, upcast_rows: int) -> UOp:
