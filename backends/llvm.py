@@ -87,6 +87,7 @@ import math
 import os
 import struct
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -1515,7 +1516,7 @@ class _Runner:
             if c is not None:
                 self.steps.append((None, c))
         self.python = any(c is not None for _, c in self.steps)
-        self.seen: dict[int, tuple[np.ndarray, int]] = {}
+        self.seen: dict[int, tuple[weakref.ref[np.ndarray], int]] = {}
         self.tables: list[Any] = []
 
     def _driver(self, batch: list[LLVMCompiled], slot: dict[str, int], cpu: CPUTarget) -> Any:
@@ -1537,15 +1538,17 @@ class _Runner:
         return native.funcs["drive"]
 
     def __call__(self, bufs: dict[str, np.ndarray]) -> None:
-        # the arrays of the last call and their addresses: a caller passing the same inputs again (a serving
-        # loop, the program's own reused intermediates) skips taking them; holding the arrays keeps ids unique
+        # the arrays of the last call (weakly: the program reuses an output the caller dropped, which it tells by
+        # its reference count) and their addresses: a caller passing the same inputs again (a serving loop, the
+        # program's own reused buffers) skips taking them; a dead reference never matches a new array's id
         seen, fresh, addrs = self.seen, {}, []
         for n in self.names:
             a = bufs[n]
             hit = seen.get(id(a))
-            addr = hit[1] if hit is not None and hit[0] is a else _address(a)
-            fresh[id(a)] = (a, addr)
-            addrs.append(addr)
+            if hit is None or hit[0]() is not a:
+                hit = (weakref.ref(a), _address(a))
+            fresh[id(a)] = hit
+            addrs.append(hit[1])
         self.seen = fresh
         try:
             table = self.tables.pop()   # concurrent calls each take their own

@@ -10,6 +10,7 @@ import importlib.util
 import json
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +18,7 @@ import pytest
 from egraph_compiler.backends.reference import evaluate
 
 from egraph_compiler import Tensor, optimize
+from egraph_compiler.program import REUSE_OUTPUT_BYTES
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
@@ -93,3 +95,27 @@ def test_repeated_calls_reuse_intermediates_and_stay_correct() -> None:
     for v in x.values():   # the same arrays, changed in place: the new values are read
         v *= np.float32(-0.5)
     np.testing.assert_allclose(prog(**x), evaluate(out.uop, x), rtol=1e-4, atol=1e-4)
+
+
+def test_a_dropped_output_is_written_again_and_a_kept_one_never() -> None:
+    """Outputs of REUSE_OUTPUT_BYTES or more: a call whose result the caller dropped hands its memory to the next
+    call (no fresh pages to fault in); a result the caller keeps, or a view of it, is never written again, also
+    across threads."""
+    n = 128   # 64 KiB of float32
+    assert n * n * 4 >= REUSE_OUTPUT_BYTES
+    x = Tensor.empty((n, n), dtype="float32", name="x")
+    prog = optimize((x * 2.0).relu(), target="llvm")
+    a = np.random.default_rng(0).standard_normal((n, n), dtype=np.float32)
+    address = prog(x=a).__array_interface__["data"][0]   # dropped at once
+    assert prog(x=a).__array_interface__["data"][0] == address
+    kept = prog(x=a)
+    view = prog(x=a * 2)[3:]
+    later = [prog(x=a * 3) for _ in range(3)]
+    np.testing.assert_array_equal(kept, np.maximum(a * 2, 0))
+    np.testing.assert_array_equal(view, np.maximum(a * 4, 0)[3:])
+    for got in later:
+        np.testing.assert_array_equal(got, np.maximum(a * 6, 0))
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(lambda k: (k, prog(x=a * k)), range(1, 9)))
+    for k, got in results:
+        np.testing.assert_array_equal(got, np.maximum(a * 2 * k, 0))
