@@ -54,14 +54,21 @@ class Row:
         return None if not self.ok or peer is None or self.ours_ms is None else peer / self.ours_ms
 
 
+MIN_TIMED_S = 0.05   # timed calls of a fast program fill at least this long (median_ms)
+
+
 def progress(msg: str) -> None:
     print(f"[models {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
 def median_ms(fn: Any, repeat: int) -> float:
     """Median wall time in ms of fn() (bench/measure.py's timing: one warm-up, at least 3 calls, up to `repeat`
-    within 10 s)."""
-    return time_calls(fn, repeat=repeat).median_s * 1e3
+    within 10 s); a program of microseconds gets as many calls as fill MIN_TIMED_S (up to 1,000), for ours and the
+    peers alike: ten calls of a 10 us program time the caches warming up more than the program."""
+    t0 = time.perf_counter()
+    fn()
+    once = time.perf_counter() - t0
+    return time_calls(fn, repeat=max(repeat, min(1000, int(MIN_TIMED_S / max(once, 1e-6))))).median_s * 1e3
 
 
 def run_ours(m: Model, x: dict[str, np.ndarray], row: Row, repeat: int) -> np.ndarray:
