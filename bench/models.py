@@ -6,7 +6,9 @@ Per model: our first-call time (`opt+jit s`: optimize, LLVM compile and the firs
 repeated calls, compilation excluded), kernel count and the cost model's estimate beside the measured time;
 PyTorch eager's run time; torch.compile's compile time (its first call, caches off) and run time. Ratios are peer
 time / our time: above 1 means we are faster. Every output is checked against PyTorch eager's. The dense chain
-runs at several depths to show how run time and first-call time grow with depth.
+runs at several depths to show how run time and first-call time grow with depth. All of ours run before any of
+torch's (whose idle threads and compile workers linger on the cores); programs of microseconds are timed over
+enough calls to fill 50 ms.
 
 Results table to stdout, progress to stderr. Exit status 0, or 1 if any of our results was wrong or failed.
 torch is an optional benchmark extra (`pip install -e '.[models]'`), never a runtime dependency.
@@ -178,19 +180,22 @@ def main(argv: list[str] | None = None) -> int:
     print(f"CPU: {cpu_name()}; load average {os.getloadavg()[0]:.2f}; torch {torch.__version__} "
           f"({torch.get_num_threads()} threads); float32; dense chain depths {DENSE_DEPTHS}")
     rows: list[Row] = []
+    ours: list[np.ndarray | None] = []
+    # ours first, every model: torch leaves OpenMP threads spinning and inductor's compile workers behind, which on
+    # a small machine take cores from whatever runs after them (a ResNet block timed after the GPT-2 block's
+    # torch.compile ran 30% slower); our pool threads sleep when idle
     for m in models:
         row = Row(m.name, m.label)
         rows.append(row)
-        x = m.inputs()
-        # ours first: torch leaves OpenMP threads spinning and inductor's compile workers behind, which on a small
-        # machine would take cores from whatever runs next; our pool threads sleep when idle
         progress(f"{m.name}: ours")
         try:
-            out = run_ours(m, x, row, args.repeat)
+            ours.append(run_ours(m, m.inputs(), row, args.repeat))
         except Exception as e:
-            out = None
+            ours.append(None)
             row.error = f"{type(e).__name__}: {e}"
             progress("".join(traceback.format_exception_only(e)).strip())
+    for m, row, out in zip(models, rows, ours):
+        x = m.inputs()
         progress(f"{m.name}: torch")
         try:
             ref = run_torch(m, x, row, args.repeat, not args.no_compile)
