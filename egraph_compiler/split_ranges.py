@@ -9,7 +9,9 @@ of lowering. Range keys decode to ("out" | "red", e-class, axis) for ranges
 from rangeify, ("split", parent key, factor, part) for split parts and
 ("pad", parent key, factor, part) for the parts of a padded split (Padto),
 which define their parent but not the other way round: they also run over
-the padding, where the parent does not exist.
+the padding, where the parent does not exist. A range padded up to a single
+tile (a row of 7 pixels in a tile of 8) is its inner part: the outer part
+runs once, and the loop nest drops it as a loop over a size-one axis.
 """
 
 from __future__ import annotations
@@ -53,6 +55,9 @@ def _define(key: Any, bound: dict[Any, UOp], depth: int = 0) -> UOp | None:
             return o * f + i   # r = outer * f + inner
     if (sk := split_key(key)) is not None and (p := _define(sk[0], bound, depth + 1)) is not None:
         return p // sk[1] if sk[2] == 0 else p % sk[1]   # outer = r // f, inner = r % f
+    for k, r in bound.items():   # a range padded up to one tile: its outer part ran once and was dropped as a
+        if (sk := split_key(k, ("pad",))) is not None and sk[0] == key and sk[2] == 1:   # size-one loop (it is 0)
+            return r
     return None
 
 

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from egraph_compiler.tensor import Tensor
 
 
-IM2COL_BELOW_WIDTH = 8   # conv2d outputs narrower than this become an im2col copy and a GEMM
+IM2COL_BELOW_WIDTH = 5   # conv2d outputs narrower than this become an im2col copy and a GEMM (conv2d)
 
 def _pair(x: Any, what: str) -> tuple[int, int]:
     if isinstance(x, (tuple, list)):
@@ -156,10 +156,11 @@ class TensorNN:
         ho, wo = xw.shape[2], xw.shape[4]
         g = groups
         if g == 1 and wo < IM2COL_BELOW_WIDTH and ho * wo > 1:
-            # rows too short for a vector (ResNet's 7x7 stages): the windows copied once into columns, then
-            # one product with every output pixel along a row (measured 512 channels at 7x7: 9.6 -> 3.0 ms). The
-            # copy keeps its six axes (flattened, its loads would divide by wo for every pixel: 0.58 -> 0.09 ms
-            # there), and the product reads it flattened: a contiguous buffer reshapes for free
+            # rows of 4 pixels or fewer, which a padded tile of 8 would more than double: the windows copied once
+            # into columns, then one product with every output pixel along a row. (Rows of 5 to 7, ResNet's 7x7
+            # stage, pad to a tile of 8: 3x3, 512 channels at 7x7 ran 2.0 ms this way, 1.6 directly.) The copy
+            # keeps its six axes (flattened, its loads would divide by wo for every pixel: 0.58 -> 0.09 ms at 7x7),
+            # and the product reads it flattened: a contiguous buffer reshapes for free
             cols = xw.permute(0, 1, 3, 5, 2, 4).contiguous().reshape(n, cin * kh * kw, ho * wo)
             out = (weight.reshape(cout, cin * kh * kw) @ cols).reshape(n, cout, ho, wo)
             return out if bias is None else out + bias.reshape(1, cout, 1, 1)

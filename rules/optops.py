@@ -19,7 +19,8 @@ One part takes the split's target AxisType (the spec's "split from" table):
   split-accumulate-<pos>      REDUCE R -> partial reduces over R outer, combined over an UPCAST inner part
   swap-0                      END: the two outermost ranges trade places
   padto-<kind>-<pos>          a split whose factor does not divide the bound: the range is padded up to
-                              a multiple, and the padding is masked (a gated store, or the reduce
+                              a multiple (or up to f itself, from more than f/2: a row of 7 becomes one
+                              tile of 8), and the padding is masked (a gated store, or the reduce
                               identity under WHERE); an END whose store another padding gated already
                               pads a second range too (`-gated`: the gates are ANDed)
   tc                          tensor cores: a float16/bfloat16 GEMM's two output ranges split into
@@ -128,7 +129,7 @@ def _padto_rule(rs: RuleSet, name: str, binder: str, inner: str, pos: int, op: s
     valid = f'(CMPLT "bool" (ADD {IX} (MUL {IX} ro {ik("f")}) ri) {ik("n")})'
     ranges, ranges_new = _nest(before, "(UCons r rest)"), _nest(before, "(UCons ro (UCons ri rest))")
     guards = [f'(= r (RANGE {IX} key "{kind}" (CONST {IX} (I n))))', f"(= key ({keyc} t k))",
-              f'(split-factor "pad-{inner}" f)', "(< f n)", "(!= (% n f) 0)"]
+              f'(split-factor "pad-{inner}" f)', "(< f (* 2 n))", "(!= (% n f) 0)"]
     if binder == "END":   # the store of a padded iteration is skipped (its loads run under the gate too)
         # an ungated store, or one a padding of another range already gates (both ranges of a tile padded)
         for suffix, gate, both in (("", "", valid), ("-gated", " (UCons g (UNil))", f'(AND "bool" g {valid})')):
