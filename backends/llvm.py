@@ -812,8 +812,9 @@ class _Fn:
             return Val((), (literal(0, u.dtype),))
         outer = tuple(sorted((r for r in self.kb.deps[u] if r in self.unroll_pos), key=self.axis_order))
         at_ty = acc_ty(u.dtype)
-        # copies along the store's contiguous axis accumulate in one vector: the same adds per lane in the same
-        # order, but LLVM's SLP vectorizer no longer has to discover (and sometimes mis-packs) the tile
+        # copies along one axis (program.accumulator_axis: the store's contiguous one, or a convolution's output
+        # channels) accumulate in one vector: the same adds per lane in the same order, but LLVM's SLP vectorizer
+        # no longer has to discover (and sometimes mis-packs) the tile
         vec = (accumulator_axis(u, list(outer), self.contiguous, self.kb.simd_bytes // u.dtype.itemsize)
                if u.dtype in (dtypes.float32, dtypes.float64) and op in (Ops.ADD, Ops.MUL) else None)
         lanes = _bound(vec) if vec is not None else 1

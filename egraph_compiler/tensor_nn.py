@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from egraph_compiler.tensor import Tensor
 
 
-IM2COL_BELOW_WIDTH = 5   # conv2d outputs narrower than this become an im2col copy and a GEMM (conv2d)
+IM2COL_BELOW_WIDTH = 5   # conv2d outputs narrower than this become an im2col copy and a GEMM
 
 def _pair(x: Any, what: str) -> tuple[int, int]:
     if isinstance(x, (tuple, list)):

@@ -11,7 +11,10 @@ is decoded to UOps and estimated here as a whole (seed 001 §11):
 Compute: each operation runs once per iteration of the loops enclosing the
 deepest loop it depends on (LLVM hoists the rest), times one copy per
 combination of the UPCAST/UNROLL ranges it depends on. Copies pack into SIMD
-vectors when the operation is arithmetic or a contiguous load; the innermost
+vectors when the operation is arithmetic or a contiguous load, along the
+store's contiguous range, or inside a REDUCE along the range its accumulators
+run (program.accumulator_axis, the backend's rule: a convolution's output
+channels, with its pixels broadcast one load each); the innermost
 plain loop is vectorized by LLVM when it is contiguous and not a strict-FP
 reduction. A float sum of products is one fused multiply-add per copy (the
 backend contracts them). A REDUCE keeps one accumulator per copy: more vector
