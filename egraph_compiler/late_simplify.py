@@ -23,6 +23,8 @@ e-graph costs ~0.1 s, and every schedule candidate brings new expressions.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from egraph_compiler.egraph import EGraphSession
 from egraph_compiler.ops import OP_TABLE, Ops
 from egraph_compiler.uop import UOp
@@ -91,7 +93,8 @@ def _build_affine(a: Affine, like: UOp) -> UOp:
 
 def fold_affine_divmod(u: UOp) -> UOp:
     """u with every div or mod by a positive constant of a never-negative affine sum (of ranges, variables and
-    other terms, bounded by their vmin/vmax) replaced by the affine sum it equals, where the bounds prove it."""
+    other terms, bounded by their vmin/vmax) replaced by the affine sum it equals, where the bounds prove it, and
+    every `(x // c) * c + x % c` in a sum put back together as x."""
     return _fold(u)[0]
 
 
@@ -101,6 +104,23 @@ def affine_bounds(u: UOp) -> tuple[int, int]:
     out, aff = _fold(u)
     lo, hi = _affine_bounds(aff.get(out) or ({out: 1}, 0))
     return max(lo, int(u.vmin)), min(hi, int(u.vmax))
+
+
+def _recombine(t: dict[UOp, int], of: Callable[[UOp], Affine]) -> int | None:
+    """Replace a*c*(x // c) + a*(x % c) among the terms t by a*x (in place; x's own affine form); returns the
+    constant that adds, None if nothing was put back (a reshape's flat index taken apart and put back together:
+    `(r // 9) * 9 + r % 9` is r)."""
+    const: int | None = None
+    for m in [a for a in t if a.op is Ops.MOD and a.src[1].op is Ops.CONST and type(a.src[1].arg) is int]:
+        c, k = m.src[1].arg, t.get(m, 0)
+        d = next((a for a in t if a.op is Ops.IDIV and a.src == m.src), None)
+        if c > 0 and k and d is not None and t[d] == k * c:
+            del t[m], t[d]
+            xt, xc = of(m.src[0])
+            for atom, v in xt.items():
+                t[atom] = t.get(atom, 0) + v * k
+            const = (const or 0) + xc * k
+    return const
 
 
 def _fold(u: UOp) -> tuple[UOp, dict[UOp, Affine]]:
@@ -121,7 +141,11 @@ def _fold(u: UOp) -> tuple[UOp, dict[UOp, Affine]]:
             t = dict(t0)
             for atom, k in t1.items():
                 t[atom] = t.get(atom, 0) + k
-            aff[y] = ({atom: k for atom, k in t.items() if k}, c0 + c1)
+            put_back = _recombine(t, of)
+            form = ({atom: k for atom, k in t.items() if k}, c0 + c1 + (put_back or 0))
+            if put_back is not None:   # (x // c) * c + x % c put back together: the node is rebuilt from its form
+                y = _build_affine(form, y)
+            aff[y] = form
         elif y.op is Ops.MUL and (consts := [i for i, s in enumerate(y.src) if s in aff and not aff[s][0]]):
             k = aff[y.src[consts[-1]]][1]   # times a constant: the other side scaled
             t, c = of(y.src[1 - consts[-1]])

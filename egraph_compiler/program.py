@@ -335,7 +335,7 @@ def accumulator_axis(reduce: UOp, outer: list[UOp], store_contiguous: frozenset[
     backend's emission order. The default is the last of them when the store steps by 1 along it (a GEMM tile's
     columns) and it makes whole vectors or a power of two of lanes (LLVM splits 7 lanes into 4 + 2 + 1). When
     that range does not fill whole vectors of `lanes`, or its loads step by more than 1, a range that does both
-    takes over: a convolution whose output channels read a packed weight (Q[ci, ky, kx, co]) keeps them in one
+    takes over: a convolution whose output channels read a packed weight (packing.py) keeps them in one
     vector and broadcasts each input pixel, whatever the row's width or the stride."""
     def usable(r: UOp) -> bool:
         b = r.src[0]

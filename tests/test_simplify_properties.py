@@ -203,6 +203,26 @@ def test_affine_divmod_fold_recombines_a_split_range() -> None:
     assert any(x.op is Ops.IDIV for x in straddle.toposort())
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.integers(-20, 20), st.integers(0, 5), st.integers(1, 12), st.integers(-3, 3), st.integers(0, 2**16))
+def test_a_flat_index_taken_apart_and_put_back_is_the_index(const: int, scale: int, c: int, k: int,
+                                                             seed: int) -> None:
+    """`(x // c) * (c*k) + (x % c) * k` (a reshape's flat index split into two axes and flattened again, as a
+    packed convolution weight is read) folds to `k*x` with no div or mod left, for any integer x (floor division:
+    negative values too), and keeps every value."""
+    from egraph_compiler.late_simplify import fold_affine_divmod
+
+    i, j = UOp.variable("i", -6, 30), UOp.variable("j", 0, 9)
+    x = i * scale + j + const
+    u = (x // c) * (c * k) + (x % c) * k + i
+    out = fold_affine_divmod(u)
+    if k:
+        assert not any(y.op in (Ops.IDIV, Ops.MOD) for y in out.toposort()), out.render()
+    want_f, got_f = evaluator(u), evaluator(out)
+    for env in assignments(u, seed):
+        assert got_f(env) == want_f(env), f"{u.render()}  =>  {out.render()}  differ at {env}"
+
+
 def test_the_late_simplifier_settles_split_ranges_without_an_egraph(monkeypatch: Any) -> None:
     """A recombined split range needs no e-graph (each costs ~0.1 s, and every schedule candidate brings new
     expressions): the late simplifier folds it directly."""
