@@ -3,8 +3,9 @@
 Each model is a function of named float32 inputs (activations and weights), so both compilers get the same
 program on the same arrays. Weights are inputs, not constants: nothing is folded at compile time that PyTorch
 has to compute. Sizes follow the issue that asked for the benchmark: an MLP block 512x1024 -> 4096 -> 1024 with
-GELU and a residual, a ResNet basic block on 4x64x56x56 (BN folded into a per-channel scale and shift), a GPT-2
-block (T=128, C=768, 12 heads, causal), and a chain of small dense layers at several depths.
+GELU and a residual, a ResNet basic block on 4x64x56x56 (BN folded into a per-channel scale and shift) and the
+first block of the next stage (stride 2 to 128 channels, with a 1x1 stride-2 shortcut), a GPT-2 block (T=128,
+C=768, 12 heads, causal), and a chain of small dense layers at several depths.
 """
 
 from __future__ import annotations
@@ -78,6 +79,18 @@ def ours_resnet_block(x: Any, w1: Any, scale1: Any, shift1: Any, w2: Any, scale2
     return (y + x).relu()
 
 
+def ours_resnet_down_block(x: Any, w1: Any, scale1: Any, shift1: Any, w2: Any, scale2: Any, shift2: Any, wd: Any,
+                           scaled: Any, shiftd: Any) -> Any:
+    c = w1.shape[0]
+
+    def bn(t: Any, s: Any, h: Any) -> Any:
+        return t * s.reshape(1, c, 1, 1) + h.reshape(1, c, 1, 1)
+
+    y = bn(x.conv2d(w1, stride=2, padding=1), scale1, shift1).relu()
+    y = bn(y.conv2d(w2, padding=1), scale2, shift2)
+    return (y + bn(x.conv2d(wd, stride=2), scaled, shiftd)).relu()
+
+
 def ours_gpt2_block(heads: int) -> Callable[..., Any]:
     def f(x: Any, g1: Any, bb1: Any, w_qkv: Any, b_qkv: Any, w_proj: Any, b_proj: Any, g2: Any, bb2: Any,
           w_fc: Any, b_fc: Any, w_out: Any, b_out: Any) -> Any:
@@ -106,6 +119,20 @@ def torch_resnet_block(x: Any, w1: Any, scale1: Any, shift1: Any, w2: Any, scale
     y = fn.relu(fn.conv2d(x, w1, padding=1) * scale1.reshape(1, c, 1, 1) + shift1.reshape(1, c, 1, 1))
     y = fn.conv2d(y, w2, padding=1) * scale2.reshape(1, c, 1, 1) + shift2.reshape(1, c, 1, 1)
     return fn.relu(y + x)
+
+
+def torch_resnet_down_block(x: Any, w1: Any, scale1: Any, shift1: Any, w2: Any, scale2: Any, shift2: Any, wd: Any,
+                            scaled: Any, shiftd: Any) -> Any:
+    from torch.nn import functional as fn
+
+    c = w1.shape[0]
+
+    def bn(t: Any, s: Any, h: Any) -> Any:
+        return t * s.reshape(1, c, 1, 1) + h.reshape(1, c, 1, 1)
+
+    y = fn.relu(bn(fn.conv2d(x, w1, stride=2, padding=1), scale1, shift1))
+    y = bn(fn.conv2d(y, w2, padding=1), scale2, shift2)
+    return fn.relu(y + bn(fn.conv2d(x, wd, stride=2), scaled, shiftd))
 
 
 def torch_gpt2_block(heads: int) -> Callable[..., Any]:
@@ -146,6 +173,15 @@ def resnet_block(n: int = 4, c: int = 64, hw: int = 56) -> Model:
                  torch_resnet_block)
 
 
+def resnet_down_block(n: int = 4, c: int = 64, hw: int = 56) -> Model:
+    """A ResNet stage's first block: 3x3 stride 2 to twice the channels, 3x3, and a 1x1 stride-2 shortcut."""
+    co = 2 * c
+    shapes = {"x": (n, c, hw, hw), "w1": (co, c, 3, 3), "scale1": (co,), "shift1": (co,), "w2": (co, co, 3, 3),
+              "scale2": (co,), "shift2": (co,), "wd": (co, c, 1, 1), "scaled": (co,), "shiftd": (co,)}
+    return Model(f"resnet_down_{n}x{c}x{hw}", f"ResNet downsampling block {n}x{c}x{hw}x{hw} -> {co}", shapes,
+                 ours_resnet_down_block, torch_resnet_down_block)
+
+
 def gpt2_block(t: int = 128, c: int = 768, heads: int = 12) -> Model:
     shapes = {"x": (t, c), "g1": (c,), "bb1": (c,), "w_qkv": (c, 3 * c), "b_qkv": (3 * c,), "w_proj": (c, c),
               "b_proj": (c,), "g2": (c,), "bb2": (c,), "w_fc": (c, 4 * c), "b_fc": (4 * c,), "w_out": (4 * c, c),
@@ -160,6 +196,6 @@ DENSE_DEPTHS = (1, 2, 4, 8, 16, 32, 48)
 def suite(quick: bool = False) -> list[Model]:
     """The models at the issue's sizes; `quick`: small sizes of the same models (a smoke run)."""
     if quick:
-        return [mlp(64, 128, 256), gpt2_block(16, 64, 4), resnet_block(1, 8, 12),
+        return [mlp(64, 128, 256), gpt2_block(16, 64, 4), resnet_block(1, 8, 12), resnet_down_block(1, 8, 12),
                 *(dense_chain(d) for d in (1, 2, 4, 8))]
-    return [mlp(), gpt2_block(), resnet_block(), *(dense_chain(d) for d in DENSE_DEPTHS)]
+    return [mlp(), gpt2_block(), resnet_block(), resnet_down_block(), *(dense_chain(d) for d in DENSE_DEPTHS)]
