@@ -5,8 +5,8 @@ operation runs and whether it runs on vectors, which a per-e-node cost cannot
 see: the cost of a load depends on the loops around it. So a candidate kernel
 is decoded to UOps and estimated here as a whole (seed 001 §11):
 
-    time = max(compute cycles / (clock x cores used), cache and memory traffic / bandwidth) + loop overhead
-           + launch
+    time = max(compute, memory) + OVERLAP_MISS x min(compute, memory) + launch
+    compute = compute cycles (with loop overhead) / (clock x cores used), memory = cache and memory traffic / bandwidth
 
 Compute: each operation runs once per iteration of the loops enclosing the
 deepest loop it depends on (LLVM hoists the rest), times one copy per
