@@ -815,8 +815,7 @@ class _Fn:
         # copies along one axis (program.accumulator_axis: the store's contiguous one, or a convolution's output
         # channels) accumulate in one vector: the same adds per lane in the same order, but LLVM's SLP vectorizer
         # no longer has to discover (and sometimes mis-packs) the tile
-        vec = (accumulator_axis(u, list(outer), self.contiguous, self.kb.simd_bytes // u.dtype.itemsize)
-               if u.dtype in (dtypes.float32, dtypes.float64) and op in (Ops.ADD, Ops.MUL) else None)
+        vec = accumulator_axis(u, list(outer), self.contiguous, self.kb.simd_bytes // u.dtype.itemsize)
         lanes = _bound(vec) if vec is not None else 1
         rest = tuple(a for a in outer if a is not vec)
         ty = f"<{lanes} x {at_ty}>" if vec is not None else at_ty

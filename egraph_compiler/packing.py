@@ -56,11 +56,11 @@ def _right_operand(u: UOp) -> UOp | None:
 
 def channel_blocked_view(w: UOp) -> tuple[UOp, UOp]:
     """(Q, W as a view of Q) for a (Cout, Cin, kh, kw) convolution weight w, in blocks of B = 32 output channels
-    (16 where 32 does not divide Cout): Q[co // B, (ci, ky, kx), co % B] = w[co, ci, ky, kx]. Reading w back
+    (PANEL; 16 where 32 does not divide Cout): Q[co // B, (ci, ky, kx), co % B] = w[co, ci, ky, kx]. Reading w back
     through the flattened (ci, ky, kx) takes a div and a mod that late_simplify puts back together when the
     rules did not within their limits (a load with a div in its index is priced as missing on every element)."""
     co, ci, kh, kw = w.shape
-    b = 32 if co % 32 == 0 else CHANNEL_VECTOR
+    b = PANEL if co % PANEL == 0 else CHANNEL_VECTOR
     q = w.reshape((co // b, b, ci * kh * kw)).permute((0, 2, 1))
     return q, q.permute((0, 2, 1)).reshape((co, ci, kh, kw))
 

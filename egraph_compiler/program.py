@@ -329,6 +329,11 @@ def _loads_contiguous(body: UOp, r: UOp) -> bool:
     return True
 
 
+def vector_accumulators(reduce: UOp) -> bool:
+    """Whether the CPU backend may keep a REDUCE's accumulators in vectors: a float32/float64 sum or product."""
+    return reduce.dtype in (dtypes.float32, dtypes.float64) and reduce.arg[0] in (Ops.ADD, Ops.MUL)
+
+
 def accumulator_axis(reduce: UOp, outer: list[UOp], store_contiguous: frozenset[UOp], lanes: int) -> UOp | None:
     """The unrolled range along which the CPU backend keeps a REDUCE's accumulators in one vector (None: one
     scalar accumulator per copy). `outer`: the unrolled ranges around the REDUCE that it depends on, in the
@@ -344,6 +349,8 @@ def accumulator_axis(reduce: UOp, outer: list[UOp], store_contiguous: frozenset[
     def full(r: UOp) -> bool:
         return int(r.src[0].arg) % lanes == 0 and _loads_contiguous(reduce.src[0], r)
 
+    if not vector_accumulators(reduce):
+        return None
     last = outer[-1] if outer else None
     default = last if last is not None and last in store_contiguous and usable(last) and (
         int(last.src[0].arg) % lanes == 0 or int(last.src[0].arg) & (int(last.src[0].arg) - 1) == 0) else None

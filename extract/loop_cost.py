@@ -48,9 +48,8 @@ from dataclasses import asdict, dataclass, field
 from functools import cache, lru_cache
 
 from egraph_compiler.cpu_target import CPUTarget, host_cpu
-from egraph_compiler.dtypes import dtypes
 from egraph_compiler.ops import AxisType, Ops
-from egraph_compiler.program import accumulator_axis, buffer_of, stride, value_nodes
+from egraph_compiler.program import accumulator_axis, buffer_of, stride, value_nodes, vector_accumulators
 from egraph_compiler.uop import UOp
 
 UNROLLED = (AxisType.UPCAST, AxisType.UNROLL)
@@ -368,7 +367,7 @@ class _Walk:
         acc = self.copies(u)   # one accumulator per copy of the unrolled ranges around it; its own add up in order
         scalar = nested and acc > 1
         outer_vec, vec = self.vec, None
-        float_acc = not scalar and u.dtype in (dtypes.float32, dtypes.float64) and u.arg[0] in (Ops.ADD, Ops.MUL)
+        float_acc = not scalar and vector_accumulators(u)
         if float_acc:   # the backend's accumulators: along this range, or one scalar per copy
             outer = sorted((r for r in self.deps(u) if _unrolled(r)), key=lambda r: r in self.contiguous)
             vec = accumulator_axis(u, outer, self.contiguous, self.m.lanes(u.dtype.itemsize))
