@@ -22,6 +22,7 @@ test: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 # the benchmark tables: micro-kernels (bench/run.py, against numpy and tinygrad), real models (bench/models.py,
 # against PyTorch eager and torch.compile) and GEMM/convolution shapes (bench/kernels.py, against numpy and

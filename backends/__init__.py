@@ -13,8 +13,11 @@ def get_backend(target: str, cpu: str | None = None) -> Any:
     """The backend object for a target name (imported lazily: llvmlite/cupy load only when used); `cpu` names
     the CPU the llvm target generates code for (default $EGC_CPU, else the host)."""
     if cpu is not None and target != "llvm":
-        raise InvalidArgument(at=f"cpu={cpu!r}", why=f"the {target!r} target generates no CPU code",
-                              suggestion="pass cpu= with target='llvm' only")
+        raise InvalidArgument(
+            at=f"cpu={cpu!r}",
+            why=f"the {target!r} target generates no CPU code",
+            suggestion="pass cpu= with target='llvm' only",
+        )
     if target == "reference":
         from egraph_compiler.backends.reference import ReferenceBackend
 
@@ -27,5 +30,8 @@ def get_backend(target: str, cpu: str | None = None) -> Any:
         from egraph_compiler.backends.cuda import CUDABackend
 
         return CUDABackend()
-    raise InvalidArgument(at=f"target {target!r}", why=f"unknown target; known targets are {list(TARGETS)}",
-                        suggestion="use target='llvm', 'cuda' or 'reference'")
+    raise InvalidArgument(
+        at=f"target {target!r}",
+        why=f"unknown target; known targets are {list(TARGETS)}",
+        suggestion="use target='llvm', 'cuda' or 'reference'",
+    )

@@ -112,20 +112,34 @@ from egraph_compiler.uop import UOp, range_name
 # ---- C types -----------------------------------------------------------------------------------
 
 _COMPUTE: dict[DType, str] = {
-    dtypes.bool: "bool", dtypes.int8: "signed char", dtypes.int16: "short", dtypes.int32: "int",
-    dtypes.int64: "long long", dtypes.uint8: "unsigned char", dtypes.uint16: "unsigned short",
-    dtypes.uint32: "unsigned int", dtypes.uint64: "unsigned long long", dtypes.float16: "float",
-    dtypes.bfloat16: "float", dtypes.float32: "float", dtypes.float64: "double", dtypes.index: "long long",
+    dtypes.bool: "bool",
+    dtypes.int8: "signed char",
+    dtypes.int16: "short",
+    dtypes.int32: "int",
+    dtypes.int64: "long long",
+    dtypes.uint8: "unsigned char",
+    dtypes.uint16: "unsigned short",
+    dtypes.uint32: "unsigned int",
+    dtypes.uint64: "unsigned long long",
+    dtypes.float16: "float",
+    dtypes.bfloat16: "float",
+    dtypes.float32: "float",
+    dtypes.float64: "double",
+    dtypes.index: "long long",
 }
-_STORAGE: dict[DType, str] = {**_COMPUTE, dtypes.bool: "unsigned char", dtypes.float16: "half",
-                              dtypes.bfloat16: "__nv_bfloat16"}
+_STORAGE: dict[DType, str] = {
+    **_COMPUTE,
+    dtypes.bool: "unsigned char",
+    dtypes.float16: "half",
+    dtypes.bfloat16: "__nv_bfloat16",
+}
 _RAW: dict[int, str] = {1: "unsigned char", 2: "unsigned short", 4: "unsigned int", 8: "unsigned long long"}
 _HALFS = (dtypes.float16, dtypes.bfloat16)
 _GRID_LIMITS = (2**31 - 1, 65535, 65535)
 _BLOCK_LIMITS = (1024, 1024, 64)
 _MAX_THREADS = 1024
-_TC_MAX_TILES = 16          # accumulator fragments per warp (8 floats per thread each)
-_STATIC_SMEM = 48 << 10     # __shared__ arrays are static: 48 KiB per block
+_TC_MAX_TILES = 16  # accumulator fragments per warp (8 floats per thread each)
+_STATIC_SMEM = 48 << 10  # __shared__ arrays are static: 48 KiB per block
 _FLAT_BLOCK = 256
 _INT_MIN, _INT_MAX = -(2**31), 2**31 - 1
 _AXES = "xyz"
@@ -192,19 +206,79 @@ def _acc_dtype(d: DType) -> DType:
 def c_storage_type(d: DType) -> str:
     """The C type of a buffer element of dtype d."""
     if d not in _STORAGE:
-        raise UnsupportedOp(at=f"dtype {d.name}", why=f"{d.name} has no CUDA storage type",
-                            suggestion="use a numeric dtype")
+        raise UnsupportedOp(at=f"dtype {d.name}", why=f"{d.name} has no CUDA storage type", suggestion="use a numeric dtype")
     return _STORAGE[d]
 
 
-_RESERVED = frozenset({  # C++ words and CUDA builtins a kernel must not be named
-    "alignas", "alignof", "and", "asm", "auto", "bool", "break", "case", "catch", "char", "class", "const",
-    "constexpr", "continue", "default", "delete", "do", "double", "else", "enum", "explicit", "extern", "false",
-    "float", "for", "friend", "goto", "if", "inline", "int", "long", "main", "max", "min", "namespace", "new", "not",
-    "operator", "or", "private", "protected", "public", "register", "return", "short", "signed", "sizeof", "static",
-    "struct", "switch", "template", "this", "throw", "true", "try", "typedef", "typename", "union", "unsigned",
-    "using", "virtual", "void", "volatile", "while", "xor",
-})
+_RESERVED = frozenset(
+    {  # C++ words and CUDA builtins a kernel must not be named
+        "alignas",
+        "alignof",
+        "and",
+        "asm",
+        "auto",
+        "bool",
+        "break",
+        "case",
+        "catch",
+        "char",
+        "class",
+        "const",
+        "constexpr",
+        "continue",
+        "default",
+        "delete",
+        "do",
+        "double",
+        "else",
+        "enum",
+        "explicit",
+        "extern",
+        "false",
+        "float",
+        "for",
+        "friend",
+        "goto",
+        "if",
+        "inline",
+        "int",
+        "long",
+        "main",
+        "max",
+        "min",
+        "namespace",
+        "new",
+        "not",
+        "operator",
+        "or",
+        "private",
+        "protected",
+        "public",
+        "register",
+        "return",
+        "short",
+        "signed",
+        "sizeof",
+        "static",
+        "struct",
+        "switch",
+        "template",
+        "this",
+        "throw",
+        "true",
+        "try",
+        "typedef",
+        "typename",
+        "union",
+        "unsigned",
+        "using",
+        "virtual",
+        "void",
+        "volatile",
+        "while",
+        "xor",
+    }
+)
 
 
 def _ident(s: str, prefix: str) -> str:
@@ -216,8 +290,11 @@ def _ident(s: str, prefix: str) -> str:
 def _bound(r: UOp) -> int:
     b = r.src[0]
     if b.op is not Ops.CONST:
-        raise UnsupportedOp(at=f"RANGE {r.arg[0]!r}", why="the CUDA renderer needs constant range bounds",
-                            suggestion="bind symbolic sizes before lowering")
+        raise UnsupportedOp(
+            at=f"RANGE {r.arg[0]!r}",
+            why="the CUDA renderer needs constant range bounds",
+            suggestion="bind symbolic sizes before lowering",
+        )
     return int(b.arg)
 
 
@@ -225,8 +302,9 @@ def _atype(r: UOp) -> AxisType:
     return r.arg[1]
 
 
-def _unsupported(at: str, why: str,
-                 suggestion: str = "check the kernel AST against egraph_compiler/program.py") -> UnsupportedOp:
+def _unsupported(
+    at: str, why: str, suggestion: str = "check the kernel AST against egraph_compiler/program.py"
+) -> UnsupportedOp:
     return UnsupportedOp(at=at, why=why, suggestion=suggestion)
 
 
@@ -240,10 +318,11 @@ def _index_of(ptr: UOp) -> UOp | None:
 
 # ---- constants and conversions -----------------------------------------------------------------
 
+
 def _c_const(v: Any, d: DType, ctype: str) -> str:
     if d.is_bool:
         return "true" if v else "false"
-    if d.is_float:   # rounded to d first: a folded constant (1/3 as float16) may carry more precision
+    if d.is_float:  # rounded to d first: a folded constant (1/3 as float16) may carry more precision
         f, dbl = float(as_const(v, d)), d is dtypes.float64
         if math.isnan(f):
             return "__longlong_as_double(0x7ff8000000000000LL)" if dbl else "__int_as_float(0x7fc00000)"
@@ -354,6 +433,7 @@ def _arith(op: Ops, d: DType, a: str, b: str, ctype: str) -> str:
 
 # ---- plans -------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Launch:
     phase: int
@@ -371,8 +451,8 @@ class KernelPlan:
     launches: tuple[Launch, ...]
     phased: bool
     notes: tuple[str, ...] = ()
-    aligned: frozenset[str] = frozenset()   # buffers read or written as vectors: 16-byte aligned base needed
-    scratch: tuple[tuple[str, DType, int], ...] = ()   # (param, dtype, elements) the backend allocates itself
+    aligned: frozenset[str] = frozenset()  # buffers read or written as vectors: 16-byte aligned base needed
+    scratch: tuple[tuple[str, DType, int], ...] = ()  # (param, dtype, elements) the backend allocates itself
 
 
 @dataclass
@@ -384,7 +464,7 @@ class _TC:
     a: tuple[UOp, UOp, str, int]  # (buffer, index, layout, ldm)
     b: tuple[UOp, UOp, str, int]
     elem: str
-    ups: tuple[UOp, ...] = ()     # UPCAST ranges: tiles per warp, one accumulator fragment each
+    ups: tuple[UOp, ...] = ()  # UPCAST ranges: tiles per warp, one accumulator fragment each
 
 
 @dataclass(frozen=True)
@@ -403,11 +483,11 @@ class TCOperand:
 class TCStage:
     """How a TC item's k loop stages its operands: `ks` k steps of 16 per stage, two stages in flight (cp.async)."""
 
-    loop: UOp | None       # the reduce's one sequential range (None: a single k step)
+    loop: UOp | None  # the reduce's one sequential range (None: a single k step)
     ks: int
     a: TCOperand
     b: TCOperand
-    smem: int              # bytes of the two stages' buffers
+    smem: int  # bytes of the two stages' buffers
 
 
 @dataclass
@@ -475,17 +555,23 @@ def _affine(u: UOp) -> dict[UOp | None, int] | None:
 
 # ---- upcast lanes and vector accesses ----------------------------------------------------------
 
-_MAX_LANES = 64          # UPCAST END ranges expanded into at most this many lanes; beyond, unrolled loops
+_MAX_LANES = 64  # UPCAST END ranges expanded into at most this many lanes; beyond, unrolled loops
 _VECTOR_BYTES = (16, 8, 4)
 # element types with a CUDA vector type (float4, int2, ...); 2-byte types travel in raw containers
-_VECTOR_NAMES: dict[DType, str] = {dtypes.float32: "float", dtypes.int32: "int", dtypes.uint32: "uint",
-                                   dtypes.float64: "double", dtypes.int64: "longlong", dtypes.uint64: "ulonglong"}
+_VECTOR_NAMES: dict[DType, str] = {
+    dtypes.float32: "float",
+    dtypes.int32: "int",
+    dtypes.uint32: "uint",
+    dtypes.float64: "double",
+    dtypes.int64: "longlong",
+    dtypes.uint64: "ulonglong",
+}
 _RAW_CONTAINERS = {4: "unsigned int", 8: "uint2", 16: "uint4"}
 _VECTOR_DTYPES = frozenset(_VECTOR_NAMES) | {dtypes.float16, dtypes.bfloat16, dtypes.int16, dtypes.uint16}
 
 # ---- block-shared reductions -----------------------------------------------------------------
 
-COOP_MIN_TRIPS = 128     # below this a block-uniform REDUCE is cheaper run whole by every thread than shared
+COOP_MIN_TRIPS = 128  # below this a block-uniform REDUCE is cheaper run whole by every thread than shared
 _SHUFFLE_TYPES = frozenset({"float", "double", "int", "unsigned int", "long long", "unsigned long long"})
 
 
@@ -498,7 +584,7 @@ class SharedBlock:
     threads: int
     varying: frozenset[UOp]
     ltid: str
-    parts: int = 1      # a grid-split REDUCE: this many blocks share it, `part` (a C expression) is this block's
+    parts: int = 1  # a grid-split REDUCE: this many blocks share it, `part` (a C expression) is this block's
     part: str = "0"
 
 
@@ -546,7 +632,7 @@ def vector_runs(accesses: Sequence[tuple[UOp, UOp | None]]) -> list[list[int]]:
             runs.append([k])
             continue
         offsets = groups.setdefault((buf, frozenset((r, c) for r, c in aff.items() if r is not None and c)), {})
-        if aff.get(None, 0) in offsets:   # the same element twice: keep both, in order
+        if aff.get(None, 0) in offsets:  # the same element twice: keep both, in order
             runs.append([k])
         else:
             offsets[aff.get(None, 0)] = k
@@ -558,8 +644,12 @@ def vector_runs(accesses: Sequence[tuple[UOp, UOp | None]]) -> list[list[int]]:
             width = 1
             for nbytes in _VECTOR_BYTES:
                 w = nbytes // buf.dtype.itemsize
-                if w >= 2 and o % w == 0 and all(c % w == 0 for _, c in terms) and all(
-                        o + i in offsets and o + i not in taken for i in range(w)):
+                if (
+                    w >= 2
+                    and o % w == 0
+                    and all(c % w == 0 for _, c in terms)
+                    and all(o + i in offsets and o + i not in taken for i in range(w))
+                ):
                     width = w
                     break
             taken.update(range(o, o + width))
@@ -568,6 +658,7 @@ def vector_runs(accesses: Sequence[tuple[UOp, UOp | None]]) -> list[list[int]]:
 
 
 # ---- the renderer ------------------------------------------------------------------------------
+
 
 class _Renderer:
     def __init__(self, kernel: Kernel) -> None:
@@ -630,7 +721,7 @@ class _Renderer:
             threads = min(_FLAT_BLOCK, total)
             if any(it.grid != grid for it in ph.items) or total % max(threads, 1) or total // _FLAT_BLOCK > _GRID_LIMITS[0]:
                 return None
-            varying, inner = frozenset(), 1   # a flat block spans the innermost ranges up to a multiple of its size
+            varying, inner = frozenset(), 1  # a flat block spans the innermost ranges up to a multiple of its size
             for r in reversed(grid):
                 if inner % max(threads, 1) == 0:
                     break
@@ -648,14 +739,15 @@ class _Renderer:
         if shared is None or u.arg[0] not in (Ops.ADD, Ops.MUL, Ops.MAX) or self.deps(u) & shared.varying:
             return False
         rngs = [r for r in u.src[1:] if r.op is Ops.RANGE]
-        if not rngs or any(_atype(r) in (AxisType.GROUP_REDUCE, AxisType.GLOBAL, AxisType.LOCAL, AxisType.WARP)
-                           for r in rngs):
+        if not rngs or any(_atype(r) in (AxisType.GROUP_REDUCE, AxisType.GLOBAL, AxisType.LOCAL, AxisType.WARP) for r in rngs):
             return False
         acc = dtypes.float32 if u.dtype in _HALFS else u.dtype
         if math.prod(_bound(r) for r in rngs) < COOP_MIN_TRIPS or _COMPUTE.get(acc) not in _SHUFFLE_TYPES:
             return False
-        return not any(n.op is Ops.REDUCE and any(r.op is Ops.RANGE and _atype(r) is AxisType.GROUP_REDUCE
-                                                  for r in n.src[1:]) for n in u.src[0].toposort())
+        return not any(
+            n.op is Ops.REDUCE and any(r.op is Ops.RANGE and _atype(r) is AxisType.GROUP_REDUCE for r in n.src[1:])
+            for n in u.src[0].toposort()
+        )
 
     def grid_split(self, ph: _Phase) -> GridSplit | None:
         """The phase's REDUCE split over the grid (see GridSplit), or None: only a flat phase of one ungated item
@@ -785,16 +877,22 @@ class _Renderer:
     def pre_group(self, root: UOp, scope: _Scope) -> None:
         """Emit group reductions (they hold barriers) before any data-dependent branch, also those nested in another
         REDUCE's body that do not depend on its ranges (hoisted out of its loop)."""
-        found = [u for u in root.toposort() if u.op is Ops.REDUCE and any(
-            r.op is Ops.RANGE and _atype(r) is AxisType.GROUP_REDUCE for r in u.src[1:])]
+        found = [
+            u
+            for u in root.toposort()
+            if u.op is Ops.REDUCE and any(r.op is Ops.RANGE and _atype(r) is AxisType.GROUP_REDUCE for r in u.src[1:])
+        ]
         for u in found:
             if all(scope.lookup(r) is not None for r in self.deps(u)):
                 self.val(u, scope)
 
     def emit_node(self, n: UOp, scope: _Scope) -> None:
         if n.op is Ops.RANGE:
-            raise _unsupported(f"RANGE {n.arg[0]!r}", "the range is used where no END or REDUCE binds it",
-                               "close every range the stored value uses with END or REDUCE")
+            raise _unsupported(
+                f"RANGE {n.arg[0]!r}",
+                "the range is used where no END or REDUCE binds it",
+                "close every range the stored value uses with END or REDUCE",
+            )
         if n.op is Ops.LOAD:
             return self.emit_load(n, scope)
         if n.op is Ops.REDUCE:
@@ -802,8 +900,9 @@ class _Renderer:
         if n.op is Ops.WHERE and (self.unsafe(n.src[1]) or self.unsafe(n.src[2])):
             return self.emit_guarded_where(n, scope)
         if n.op is Ops.DEFINE_VAR:
-            raise _unsupported(f"variable {n.arg[0]!r}", "CUDA kernels here take no symbolic variables",
-                               "bind variables before lowering")
+            raise _unsupported(
+                f"variable {n.arg[0]!r}", "CUDA kernels here take no symbolic variables", "bind variables before lowering"
+            )
         spec = OP_TABLE[n.op]
         if not (spec.is_alu or n.op is Ops.BITCAST):
             raise _unsupported(n.op.name, f"{n.op.name} cannot appear in a kernel value")
@@ -860,8 +959,10 @@ class _Renderer:
         if d is dtypes.index:
             wide = t == "long long" or any(self.ctype(s) == "long long" for s in n.src if s.dtype is dtypes.index)
             t = "long long" if wide else "int"
-            a = [f"(long long){x}" if wide and s.dtype is dtypes.index and self.ctype(s) == "int" else x
-                 for x, s in zip(a, n.src)]
+            a = [
+                f"(long long){x}" if wide and s.dtype is dtypes.index and self.ctype(s) == "int" else x
+                for x, s in zip(a, n.src)
+            ]
         if op in (Ops.ADD, Ops.MUL, Ops.MAX):
             return _round(_arith(op, d, a[0], a[1], t), d) if op is not Ops.MAX else _arith(op, d, a[0], a[1], t)
         if op in (Ops.IDIV, Ops.MOD):
@@ -903,13 +1004,16 @@ class _Renderer:
         op, d = u.arg[0], u.dtype
         if op not in (Ops.ADD, Ops.MUL, Ops.MAX):
             raise _unsupported("REDUCE", f"reduce op {op} is not ADD, MUL or MAX")
-        rngs = [r for r in u.src[1:] if r.op is not Ops.CONST]   # a range of one proven 0 binds nothing
+        rngs = [r for r in u.src[1:] if r.op is not Ops.CONST]  # a range of one proven 0 binds nothing
         for r in rngs:
             if r.op is not Ops.RANGE:
                 raise _unsupported("REDUCE", "REDUCE sources after the value must be RANGEs")
             if _atype(r) in (AxisType.GLOBAL, AxisType.LOCAL, AxisType.WARP):
-                raise _unsupported(f"RANGE {r.arg[0]!r}", f"a {_atype(r).name} range cannot be reduced over",
-                                   "reduce over REDUCE, UNROLL or GROUP_REDUCE ranges")
+                raise _unsupported(
+                    f"RANGE {r.arg[0]!r}",
+                    f"a {_atype(r).name} range cannot be reduced over",
+                    "reduce over REDUCE, UNROLL or GROUP_REDUCE ranges",
+                )
         t = self.ctype(u)
         if any(_bound(r) == 0 for r in rngs):  # empty reduction: 0, as the reference
             for x in us:
@@ -919,8 +1023,11 @@ class _Renderer:
         group = [r for r in rngs if _atype(r) is AxisType.GROUP_REDUCE]
         seq = [r for r in rngs if r not in group]
         if group and self.cond:
-            raise _unsupported("REDUCE", "a GROUP_REDUCE reduction sits under a data-dependent condition",
-                               "move the group reduction out of WHERE branches and gated stores")
+            raise _unsupported(
+                "REDUCE",
+                "a GROUP_REDUCE reduction sits under a data-dependent condition",
+                "move the group reduction out of WHERE branches and gated stores",
+            )
         init = {Ops.ADD: 0, Ops.MUL: 1, Ops.MAX: acc_d.min}[op]
         accs = [self.fresh("acc") for _ in us]
         for acc in accs:
@@ -930,7 +1037,7 @@ class _Renderer:
         shared = self.shared if not (self.cond or self.diverge) else None
         coop = shared is not None and all(self.cooperative(x, shared) for x in us)
         inner = scope
-        if coop:   # the block's threads take the flattened iterations in turn (consecutive ones: coalesced)
+        if coop:  # the block's threads take the flattened iterations in turn (consecutive ones: coalesced)
             assert shared is not None
             total, j = math.prod(_bound(r) for r in seq), self.fresh("j")
             step = shared.threads * shared.parts
@@ -987,7 +1094,7 @@ class _Renderer:
         each warp, then the warps' partials through shared memory."""
         self.line("#pragma unroll")
         self.open("for (int o = 16; o > 0; o >>= 1)")
-        for acc in accs:   # bound first: the op may name its operands twice (an integer max is a ?: )
+        for acc in accs:  # bound first: the op may name its operands twice (an integer max is a ?: )
             other = self.fresh("lane")
             self.line(f"const {t} {other} = __shfl_xor_sync(0xffffffffu, {acc}, o);")
             self.line(f"{acc} = {_arith(op, d, acc, other, t)};")
@@ -1008,7 +1115,7 @@ class _Renderer:
             self.line(f"{t} {res} = {sm}[{k}][0];")
             self.line(f"for (int w = 1; w < {warps}; ++w) {res} = {_arith(op, d, res, f'{sm}[{k}][w]', t)};")
             out.append(res)
-        self.line("__syncthreads();")   # the array is written again when this code runs in a loop
+        self.line("__syncthreads();")  # the array is written again when this code runs in a loop
         return out
 
     def group_tree(self, op: Ops, d: DType, t: str, acc: str, group: list[UOp]) -> str:
@@ -1023,8 +1130,10 @@ class _Renderer:
             s = 1 << max(0, (n - 1).bit_length() - 1)
             if n > 1:
                 self.open(f"for (int s = {s}; s > 0; s >>= 1)")
-                self.line(f"if ({name} < s && {name} + s < {n}) "
-                          f"{sm}[{tid}] = {_arith(op, d, f'{sm}[{tid}]', f'{sm}[{tid} + s * {stride}]', t)};")
+                self.line(
+                    f"if ({name} < s && {name} + s < {n}) "
+                    f"{sm}[{tid}] = {_arith(op, d, f'{sm}[{tid}]', f'{sm}[{tid} + s * {stride}]', t)};"
+                )
                 self.line("__syncthreads();")
                 self.close()
         res = self.fresh()
@@ -1092,7 +1201,7 @@ class _Renderer:
         become vector accesses (float4, half2 pairs, ...)."""
         combos = itertools.product(*(range(_bound(r)) for r in lanes))
         stores = [st.substitute({r: UOp.const(v, r.dtype) for r, v in zip(lanes, c)}) for c in combos]
-        if len(st.src) > 2:   # gated: each copy under its own gate (group reductions, with barriers, before)
+        if len(st.src) > 2:  # gated: each copy under its own gate (group reductions, with barriers, before)
             for s in stores:
                 self.pre_group(s, scope)
             for s in stores:
@@ -1128,9 +1237,14 @@ class _Renderer:
 
     def vector_loads(self, roots: list[UOp], scope: _Scope) -> None:
         """Emit the loads `roots` evaluate unconditionally in `scope` as vector loads where they form runs."""
-        loads = [n for n in self.uncond_order(roots, scope) if n.op is Ops.LOAD and len(n.src) <= 2
-                 and all(scope.lookup(r) is not None for r in self.deps(n))
-                 and not self.unsafe(n.src[0])]
+        loads = [
+            n
+            for n in self.uncond_order(roots, scope)
+            if n.op is Ops.LOAD
+            and len(n.src) <= 2
+            and all(scope.lookup(r) is not None for r in self.deps(n))
+            and not self.unsafe(n.src[0])
+        ]
         for run in vector_runs([(buffer_of(n.src[0]), _index_of(n.src[0])) for n in loads]):
             if len(run) == 1:
                 continue
@@ -1154,15 +1268,22 @@ class _Renderer:
             return "needs exactly two WARP ranges of size 16"
         rest = [r for r in item.loop if r not in warps]
         has_global = any(_atype(r) is AxisType.GLOBAL for r in rest)
-        allowed = (AxisType.GLOBAL, AxisType.LOCAL, AxisType.UPCAST) if has_global else \
-            (AxisType.GLOBAL, AxisType.LOCAL, AxisType.UPCAST, AxisType.LOOP, AxisType.THREAD)
+        allowed = (
+            (AxisType.GLOBAL, AxisType.LOCAL, AxisType.UPCAST)
+            if has_global
+            else (AxisType.GLOBAL, AxisType.LOCAL, AxisType.UPCAST, AxisType.LOOP, AxisType.THREAD)
+        )
         if any(_atype(r) not in allowed for r in rest):
             return "other END ranges must be GLOBAL/LOCAL/UPCAST (or LOOP without GLOBAL)"
         ups = tuple(r for r in rest if _atype(r) is AxisType.UPCAST)
         if math.prod(_bound(r) for r in ups) > _TC_MAX_TILES:
             return f"at most {_TC_MAX_TILES} tiles (UPCAST combinations) per warp"
-        k16 = [u for u in item.store.toposort() if u.op is Ops.REDUCE and
-               any(r.op is Ops.RANGE and _atype(r) is AxisType.UNROLL and _bound(r) == 16 for r in u.src[1:])]
+        k16 = [
+            u
+            for u in item.store.toposort()
+            if u.op is Ops.REDUCE
+            and any(r.op is Ops.RANGE and _atype(r) is AxisType.UNROLL and _bound(r) == 16 for r in u.src[1:])
+        ]
         if len(k16) != 1:
             return "needs exactly one REDUCE with an UNROLL range of size 16"
         red = k16[0]
@@ -1201,7 +1322,7 @@ class _Renderer:
             cw, ck = aff.get(w, 0), aff.get(k, 0)
             if is_a:  # A: element (m, k); row_major: m*ldm + k
                 layout, ldm = ("row_major", cw) if ck == 1 else ("col_major", ck) if cw == 1 else ("", 0)
-            else:     # B: element (k, n); row_major: k*ldm + n
+            else:  # B: element (k, n); row_major: k*ldm + n
                 layout, ldm = ("row_major", ck) if cw == 1 else ("col_major", cw) if ck == 1 else ("", 0)
             if not layout or ldm <= 0 or ldm % 8:
                 return "operands need a unit stride and a leading dimension that is a multiple of 8"
@@ -1213,8 +1334,9 @@ class _Renderer:
         elem = "half" if loads[0].dtype is dtypes.float16 else "__nv_bfloat16"
         return _TC(red, m, n, k, sides[0], sides[1], elem, ups)
 
-    def emit_grid_split(self, it: _Item, split: GridSplit, part: int, partials: UOp,
-                        scope: _Scope) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+    def emit_grid_split(
+        self, it: _Item, split: GridSplit, part: int, partials: UOp, scope: _Scope
+    ) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
         """Launch `part` of a grid-split phase: 0, each block's partial of the REDUCE (its threads take every
         parts * threads-th iteration, combined over the block); 1, one block per output combines the partials,
         then its first thread stores the value. Returns (grid, block)."""
@@ -1257,16 +1379,17 @@ class _Renderer:
         for buf, ix, layout, _ in (tc.a, tc.b):
             tiles = tuple(r for r in (*item.block, *tc.ups) if r in self.deps(ix))
             ops.append(TCOperand(buf, ix, layout, tiles, 16 * math.prod(_bound(r) for r in tiles) + 8))
-        step = 16 * (ops[0].pitch + ops[1].pitch) * 2   # bytes of one k step of both operands (2-byte elements)
-        budget = _STATIC_SMEM - 1024 * math.prod(_bound(r) for r in item.block)   # less the epilogue's tiles
+        step = 16 * (ops[0].pitch + ops[1].pitch) * 2  # bytes of one k step of both operands (2-byte elements)
+        budget = _STATIC_SMEM - 1024 * math.prod(_bound(r) for r in item.block)  # less the epilogue's tiles
         trips = _bound(loop) if loop is not None else 1
         for ks in (4, 2, 1):
             if trips % ks == 0 and 2 * ks * step <= budget:
                 return TCStage(loop, ks, ops[0], ops[1], 2 * ks * step)
         return None
 
-    def tc_step(self, tc: _TC, combos: list[tuple[int, ...]], accs: list[str],
-                source: Callable[[int, dict[UOp, int]], tuple[str, int]]) -> None:
+    def tc_step(
+        self, tc: _TC, combos: list[tuple[int, ...]], accs: list[str], source: Callable[[int, dict[UOp, int]], tuple[str, int]]
+    ) -> None:
         """One k step of 16: each operand tile the warp's accumulators need is loaded once (`source`: pointer and
         leading dimension of operand 0/1 at the given UPCAST values), then every accumulator takes its MMA."""
         frags: dict[tuple[int, tuple[int, ...]], str] = {}
@@ -1278,8 +1401,7 @@ class _Renderer:
                     continue
                 f = frags[key] = self.fresh("frag")
                 ptr, ldm = source(side, {tc.ups[j]: c[j] for j in mine})
-                self.line(f"nvcuda::wmma::fragment<nvcuda::wmma::{use}, 16, 16, 16, {tc.elem}, "
-                          f"nvcuda::wmma::{layout}> {f};")
+                self.line(f"nvcuda::wmma::fragment<nvcuda::wmma::{use}, 16, 16, 16, {tc.elem}, nvcuda::wmma::{layout}> {f};")
                 self.line(f"nvcuda::wmma::load_matrix_sync({f}, {ptr}, {ldm});")
         for c, acc in zip(combos, accs):
             ka = tuple(c[j] for j, r in enumerate(tc.ups) if r in self.deps(tc.a[1]))
@@ -1306,8 +1428,9 @@ class _Renderer:
         for _ in seq:
             self.close()
 
-    def tc_staged(self, item: _Item, tc: _TC, st: TCStage, combos: list[tuple[int, ...]], accs: list[str],
-                  scope: _Scope) -> None:
+    def tc_staged(
+        self, item: _Item, tc: _TC, st: TCStage, combos: list[tuple[int, ...]], accs: list[str], scope: _Scope
+    ) -> None:
         """The k loop over stages of `st.ks` k steps: the block's threads copy the next stage's operand tiles to
         shared memory (cp.async, 16 bytes each) while the warps multiply the current one."""
         self.uses.add("async")
@@ -1321,10 +1444,14 @@ class _Renderer:
             name = self.fresh("stage")
             self.line(f"__shared__ __align__(128) {tc.elem} {name}[{2 * size}];")
             aff = _affine(op.index) or {}
-            inside = {w, tc.k, *op.tiles, st.loop}   # the rest (grid ranges) is the same for the whole block
+            inside = {w, tc.k, *op.tiles, st.loop}  # the rest (grid ranges) is the same for the whole block
             ll = "ll" if op.buf.arg[1][0] >= 2**31 else ""
-            bases.append(" + ".join([f"{self.val(r, scope)} * {cf}{ll}" for r, cf in aff.items()
-                                     if r is not None and r not in inside and cf] + [f"{aff.get(None, 0)}{ll}"]))
+            bases.append(
+                " + ".join(
+                    [f"{self.val(r, scope)} * {cf}{ll}" for r, cf in aff.items() if r is not None and r not in inside and cf]
+                    + [f"{aff.get(None, 0)}{ll}"]
+                )
+            )
             smem.append(name)
             sizes.append(size)
             self.aligned.add(op.buf.arg[0])
@@ -1340,12 +1467,12 @@ class _Renderer:
             for k, (op, w) in enumerate(((st.a, tc.m), (st.b, tc.n))):
                 aff = _affine(op.index) or {}
                 unit, strided = (w, tc.k) if aff.get(w) == 1 else (tc.k, w)
-                dims = [(16, aff.get(strided, 0), op.pitch)]   # (count, global stride, shared stride)
+                dims = [(16, aff.get(strided, 0), op.pitch)]  # (count, global stride, shared stride)
                 dims += [(_bound(r), aff.get(r, 0), ss) for r, ss in tile_strides(op).items()]
                 if st.ks > 1 and st.loop is not None:
                     dims.append((st.ks, aff.get(st.loop, 0), 16 * op.pitch))
                 dims.sort(key=lambda d: -d[1])
-                dims.append((2, 8, 8))   # two 16-byte vectors of 8 elements along the unit-stride side
+                dims.append((2, 8, 8))  # two 16-byte vectors of 8 elements along the unit-stride side
                 assert aff.get(unit) == 1
                 total = math.prod(d[0] for d in dims)
                 wide = op.buf.arg[1][0] >= 2**31
@@ -1360,8 +1487,7 @@ class _Renderer:
                     stride *= cnt
                 step = aff.get(st.loop, 0) * st.ks if st.loop is not None else 0
                 gexpr = " + ".join([f"({bases[k]})", *([f"{t} * {step}{'ll' if wide else ''}"] if step else []), *g])
-                self.line(f"_egc_cp16(&{smem[k]}[{stage} * {sizes[k]} + {' + '.join(sh)}], "
-                          f"{self.param(op.buf)} + {gexpr});")
+                self.line(f"_egc_cp16(&{smem[k]}[{stage} * {sizes[k]} + {' + '.join(sh)}], {self.param(op.buf)} + {gexpr});")
                 self.close()
 
         load("0", "0")
@@ -1411,7 +1537,7 @@ class _Renderer:
         self.line(f"float* {tp} = {tile} + threadIdx.y * 256;")
         for c, cf in zip(combos, accs):
             if c != combos[0]:
-                self.line("__syncwarp();")   # the warp's lanes have read the previous tile
+                self.line("__syncwarp();")  # the warp's lanes have read the previous tile
             self.line(f"nvcuda::wmma::store_matrix_sync({tp}, {cf}, 16, nvcuda::wmma::mem_row_major);")
             self.line("__syncwarp();")
             self.line("#pragma unroll")
@@ -1434,7 +1560,7 @@ class _Renderer:
         for it in self.ast.src:
             loop: list[UOp] = []
             st = it
-            while st.op is Ops.END:   # a constant in the list is a range of one proven 0: it binds nothing
+            while st.op is Ops.END:  # a constant in the list is a range of one proven 0: it binds nothing
                 loop += [r for r in st.src[1:] if r.op is not Ops.CONST]
                 st = st.src[0]
             if st.op is not Ops.STORE:
@@ -1443,8 +1569,11 @@ class _Renderer:
                 raise _unsupported("END", "END closes distinct RANGEs")
             free = self.deps(st) - set(loop)
             if free:
-                raise _unsupported(f"RANGE {next(iter(free)).arg[0]!r}", "a stored value uses a range no END binds",
-                                   "close every range the store uses with END, or reduce over it")
+                raise _unsupported(
+                    f"RANGE {next(iter(free)).arg[0]!r}",
+                    "a stored value uses a range no END binds",
+                    "close every range the store uses with END, or reduce over it",
+                )
             item = _Item(st, loop)
             for u in st.toposort():
                 if u.op is Ops.LOAD:
@@ -1457,8 +1586,9 @@ class _Renderer:
     def classify(self, item: _Item) -> None:
         for u in item.store.toposort():
             if u.op is Ops.REDUCE:
-                item.group += [r for r in u.src[1:] if r.op is Ops.RANGE and _atype(r) is AxisType.GROUP_REDUCE
-                               and r not in item.group]
+                item.group += [
+                    r for r in u.src[1:] if r.op is Ops.RANGE and _atype(r) is AxisType.GROUP_REDUCE and r not in item.group
+                ]
         warp_as_local = True
         if any(_atype(r) is AxisType.WARP for r in item.loop):
             tc = self.match_tc(item) if not item.group else "GROUP_REDUCE ranges cannot share a tensor-core item"
@@ -1482,9 +1612,15 @@ class _Renderer:
         for it in items:
             ph = out[-1] if out else None
             flat = it.tc is None and not it.block and not it.group
-            if (ph is not None and not ph.tc and it.tc is None and ph.block == it.block and ph.group == it.group
-                    and (ph.grid == it.grid or (flat and not ph.block and not ph.group)) and not any(
-                        o.writes & it.reads or it.writes & (o.reads | o.writes) for o in ph.items)):
+            if (
+                ph is not None
+                and not ph.tc
+                and it.tc is None
+                and ph.block == it.block
+                and ph.group == it.group
+                and (ph.grid == it.grid or (flat and not ph.block and not ph.group))
+                and not any(o.writes & it.reads or it.writes & (o.reads | o.writes) for o in ph.items)
+            ):
                 ph.items.append(it)
             else:
                 out.append(_Phase([it], it.grid, it.block, it.group, it.tc is not None))
@@ -1503,8 +1639,11 @@ class _Renderer:
         elif block_rs:
             total = math.prod(_bound(r) for r in block_rs)
             if total > _MAX_THREADS:
-                raise _unsupported("LOCAL", f"LOCAL/GROUP_REDUCE ranges ask for {total} threads per block (max 1024)",
-                                   "split the local ranges further or make part of them UPCAST/LOOP")
+                raise _unsupported(
+                    "LOCAL",
+                    f"LOCAL/GROUP_REDUCE ranges ask for {total} threads per block (max 1024)",
+                    "split the local ranges further or make part of them UPCAST/LOOP",
+                )
             sizes = [_bound(r) for r in reversed(block_rs)]
             if not ph.group and len(sizes) <= 3 and all(s <= lim for s, lim in zip(sizes, _BLOCK_LIMITS)):
                 block = tuple(sizes + [1] * (3 - len(sizes)))  # type: ignore[assignment]
@@ -1522,8 +1661,9 @@ class _Renderer:
                     self.tid = "tid"
                     self.line("const int tid = threadIdx.x;")
         else:
-            return self.bind_flat_threads(max(math.prod(_bound(r) for r in it.grid) for it in ph.items),
-                                          any(it.grid for it in ph.items))
+            return self.bind_flat_threads(
+                max(math.prod(_bound(r) for r in it.grid) for it in ph.items), any(it.grid for it in ph.items)
+            )
         self.block_total = math.prod(block)
         return self.bind_grid_blocks(ph.grid, scope), block  # type: ignore[return-value]
 
@@ -1552,16 +1692,20 @@ class _Renderer:
         if nb <= _GRID_LIMITS[0]:
             gridd = (nb, 1, 1)
             wide = nb * bd > 2**32 - 1
-            self.line(f"const unsigned {'long long' if wide else 'int'} gid = "
-                      f"{'(unsigned long long)' if wide else ''}blockIdx.x * {bd}u + threadIdx.x;")
+            self.line(
+                f"const unsigned {'long long' if wide else 'int'} gid = "
+                f"{'(unsigned long long)' if wide else ''}blockIdx.x * {bd}u + threadIdx.x;"
+            )
         else:
             gx = _GRID_LIMITS[0]
             gy = -(-nb // gx)
             if gy > _GRID_LIMITS[1]:
                 raise _unsupported("GLOBAL", f"{total} threads exceed the CUDA grid")
             gridd, wide = (gx, gy, 1), True
-            self.line(f"const unsigned long long gid = ((unsigned long long)blockIdx.y * gridDim.x + blockIdx.x) * "
-                      f"{bd}ull + threadIdx.x;")
+            self.line(
+                f"const unsigned long long gid = ((unsigned long long)blockIdx.y * gridDim.x + blockIdx.x) * "
+                f"{bd}ull + threadIdx.x;"
+            )
         self.gid_suffix = "ull" if wide else "u"
         if nb * bd != total or gridd[1] > 1:
             self.line(f"if (gid >= {total}{self.gid_suffix}) return;")
@@ -1598,8 +1742,10 @@ class _Renderer:
         gz = -(-rest // gy)
         if gz > _GRID_LIMITS[2]:
             raise _unsupported("GLOBAL", f"{total} blocks exceed the CUDA grid")
-        self.line("const unsigned long long bid = blockIdx.x + (unsigned long long)gridDim.x * "
-                  "(blockIdx.y + (unsigned long long)gridDim.y * blockIdx.z);")
+        self.line(
+            "const unsigned long long bid = blockIdx.x + (unsigned long long)gridDim.x * "
+            "(blockIdx.y + (unsigned long long)gridDim.y * blockIdx.z);"
+        )
         self.line(f"if (bid >= {total}ull) return;")
         self.decompose("bid", grid, "ull", scope)
         return (gx, gy, gz)
@@ -1624,9 +1770,12 @@ class _Renderer:
                 self.open(f"if (phase == {k})")
             scope = _Scope()
             if split is not None:
-                if part == 0:   # the partials: a scratch buffer the backend allocates
-                    partials = UOp(Ops.BUFFER, _acc_dtype(split.reduce.dtype),
-                                   arg=(f"__egc_partials{len(scratch)}", (split.outputs * split.block.parts,)))
+                if part == 0:  # the partials: a scratch buffer the backend allocates
+                    partials = UOp(
+                        Ops.BUFFER,
+                        _acc_dtype(split.reduce.dtype),
+                        arg=(f"__egc_partials{len(scratch)}", (split.outputs * split.block.parts,)),
+                    )
                     scratch.append((partials.arg[0], partials.dtype, partials.arg[1][0]))
                 assert partials is not None
                 grid, block = self.emit_grid_split(ph.items[0], split, part, partials, scope)
@@ -1668,16 +1817,30 @@ class _Renderer:
         params = [f"{_STORAGE[dt]}* __restrict__ {c}" for c, dt in self.params.values()]
         if multi:
             params.append("const int phase")
-        head = [f"// kernel {self.kernel.name}: " + "; ".join(
-            f"phase {lc.phase} grid {lc.grid} block {lc.block}" for lc in launches)]
+        head = [
+            f"// kernel {self.kernel.name}: "
+            + "; ".join(f"phase {lc.phase} grid {lc.grid} block {lc.block}" for lc in launches)
+        ]
         head += [f"// {n}" for n in self.notes]
         head.append(_PRELUDE_CORE)
         preludes = (("fp16", _PRELUDE_FP16), ("bf16", _PRELUDE_BF16), ("wmma", _PRELUDE_WMMA), ("async", _PRELUDE_ASYNC))
         head += [p for key, p in preludes if key in self.uses]
-        src = "\n".join(head + [f'extern "C" __global__ void __launch_bounds__({max_threads}) {name}(' +
-                                ", ".join(params) + ") {"] + body_lines + ["}"])
-        return KernelPlan(name, src, tuple((b, dt) for b, (_, dt) in self.params.items()), tuple(launches),
-                          multi, tuple(self.notes), frozenset(self.aligned), tuple(scratch))
+        src = "\n".join(
+            head
+            + [f'extern "C" __global__ void __launch_bounds__({max_threads}) {name}(' + ", ".join(params) + ") {"]
+            + body_lines
+            + ["}"]
+        )
+        return KernelPlan(
+            name,
+            src,
+            tuple((b, dt) for b, (_, dt) in self.params.items()),
+            tuple(launches),
+            multi,
+            tuple(self.notes),
+            frozenset(self.aligned),
+            tuple(scratch),
+        )
 
 
 def plan_kernel(kernel: Kernel) -> KernelPlan:
@@ -1686,6 +1849,7 @@ def plan_kernel(kernel: Kernel) -> KernelPlan:
 
 
 # ---- toolchains --------------------------------------------------------------------------------
+
 
 def find_nvcc() -> str | None:
     """nvcc on PATH, under $CUDA_HOME/$CUDA_PATH, or in /usr/local/cuda."""
@@ -1714,13 +1878,14 @@ def _arch(arch: str) -> str:
     return f"sm_{digits}"
 
 
-def _run_nvcc(source: str, arch: str, kind: str, options: Sequence[str], nvcc: str | None,
-              timeout: float) -> bytes:
+def _run_nvcc(source: str, arch: str, kind: str, options: Sequence[str], nvcc: str | None, timeout: float) -> bytes:
     exe = nvcc or find_nvcc()
     if exe is None:
-        raise BackendUnavailable(at="nvcc", why="nvcc was not found on PATH, $CUDA_HOME or /usr/local/cuda",
-                                 suggestion="install the CUDA toolkit (e.g. apt-get install nvidia-cuda-toolkit) "
-                                            "or put nvcc on PATH")
+        raise BackendUnavailable(
+            at="nvcc",
+            why="nvcc was not found on PATH, $CUDA_HOME or /usr/local/cuda",
+            suggestion="install the CUDA toolkit (e.g. apt-get install nvidia-cuda-toolkit) or put nvcc on PATH",
+        )
     with tempfile.TemporaryDirectory(prefix="egc_nvcc_") as d:
         cu, out = os.path.join(d, "kernels.cu"), os.path.join(d, f"kernels.{kind}")
         with open(cu, "w") as f:
@@ -1729,23 +1894,29 @@ def _run_nvcc(source: str, arch: str, kind: str, options: Sequence[str], nvcc: s
         try:
             r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
         except subprocess.TimeoutExpired:
-            raise BackendError(at=" ".join(cmd[:3]), why=f"nvcc ran longer than {timeout} s",
-                               suggestion="compile fewer kernels at once") from None
+            raise BackendError(
+                at=" ".join(cmd[:3]), why=f"nvcc ran longer than {timeout} s", suggestion="compile fewer kernels at once"
+            ) from None
         if r.returncode != 0:
-            raise BackendError(at=f"nvcc -{kind} -arch={_arch(arch)}", why=(r.stderr or r.stdout).strip()[-6000:],
-                               suggestion="this is a renderer bug if the kernel AST is valid; see the source above")
+            raise BackendError(
+                at=f"nvcc -{kind} -arch={_arch(arch)}",
+                why=(r.stderr or r.stdout).strip()[-6000:],
+                suggestion="this is a renderer bug if the kernel AST is valid; see the source above",
+            )
         with open(out, "rb") as f:
             return f.read()
 
 
-def compile_ptx(source: str, arch: str = "sm_80", *, options: Sequence[str] = (), nvcc: str | None = None,
-                timeout: float = 600) -> str:
+def compile_ptx(
+    source: str, arch: str = "sm_80", *, options: Sequence[str] = (), nvcc: str | None = None, timeout: float = 600
+) -> str:
     """Compile CUDA C with `nvcc -ptx -arch=<arch>` in a temp dir; returns the PTX text."""
     return _run_nvcc(source, arch, "ptx", options, nvcc, timeout).decode()
 
 
-def compile_cubin(source: str, arch: str, *, options: Sequence[str] = (), nvcc: str | None = None,
-                  timeout: float = 600) -> bytes:
+def compile_cubin(
+    source: str, arch: str, *, options: Sequence[str] = (), nvcc: str | None = None, timeout: float = 600
+) -> bytes:
     """Compile CUDA C with `nvcc -cubin -arch=<arch>`; returns the cubin bytes."""
     return _run_nvcc(source, arch, "cubin", options, nvcc, timeout)
 
@@ -1771,21 +1942,30 @@ def _import_cupy() -> Any:
     try:
         import cupy
     except ImportError:
-        raise BackendUnavailable(at="target 'cuda'", why="CuPy is not installed",
-                                 suggestion="pip install cupy-cuda12x (CUDA 12 driver) or cupy-cuda13x; "
-                                            "or use target='llvm'") from None
+        raise BackendUnavailable(
+            at="target 'cuda'",
+            why="CuPy is not installed",
+            suggestion="pip install cupy-cuda12x (CUDA 12 driver) or cupy-cuda13x; or use target='llvm'",
+        ) from None
     try:
         n = cupy.cuda.runtime.getDeviceCount()
     except Exception as e:  # CUDARuntimeError without a driver or device
-        raise BackendUnavailable(at="target 'cuda'", why=f"no usable CUDA GPU ({e})",
-                                 suggestion="run on a machine with an NVIDIA GPU and driver, or use target='llvm'") from None
+        raise BackendUnavailable(
+            at="target 'cuda'",
+            why=f"no usable CUDA GPU ({e})",
+            suggestion="run on a machine with an NVIDIA GPU and driver, or use target='llvm'",
+        ) from None
     if n == 0:
-        raise BackendUnavailable(at="target 'cuda'", why="no CUDA GPU is visible",
-                                 suggestion="check CUDA_VISIBLE_DEVICES and the driver, or use target='llvm'")
+        raise BackendUnavailable(
+            at="target 'cuda'",
+            why="no CUDA GPU is visible",
+            suggestion="check CUDA_VISIBLE_DEVICES and the driver, or use target='llvm'",
+        )
     return cupy
 
 
 # ---- the backend -------------------------------------------------------------------------------
+
 
 class CUDABackend:
     """Kernels as CUDA C; buffers as CuPy arrays (bfloat16 as uint16 bits, bool as one byte).
@@ -1816,7 +1996,7 @@ class CUDABackend:
         plan = self.plan(kernel)
         fn = self._function(cp, plan)
         names = [b for b, _ in plan.params]
-        scratch: dict[str, Any] = {}   # the kernel's own buffers (grid-split partials), made on the first run
+        scratch: dict[str, Any] = {}  # the kernel's own buffers (grid-split partials), made on the first run
 
         def run(bufs: dict[str, Any]) -> None:
             if plan.scratch and not scratch:
@@ -1824,15 +2004,20 @@ class CUDABackend:
             bufs = {**bufs, **scratch}
             missing = [n for n in names if n not in bufs]
             if missing:
-                raise BackendError(at=f"kernel {kernel.name}", why=f"no buffer {missing[0]!r} was given",
-                                   suggestion="allocate every buffer the kernel reads or writes")
+                raise BackendError(
+                    at=f"kernel {kernel.name}",
+                    why=f"no buffer {missing[0]!r} was given",
+                    suggestion="allocate every buffer the kernel reads or writes",
+                )
             args = [bufs[n] for n in names]
             for n, a in zip(names, args):
                 if n in plan.aligned and getattr(getattr(a, "data", None), "ptr", 0) % 16:
-                    raise BackendError(at=f"kernel {kernel.name}, buffer {n!r}",
-                                       why="the kernel reads or writes it with 16-byte vector accesses, but the "
-                                           "array does not start on a 16-byte boundary (a view at an offset?)",
-                                       suggestion="pass a fresh contiguous array (cupy.ascontiguousarray(x.copy()))")
+                    raise BackendError(
+                        at=f"kernel {kernel.name}, buffer {n!r}",
+                        why="the kernel reads or writes it with 16-byte vector accesses, but the "
+                        "array does not start on a 16-byte boundary (a view at an offset?)",
+                        suggestion="pass a fresh contiguous array (cupy.ascontiguousarray(x.copy()))",
+                    )
             for lc in plan.launches:
                 fn(lc.grid, lc.block, (*args, np.int32(lc.phase)) if plan.phased else tuple(args))
 
@@ -1866,9 +2051,12 @@ class CUDABackend:
                     return mod
             except Exception as e:
                 errors.append(f"nvcc: {e}")
-        raise BackendError(at=f"kernel {plan.name}", why="CUDA compilation failed:\n" + "\n".join(errors)[-6000:],
-                           suggestion="check that CUDA headers are reachable (set CUDA_PATH) or install nvcc; "
-                                      "EGC_CUDA_COMPILER=nvrtc|nvcc picks one compiler")
+        raise BackendError(
+            at=f"kernel {plan.name}",
+            why="CUDA compilation failed:\n" + "\n".join(errors)[-6000:],
+            suggestion="check that CUDA headers are reachable (set CUDA_PATH) or install nvcc; "
+            "EGC_CUDA_COMPILER=nvrtc|nvcc picks one compiler",
+        )
 
     def alloc(self, spec: BufferSpec) -> Any:
         cp = _import_cupy()

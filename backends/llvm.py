@@ -105,8 +105,9 @@ from egraph_compiler.program import HostBuffers, Kernel, Program, accumulator_ax
 from egraph_compiler.uop import UOp
 
 UNROLLED = frozenset({AxisType.UPCAST, AxisType.UNROLL})
-MASKED_LOAD_DTYPES = frozenset({dtypes.float32, dtypes.float64, dtypes.int32, dtypes.int64, dtypes.uint32,
-                                dtypes.uint64})   # held in registers as stored (no bool/half/bf16 conversion)
+MASKED_LOAD_DTYPES = frozenset(
+    {dtypes.float32, dtypes.float64, dtypes.int32, dtypes.int64, dtypes.uint32, dtypes.uint64}
+)  # held in registers as stored (no bool/half/bf16 conversion)
 AUTO_PARALLEL_MIN_WORK = 1 << 16  # below this many iterations a thread hand-off costs more than it saves
 
 # ---- types and literals --------------------------------------------------------------------------
@@ -124,8 +125,9 @@ def reg_ty(d: DType) -> str:
         return "double"
     if d in (dtypes.float32, dtypes.bfloat16):
         return "float"
-    raise UnsupportedOp(at=f"dtype {d.name}", why=f"{d.name} has no LLVM register type",
-                        suggestion="use a numeric or bool dtype")
+    raise UnsupportedOp(
+        at=f"dtype {d.name}", why=f"{d.name} has no LLVM register type", suggestion="use a numeric or bool dtype"
+    )
 
 
 def mem_ty(d: DType) -> str:
@@ -244,8 +246,11 @@ def _guards(order: list[UOp]) -> dict[UOp, frozenset[Cond]]:
 def _bound(r: UOp) -> int:
     b = r.src[0]
     if b.op is not Ops.CONST:
-        raise UnsupportedOp(at=f"RANGE {r.arg!r}", why="the LLVM backend needs constant loop bounds",
-                            suggestion="bind symbolic sizes before lowering")
+        raise UnsupportedOp(
+            at=f"RANGE {r.arg!r}",
+            why="the LLVM backend needs constant loop bounds",
+            suggestion="bind symbolic sizes before lowering",
+        )
     return int(b.arg)
 
 
@@ -255,8 +260,11 @@ def _is_unrolled(r: UOp) -> bool:
 
 def _index_of(index: UOp) -> UOp | None:
     if index.op is not Ops.INDEX or len(index.src) > 2:
-        raise UnsupportedOp(at=index.op.name, why="loads and stores address memory through INDEX(buf[, idx])",
-                            suggestion="lower multi-dimensional INDEX to one flat index first")
+        raise UnsupportedOp(
+            at=index.op.name,
+            why="loads and stores address memory through INDEX(buf[, idx])",
+            suggestion="lower multi-dimensional INDEX to one flat index first",
+        )
     return index.src[1] if len(index.src) > 1 else None
 
 
@@ -275,9 +283,9 @@ class _Item:
     """One SINK entry: the loops around one STORE."""
 
     store: UOp
-    loops: list[UOp]         # counted loops, outermost first
-    unrolled: list[UOp]      # straight-line ranges, innermost
-    parallel: UOp | None     # the loop split across threads, if any
+    loops: list[UOp]  # counted loops, outermost first
+    unrolled: list[UOp]  # straight-line ranges, innermost
+    parallel: UOp | None  # the loop split across threads, if any
 
 
 def _items(ast: UOp, deps: dict[UOp, frozenset[UOp]], threads: int, auto_parallel: bool) -> list[_Item]:
@@ -316,8 +324,17 @@ def _group_reduces(item: _Item, deps: dict[UOp, frozenset[UOp]]) -> list[UOp]:
         if u not in inside:
             inside.add(u)
             stack.extend(u.src[:1] if u.op is Ops.AFTER else u.src)
-    return [u for u in nodes if u.op is Ops.REDUCE and len(u.src) == 2 and u not in inside and not deps[u]
-            and u.src[1].op is Ops.RANGE and u.src[1].arg[1] is AxisType.GROUP_REDUCE and _bound(u.src[1]) > 0]
+    return [
+        u
+        for u in nodes
+        if u.op is Ops.REDUCE
+        and len(u.src) == 2
+        and u not in inside
+        and not deps[u]
+        and u.src[1].op is Ops.RANGE
+        and u.src[1].arg[1] is AxisType.GROUP_REDUCE
+        and _bound(u.src[1]) > 0
+    ]
 
 
 def _part_ty(d: DType) -> str:
@@ -334,9 +351,9 @@ class _Group:
     """One group REDUCE of an item: its partials function and its slot in the item's scratch buffer."""
 
     reduce: UOp
-    fn: str        # name of the partials function
-    bound: int     # T, the trip count of its GROUP_REDUCE range
-    offset: int    # byte offset of its T partials in the scratch buffer
+    fn: str  # name of the partials function
+    bound: int  # T, the trip count of its GROUP_REDUCE range
+    offset: int  # byte offset of its T partials in the scratch buffer
 
 
 def _pick_parallel(st: UOp, loops: list[UOp], threads: int, auto: bool) -> UOp | None:
@@ -377,7 +394,7 @@ class Val:
 
 @dataclass
 class _Scope:
-    kind: str                         # "loop": values inside are not visible after it; "unroll": straight-line
+    kind: str  # "loop": values inside are not visible after it; "unroll": straight-line
     memo: dict[UOp, Val]
 
 
@@ -394,7 +411,7 @@ class _Fn:
         self.range_scope: dict[UOp, int] = {}
         self.unroll_pos: dict[UOp, int] = {}
         self.groups: dict[UOp, _Group] = {}  # group REDUCEs read back from the partials at %p
-        self.contiguous: frozenset[UOp] = frozenset()   # unrolled ranges the item's store index has stride 1 in
+        self.contiguous: frozenset[UOp] = frozenset()  # unrolled ranges the item's store index has stride 1 in
         self.start_block("entry")
 
     # -- text ---------------------------------------------------------------------------------------
@@ -568,8 +585,11 @@ class _Fn:
         if u.op is Ops.CONST:
             return Val((), (literal(u.arg, u.dtype),))
         if u.op is Ops.RANGE:
-            raise UnsupportedOp(at=f"RANGE {u.arg!r}", why="a range is used outside the loops that bind it",
-                                suggestion="list the range in an END or REDUCE around its use")
+            raise UnsupportedOp(
+                at=f"RANGE {u.arg!r}",
+                why="a range is used outside the loops that bind it",
+                suggestion="list the range in an END or REDUCE around its use",
+            )
         if u.op is Ops.REDUCE:
             return self.emit_combine(u) if u in self.groups else self.emit_reduce(u)
         if u.op is Ops.LOAD:
@@ -580,8 +600,11 @@ class _Fn:
             vals = [self.emit(s) for s in u.src]
             axes = self.axes_of(vals)
             return self.each(axes, lambda at: self.kb.alu.node(self, u, [self.pick(v, at) for v in vals]))
-        raise UnsupportedOp(at=u.op.name, why=f"{u.op.name} cannot appear in a kernel for the LLVM backend",
-                            suggestion="lower the graph to SINK/END/STORE/LOAD/REDUCE/ALU kernels first")
+        raise UnsupportedOp(
+            at=u.op.name,
+            why=f"{u.op.name} cannot appear in a kernel for the LLVM backend",
+            suggestion="lower the graph to SINK/END/STORE/LOAD/REDUCE/ALU kernels first",
+        )
 
     # -- memory -------------------------------------------------------------------------------------
     def address(self, index: UOp, idx: str) -> tuple[str, str, int]:
@@ -616,9 +639,10 @@ class _Fn:
 
     def usable_guards(self, u: UOp) -> list[Cond]:
         bound = self.bound_ranges()
-        return sorted((c for c in self.kb.conds.get(u, frozenset())
-                       if self.kb.deps[c[0]] <= bound and not self.kb.reaches(c[0], u)),
-                      key=lambda c: (self.kb.topo_pos[c[0]], c[1]))
+        return sorted(
+            (c for c in self.kb.conds.get(u, frozenset()) if self.kb.deps[c[0]] <= bound and not self.kb.reaches(c[0], u)),
+            key=lambda c: (self.kb.topo_pos[c[0]], c[1]),
+        )
 
     def truth(self, x: str, d: DType) -> str:
         """A value used as a condition, as i1."""
@@ -640,8 +664,7 @@ class _Fn:
         guards: list[tuple[Val, UOp, bool]] = []
         if not safe and gate is None:
             guards = [(self.emit(c), c, pol) for c, pol in self.usable_guards(u)]
-        axes = self.axes_of([idx] + ([alt, gate] if gate is not None and alt is not None else [])
-                            + [g for g, _, _ in guards])
+        axes = self.axes_of([idx] + ([alt, gate] if gate is not None and alt is not None else []) + [g for g, _, _ in guards])
         zero = literal(0, u.dtype)
 
         def guard(at: dict[UOp, int]) -> tuple[str | None, str]:
@@ -655,8 +678,7 @@ class _Fn:
         # unguarded copies at consecutive addresses not proven inside the buffer (a padded tile's last columns):
         # one vector load with the lanes outside the buffer masked off, not a clamped address per copy (which
         # no vectorizer packs)
-        lane = next((a for a in reversed(axes) if idx_u is not None and _bound(a) >= 2 and stride(idx_u, a) == 1),
-                    None)
+        lane = next((a for a in reversed(axes) if idx_u is not None and _bound(a) >= 2 and stride(idx_u, a) == 1), None)
         if not safe and lane is not None and u.dtype in MASKED_LOAD_DTYPES:
             if gate is None and not guards:
                 return self.masked_load(u, idx, lane, axes, size)
@@ -665,7 +687,8 @@ class _Fn:
             conds = [(u.src[2], True)] if gate is not None else [(c, pol) for _, c, pol in guards]
             alt_u = u.src[1] if gate is not None else None
             if all(self.lane_vector(c, lane, {}, {}, probe=True) is not None for c, _ in conds) and (
-                    alt_u is None or lane not in self.kb.deps[alt_u]):
+                alt_u is None or lane not in self.kb.deps[alt_u]
+            ):
                 return self.masked_load(u, idx, lane, axes, size, conds, alt_u)
 
         def one(at: dict[UOp, int]) -> str:
@@ -690,8 +713,16 @@ class _Fn:
 
         return self.each(axes, one)
 
-    def masked_load(self, u: UOp, idx: Val, lane: UOp, axes: tuple[UOp, ...], size: int,
-                    conds: list[tuple[UOp, bool]] | None = None, alt: UOp | None = None) -> Val:
+    def masked_load(
+        self,
+        u: UOp,
+        idx: Val,
+        lane: UOp,
+        axes: tuple[UOp, ...],
+        size: int,
+        conds: list[tuple[UOp, bool]] | None = None,
+        alt: UOp | None = None,
+    ) -> Val:
         """A load whose copies along `lane` read consecutive elements: per combination of the other axes, one
         `llvm.masked.load` of the lanes, those at or past `size` masked off (they read nothing and give 0), or,
         with `conds`, those whose conditions (each with its polarity) do not all hold (they give `alt`, or 0);
@@ -703,7 +734,7 @@ class _Fn:
         ty = mem_ty(u.dtype)
         vty, mty, ity = f"<{n} x {ty}>", f"<{n} x i1>", f"<{n} x i64>"
         al = max(1, _np_storage(u.dtype).itemsize)
-        fn = f"@llvm.masked.load.v{n}{ {'float': 'f32', 'double': 'f64'}.get(ty, ty)}.p0"
+        fn = f"@llvm.masked.load.v{n}{ {'float': 'f32', 'double': 'f64'}.get(ty, ty) }.p0"
         self.kb.declare(f"declare {vty} {fn}(ptr, i32, {mty}, {vty})")
         steps = f"<{', '.join(f'i64 {j}' for j in range(n))}>"
         rest = tuple(a for a in axes if a is not lane)
@@ -732,21 +763,21 @@ class _Fn:
         one = self.ins(f"insertelement <{n} x {ty}> poison, {ty} {x}, i64 0")
         return self.ins(f"shufflevector <{n} x {ty}> {one}, <{n} x {ty}> poison, <{n} x i32> zeroinitializer")
 
-    def lane_vector(self, u: UOp, lane: UOp, at: dict[UOp, int], memo: dict[UOp, str],
-                    probe: bool = False) -> str | None:
+    def lane_vector(self, u: UOp, lane: UOp, at: dict[UOp, int], memo: dict[UOp, str], probe: bool = False) -> str | None:
         """u's values over the lanes of `lane` (the other unrolled ranges at `at`) as one vector, for integer and
         boolean arithmetic and comparisons; None for anything else. `probe`: only say whether it can."""
         if u in memo:
             return memo[u]
         n = _bound(lane)
-        if lane not in self.kb.deps[u]:   # the same for every lane: its scalar, splat
+        if lane not in self.kb.deps[u]:  # the same for every lane: its scalar, splat
             if probe:
                 return ""
             out = self.splat(reg_ty(u.dtype), n, self.pick(self.emit(u), at | {lane: 0}))
         elif u is lane:
             out = "" if probe else f"<{', '.join(f'{reg_ty(u.dtype)} {j}' for j in range(n))}>"
         elif u.op in (Ops.ADD, Ops.MUL, Ops.AND, Ops.OR, Ops.CMPLT, Ops.CMPNE) and (
-                u.src[0].dtype.is_int or u.src[0].dtype.is_bool):
+            u.src[0].dtype.is_int or u.src[0].dtype.is_bool
+        ):
             a, b = (self.lane_vector(x, lane, at, memo, probe) for x in u.src)
             if a is None or b is None:
                 return None
@@ -758,7 +789,7 @@ class _Fn:
             elif u.op is Ops.CMPNE:
                 out = self.ins(f"icmp ne {ty} {a}, {b}")
             else:
-                out = self.ins(f"{ {Ops.ADD: 'add', Ops.MUL: 'mul', Ops.AND: 'and', Ops.OR: 'or'}[u.op]} {ty} {a}, {b}")
+                out = self.ins(f"{ {Ops.ADD: 'add', Ops.MUL: 'mul', Ops.AND: 'and', Ops.OR: 'or'}[u.op] } {ty} {a}, {b}")
         else:
             return None
         memo[u] = out
@@ -780,7 +811,7 @@ class _Fn:
         idx_u = _index_of(index)
         size = _buf_size(index)
         safe = _in_bounds(idx_u, size)
-        val = self.emit(value)   # first: the index of the store is computed after any loop inside the value
+        val = self.emit(value)  # first: the index of the store is computed after any loop inside the value
         idx = self.emit(idx_u) if idx_u is not None else Val((), ("0",))
         gate = self.emit(st.src[2]) if len(st.src) == 3 else None
         axes = self.axes_of([idx, val] + ([gate] if gate is not None else []), unrolled)
@@ -1007,11 +1038,12 @@ class _Alu:
             return x
         if op is Ops.RECIP:
             return self.fix(f, f.ins(f"fdiv {ty} {_fhex(1.0, ty)}, {x}"), d)
-        name = {Ops.TRUNC: "trunc", Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.COS: "cos",
-                Ops.SQRT: "sqrt"}.get(op)
+        name = {Ops.TRUNC: "trunc", Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.COS: "cos", Ops.SQRT: "sqrt"}.get(
+            op
+        )
         if name is None:
             raise UnsupportedOp(at=op.name, why=f"no LLVM lowering for unary {op.name}", suggestion="decompose it first")
-        if op is Ops.EXP2 and ty == "float":   # inline, so that loops around it vectorize
+        if op is Ops.EXP2 and ty == "float":  # inline, so that loops around it vectorize
             return self.fix(f, self.exp2_f32(f, x), d)
         if d is dtypes.float16:  # libm has no half functions: compute in float32, round once
             w = f.ins(f"fpext half {x} to float")
@@ -1025,6 +1057,7 @@ class _Alu:
         call per element, which no vectorizer widens. Round x to q, a degree-8 Taylor polynomial of e**(r ln 2)
         on the remainder r in [-0.5, 0.5], and two exact power-of-two scalings (subnormals and the 2**128 edge);
         overflow to inf, underflow to 0, NaN through. About one float32 ulp from the true value."""
+
         def c(v: float) -> str:
             return _fhex(v, "float")
 
@@ -1118,8 +1151,10 @@ class _Alu:
             return "0"
         if c is not None and c > 0 and c & (c - 1) == 0:  # shifts and masks are floor ops for either sign
             k = c.bit_length() - 1
-            return f.ins(f"{('lshr' if d.is_unsigned else 'ashr') if is_div else 'and'} {ty} {a}, "
-                         f"{k if is_div else _int_lit(c - 1, d.bits)}")
+            return f.ins(
+                f"{('lshr' if d.is_unsigned else 'ashr') if is_div else 'and'} {ty} {a}, "
+                f"{k if is_div else _int_lit(c - 1, d.bits)}"
+            )
         if d.is_unsigned:
             if nb.vmin >= 1:
                 return f.ins(f"{'udiv' if is_div else 'urem'} {ty} {a}, {b}")
@@ -1182,7 +1217,7 @@ class _Alu:
             if s is dtypes.float16:
                 x, st = f.ins(f"fpext half {x} to float"), "float"
             ax = self.call(f, "fabs", st, x)
-            ok = f.ins(f"fcmp olt {st} {ax}, {_fhex(2.0 ** 63, st)}")
+            ok = f.ins(f"fcmp olt {st} {ax}, {_fhex(2.0**63, st)}")
             fin = f.ins(f"fcmp olt {st} {ax}, {_fhex(math.inf, st)}")
             v = f.ins(f"fptosi {st} {f.ins(f'select i1 {ok}, {st} {x}, {st} {_fhex(0.0, st)}')} to i64")
             v = f.ins(f"select i1 {ok}, i64 {v}, i64 {f.ins(f'select i1 {fin}, i64 {-(1 << 63)}, i64 0')}")
@@ -1212,7 +1247,7 @@ class _Alu:
         else:
             raw = x
         if d is dtypes.bfloat16:
-            return f.ins(f"bitcast i32 {f.ins(f'shl i32 {f.ins(f'zext i16 {raw} to i32')}, 16')} to float")
+            return f.ins(f"bitcast i32 {f.ins(f'shl i32 {f.ins(f"zext i16 {raw} to i32")}, 16')} to float")
         if d.is_bool:
             return f.ins(f"icmp ne i8 {raw}, 0")
         if d.is_float:
@@ -1247,7 +1282,7 @@ class _Module:
         self.topo_pos = {u: i for i, u in enumerate(self.order)}
         self.deps = _free_ranges(self.order)
         self.conds = _guards(self.order)
-        self.loopy: set[UOp] = set()   # nodes with a REDUCE under them (their emission runs a loop)
+        self.loopy: set[UOp] = set()  # nodes with a REDUCE under them (their emission runs a loop)
         for u in self.order:
             if u.op is Ops.REDUCE or any(s in self.loopy for s in u.src):
                 self.loopy.add(u)
@@ -1262,21 +1297,27 @@ class _Module:
             if u.op is Ops.INDEX:
                 b = buffer_of(u)
                 if b.op is not Ops.BUFFER:
-                    raise UnsupportedOp(at=b.op.name, why="kernels address named BUFFERs",
-                                        suggestion="give every INDEX a BUFFER (optionally behind AFTER)")
+                    raise UnsupportedOp(
+                        at=b.op.name,
+                        why="kernels address named BUFFERs",
+                        suggestion="give every INDEX a BUFFER (optionally behind AFTER)",
+                    )
                 if all(x.arg[0] != b.arg[0] for x in self.buffers):
                     self.buffers.append(b)
         self.arg_names = {b.arg[0]: f"%b{i}" for i, b in enumerate(self.buffers)}
         for u in self.order:
             if u.op is Ops.DEFINE_VAR:
-                raise UnsupportedOp(at=f"variable {u.arg[0]}", why="LLVM kernels take no symbolic variables",
-                                    suggestion="bind variables before lowering")
+                raise UnsupportedOp(
+                    at=f"variable {u.arg[0]}",
+                    why="LLVM kernels take no symbolic variables",
+                    suggestion="bind variables before lowering",
+                )
             if u.op is Ops.RANGE:
                 _bound(u)
         self.items = _items(ast, self.deps, threads, auto_parallel)
         params = ", ".join([f"ptr noalias {self.arg_names[b.arg[0]]}" for b in self.buffers] + ["i64 %start", "i64 %end"])
         self.groups: list[list[_Group]] = []  # per item
-        self.scratch: list[int] = []          # per item: bytes of partials
+        self.scratch: list[int] = []  # per item: bytes of partials
         self.signatures: list[tuple[str, int]] = []  # every function: name, number of trailing pointer arguments
         fns = []
         for i, item in enumerate(self.items):
@@ -1330,8 +1371,7 @@ def _new_target_machine(cpu: CPUTarget) -> Any:
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
     target = llvm.Target.from_default_triple()
-    return target.create_target_machine(cpu=cpu.name, features=_features(cpu), opt=3, codemodel="jitdefault",
-                                        jit=True)
+    return target.create_target_machine(cpu=cpu.name, features=_features(cpu), opt=3, codemodel="jitdefault", jit=True)
 
 
 # Loads whose copies sit apart along a vector's lanes (a stride-2 convolution's input) stay scalar loads and
@@ -1373,8 +1413,11 @@ def optimize_ir(ir: str, cpu: CPUTarget | None = None) -> Any:
         mod = llvm.parse_assembly(ir)
         mod.verify()
     except RuntimeError as e:
-        raise BackendError(at="LLVM IR", why=f"the rendered IR does not verify: {e}",
-                           suggestion="this is a renderer bug; LLVMBackend.render shows the IR") from e
+        raise BackendError(
+            at="LLVM IR",
+            why=f"the rendered IR does not verify: {e}",
+            suggestion="this is a renderer bug; LLVMBackend.render shows the IR",
+        ) from e
     pto = llvm.create_pipeline_tuning_options(speed_level=SPEED_LEVEL)
     pto.loop_vectorization = True
     pto.slp_vectorization = True
@@ -1393,8 +1436,9 @@ class _Native:
     optimized_ir: str
 
 
-def _jit(ir: str, signatures: list[tuple[str, int]], n_bufs: int, cpu: CPUTarget,
-         protos: dict[str, Any] | None = None) -> _Native:
+def _jit(
+    ir: str, signatures: list[tuple[str, int]], n_bufs: int, cpu: CPUTarget, protos: dict[str, Any] | None = None
+) -> _Native:
     """Compile IR (cached by its text): functions named in `signatures` take n_bufs pointers, start, end and
     that many more pointers; `protos` gives other functions their ctypes prototype."""
     key = hashlib.sha256(ir.encode()).hexdigest()
@@ -1409,20 +1453,21 @@ def _jit(ir: str, signatures: list[tuple[str, int]], n_bufs: int, cpu: CPUTarget
         engine.finalize_object()
         funcs = {}
         for name, extra in signatures:
-            proto = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * n_bufs), ctypes.c_int64, ctypes.c_int64,
-                                     *([ctypes.c_void_p] * extra))
+            proto = ctypes.CFUNCTYPE(
+                None, *([ctypes.c_void_p] * n_bufs), ctypes.c_int64, ctypes.c_int64, *([ctypes.c_void_p] * extra)
+            )
             funcs[name] = proto(engine.get_function_address(name))
         for name, proto in (protos or {}).items():
             funcs[name] = proto(engine.get_function_address(name))
         native = _Native(engine, funcs, str(mod))
         _CACHE[key] = native
-        while len(_CACHE) > MAX_CACHED_MODULES:   # an evicted engine lives on while a program still holds it
+        while len(_CACHE) > MAX_CACHED_MODULES:  # an evicted engine lives on while a program still holds it
             _CACHE.popitem(last=False)
         CACHE_STATS["compiles"] += 1
         return native
 
 
-_CACHE: OrderedDict[str, _Native] = OrderedDict()   # least recently used first
+_CACHE: OrderedDict[str, _Native] = OrderedDict()  # least recently used first
 MAX_CACHED_MODULES = 256
 
 
@@ -1447,10 +1492,10 @@ class LLVMCompiled:
     buffer_order: list[str]
     checks: list[tuple[str, np.dtype, int]]
     native: _Native
-    parallel: list[int | None]       # per item: trip count of its parallel range, or None
+    parallel: list[int | None]  # per item: trip count of its parallel range, or None
     threads: int
     groups: list[list[tuple[str, int, int]]] = field(default_factory=list)  # per item: (function, T, offset)
-    scratch: list[int] = field(default_factory=list)                         # per item: bytes of partials
+    scratch: list[int] = field(default_factory=list)  # per item: bytes of partials
 
     def _slices(self, fn: Any, ptrs: list[int], n: int, extra: tuple[int, ...] = ()) -> None:
         """Run fn over [0, n) in min(threads, n) slices, the first on the calling thread."""
@@ -1477,9 +1522,11 @@ class LLVMCompiled:
             for name, dt, size in self.checks:
                 a = bufs[name]
                 if not isinstance(a, np.ndarray) or a.dtype != dt or a.size < size or not a.flags.c_contiguous:
-                    raise InvalidArgument(at=f"buffer {name!r} of kernel {self.name}",
-                                          why=f"expected a contiguous {dt} array of {size} elements",
-                                          suggestion="allocate buffers with the backend's alloc/put")
+                    raise InvalidArgument(
+                        at=f"buffer {name!r} of kernel {self.name}",
+                        why=f"expected a contiguous {dt} array of {size} elements",
+                        suggestion="allocate buffers with the backend's alloc/put",
+                    )
                 ptrs.append(a.ctypes.data)
         for i, n in enumerate(self.parallel):
             fn = self.native.funcs[f"k{i}"]
@@ -1503,7 +1550,7 @@ class _Runner:
     def __init__(self, compiled: list[LLVMCompiled], names: list[str], cpu: CPUTarget) -> None:
         self.names = names
         slot = {n: i for i, n in enumerate(names)}
-        self.steps: list[tuple[Any, LLVMCompiled | None]] = []   # (driver, None) or (None, kernel)
+        self.steps: list[tuple[Any, LLVMCompiled | None]] = []  # (driver, None) or (None, kernel)
         batch: list[LLVMCompiled] = []
         self.keep: list[Any] = []
         for c in [*compiled, None]:
@@ -1527,14 +1574,16 @@ class _Runner:
                 for name, _, _ in c.checks:
                     if name not in loaded:
                         loaded[name] = f"%p{len(loaded)}"
-                        body += [f"  %a{len(loaded)} = getelementptr i64, ptr %a, i64 {slot[name]}",
-                                 f"  {loaded[name]} = load ptr, ptr %a{len(loaded)}"]
+                        body += [
+                            f"  %a{len(loaded)} = getelementptr i64, ptr %a, i64 {slot[name]}",
+                            f"  {loaded[name]} = load ptr, ptr %a{len(loaded)}",
+                        ]
                     args.append(f"ptr {loaded[name]}")
                 addr = c.native.engine.get_function_address(f"k{i}")
                 body.append(f"  call void inttoptr (i64 {addr} to ptr)({', '.join(args)}, i64 0, i64 0)")
         ir = "define void @drive(ptr noalias %a) {\nentry:\n" + "\n".join(body) + "\n  ret void\n}\n"
         native = _jit(ir, [], 0, cpu, {"drive": ctypes.CFUNCTYPE(None, ctypes.c_void_p)})
-        self.keep += [native, batch]   # the engines of the driver and of the kernels it calls
+        self.keep += [native, batch]  # the engines of the driver and of the kernels it calls
         return native.funcs["drive"]
 
     def __call__(self, bufs: dict[str, np.ndarray]) -> None:
@@ -1551,7 +1600,7 @@ class _Runner:
             addrs.append(hit[1])
         self.seen = fresh
         try:
-            table = self.tables.pop()   # concurrent calls each take their own
+            table = self.tables.pop()  # concurrent calls each take their own
         except IndexError:
             table = (ctypes.c_int64 * len(addrs))()
         table[:] = addrs
@@ -1586,8 +1635,9 @@ class LLVMBackend(HostBuffers):
     name = "llvm"
     native_storage = True
 
-    def __init__(self, threads: int | None = None, fast_math: bool = False, auto_parallel: bool = True,
-                 cpu: str | None = None) -> None:
+    def __init__(
+        self, threads: int | None = None, fast_math: bool = False, auto_parallel: bool = True, cpu: str | None = None
+    ) -> None:
         self.threads = threads if threads is not None else (os.cpu_count() or 1)
         self.fast_math = fast_math
         self.auto_parallel = auto_parallel
@@ -1609,8 +1659,10 @@ class LLVMBackend(HostBuffers):
             if it.parallel is not None:
                 head.append(f"; @k{i}: [%start, %end) slices range {it.parallel.arg[0]!r} (bound {_bound(it.parallel)})")
             for grp in m.groups[i]:
-                head.append(f"; @{grp.fn}(..., %p): [%start, %end) slices group range {grp.reduce.src[1].arg[0]!r} "
-                            f"(bound {grp.bound}); @k{i} reads its partials at %p + {grp.offset}")
+                head.append(
+                    f"; @{grp.fn}(..., %p): [%start, %end) slices group range {grp.reduce.src[1].arg[0]!r} "
+                    f"(bound {grp.bound}); @k{i} reads its partials at %p + {grp.offset}"
+                )
         return "\n".join(head) + "\n" + m.ir
 
     def optimized_ir(self, kernel: Kernel, program: Program | None = None) -> str:
@@ -1628,9 +1680,9 @@ class LLVMBackend(HostBuffers):
         native = _jit(m.ir, m.signatures, len(m.buffers), self.cpu)
         checks = [(b.arg[0], _np_storage(b.dtype), math.prod(b.arg[1])) for b in m.buffers]
         if program is not None:  # the program's spec is the authority on a buffer's dtype
-            checks = [(n, self.storage_np(program.buffers[n].dtype) if n in program.buffers else dt, s)
-                      for n, dt, s in checks]
+            checks = [(n, self.storage_np(program.buffers[n].dtype) if n in program.buffers else dt, s) for n, dt, s in checks]
         parallel = [_bound(it.parallel) if it.parallel is not None else None for it in m.items]
         groups = [[(grp.fn, grp.bound, grp.offset) for grp in gs] for gs in m.groups]
-        return LLVMCompiled(kernel.name, [b.arg[0] for b in m.buffers], checks, native, parallel, self.threads,
-                            groups, m.scratch)
+        return LLVMCompiled(
+            kernel.name, [b.arg[0] for b in m.buffers], checks, native, parallel, self.threads, groups, m.scratch
+        )

@@ -43,9 +43,12 @@ def buffer_value(u: UOp, inputs: Env) -> np.ndarray:
         arr = bf16_from_bits(data) if u.dtype is dtypes.bfloat16 else data
         return arr.reshape(shape)
     if name not in inputs:
-        raise MissingInput(at=f"input {name!r}", why=f"no value was given for placeholder {name!r}",
-                           suggestion=f"pass {name}=<array of shape {shape}> when running the program",
-                           expected_shape=shape)
+        raise MissingInput(
+            at=f"input {name!r}",
+            why=f"no value was given for placeholder {name!r}",
+            suggestion=f"pass {name}=<array of shape {shape}> when running the program",
+            expected_shape=shape,
+        )
     return coerce_input(name, inputs[name], shape, u.dtype)
 
 
@@ -56,20 +59,26 @@ def coerce_input(name: str, value: Any, shape: tuple[int, ...], dtype: DType) ->
     conversion to make, never changed silently."""
     arr = np.asarray(value)
     if arr.shape != tuple(shape):
-        raise MissingInput(at=f"input {name!r}", why=f"expected shape {tuple(shape)}, got {arr.shape}",
-                           suggestion=f"pass an array of shape {tuple(shape)}"
-                           + (f" (x.reshape{tuple(shape)})" if arr.size == math.prod(shape) else ""))
+        raise MissingInput(
+            at=f"input {name!r}",
+            why=f"expected shape {tuple(shape)}, got {arr.shape}",
+            suggestion=f"pass an array of shape {tuple(shape)}"
+            + (f" (x.reshape{tuple(shape)})" if arr.size == math.prod(shape) else ""),
+        )
     if arr.dtype.kind not in "biuf":
-        raise MissingInput(at=f"input {name!r}", why=f"array of dtype {arr.dtype} is not numeric",
-                           suggestion=f"pass a {dtype.name} array")
+        raise MissingInput(
+            at=f"input {name!r}", why=f"array of dtype {arr.dtype} is not numeric", suggestion=f"pass a {dtype.name} array"
+        )
     target = np.dtype(np.float32) if dtype is dtypes.bfloat16 else np.dtype(compute_np(dtype))
     if arr.dtype != target and not np.can_cast(arr.dtype, target, "safe"):
         with np.errstate(all="ignore"):
             back = arr.astype(target).astype(arr.dtype)
         if not np.array_equal(back, arr, equal_nan=arr.dtype.kind == "f"):
-            raise MissingInput(at=f"input {name!r}", why=f"its {arr.dtype} values do not all convert to "
-                               f"{dtype.name} exactly", suggestion=f"convert it yourself if the rounding is meant: "
-                               f"np.asarray(x, dtype=np.{target.name})")
+            raise MissingInput(
+                at=f"input {name!r}",
+                why=f"its {arr.dtype} values do not all convert to {dtype.name} exactly",
+                suggestion=f"convert it yourself if the rounding is meant: np.asarray(x, dtype=np.{target.name})",
+            )
     if dtype is dtypes.bfloat16:
         return bf16_round(arr.astype(np.float32))
     return arr.astype(compute_np(dtype), copy=False)
@@ -83,8 +92,11 @@ def _eval_node(u: UOp, vals: list[Any], inputs: Env, var_values: dict[str, int])
         return buffer_value(u, inputs)
     if u.op is Ops.DEFINE_VAR:
         if u.arg[0] not in var_values:
-            raise MissingInput(at=f"variable {u.arg[0]!r}", why="no value for a symbolic variable",
-                               suggestion=f"pass {u.arg[0]}=<int in [{u.arg[1]}, {u.arg[2]}]>")
+            raise MissingInput(
+                at=f"variable {u.arg[0]!r}",
+                why="no value for a symbolic variable",
+                suggestion=f"pass {u.arg[0]}=<int in [{u.arg[1]}, {u.arg[2]}]>",
+            )
         return np.array(var_values[u.arg[0]], dtype=np.int64)
     if u.op is Ops.BINARY:
         return u.arg.data
@@ -92,8 +104,11 @@ def _eval_node(u: UOp, vals: list[Any], inputs: Env, var_values: dict[str, int])
         return _fix(sp.ref(vals[0], u.dtype), u.dtype)
     if u.op is Ops.BITCAST:
         src = u.src[0].dtype
-        raw = vals[0].astype(src.np) if src is not dtypes.bfloat16 else (
-            (vals[0].astype(np.float32).view(np.uint32) >> 16).astype(np.uint16))
+        raw = (
+            vals[0].astype(src.np)
+            if src is not dtypes.bfloat16
+            else ((vals[0].astype(np.float32).view(np.uint32) >> 16).astype(np.uint16))
+        )
         out = raw.view(u.dtype.np)
         return bf16_from_bits(out) if u.dtype is dtypes.bfloat16 else out
     if sp.is_alu:
@@ -112,12 +127,14 @@ def _eval_node(u: UOp, vals: list[Any], inputs: Env, var_values: dict[str, int])
         return tuple(vals)
     if u.op is Ops.GETTUPLE:
         return vals[0][u.arg]
-    raise UnsupportedOp(at=u.op.name, why=f"{u.op.name} has no tensor-level meaning in the interpreter",
-                        suggestion="evaluate kernel programs with run_kernel()")
+    raise UnsupportedOp(
+        at=u.op.name,
+        why=f"{u.op.name} has no tensor-level meaning in the interpreter",
+        suggestion="evaluate kernel programs with run_kernel()",
+    )
 
 
-def evaluate(roots: UOp | Sequence[UOp], inputs: Env | None = None,
-             var_values: dict[str, int] | None = None) -> Any:
+def evaluate(roots: UOp | Sequence[UOp], inputs: Env | None = None, var_values: dict[str, int] | None = None) -> Any:
     """Evaluate tensor-level UOp graph(s); returns an array (or a tuple for several roots)."""
     single = isinstance(roots, UOp)
     root_list = [roots] if single else list(roots)
@@ -127,8 +144,9 @@ def evaluate(roots: UOp | Sequence[UOp], inputs: Env | None = None,
     check_placeholder_names(root_list)
     for u in toposort(_inline_functions(root_list)):
         vals[u] = _eval_node(u, [vals[s] for s in u.src], inputs, var_values)
-    outs = [vals[r] if not isinstance(vals[r], np.ndarray) else _external(vals[r], r.dtype)
-            for r in _inline_functions(root_list)]
+    outs = [
+        vals[r] if not isinstance(vals[r], np.ndarray) else _external(vals[r], r.dtype) for r in _inline_functions(root_list)
+    ]
     return outs[0] if single else tuple(outs)
 
 
@@ -155,6 +173,7 @@ def _inline_functions(roots: list[UOp]) -> list[UOp]:
 
 
 # ---- kernel level ------------------------------------------------------------------------------
+
 
 class _KernelEval:
     """Evaluates one kernel AST with every RANGE as its own broadcast axis."""
@@ -202,8 +221,7 @@ class _KernelEval:
                     stack.append((node, m, False))
                     stack += [(s, mm, False) for s, mm in pend]
                     continue
-                self.memo[k] = _fix(np.where(c, self.memo[(node.src[1], id(ma))], self.memo[(node.src[2], id(mb))]),
-                                    node.dtype)
+                self.memo[k] = _fix(np.where(c, self.memo[(node.src[1], id(ma))], self.memo[(node.src[2], id(mb))]), node.dtype)
                 continue
             srcs = self._operands(node)
             pend = [s for s in srcs if (s, id(m)) not in self.memo]
@@ -231,8 +249,11 @@ class _KernelEval:
         if u.op is Ops.LOAD:
             return self.load(u, mask)
         if u.op is Ops.DEFINE_VAR:
-            raise MissingInput(at=f"variable {u.arg[0]}", why="kernels here take no symbolic variables",
-                               suggestion="bind variables before lowering")
+            raise MissingInput(
+                at=f"variable {u.arg[0]}",
+                why="kernels here take no symbolic variables",
+                suggestion="bind variables before lowering",
+            )
         return _eval_node(u, vals, {}, {})
 
     def reduce(self, u: UOp, mask: np.ndarray | None) -> np.ndarray:
@@ -251,14 +272,17 @@ class _KernelEval:
         name = buf.arg[0]
         data = self.buffers[name]
         idx = self.ev(ptr.src[1], mask).astype(np.int64) if len(ptr.src) > 1 else np.zeros((), np.int64)
-        active = np.ones(idx.shape, bool) if mask is None else np.broadcast_to(mask, np.broadcast_shapes(
-            mask.shape, idx.shape))
+        active = np.ones(idx.shape, bool) if mask is None else np.broadcast_to(mask, np.broadcast_shapes(mask.shape, idx.shape))
         idx = np.broadcast_to(idx, active.shape)
         bad = active & ((idx < 0) | (idx >= data.size))
         if bad.any():
             first = int(idx[bad].flat[0])
-            raise OutOfBounds(at=f"{what} of buffer {name!r}", why=f"index {first} is outside [0, {data.size})",
-                              suggestion="this is a compiler bug: the kernel's index is not guarded", buffer=name)
+            raise OutOfBounds(
+                at=f"{what} of buffer {name!r}",
+                why=f"index {first} is outside [0, {data.size})",
+                suggestion="this is a compiler bug: the kernel's index is not guarded",
+                buffer=name,
+            )
         return data.reshape(-1), np.where(active, idx, 0), active
 
     def load(self, u: UOp, mask: np.ndarray | None) -> np.ndarray:
@@ -327,8 +351,7 @@ def run_kernel(ast: UOp, buffers: Env, max_elements: int = 1 << 22) -> None:
             shape = [1] * len(ranges)
             shape[ranges.index(outer)] = hi - lo
             ev = _KernelEval(ranges, buffers, {outer: np.arange(lo, hi, dtype=np.int64).reshape(shape)})
-            ev.store(store, tuple((hi - lo) if r is outer else (int(r.src[0].arg) if r in loop else 1)
-                                  for r in ranges))
+            ev.store(store, tuple((hi - lo) if r is outer else (int(r.src[0].arg) if r in loop else 1) for r in ranges))
 
 
 class ReferenceBackend:

@@ -52,11 +52,17 @@ def _conv(b: int, ci: int, co: int, hw: int, s: int = 1, k: int = 3) -> Callable
 
 
 SHAPES: dict[str, Callable[[], Tensor]] = {
-    "gemm_256": _gemm(256, 256, 256), "gemm_1024": _gemm(1024, 1024, 1024), "gemm_1000": _gemm(1000, 1000, 1000),
-    "tfm_128x768x2304": _gemm(128, 768, 2304), "tfm_128x3072x768": _gemm(128, 3072, 768),
+    "gemm_256": _gemm(256, 256, 256),
+    "gemm_1024": _gemm(1024, 1024, 1024),
+    "gemm_1000": _gemm(1000, 1000, 1000),
+    "tfm_128x768x2304": _gemm(128, 768, 2304),
+    "tfm_128x3072x768": _gemm(128, 3072, 768),
     "mlp_512x4096x1024": _gemm(512, 4096, 1024),
-    "conv_c64_56": _conv(1, 64, 64, 56), "conv_c64_56_b4": _conv(4, 64, 64, 56), "conv_c128_28": _conv(1, 128, 128, 28),
-    "conv_c256_14": _conv(1, 256, 256, 14), "conv_c64_56_s2": _conv(1, 64, 128, 56, 2),
+    "conv_c64_56": _conv(1, 64, 64, 56),
+    "conv_c64_56_b4": _conv(4, 64, 64, 56),
+    "conv_c128_28": _conv(1, 128, 128, 28),
+    "conv_c256_14": _conv(1, 256, 256, 14),
+    "conv_c64_56_s2": _conv(1, 64, 128, 56, 2),
     "softmax_512x1024": lambda: _t(512, 1024, name="x").softmax(-1),
     "layernorm_512x1024": lambda: _t(512, 1024, name="x").layernorm(-1),
 }
@@ -64,15 +70,19 @@ SHAPES: dict[str, Callable[[], Tensor]] = {
 
 def _model(make: Callable[[], Any]) -> Callable[[], Tensor]:
     """A model of the model benchmark, whole: its kernels with their epilogues and fusion context."""
+
     def build() -> Tensor:
         m = make()
         return m.ours(**{k: _t(*s, name=k) for k, s in m.shapes.items()})
+
     return build
 
 
 SHAPES.update({"model_resnet_block": _model(model_defs.resnet_block), "model_mlp": _model(model_defs.mlp)})
-QUICK: dict[str, Callable[[], Tensor]] = {"gemm_64": _gemm(64, 64, 64),
-                                          "softmax_32x64": lambda: _t(32, 64, name="x").softmax(-1)}
+QUICK: dict[str, Callable[[], Tensor]] = {
+    "gemm_64": _gemm(64, 64, 64),
+    "softmax_32x64": lambda: _t(32, 64, name="x").softmax(-1),
+}
 
 
 def _median_s(run: Callable[[], None], repeat: int) -> float:
@@ -87,14 +97,16 @@ def _median_s(run: Callable[[], None], repeat: int) -> float:
     return sorted(ts)[len(ts) // 2]
 
 
-def measure(name: str, build: Callable[[], Tensor], limit: int, cpu: str | None, repeat: int
-            ) -> dict[tuple[str, ...], list[tuple[str, Any, float]]]:
+def measure(
+    name: str, build: Callable[[], Tensor], limit: int, cpu: str | None, repeat: int
+) -> dict[tuple[str, ...], list[tuple[str, Any, float]]]:
     """Per kernel of the program (keyed by what it writes): (schedule, kernel AST, measured seconds) for each
     distinct candidate."""
     t = build()
     rng = np.random.default_rng(0)
-    inputs = {u.arg[0]: rng.standard_normal(u.arg[1]).astype(np.float32)
-              for u in t.uop.toposort() if u.op is Ops.BUFFER and not u.src}
+    inputs = {
+        u.arg[0]: rng.standard_normal(u.arg[1]).astype(np.float32) for u in t.uop.toposort() if u.op is Ops.BUFFER and not u.src
+    }
     alts: list[tuple[str, Any]] = []
     optimize(t, target="llvm", alternatives=alts, cpu=cpu)
     seen: set[Any] = set()
@@ -107,10 +119,10 @@ def measure(name: str, build: Callable[[], Tensor], limit: int, cpu: str | None,
             if key in seen or len(fams.get(fam, [])) >= limit:
                 continue
             seen.add(key)
-            fams.setdefault(fam, []).append((describe_schedule(k.ast), k.ast,
-                                             _median_s(lambda r=run, b=bufs: r(b), repeat)))
-    print(f"[calibrate] {name}: {len(alts)} schedules, {sum(map(len, fams.values()))} kernels timed",
-          file=sys.stderr, flush=True)
+            fams.setdefault(fam, []).append((describe_schedule(k.ast), k.ast, _median_s(lambda r=run, b=bufs: r(b), repeat)))
+    print(
+        f"[calibrate] {name}: {len(alts)} schedules, {sum(map(len, fams.values()))} kernels timed", file=sys.stderr, flush=True
+    )
     return fams
 
 
@@ -146,17 +158,30 @@ def main(argv: list[str] | None = None) -> int:
             i, est = pick(cands, machine)
             best = min(t for _, _, t in cands)
             desc, _, t = cands[i]
-            rows.append({"kernel": f"{name}:{','.join(fam)}", "candidates": len(cands), "pick": desc,
-                         "measured_s": t, "best_s": best, "regret": t / best, "estimate_s": est})
+            rows.append(
+                {
+                    "kernel": f"{name}:{','.join(fam)}",
+                    "candidates": len(cands),
+                    "pick": desc,
+                    "measured_s": t,
+                    "best_s": best,
+                    "regret": t / best,
+                    "estimate_s": est,
+                }
+            )
             r = rows[-1]
-            print(f"{r['kernel']:32s} {len(cands):3d}  {desc[:44]:44s} {t * 1e3:9.3f} {best * 1e3:9.3f} "
-                  f"{t / best:6.2f} {est / t:8.2f}")
+            print(
+                f"{r['kernel']:32s} {len(cands):3d}  {desc[:44]:44s} {t * 1e3:9.3f} {best * 1e3:9.3f} "
+                f"{t / best:6.2f} {est / t:8.2f}"
+            )
     if rows:
         regret = math.exp(sum(math.log(r["regret"]) for r in rows) / len(rows))
         factor = math.exp(sum(abs(math.log(r["estimate_s"] / r["measured_s"])) for r in rows) / len(rows))
-        print(f"geomean regret {regret:.3f} (1.00: every pick the fastest), worst {max(r['regret'] for r in rows):.2f}; "
-              f"estimate within {factor:.2f}x of the measurement in geomean, "
-              f"{sum(1 for r in rows if not 1 / 3 <= r['estimate_s'] / r['measured_s'] <= 3)} of {len(rows)} beyond 3x")
+        print(
+            f"geomean regret {regret:.3f} (1.00: every pick the fastest), worst {max(r['regret'] for r in rows):.2f}; "
+            f"estimate within {factor:.2f}x of the measurement in geomean, "
+            f"{sum(1 for r in rows if not 1 / 3 <= r['estimate_s'] / r['measured_s'] <= 3)} of {len(rows)} beyond 3x"
+        )
     if args.json:
         Path(args.json).write_text(json.dumps({"machine": machine.describe(), "rows": rows}, indent=1))
     return 0

@@ -38,13 +38,13 @@ F16, F32 = "float16", "float32"
 @dataclass(frozen=True)
 class GPUBench:
     name: str
-    shapes: dict[str, tuple[tuple[int, ...], str]]   # input -> (shape, dtype)
-    expr: Callable[..., Any]                          # our Tensor program
-    peer: Callable[..., Any]                          # the same on CuPy arrays (cp module first)
+    shapes: dict[str, tuple[tuple[int, ...], str]]  # input -> (shape, dtype)
+    expr: Callable[..., Any]  # our Tensor program
+    peer: Callable[..., Any]  # the same on CuPy arrays (cp module first)
     peer_name: str
-    kind: str                                         # "flop" or "byte"
-    work: float                                       # flops, or bytes each input read once + output written once
-    goal: float | None = None                         # fraction of the peer (flop) or of the copy bandwidth (byte)
+    kind: str  # "flop" or "byte"
+    work: float  # flops, or bytes each input read once + output written once
+    goal: float | None = None  # fraction of the peer (flop) or of the copy bandwidth (byte)
     tol: float = 1e-3
 
 
@@ -67,21 +67,63 @@ def suite(quick: bool) -> list[GPUBench]:
     n16, n32, rows, cols, n = (512, 256, 512, 1024, 1 << 20) if quick else (4096, 4096, 16384, 4096, 1 << 26)
     bh, seq, dim = (2, 128, 64) if quick else (16, 1024, 64)
     return [
-        GPUBench(f"gemm_f16_{n16}", {"a": ((n16, n16), F16), "b": ((n16, n16), F16)},
-                 lambda a, b: (a.cast("float32") @ b.cast("float32")).cast("float16"),
-                 lambda cp, a, b: cp.matmul(a, b), "cuBLAS", "flop", 2.0 * n16 ** 3, 0.7, 2e-2),
-        GPUBench(f"gemm_f32_{n32}", {"a": ((n32, n32), F32), "b": ((n32, n32), F32)}, lambda a, b: a @ b,
-                 lambda cp, a, b: cp.matmul(a, b), "cuBLAS", "flop", 2.0 * n32 ** 3, None, 1e-2),
-        GPUBench("softmax", {"x": ((rows, cols), F32)}, lambda x: x.softmax(-1), _softmax, "CuPy", "byte",
-                 2.0 * rows * cols * 4, 0.8),
-        GPUBench("layernorm", {"x": ((rows, cols), F32)}, lambda x: x.layernorm(-1, eps=1e-5), _layernorm, "CuPy",
-                 "byte", 2.0 * rows * cols * 4, 0.8),
-        GPUBench("mul_add", {"a": ((n,), F32), "b": ((n,), F32), "c": ((n,), F32)}, lambda a, b, c: a * b + c,
-                 lambda cp, a, b, c: a * b + c, "CuPy", "byte", 4.0 * n * 4, 0.8),
+        GPUBench(
+            f"gemm_f16_{n16}",
+            {"a": ((n16, n16), F16), "b": ((n16, n16), F16)},
+            lambda a, b: (a.cast("float32") @ b.cast("float32")).cast("float16"),
+            lambda cp, a, b: cp.matmul(a, b),
+            "cuBLAS",
+            "flop",
+            2.0 * n16**3,
+            0.7,
+            2e-2,
+        ),
+        GPUBench(
+            f"gemm_f32_{n32}",
+            {"a": ((n32, n32), F32), "b": ((n32, n32), F32)},
+            lambda a, b: a @ b,
+            lambda cp, a, b: cp.matmul(a, b),
+            "cuBLAS",
+            "flop",
+            2.0 * n32**3,
+            None,
+            1e-2,
+        ),
+        GPUBench(
+            "softmax", {"x": ((rows, cols), F32)}, lambda x: x.softmax(-1), _softmax, "CuPy", "byte", 2.0 * rows * cols * 4, 0.8
+        ),
+        GPUBench(
+            "layernorm",
+            {"x": ((rows, cols), F32)},
+            lambda x: x.layernorm(-1, eps=1e-5),
+            _layernorm,
+            "CuPy",
+            "byte",
+            2.0 * rows * cols * 4,
+            0.8,
+        ),
+        GPUBench(
+            "mul_add",
+            {"a": ((n,), F32), "b": ((n,), F32), "c": ((n,), F32)},
+            lambda a, b, c: a * b + c,
+            lambda cp, a, b, c: a * b + c,
+            "CuPy",
+            "byte",
+            4.0 * n * 4,
+            0.8,
+        ),
         GPUBench("sum", {"x": ((n,), F32)}, lambda x: x.sum(), lambda cp, x: x.sum(), "CuPy", "byte", 4.0 * n, 0.8),
-        GPUBench("attention", {"q": ((bh, seq, dim), F32), "k": ((bh, seq, dim), F32), "v": ((bh, seq, dim), F32)},
-                 lambda q, k, v: q.scaled_dot_product_attention(k, v), _attention, "CuPy+cuBLAS", "flop",
-                 4.0 * bh * seq * seq * dim, None, 1e-2),
+        GPUBench(
+            "attention",
+            {"q": ((bh, seq, dim), F32), "k": ((bh, seq, dim), F32), "v": ((bh, seq, dim), F32)},
+            lambda q, k, v: q.scaled_dot_product_attention(k, v),
+            _attention,
+            "CuPy+cuBLAS",
+            "flop",
+            4.0 * bh * seq * seq * dim,
+            None,
+            1e-2,
+        ),
     ]
 
 
@@ -211,22 +253,58 @@ def report_gpu(rows: list[Row], gbs: float, device: str) -> str:
             vs = f"{fmt(frac and 100 * frac, '.0f')}% of copy BW"
         goal = "" if b.goal is None or frac is None else ("met" if frac >= b.goal else f"missed ({b.goal:.0%})")
         speed = r.peer_ms / r.ours_ms if r.ours_ms and r.peer_ms else None
-        cells.append([b.name, fmt(r.ours_ms), fmt(r.peer_ms), fmt(speed, ".2f"), f"{fmt(ours, '.1f')} {unit}",
-                      vs, goal, r.error or r.check, fmt(r.optimize_s, ".2f"), fmt(r.compile_s, ".2f"),
-                      fmt(r.estimate_s * 1e3)])
-    out.append(table(["program", "ours ms", "peer ms", "speedup", "ours rate", "vs", "goal", "check",
-                      "optimize s", "compile s", "estimate ms"], cells))
+        cells.append(
+            [
+                b.name,
+                fmt(r.ours_ms),
+                fmt(r.peer_ms),
+                fmt(speed, ".2f"),
+                f"{fmt(ours, '.1f')} {unit}",
+                vs,
+                goal,
+                r.error or r.check,
+                fmt(r.optimize_s, ".2f"),
+                fmt(r.compile_s, ".2f"),
+                fmt(r.estimate_s * 1e3),
+            ]
+        )
+    out.append(
+        table(
+            [
+                "program",
+                "ours ms",
+                "peer ms",
+                "speedup",
+                "ours rate",
+                "vs",
+                "goal",
+                "check",
+                "optimize s",
+                "compile s",
+                "estimate ms",
+            ],
+            cells,
+        )
+    )
     return "\n".join(out)
 
 
 def report_compile(rows: list[Row]) -> str:
-    cells = [[r.bench.name, str(r.kernels), fmt(r.optimize_s, ".2f"), fmt(r.compile_s, ".2f"),
-              fmt(r.estimate_s * 1e3), fmt(r.rate(r.estimate_s * 1e3), ".1f") +
-              (" TFLOP/s" if r.bench.kind == "flop" else " GB/s"),
-              r.error or ", ".join(f"{a} {'ok' if ok else 'no .entry'}" for a, ok in r.ptx.items())]
-             for r in rows]
+    cells = [
+        [
+            r.bench.name,
+            str(r.kernels),
+            fmt(r.optimize_s, ".2f"),
+            fmt(r.compile_s, ".2f"),
+            fmt(r.estimate_s * 1e3),
+            fmt(r.rate(r.estimate_s * 1e3), ".1f") + (" TFLOP/s" if r.bench.kind == "flop" else " GB/s"),
+            r.error or ", ".join(f"{a} {'ok' if ok else 'no .entry'}" for a, ok in r.ptx.items()),
+        ]
+        for r in rows
+    ]
     return "no GPU run (--compile-only): nvcc PTX for sm_80 and sm_90, and the cost model's estimate\n" + table(
-        ["program", "kernels", "optimize s", "nvcc s", "estimate ms", "estimated rate", "nvcc"], cells)
+        ["program", "kernels", "optimize s", "nvcc s", "estimate ms", "estimated rate", "nvcc"], cells
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -259,8 +337,10 @@ def main(argv: list[str] | None = None) -> int:
 
             device = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
         except Exception as e:
-            print(f"gpu bench: no usable GPU ({type(e).__name__}: {e}); pip install cupy-cuda12x, or run with "
-                  "--compile-only", file=sys.stderr)
+            print(
+                f"gpu bench: no usable GPU ({type(e).__name__}: {e}); pip install cupy-cuda12x, or run with --compile-only",
+                file=sys.stderr,
+            )
             return 2
         gbs = copy_gbs(cp, args.repeat)
         progress(f"{device}: copy bandwidth {gbs:.0f} GB/s")
@@ -271,11 +351,28 @@ def main(argv: list[str] | None = None) -> int:
         text, meta = report_gpu(rows, gbs, device), {"mode": "gpu", "device": device, "copy_gbs": gbs}
     print(text)
     if args.json:
-        doc = {**meta, "results": [{"name": r.bench.name, "kind": r.bench.kind, "work": r.bench.work,
-                                    "ours_ms": r.ours_ms, "peer": r.bench.peer_name, "peer_ms": r.peer_ms,
-                                    "ok": r.ok, "check": r.check, "error": r.error, "optimize_s": r.optimize_s,
-                                    "compile_s": r.compile_s, "estimate_s": r.estimate_s, "kernels": r.kernels,
-                                    "ptx": r.ptx} for r in rows]}
+        doc = {
+            **meta,
+            "results": [
+                {
+                    "name": r.bench.name,
+                    "kind": r.bench.kind,
+                    "work": r.bench.work,
+                    "ours_ms": r.ours_ms,
+                    "peer": r.bench.peer_name,
+                    "peer_ms": r.peer_ms,
+                    "ok": r.ok,
+                    "check": r.check,
+                    "error": r.error,
+                    "optimize_s": r.optimize_s,
+                    "compile_s": r.compile_s,
+                    "estimate_s": r.estimate_s,
+                    "kernels": r.kernels,
+                    "ptx": r.ptx,
+                }
+                for r in rows
+            ],
+        }
         Path(args.json).write_text(json.dumps(doc, indent=1))
     return 0 if all(r.ok for r in rows) else 1
 

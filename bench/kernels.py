@@ -36,14 +36,14 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from measure import time_calls
 
-SETTLE_S = 0.3   # between peers: OpenBLAS's and OpenMP's idle threads spin for a while before they sleep
+SETTLE_S = 0.3  # between peers: OpenBLAS's and OpenMP's idle threads spin for a while before they sleep
 
 
 @dataclass(frozen=True)
 class Shape:
     name: str
-    kind: str                      # "gemm" or "conv"
-    dims: tuple[int, ...]          # gemm: (m, k, n); conv: (batch, cin, hw, cout, kernel, stride, groups)
+    kind: str  # "gemm" or "conv"
+    dims: tuple[int, ...]  # gemm: (m, k, n); conv: (batch, cin, hw, cout, kernel, stride, groups)
 
     @property
     def flops(self) -> float:
@@ -57,19 +57,30 @@ class Shape:
 
 def shapes(quick: bool) -> list[Shape]:
     if quick:
-        return [Shape("gemm_250", "gemm", (250, 250, 250)), Shape("gemm_256", "gemm", (256, 256, 256)),
-                Shape("tfm_128x768x768", "gemm", (128, 768, 768)),
-                Shape("conv3x3_b1_c64_28", "conv", (1, 64, 28, 64, 3, 1, 1)),
-                Shape("dw3x3_b1_c64_28", "conv", (1, 64, 28, 64, 3, 1, 64))]
+        return [
+            Shape("gemm_250", "gemm", (250, 250, 250)),
+            Shape("gemm_256", "gemm", (256, 256, 256)),
+            Shape("tfm_128x768x768", "gemm", (128, 768, 768)),
+            Shape("conv3x3_b1_c64_28", "conv", (1, 64, 28, 64, 3, 1, 1)),
+            Shape("dw3x3_b1_c64_28", "conv", (1, 64, 28, 64, 3, 1, 64)),
+        ]
     out = [Shape(f"gemm_{n}", "gemm", (n, n, n)) for n in (256, 512, 1000, 1024, 2048, 250)]
-    out += [Shape(f"tfm_128x{k}x{n}", "gemm", (128, k, n)) for k, n in ((768, 2304), (768, 768), (768, 3072),
-                                                                       (3072, 768))]
+    out += [Shape(f"tfm_128x{k}x{n}", "gemm", (128, k, n)) for k, n in ((768, 2304), (768, 768), (768, 3072), (3072, 768))]
     # ResNet-18's convolutions: (cin, hw, cout, kernel, stride)
-    layers = [(64, 56, 64, 3, 1), (64, 56, 128, 3, 2), (64, 56, 128, 1, 2), (128, 28, 128, 3, 1),
-              (128, 28, 256, 3, 2), (256, 14, 256, 3, 1), (256, 14, 512, 3, 2), (512, 7, 512, 3, 1)]
+    layers = [
+        (64, 56, 64, 3, 1),
+        (64, 56, 128, 3, 2),
+        (64, 56, 128, 1, 2),
+        (128, 28, 128, 3, 1),
+        (128, 28, 256, 3, 2),
+        (256, 14, 256, 3, 1),
+        (256, 14, 512, 3, 2),
+        (512, 7, 512, 3, 1),
+    ]
     for b in (1, 8):
-        out += [Shape(f"conv{k}x{k}_s{s}_b{b}_c{ci}_{hw}_to{co}", "conv", (b, ci, hw, co, k, s, 1))
-                for ci, hw, co, k, s in layers]
+        out += [
+            Shape(f"conv{k}x{k}_s{s}_b{b}_c{ci}_{hw}_to{co}", "conv", (b, ci, hw, co, k, s, 1)) for ci, hw, co, k, s in layers
+        ]
     out.append(Shape("dw3x3_b1_c256_28", "conv", (1, 256, 28, 256, 3, 1, 256)))
     return out
 
@@ -78,12 +89,16 @@ def inputs(s: Shape) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(zlib.crc32(s.name.encode()))
     if s.kind == "gemm":
         m, k, n = s.dims
-        return {"a": rng.standard_normal((m, k), dtype=np.float32),
-                "b": rng.standard_normal((k, n), dtype=np.float32) / np.float32(math.sqrt(k))}
+        return {
+            "a": rng.standard_normal((m, k), dtype=np.float32),
+            "b": rng.standard_normal((k, n), dtype=np.float32) / np.float32(math.sqrt(k)),
+        }
     b, cin, hw, cout, ks, _, groups = s.dims
-    return {"x": rng.standard_normal((b, cin, hw, hw), dtype=np.float32),
-            "w": rng.standard_normal((cout, cin // groups, ks, ks), dtype=np.float32)
-            / np.float32(math.sqrt(cin // groups * ks * ks))}
+    return {
+        "x": rng.standard_normal((b, cin, hw, hw), dtype=np.float32),
+        "w": rng.standard_normal((cout, cin // groups, ks, ks), dtype=np.float32)
+        / np.float32(math.sqrt(cin // groups * ks * ks)),
+    }
 
 
 def reference(s: Shape, x: dict[str, np.ndarray]) -> np.ndarray:
@@ -97,8 +112,8 @@ def reference(s: Shape, x: dict[str, np.ndarray]) -> np.ndarray:
     cg, og = cin // groups, cout // groups
     outs = []
     for g in range(groups):
-        wg = x["w"][g * og:(g + 1) * og].astype(np.float64)
-        outs.append(np.einsum("bchwij,ocij->bohw", win[:, g * cg:(g + 1) * cg], wg, optimize=True))
+        wg = x["w"][g * og : (g + 1) * og].astype(np.float64)
+        outs.append(np.einsum("bchwij,ocij->bohw", win[:, g * cg : (g + 1) * cg], wg, optimize=True))
     return np.concatenate(outs, axis=1)
 
 
@@ -148,7 +163,7 @@ def run_shape(s: Shape, cpu: str | None, repeat: int) -> Row:
     try:
         t0 = time.perf_counter()
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore")   # the roofline warning: the table shows estimate and time anyway
+            warnings.simplefilter("ignore")  # the roofline warning: the table shows estimate and time anyway
             prog = build_ours(s, cpu)
         out = prog(**x)
         row.first_call_s = time.perf_counter() - t0
@@ -157,7 +172,7 @@ def run_shape(s: Shape, cpu: str | None, repeat: int) -> Row:
         scheds = prog.report.extra.get("schedules", [])
         row.estimate_ms = sum(sc["estimate"]["seconds"] for sc in scheds) * 1e3 if scheds else None
         row.schedule = "; ".join(sc["chosen"] for sc in scheds)
-    except Exception as e:   # reported in the table, the run goes on
+    except Exception as e:  # reported in the table, the run goes on
         row.error = "".join(traceback.format_exception_only(e)).strip().splitlines()[0][:200]
     fn = torch_fn(s, x)
     if fn is not None:
@@ -179,25 +194,51 @@ def fmt(v: float | None, spec: str = ".2f") -> str:
 
 
 def table(rows: list[Row], peak: float) -> str:
-    head = ("shape", "ok", "GFLOP", "opt+jit s", "ours ms", "GFLOP/s", "of peak", "est ms", "numpy ms", "x numpy",
-            "torch ms", "x torch")
+    head = (
+        "shape",
+        "ok",
+        "GFLOP",
+        "opt+jit s",
+        "ours ms",
+        "GFLOP/s",
+        "of peak",
+        "est ms",
+        "numpy ms",
+        "x numpy",
+        "torch ms",
+        "x torch",
+    )
     lines = ["  ".join(head)]
     for r in rows:
         rate = r.gflop / (r.ours_ms * 1e-3) if r.ours_ms else None
-        lines.append("  ".join([
-            r.name, "yes" if r.ok else ("ERR" if r.error else "WRONG"), fmt(r.gflop, ".3f"), fmt(r.first_call_s),
-            fmt(r.ours_ms, ".3f"), fmt(rate, ".1f"), fmt(rate / peak if rate else None, ".0%"),
-            fmt(r.estimate_ms, ".3f"), fmt(r.numpy_ms, ".3f"),
-            fmt(r.numpy_ms / r.ours_ms if r.numpy_ms and r.ours_ms and r.ok else None),
-            fmt(r.torch_ms, ".3f"), fmt(r.torch_ms / r.ours_ms if r.torch_ms and r.ours_ms and r.ok else None)]))
+        lines.append(
+            "  ".join(
+                [
+                    r.name,
+                    "yes" if r.ok else ("ERR" if r.error else "WRONG"),
+                    fmt(r.gflop, ".3f"),
+                    fmt(r.first_call_s),
+                    fmt(r.ours_ms, ".3f"),
+                    fmt(rate, ".1f"),
+                    fmt(rate / peak if rate else None, ".0%"),
+                    fmt(r.estimate_ms, ".3f"),
+                    fmt(r.numpy_ms, ".3f"),
+                    fmt(r.numpy_ms / r.ours_ms if r.numpy_ms and r.ours_ms and r.ok else None),
+                    fmt(r.torch_ms, ".3f"),
+                    fmt(r.torch_ms / r.ours_ms if r.torch_ms and r.ours_ms and r.ok else None),
+                ]
+            )
+        )
 
     def geo(xs: list[float]) -> str:
         return fmt(math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None)
 
     for kind in ("gemm", "conv"):
         sel = [r for r in rows if (r.name.startswith(("gemm", "tfm")) == (kind == "gemm")) and r.ok and r.ours_ms]
-        lines.append(f"{kind}: geomean {geo([r.numpy_ms / r.ours_ms for r in sel if r.numpy_ms])}x numpy, "
-                     f"{geo([r.torch_ms / r.ours_ms for r in sel if r.torch_ms])}x torch ({len(sel)} shapes)")
+        lines.append(
+            f"{kind}: geomean {geo([r.numpy_ms / r.ours_ms for r in sel if r.numpy_ms])}x numpy, "
+            f"{geo([r.torch_ms / r.ours_ms for r in sel if r.torch_ms])}x torch ({len(sel)} shapes)"
+        )
     return "\n".join(lines)
 
 
@@ -236,8 +277,9 @@ def main(argv: list[str] | None = None) -> int:
         if r.error:
             print(f"error {r.name}: {r.error}")
     if args.json:
-        Path(args.json).write_text(json.dumps({"machine": machine.describe(), "peak_gflops": peak,
-                                               "rows": [asdict(r) for r in rows]}, indent=2))
+        Path(args.json).write_text(
+            json.dumps({"machine": machine.describe(), "peak_gflops": peak, "rows": [asdict(r) for r in rows]}, indent=2)
+        )
     return 0 if all(r.ok for r in rows) else 1
 
 

@@ -27,7 +27,7 @@ class Result:
     min_ms: float | None = None
     runs: int = 0
     first_call_s: float | None = None
-    ok: bool | None = None            # output agrees with numpy's (None: not checked)
+    ok: bool | None = None  # output agrees with numpy's (None: not checked)
     check: str = ""
     error: str | None = None
     details: dict[str, Any] = field(default_factory=dict)
@@ -39,8 +39,9 @@ class Result:
         return asdict(self)
 
 
-def time_calls(fn: Callable[[], Any], sync: Callable[[], Any] = lambda: None, repeat: int = 10,
-               budget_s: float = 10.0, warmup: int = 1) -> Timing:
+def time_calls(
+    fn: Callable[[], Any], sync: Callable[[], Any] = lambda: None, repeat: int = 10, budget_s: float = 10.0, warmup: int = 1
+) -> Timing:
     """Median wall time of `fn(); sync()` over `repeat` calls after `warmup` untimed ones; stops early (after at
     least 3 calls, or `repeat` if fewer) once `budget_s` seconds have gone by, so slow programs stay affordable."""
     for _ in range(warmup):
@@ -65,6 +66,7 @@ def short_error(e: BaseException) -> str:
 
 # ---- our compiler -----------------------------------------------------------------------------------------------------
 
+
 def warm_up_ours() -> None:
     """Pay the one-time costs (egglog, LLVM initialization) before any first-call time is taken."""
     from egraph_compiler import Tensor
@@ -83,11 +85,13 @@ def bound_runner(prog: Any, x: Arrays) -> Callable[[], None]:
     def run() -> None:
         for kernel in compiled:
             kernel(bufs)
+
     return run
 
 
-def run_ours(bench: Benchmark, x: Arrays, repeat: int, budget_s: float,
-             say: Callable[[str], None] = lambda _: None) -> tuple[Result, np.ndarray | None]:
+def run_ours(
+    bench: Benchmark, x: Arrays, repeat: int, budget_s: float, say: Callable[[str], None] = lambda _: None
+) -> tuple[Result, np.ndarray | None]:
     """First call (optimize + compile + first run, kernel cache cleared) and steady-state times of our compiler;
     with the first call's output (None if it failed). `say` hears which step is running."""
     from egraph_compiler.backends import llvm
@@ -113,9 +117,14 @@ def run_ours(bench: Benchmark, x: Arrays, repeat: int, budget_s: float,
         res.error = short_error(e)
         return res, None
     res.first_call_s = t3 - t0
-    res.details = {"optimize_s": t1 - t0, "compile_s": t2 - t1, "first_run_s": t3 - t2, "kernels": len(prog.kernels),
-                   "stop_reason": str(getattr(prog.report, "stop_reason", "")),
-                   "phases_s": dict(getattr(prog.report, "phases", {}) or {})}
+    res.details = {
+        "optimize_s": t1 - t0,
+        "compile_s": t2 - t1,
+        "first_run_s": t3 - t2,
+        "kernels": len(prog.kernels),
+        "stop_reason": str(getattr(prog.report, "stop_reason", "")),
+        "phases_s": dict(getattr(prog.report, "phases", {}) or {}),
+    }
     try:
         say("timing the kernels")
         res.set_timing(time_calls(bound_runner(prog, x), repeat=repeat, budget_s=budget_s))
@@ -128,6 +137,7 @@ def run_ours(bench: Benchmark, x: Arrays, repeat: int, budget_s: float,
 
 
 # ---- numpy ------------------------------------------------------------------------------------------------------------
+
 
 def have_threadpoolctl() -> bool:
     try:

@@ -27,8 +27,8 @@ class Model:
     name: str
     label: str
     shapes: dict[str, tuple[int, ...]]
-    ours: Callable[..., Any]     # (**Tensor) -> Tensor (our API)
-    torch: Callable[..., Any]    # (**torch.Tensor) -> torch.Tensor
+    ours: Callable[..., Any]  # (**Tensor) -> Tensor (our API)
+    torch: Callable[..., Any]  # (**torch.Tensor) -> torch.Tensor
     rtol: float = 2e-3
     atol: float = 2e-3
 
@@ -51,6 +51,7 @@ class Model:
 
 # ---- our Tensor API --------------------------------------------------------------------------------------------------
 
+
 def _ln(x: Any, g: Any, b: Any) -> Any:
     return x.layernorm(-1, eps=LN_EPS) * g + b
 
@@ -61,10 +62,12 @@ def ours_mlp(x: Any, w1: Any, b1: Any, w2: Any, b2: Any) -> Any:
 
 def dense_chain_fn(depth: int) -> Callable[..., Any]:
     """Both APIs agree on every op used here: one function serves our Tensor and torch's."""
+
     def f(x: Any, **p: Any) -> Any:
         for i in range(depth):
             x = (x @ p[f"w{i}"] + p[f"b{i}"]).relu()
         return x
+
     return f
 
 
@@ -79,8 +82,9 @@ def ours_resnet_block(x: Any, w1: Any, scale1: Any, shift1: Any, w2: Any, scale2
     return (y + x).relu()
 
 
-def ours_resnet_down_block(x: Any, w1: Any, scale1: Any, shift1: Any, w2: Any, scale2: Any, shift2: Any, wd: Any,
-                           scaled: Any, shiftd: Any) -> Any:
+def ours_resnet_down_block(
+    x: Any, w1: Any, scale1: Any, shift1: Any, w2: Any, scale2: Any, shift2: Any, wd: Any, scaled: Any, shiftd: Any
+) -> Any:
     c = w1.shape[0]
 
     def bn(t: Any, s: Any, h: Any) -> Any:
@@ -92,19 +96,34 @@ def ours_resnet_down_block(x: Any, w1: Any, scale1: Any, shift1: Any, w2: Any, s
 
 
 def ours_gpt2_block(heads: int) -> Callable[..., Any]:
-    def f(x: Any, g1: Any, bb1: Any, w_qkv: Any, b_qkv: Any, w_proj: Any, b_proj: Any, g2: Any, bb2: Any,
-          w_fc: Any, b_fc: Any, w_out: Any, b_out: Any) -> Any:
+    def f(
+        x: Any,
+        g1: Any,
+        bb1: Any,
+        w_qkv: Any,
+        b_qkv: Any,
+        w_proj: Any,
+        b_proj: Any,
+        g2: Any,
+        bb2: Any,
+        w_fc: Any,
+        b_fc: Any,
+        w_out: Any,
+        b_out: Any,
+    ) -> Any:
         t, c = x.shape
         d = c // heads
-        qkv = _ln(x, g1, bb1) @ w_qkv + b_qkv                                   # (T, 3C)
-        q, k, v = (qkv[:, i * c:(i + 1) * c].reshape(t, heads, d).permute(1, 0, 2) for i in range(3))
-        a = q.scaled_dot_product_attention(k, v, is_causal=True)                # (H, T, D)
+        qkv = _ln(x, g1, bb1) @ w_qkv + b_qkv  # (T, 3C)
+        q, k, v = (qkv[:, i * c : (i + 1) * c].reshape(t, heads, d).permute(1, 0, 2) for i in range(3))
+        a = q.scaled_dot_product_attention(k, v, is_causal=True)  # (H, T, D)
         x = x + (a.permute(1, 0, 2).reshape(t, c) @ w_proj + b_proj)
         return x + ((_ln(x, g2, bb2) @ w_fc + b_fc).gelu() @ w_out + b_out)
+
     return f
 
 
 # ---- PyTorch -----------------------------------------------------------------------------------------------------------
+
 
 def torch_mlp(x: Any, w1: Any, b1: Any, w2: Any, b2: Any) -> Any:
     from torch.nn import functional as fn
@@ -121,8 +140,9 @@ def torch_resnet_block(x: Any, w1: Any, scale1: Any, shift1: Any, w2: Any, scale
     return fn.relu(y + x)
 
 
-def torch_resnet_down_block(x: Any, w1: Any, scale1: Any, shift1: Any, w2: Any, scale2: Any, shift2: Any, wd: Any,
-                            scaled: Any, shiftd: Any) -> Any:
+def torch_resnet_down_block(
+    x: Any, w1: Any, scale1: Any, shift1: Any, w2: Any, scale2: Any, shift2: Any, wd: Any, scaled: Any, shiftd: Any
+) -> Any:
     from torch.nn import functional as fn
 
     c = w1.shape[0]
@@ -136,58 +156,123 @@ def torch_resnet_down_block(x: Any, w1: Any, scale1: Any, shift1: Any, w2: Any, 
 
 
 def torch_gpt2_block(heads: int) -> Callable[..., Any]:
-    def f(x: Any, g1: Any, bb1: Any, w_qkv: Any, b_qkv: Any, w_proj: Any, b_proj: Any, g2: Any, bb2: Any,
-          w_fc: Any, b_fc: Any, w_out: Any, b_out: Any) -> Any:
+    def f(
+        x: Any,
+        g1: Any,
+        bb1: Any,
+        w_qkv: Any,
+        b_qkv: Any,
+        w_proj: Any,
+        b_proj: Any,
+        g2: Any,
+        bb2: Any,
+        w_fc: Any,
+        b_fc: Any,
+        w_out: Any,
+        b_out: Any,
+    ) -> Any:
         from torch.nn import functional as fn
 
         t, c = x.shape
         d = c // heads
         qkv = fn.layer_norm(x, (c,), g1, bb1, LN_EPS) @ w_qkv + b_qkv
-        q, k, v = (qkv[:, i * c:(i + 1) * c].reshape(t, heads, d).permute(1, 0, 2) for i in range(3))
+        q, k, v = (qkv[:, i * c : (i + 1) * c].reshape(t, heads, d).permute(1, 0, 2) for i in range(3))
         a = fn.scaled_dot_product_attention(q, k, v, is_causal=True)
         x = x + (a.permute(1, 0, 2).reshape(t, c) @ w_proj + b_proj)
         h = fn.gelu(fn.layer_norm(x, (c,), g2, bb2, LN_EPS) @ w_fc + b_fc, approximate="tanh")
         return x + (h @ w_out + b_out)
+
     return f
 
 
 # ---- the suite ---------------------------------------------------------------------------------------------------------
 
+
 def mlp(m: int = 512, c: int = 1024, h: int = 4096) -> Model:
-    return Model(f"mlp_{m}x{c}x{h}", f"MLP {m}x{c} -> {h} -> {c}, GELU, residual",
-                 {"x": (m, c), "w1": (c, h), "b1": (h,), "w2": (h, c), "b2": (c,)}, ours_mlp, torch_mlp)
+    return Model(
+        f"mlp_{m}x{c}x{h}",
+        f"MLP {m}x{c} -> {h} -> {c}, GELU, residual",
+        {"x": (m, c), "w1": (c, h), "b1": (h,), "w2": (h, c), "b2": (c,)},
+        ours_mlp,
+        torch_mlp,
+    )
 
 
 def dense_chain(depth: int, batch: int = 16, width: int = 32) -> Model:
     shapes: dict[str, tuple[int, ...]] = {"x": (batch, width)}
     for i in range(depth):
         shapes[f"w{i}"], shapes[f"b{i}"] = (width, width), (width,)
-    return Model(f"dense_chain_{depth}", f"{depth} x relu(x @ W + b), x {batch}x{width}", shapes,
-                 dense_chain_fn(depth), dense_chain_fn(depth))
+    return Model(
+        f"dense_chain_{depth}",
+        f"{depth} x relu(x @ W + b), x {batch}x{width}",
+        shapes,
+        dense_chain_fn(depth),
+        dense_chain_fn(depth),
+    )
 
 
 def resnet_block(n: int = 4, c: int = 64, hw: int = 56) -> Model:
-    shapes = {"x": (n, c, hw, hw), "w1": (c, c, 3, 3), "scale1": (c,), "shift1": (c,), "w2": (c, c, 3, 3),
-              "scale2": (c,), "shift2": (c,)}
-    return Model(f"resnet_block_{n}x{c}x{hw}", f"ResNet basic block {n}x{c}x{hw}x{hw}", shapes, ours_resnet_block,
-                 torch_resnet_block)
+    shapes = {
+        "x": (n, c, hw, hw),
+        "w1": (c, c, 3, 3),
+        "scale1": (c,),
+        "shift1": (c,),
+        "w2": (c, c, 3, 3),
+        "scale2": (c,),
+        "shift2": (c,),
+    }
+    return Model(
+        f"resnet_block_{n}x{c}x{hw}", f"ResNet basic block {n}x{c}x{hw}x{hw}", shapes, ours_resnet_block, torch_resnet_block
+    )
 
 
 def resnet_down_block(n: int = 4, c: int = 64, hw: int = 56) -> Model:
     """A ResNet stage's first block: 3x3 stride 2 to twice the channels, 3x3, and a 1x1 stride-2 shortcut."""
     co = 2 * c
-    shapes = {"x": (n, c, hw, hw), "w1": (co, c, 3, 3), "scale1": (co,), "shift1": (co,), "w2": (co, co, 3, 3),
-              "scale2": (co,), "shift2": (co,), "wd": (co, c, 1, 1), "scaled": (co,), "shiftd": (co,)}
-    return Model(f"resnet_down_{n}x{c}x{hw}", f"ResNet downsampling block {n}x{c}x{hw}x{hw} -> {co}", shapes,
-                 ours_resnet_down_block, torch_resnet_down_block)
+    shapes = {
+        "x": (n, c, hw, hw),
+        "w1": (co, c, 3, 3),
+        "scale1": (co,),
+        "shift1": (co,),
+        "w2": (co, co, 3, 3),
+        "scale2": (co,),
+        "shift2": (co,),
+        "wd": (co, c, 1, 1),
+        "scaled": (co,),
+        "shiftd": (co,),
+    }
+    return Model(
+        f"resnet_down_{n}x{c}x{hw}",
+        f"ResNet downsampling block {n}x{c}x{hw}x{hw} -> {co}",
+        shapes,
+        ours_resnet_down_block,
+        torch_resnet_down_block,
+    )
 
 
 def gpt2_block(t: int = 128, c: int = 768, heads: int = 12) -> Model:
-    shapes = {"x": (t, c), "g1": (c,), "bb1": (c,), "w_qkv": (c, 3 * c), "b_qkv": (3 * c,), "w_proj": (c, c),
-              "b_proj": (c,), "g2": (c,), "bb2": (c,), "w_fc": (c, 4 * c), "b_fc": (4 * c,), "w_out": (4 * c, c),
-              "b_out": (c,)}
-    return Model(f"gpt2_block_T{t}", f"GPT-2 block T={t}, C={c}, {heads} heads, causal", shapes,
-                 ours_gpt2_block(heads), torch_gpt2_block(heads))
+    shapes = {
+        "x": (t, c),
+        "g1": (c,),
+        "bb1": (c,),
+        "w_qkv": (c, 3 * c),
+        "b_qkv": (3 * c,),
+        "w_proj": (c, c),
+        "b_proj": (c,),
+        "g2": (c,),
+        "bb2": (c,),
+        "w_fc": (c, 4 * c),
+        "b_fc": (4 * c,),
+        "w_out": (4 * c, c),
+        "b_out": (c,),
+    }
+    return Model(
+        f"gpt2_block_T{t}",
+        f"GPT-2 block T={t}, C={c}, {heads} heads, causal",
+        shapes,
+        ours_gpt2_block(heads),
+        torch_gpt2_block(heads),
+    )
 
 
 DENSE_DEPTHS = (1, 2, 4, 8, 16, 32, 48)
@@ -196,6 +281,11 @@ DENSE_DEPTHS = (1, 2, 4, 8, 16, 32, 48)
 def suite(quick: bool = False) -> list[Model]:
     """The models at the issue's sizes; `quick`: small sizes of the same models (a smoke run)."""
     if quick:
-        return [mlp(64, 128, 256), gpt2_block(16, 64, 4), resnet_block(1, 8, 12), resnet_down_block(1, 8, 12),
-                *(dense_chain(d) for d in (1, 2, 4, 8))]
+        return [
+            mlp(64, 128, 256),
+            gpt2_block(16, 64, 4),
+            resnet_block(1, 8, 12),
+            resnet_down_block(1, 8, 12),
+            *(dense_chain(d) for d in (1, 2, 4, 8)),
+        ]
     return [mlp(), gpt2_block(), resnet_block(), resnet_down_block(), *(dense_chain(d) for d in DENSE_DEPTHS)]

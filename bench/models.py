@@ -56,7 +56,7 @@ class Row:
         return None if not self.ok or peer is None or self.ours_ms is None else peer / self.ours_ms
 
 
-MIN_TIMED_S = 0.05   # timed calls of a fast program fill at least this long (median_ms)
+MIN_TIMED_S = 0.05  # timed calls of a fast program fill at least this long (median_ms)
 
 
 def progress(msg: str) -> None:
@@ -137,24 +137,57 @@ def cpu_name() -> str:
 
 
 def table(rows: list[Row]) -> str:
-    head = ("model", "ok", "kern", "opt+jit s", "ours ms", "est ms", "est/meas", "eager ms", "x eager", "compile s",
-            "compiled ms", "x compiled")
+    head = (
+        "model",
+        "ok",
+        "kern",
+        "opt+jit s",
+        "ours ms",
+        "est ms",
+        "est/meas",
+        "eager ms",
+        "x eager",
+        "compile s",
+        "compiled ms",
+        "x compiled",
+    )
     lines = ["  ".join(head)]
     for r in rows:
         est_ratio = None if r.estimate_ms is None or not r.ours_ms else r.estimate_ms / r.ours_ms
-        lines.append("  ".join([
-            r.model, "yes" if r.ok else ("ERR" if r.error else "WRONG"), fmt(r.kernels, "d"), fmt(r.first_call_s),
-            fmt(r.ours_ms, ".3f"), fmt(r.estimate_ms, ".3f"), fmt(est_ratio), fmt(r.eager_ms, ".3f"),
-            fmt(r.ratio(r.eager_ms)), fmt(r.compile_s, ".1f"), fmt(r.compiled_ms, ".3f"), fmt(r.ratio(r.compiled_ms))]))
+        lines.append(
+            "  ".join(
+                [
+                    r.model,
+                    "yes" if r.ok else ("ERR" if r.error else "WRONG"),
+                    fmt(r.kernels, "d"),
+                    fmt(r.first_call_s),
+                    fmt(r.ours_ms, ".3f"),
+                    fmt(r.estimate_ms, ".3f"),
+                    fmt(est_ratio),
+                    fmt(r.eager_ms, ".3f"),
+                    fmt(r.ratio(r.eager_ms)),
+                    fmt(r.compile_s, ".1f"),
+                    fmt(r.compiled_ms, ".3f"),
+                    fmt(r.ratio(r.compiled_ms)),
+                ]
+            )
+        )
     eager = [x for r in rows if (x := r.ratio(r.eager_ms)) is not None]
     comp = [x for r in rows if (x := r.ratio(r.compiled_ms)) is not None]
-    lines.append(f"geomean: {fmt(geomean(eager))}x PyTorch eager ({len(eager)} models), "
-                 f"{fmt(geomean(comp))}x torch.compile ({len(comp)} models)   (above 1: ours is faster)")
+    lines.append(
+        f"geomean: {fmt(geomean(eager))}x PyTorch eager ({len(eager)} models), "
+        f"{fmt(geomean(comp))}x torch.compile ({len(comp)} models)   (above 1: ours is faster)"
+    )
     chain = sorted((int(r.model.rsplit("_", 1)[1]), r) for r in rows if r.model.startswith("dense_chain_") and r.ok)
     if len(chain) > 1:
-        lines.append("dense chain, per layer: " + ", ".join(
-            f"depth {d}: run {fmt(r.ours_ms / d, '.4f')} ms, first call {fmt(r.first_call_s / d, '.3f')} s"
-            for d, r in chain if r.ours_ms is not None and r.first_call_s is not None))
+        lines.append(
+            "dense chain, per layer: "
+            + ", ".join(
+                f"depth {d}: run {fmt(r.ours_ms / d, '.4f')} ms, first call {fmt(r.first_call_s / d, '.3f')} s"
+                for d, r in chain
+                if r.ours_ms is not None and r.first_call_s is not None
+            )
+        )
     return "\n".join(lines)
 
 
@@ -177,8 +210,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.only:
         wanted = args.only.split(",")
         models = [m for m in models if any(m.name.startswith(w) for w in wanted)]
-    print(f"CPU: {cpu_name()}; load average {os.getloadavg()[0]:.2f}; torch {torch.__version__} "
-          f"({torch.get_num_threads()} threads); float32; dense chain depths {DENSE_DEPTHS}")
+    print(
+        f"CPU: {cpu_name()}; load average {os.getloadavg()[0]:.2f}; torch {torch.__version__} "
+        f"({torch.get_num_threads()} threads); float32; dense chain depths {DENSE_DEPTHS}"
+    )
     rows: list[Row] = []
     ours: list[np.ndarray | None] = []
     # ours first, every model: torch leaves OpenMP threads spinning and inductor's compile workers behind, which on
@@ -199,14 +234,16 @@ def main(argv: list[str] | None = None) -> int:
         progress(f"{m.name}: torch")
         try:
             ref = run_torch(m, x, row, args.repeat, not args.no_compile)
-        except Exception as e:   # a peer's failure is reported; ours cannot be checked without its result
+        except Exception as e:  # a peer's failure is reported; ours cannot be checked without its result
             row.error = row.error or f"torch: {type(e).__name__}: {e}"
             progress(f"torch: {type(e).__name__}: {e}")
             continue
         if out is not None:
             check(m, out, ref, row)
-        progress(f"{m.name}: ours {fmt(row.ours_ms, '.3f')} ms (estimate {fmt(row.estimate_ms, '.3f')}), eager "
-                 f"{fmt(row.eager_ms, '.3f')} ms, compiled {fmt(row.compiled_ms, '.3f')} ms")
+        progress(
+            f"{m.name}: ours {fmt(row.ours_ms, '.3f')} ms (estimate {fmt(row.estimate_ms, '.3f')}), eager "
+            f"{fmt(row.eager_ms, '.3f')} ms, compiled {fmt(row.compiled_ms, '.3f')} ms"
+        )
     print(table(rows))
     for r in rows:
         for n in r.notes:

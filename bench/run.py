@@ -64,6 +64,7 @@ def progress(msg: str) -> None:
 
 # ---- running ----------------------------------------------------------------------------------------------------------
 
+
 @dataclass
 class Options:
     quick: bool
@@ -75,11 +76,21 @@ class Options:
     workdir: Path
 
 
-def launch_checked(peer: str, bench: Benchmark, x: dict[str, np.ndarray], ref: np.ndarray, opt: Options,
-                   key: str, beam: bool = False) -> Result:
+def launch_checked(
+    peer: str, bench: Benchmark, x: dict[str, np.ndarray], ref: np.ndarray, opt: Options, key: str, beam: bool = False
+) -> Result:
     """One worker process on the saved inputs; its output (if any) checked against numpy's."""
-    res, out = launch(peer, bench, opt.workdir / f"{bench.name}.npz", opt.workdir / f"{bench.name}.{key}",
-                      quick=opt.quick, repeat=opt.repeat, budget_s=opt.budget_s, timeout_s=opt.timeout_s, beam=beam)
+    res, out = launch(
+        peer,
+        bench,
+        opt.workdir / f"{bench.name}.npz",
+        opt.workdir / f"{bench.name}.{key}",
+        quick=opt.quick,
+        repeat=opt.repeat,
+        budget_s=opt.budget_s,
+        timeout_s=opt.timeout_s,
+        beam=beam,
+    )
     if out is not None:
         res.ok, res.check = check(bench, out, ref, x)
     return res
@@ -110,14 +121,17 @@ def run_bench(bench: Benchmark, opt: Options) -> Row:
     if ours.error:
         progress(f"{bench.name}: ours FAILED: {ours.error}")
     if ours.first_call_s is not None:
-        progress(f"{bench.name}: ours first call {ours.first_call_s:.2f} s (optimize "
-                 f"{ours.details['optimize_s']:.2f} s), {fmt_ms(ours.median_ms)} ms/run, check {check_cell(ours)}")
+        progress(
+            f"{bench.name}: ours first call {ours.first_call_s:.2f} s (optimize "
+            f"{ours.details['optimize_s']:.2f} s), {fmt_ms(ours.median_ms)} ms/run, check {check_cell(ours)}"
+        )
     row = Row(bench, ours, run_peers(bench, x, ref, opt))
     inputs.unlink(missing_ok=True)
     return row
 
 
 # ---- printing ---------------------------------------------------------------------------------------------------------
+
 
 def fmt_ms(ms: float | None) -> str:
     if ms is None:
@@ -157,8 +171,9 @@ def rate_cell(row: Row, copy_gbs: float) -> str:
 def table(headers: list[str], rows: list[list[str]], left: int = 1) -> str:
     """Aligned columns: the first `left` ones left-aligned (names), the rest right-aligned (numbers)."""
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
-    line = lambda cells: "  ".join(c.ljust(w) if i < left else c.rjust(w)
-                                   for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+    line = lambda cells: "  ".join(
+        c.ljust(w) if i < left else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))
+    ).rstrip()
     return "\n".join([line(headers), line(["-" * w for w in widths]), *(line(r) for r in rows)])
 
 
@@ -168,30 +183,69 @@ def amount(x: float, unit: str) -> str:
 
 
 def programs_table(rows: list[Row]) -> str:
-    return table(["benchmark", "program", "inputs (float32)", "rate counts"],
-                 [[r.bench.name, r.bench.label, r.bench.size,
-                   amount(r.bench.work, "FLOP" if r.bench.kind == "flop" else "B moved")]
-                  for r in rows], left=4)
+    return table(
+        ["benchmark", "program", "inputs (float32)", "rate counts"],
+        [
+            [r.bench.name, r.bench.label, r.bench.size, amount(r.bench.work, "FLOP" if r.bench.kind == "flop" else "B moved")]
+            for r in rows
+        ],
+        left=4,
+    )
 
 
 def speed_table(rows: list[Row], peers: list[str], copy_gbs: float) -> str:
-    headers = ["benchmark", "ours ms", *(f"{HEAD[p]} ms" for p in peers), "ours rate",
-               *(f"vs {HEAD[p]}" for p in peers), "check"]
-    body = [[r.bench.name, fmt_ms(r.ours.median_ms), *(peer_cell(r.peers.get(p)) for p in peers), rate_cell(r, copy_gbs),
-             *(fmt_ratio(r.ratio(p)) for p in peers), check_cell(r.ours)] for r in rows]
+    headers = [
+        "benchmark",
+        "ours ms",
+        *(f"{HEAD[p]} ms" for p in peers),
+        "ours rate",
+        *(f"vs {HEAD[p]}" for p in peers),
+        "check",
+    ]
+    body = [
+        [
+            r.bench.name,
+            fmt_ms(r.ours.median_ms),
+            *(peer_cell(r.peers.get(p)) for p in peers),
+            rate_cell(r, copy_gbs),
+            *(fmt_ratio(r.ratio(p)) for p in peers),
+            check_cell(r.ours),
+        ]
+        for r in rows
+    ]
     return table(headers, body)
 
 
 def first_call_table(rows: list[Row], beam: bool) -> str:
-    headers = ["benchmark", "ours 1st call s", "optimize s", "compile s", "1st run s", "kernels", "stop",
-               "prog() ms", "tinygrad 1st s", *(["tg BEAM2 1st s"] if beam else [])]
+    headers = [
+        "benchmark",
+        "ours 1st call s",
+        "optimize s",
+        "compile s",
+        "1st run s",
+        "kernels",
+        "stop",
+        "prog() ms",
+        "tinygrad 1st s",
+        *(["tg BEAM2 1st s"] if beam else []),
+    ]
     body = []
     for r in rows:
         d = r.ours.details
-        body.append([r.bench.name, fmt_s(r.ours.first_call_s), fmt_s(d.get("optimize_s")), fmt_s(d.get("compile_s")),
-                     fmt_s(d.get("first_run_s")), str(d.get("kernels", "n/a")), str(d.get("stop_reason") or "n/a"),
-                     fmt_ms(d.get("call_median_ms")), fmt_s(_first(r, "tinygrad")),
-                     *([fmt_s(_first(r, "tinygrad_beam"))] if beam else [])])
+        body.append(
+            [
+                r.bench.name,
+                fmt_s(r.ours.first_call_s),
+                fmt_s(d.get("optimize_s")),
+                fmt_s(d.get("compile_s")),
+                fmt_s(d.get("first_run_s")),
+                str(d.get("kernels", "n/a")),
+                str(d.get("stop_reason") or "n/a"),
+                fmt_ms(d.get("call_median_ms")),
+                fmt_s(_first(r, "tinygrad")),
+                *([fmt_s(_first(r, "tinygrad_beam"))] if beam else []),
+            ]
+        )
     return table(headers, body)
 
 
@@ -240,10 +294,15 @@ def report(rows: list[Row], meta: dict[str, Any], opt: Options) -> str:
         f"tinygrad {meta['tinygrad'] or 'not installed'}"
         f" (CPU device, clang, TinyJit{', BEAM=2 column' if opt.beam else ''}); ours: LLVM backend, "
         f"{meta['llvm_threads']} threads",
-        "", programs_table(rows), "", speed_table(rows, peers, meta["copy_gbs"]), "",
+        "",
+        programs_table(rows),
+        "",
+        speed_table(rows, peers, meta["copy_gbs"]),
+        "",
         "first call (ours: optimize + compile + first run, kernel cache cleared; tinygrad: first TinyJit call, "
         "disk cache off); prog() ms = median of prog(**inputs) (buffer set-up and output copy included)",
-        first_call_table(rows, opt.beam), "",
+        first_call_table(rows, opt.beam),
+        "",
         f"numpy copy bandwidth: {meta['copy_gbs']:.2f} GB/s (np.copyto of {COPY_N} float32, read + write counted)",
     ]
     if not opt.tinygrad:
@@ -257,6 +316,7 @@ def report(rows: list[Row], meta: dict[str, Any], opt: Options) -> str:
 
 
 # ---- main -------------------------------------------------------------------------------------------------------------
+
 
 def tinygrad_available() -> bool:
     try:
@@ -285,22 +345,44 @@ def cpu_name() -> str:
 def machine_meta(opt: Options) -> dict[str, Any]:
     from egraph_compiler.backends.llvm import LLVMBackend
 
-    return {"machine": f"{cpu_name()}, {os.cpu_count()} cpus", "python": platform.python_version(),
-            "numpy": np.__version__, "tinygrad": version("tinygrad") if opt.tinygrad else None,
-            "egraph_compiler": version("egraph-compiler"), "blas_threads": blas_threads(),
-            "llvm_threads": LLVMBackend().threads, "quick": opt.quick, "repeat": opt.repeat,
-            "budget_s": opt.budget_s, "beam": opt.beam, "date": time.strftime("%Y-%m-%d %H:%M:%S"),
-            "load_avg_1min": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None}
+    return {
+        "machine": f"{cpu_name()}, {os.cpu_count()} cpus",
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "tinygrad": version("tinygrad") if opt.tinygrad else None,
+        "egraph_compiler": version("egraph-compiler"),
+        "blas_threads": blas_threads(),
+        "llvm_threads": LLVMBackend().threads,
+        "quick": opt.quick,
+        "repeat": opt.repeat,
+        "budget_s": opt.budget_s,
+        "beam": opt.beam,
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "load_avg_1min": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None,
+    }
 
 
 def to_json(rows: list[Row], meta: dict[str, Any], opt: Options) -> dict[str, Any]:
     peers = ["numpy", "numpy_1t", "tinygrad", "tinygrad_beam"]
-    return {"meta": meta, "summary": summary(rows, peers), "results": [
-        {"name": r.bench.name, "program": r.bench.label, "inputs": {k: list(s) for k, s in r.bench.shapes.items()},
-         "kind": r.bench.kind, "work": r.bench.work, "rate": r.rate(),
-         "rate_unit": "GFLOP/s" if r.bench.kind == "flop" else "GB/s", "ours": r.ours.as_dict(),
-         "peers": {p: res.as_dict() for p, res in r.peers.items()},
-         "speedup": {p: r.ratio(p) for p in peers if p in r.peers}} for r in rows]}
+    return {
+        "meta": meta,
+        "summary": summary(rows, peers),
+        "results": [
+            {
+                "name": r.bench.name,
+                "program": r.bench.label,
+                "inputs": {k: list(s) for k, s in r.bench.shapes.items()},
+                "kind": r.bench.kind,
+                "work": r.bench.work,
+                "rate": r.rate(),
+                "rate_unit": "GFLOP/s" if r.bench.kind == "flop" else "GB/s",
+                "ours": r.ours.as_dict(),
+                "peers": {p: res.as_dict() for p, res in r.peers.items()},
+                "speedup": {p: r.ratio(p) for p in peers if p in r.peers},
+            }
+            for r in rows
+        ],
+    }
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -311,10 +393,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--beam", action="store_true", help="add tinygrad with BEAM=2 (its search takes minutes)")
     ap.add_argument("--json", metavar="FILE", help="also write every number to FILE as JSON")
     ap.add_argument("--list", action="store_true", help="list the benchmarks and exit")
-    ap.add_argument("--budget", type=float, default=None,
-                    help="seconds per measurement after which repeats stop (at least 3 runs; default 10, 2 quick)")
-    ap.add_argument("--timeout", type=float, default=600.0,
-                    help="seconds allowed per contestant process: ours or tinygrad on one benchmark (default 600)")
+    ap.add_argument(
+        "--budget",
+        type=float,
+        default=None,
+        help="seconds per measurement after which repeats stop (at least 3 runs; default 10, 2 quick)",
+    )
+    ap.add_argument(
+        "--timeout",
+        type=float,
+        default=600.0,
+        help="seconds allowed per contestant process: ours or tinygrad on one benchmark (default 600)",
+    )
     args = ap.parse_args(argv)
     if args.repeat is not None and args.repeat < 1:
         ap.error("--repeat must be at least 1")
@@ -334,8 +424,15 @@ def main(argv: list[str] | None = None) -> int:
         print(programs_table([Row(b, Result()) for b in benches]))
         return 0
     with tempfile.TemporaryDirectory(prefix="egc-bench-") as tmp:
-        opt = Options(args.quick, args.repeat or (3 if args.quick else 10), args.budget or (2.0 if args.quick else 10.0),
-                      args.timeout, args.beam, tinygrad_available(), Path(tmp))
+        opt = Options(
+            args.quick,
+            args.repeat or (3 if args.quick else 10),
+            args.budget or (2.0 if args.quick else 10.0),
+            args.timeout,
+            args.beam,
+            tinygrad_available(),
+            Path(tmp),
+        )
         if not opt.tinygrad:
             progress("tinygrad is not installed: its columns will read n/a (pip install -e '.[bench]')")
         meta = machine_meta(opt)

@@ -34,6 +34,7 @@ ONE_THREAD = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THRE
 
 # ---- in the worker ----------------------------------------------------------------------------------------------------
 
+
 def run_tinygrad(bench: Benchmark, x: Arrays, repeat: int, budget_s: float) -> tuple[Result, np.ndarray | None]:
     """First call (schedule + codegen + compile, + BEAM search when on, + run) and TinyJit replay times.
     Every timed call ends with the device's synchronize(), so queued work is counted."""
@@ -45,8 +46,14 @@ def run_tinygrad(bench: Benchmark, x: Arrays, repeat: int, budget_s: float) -> t
     tensors = {k: Tensor(v).realize() for k, v in x.items()}
     dev.synchronize()
     jit = TinyJit(lambda **t: bench.expr(**t).realize())
-    res = Result(details={"device": Device.DEFAULT, "renderer": type(dev.renderer).__name__, "beam": BEAM.value,
-                          "cpu_threads": NUM_CPU_THREADS.value})
+    res = Result(
+        details={
+            "device": Device.DEFAULT,
+            "renderer": type(dev.renderer).__name__,
+            "beam": BEAM.value,
+            "cpu_threads": NUM_CPU_THREADS.value,
+        }
+    )
     t0 = time.perf_counter()
     jit(**tensors)
     dev.synchronize()
@@ -112,16 +119,41 @@ def worker_main(argv: list[str] | None = None) -> int:
 
 # ---- in the parent ----------------------------------------------------------------------------------------------------
 
-def launch(peer: str, bench: Benchmark, inputs: Path, prefix: Path, *, quick: bool, repeat: int, budget_s: float,
-           timeout_s: float, beam: bool = False) -> tuple[Result, np.ndarray | None]:
+
+def launch(
+    peer: str,
+    bench: Benchmark,
+    inputs: Path,
+    prefix: Path,
+    *,
+    quick: bool,
+    repeat: int,
+    budget_s: float,
+    timeout_s: float,
+    beam: bool = False,
+) -> tuple[Result, np.ndarray | None]:
     """Run one worker; its Result and output (None if it wrote none). Never raises: failures become Result.error."""
     env = dict(os.environ)
     if peer == "tinygrad":
         env.update(DEV="CPU", CACHELEVEL="0", BEAM="2" if beam else "0")
     else:
         env.update(ONE_THREAD)
-    cmd = [sys.executable, str(HERE), peer, "--bench", bench.name, "--inputs", str(inputs), "--out", str(prefix),
-           "--repeat", str(repeat), "--budget", str(budget_s), *(["--quick"] if quick else [])]
+    cmd = [
+        sys.executable,
+        str(HERE),
+        peer,
+        "--bench",
+        bench.name,
+        "--inputs",
+        str(inputs),
+        "--out",
+        str(prefix),
+        "--repeat",
+        str(repeat),
+        "--budget",
+        str(budget_s),
+        *(["--quick"] if quick else []),
+    ]
     try:
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout_s, check=False)
     except subprocess.TimeoutExpired as e:

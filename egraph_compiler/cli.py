@@ -39,6 +39,7 @@ RTOL = ATOL = 1e-3  # seed 001 §13
 
 # ---- progress --------------------------------------------------------------------------------------------------------
 
+
 class Progress:
     """One status line on stderr per saturation step and per later phase (extraction, fusion trials, tuning,
     decoding): rewritten in place on a TTY, one line each otherwise."""
@@ -51,13 +52,12 @@ class Progress:
 
     def __call__(self, st: IterationStats | str) -> None:
         elapsed = f"{time.perf_counter() - self.start:.1f}s elapsed"
-        if isinstance(st, str):   # a later phase: extraction, a fusion trial, tuning, decoding
+        if isinstance(st, str):  # a later phase: extraction, a fusion trial, tuning, decoding
             line = f"[egc] {st}, {elapsed}"
         else:
             classes = "" if st.classes is None else f", {st.classes} classes"
             fired = sum(st.matches.values())
-            line = (f"[egc] saturating: iteration {st.index} ({st.stage}), {st.nodes} nodes{classes}, {fired} matches, "
-                    f"{elapsed}")
+            line = f"[egc] saturating: iteration {st.index} ({st.stage}), {st.nodes} nodes{classes}, {fired} matches, {elapsed}"
         if self.tty:
             self.stream.write("\r" + line.ljust(self.width))
             self.width = max(self.width, len(line))
@@ -74,6 +74,7 @@ class Progress:
 
 
 # ---- helpers ---------------------------------------------------------------------------------------------------------
+
 
 def _limits(args: argparse.Namespace) -> dict[str, Any]:
     return {"node_limit": args.node_limit, "iter_limit": args.iter_limit, "time_limit": args.time_limit}
@@ -95,16 +96,19 @@ def _compile(graph: FrontendGraph, args: argparse.Namespace) -> Any:
     """optimize() under the command's target and limits, with the progress line if wanted."""
     prog_line = _progress(args)
     try:
-        program = _optimize_fn()(graph, args.target, progress=prog_line, tune=args.tune, nolocals=args.nolocals,
-                                 cpu=args.cpu, **_limits(args))
+        program = _optimize_fn()(
+            graph, args.target, progress=prog_line, tune=args.tune, nolocals=args.nolocals, cpu=args.cpu, **_limits(args)
+        )
     finally:
         if prog_line is not None:
             prog_line.close()
     report = getattr(program, "report", None)
     if report is not None and report.limit_hit:
-        print(f"W2001 LimitReached: saturation stopped at its {report.stop_reason.replace('_', ' ')}; the program is "
-              "the best found so far\n  suggestion: raise --node-limit / --iter-limit / --time-limit for a better one",
-              file=sys.stderr)
+        print(
+            f"W2001 LimitReached: saturation stopped at its {report.stop_reason.replace('_', ' ')}; the program is "
+            "the best found so far\n  suggestion: raise --node-limit / --iter-limit / --time-limit for a better one",
+            file=sys.stderr,
+        )
     return program
 
 
@@ -117,11 +121,15 @@ def _load_inputs(spec: str, graph: FrontendGraph, seed: int) -> dict[str, np.nda
         with np.load(path, allow_pickle=False) as npz:
             arrays = {k: npz[k] for k in npz.files}
     except FileNotFoundError:
-        raise MalformedJSON(at=spec, why="inputs file not found",
-                            suggestion="pass --inputs random or an existing .npz file") from None
+        raise MalformedJSON(
+            at=spec, why="inputs file not found", suggestion="pass --inputs random or an existing .npz file"
+        ) from None
     except Exception as e:  # not an npz, pickled objects, truncated zip, ...
-        raise InvalidArgument(at=spec, why=f"cannot read the inputs file: {type(e).__name__}: {e}",
-                              suggestion="save the inputs with numpy.savez(path, A=..., B=...)") from None
+        raise InvalidArgument(
+            at=spec,
+            why=f"cannot read the inputs file: {type(e).__name__}: {e}",
+            suggestion="save the inputs with numpy.savez(path, A=..., B=...)",
+        ) from None
     held = sorted(arrays)
     out: dict[str, np.ndarray] = {}
     for tname, t in graph.inputs.items():
@@ -131,11 +139,17 @@ def _load_inputs(spec: str, graph: FrontendGraph, seed: int) -> dict[str, np.nda
         elif tname in arrays:
             out[ph] = arrays.pop(tname)
         else:
-            raise MissingInput(at=f"input {tname!r}", why=f"{spec} has no array named {tname!r}",
-                               suggestion=f"add {tname}=<array of shape {t.shape}> to the .npz (it holds {held})")
+            raise MissingInput(
+                at=f"input {tname!r}",
+                why=f"{spec} has no array named {tname!r}",
+                suggestion=f"add {tname}=<array of shape {t.shape}> to the .npz (it holds {held})",
+            )
     if arrays:
-        raise MissingInput(at=f"input {sorted(arrays)[0]!r}", why=f"{spec} has arrays the graph does not take: "
-                           f"{sorted(arrays)}", suggestion=f"the graph's inputs are {list(graph.inputs)}")
+        raise MissingInput(
+            at=f"input {sorted(arrays)[0]!r}",
+            why=f"{spec} has arrays the graph does not take: {sorted(arrays)}",
+            suggestion=f"the graph's inputs are {list(graph.inputs)}",
+        )
     return out
 
 
@@ -160,7 +174,7 @@ def compare(got: np.ndarray, want: np.ndarray, rtol: float = RTOL, atol: float =
     g, w = got.astype(np.float64), want.astype(np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
         diff = np.abs(g - w)
-        diff = np.where(np.isnan(g) & np.isnan(w), 0.0, diff)                           # NaN == NaN
+        diff = np.where(np.isnan(g) & np.isnan(w), 0.0, diff)  # NaN == NaN
         diff = np.where(np.isinf(g) & np.isinf(w) & (np.sign(g) == np.sign(w)), 0.0, diff)  # same infinity
         diff = np.where(np.isnan(diff), np.inf, diff)
         rel = np.where(diff == 0, 0.0, diff / np.abs(w))
@@ -186,12 +200,14 @@ def _parse_dump(spec: str | None) -> list[str]:
         return list(DUMP_STAGES)
     bad = [s for s in stages if s not in DUMP_STAGES]
     if bad:
-        raise InvalidArgument(at=f"--dump={spec}", why=f"unknown stage(s) {bad}",
-                              suggestion=f"choose from {','.join(DUMP_STAGES)} (or all)")
+        raise InvalidArgument(
+            at=f"--dump={spec}", why=f"unknown stage(s) {bad}", suggestion=f"choose from {','.join(DUMP_STAGES)} (or all)"
+        )
     return list(dict.fromkeys(stages))
 
 
 # ---- printing stages -------------------------------------------------------------------------------------------------
+
 
 def uops_text(graph: FrontendGraph, max_lines: int = 400) -> str:
     from egraph_compiler.uop import pretty
@@ -203,8 +219,10 @@ def egraph_text(report: Any) -> str:
     lines = [report.format(iterations=None)]
     snap = report.extra.get("egraph_snapshot")
     if snap:
-        lines.append(f"e-graph snapshot: {snap.get('classes_drawn')} of {snap.get('classes_total')} e-classes drawn "
-                     "(egc report renders it)")
+        lines.append(
+            f"e-graph snapshot: {snap.get('classes_drawn')} of {snap.get('classes_total')} e-classes drawn "
+            "(egc report renders it)"
+        )
     return "\n".join(lines)
 
 
@@ -212,15 +230,13 @@ def kernels_text(program: Any) -> str:
     from egraph_compiler.uop import pretty
 
     report = getattr(program, "report", None)
-    extra = {k.get("name"): k for k in (report.extra.get("kernels", []) if report is not None else [])
-             if isinstance(k, dict)}
+    extra = {k.get("name"): k for k in (report.extra.get("kernels", []) if report is not None else []) if isinstance(k, dict)}
     out = [program.summary() if hasattr(program, "summary") else ""]
     for k in program.kernels:
         out.append(f"-- kernel {k.name}: reads {list(k.reads)} writes {list(k.writes)}")
         cost = k.cost or extra.get(k.name, {}).get("cost") or {}
         if cost:
-            out.append("   cost: " + ", ".join(f"{n}={v:.4g}" if isinstance(v, float) else f"{n}={v}"
-                                               for n, v in cost.items()))
+            out.append("   cost: " + ", ".join(f"{n}={v:.4g}" if isinstance(v, float) else f"{n}={v}" for n, v in cost.items()))
         for alt in extra.get(k.name, {}).get("alternatives", []) or []:
             out.append(f"   rejected: {alt.get('description', '?')} (cost {alt.get('cost')})")
         out.append(pretty(k.ast, max_lines=200))
@@ -228,6 +244,7 @@ def kernels_text(program: Any) -> str:
 
 
 # ---- commands --------------------------------------------------------------------------------------------------------
+
 
 def cmd_run(args: argparse.Namespace) -> int:
     from egraph_compiler.backends.reference import evaluate
@@ -243,8 +260,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     outs = _as_tuple(program(**inputs))
     dt = time.perf_counter() - t0
     names = list(graph.outputs)
-    print(f"ran {args.file} on {args.target}: {len(program.kernels)} kernel(s), {dt * 1e3:.2f} ms (first run, "
-          "includes compilation)")
+    print(
+        f"ran {args.file} on {args.target}: {len(program.kernels)} kernel(s), {dt * 1e3:.2f} ms (first run, "
+        "includes compilation)"
+    )
     for name, a in zip(names, outs):
         print(_stats(name, a))
     if not args.check:
@@ -254,8 +273,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     for name, got, want in zip(names, outs, refs):
         ok, abs_err, rel_err, note = compare(got, want, args.rtol, args.atol)
         all_ok &= ok
-        print(f"check {name}: {'ok' if ok else 'MISMATCH'}: max abs err {abs_err:.3g}, max rel err {rel_err:.3g} "
-              f"(rtol={args.rtol:g}, atol={args.atol:g}){'; ' + note if note else ''}")
+        print(
+            f"check {name}: {'ok' if ok else 'MISMATCH'}: max abs err {abs_err:.3g}, max rel err {rel_err:.3g} "
+            f"(rtol={args.rtol:g}, atol={args.atol:g}){'; ' + note if note else ''}"
+        )
     if len(refs) != len(outs):
         print(f"check: the program returned {len(outs)} outputs, the reference {len(refs)}")
     print("check: PASS" if all_ok else "check: FAIL")
@@ -293,8 +314,12 @@ def cmd_report(args: argparse.Namespace) -> int:
     program = _compile(graph, args)
     report = program.report
     text = describe(graph) + "\n\n" + uops_text(graph, max_lines=120)
-    page = render_html(report, title=args.title or f"egc report: {Path(args.file).name} ({args.target})",
-                       input_graph_text=text, program=program)
+    page = render_html(
+        report,
+        title=args.title or f"egc report: {Path(args.file).name} ({args.target})",
+        input_graph_text=text,
+        program=program,
+    )
     _write(args.output, page)
     print(f"wrote {args.output}")
     if args.json:
@@ -307,8 +332,9 @@ def _write(path: str, text: str) -> None:
     try:
         Path(path).write_text(text, encoding="utf-8")
     except OSError as e:
-        raise InvalidArgument(at=path, why=f"cannot write the file: {e.strerror or e}",
-                              suggestion="choose a writable path") from None
+        raise InvalidArgument(
+            at=path, why=f"cannot write the file: {e.strerror or e}", suggestion="choose a writable path"
+        ) from None
 
 
 def find_bench() -> Path | None:
@@ -323,10 +349,11 @@ def find_bench() -> Path | None:
 def cmd_bench(args: argparse.Namespace) -> int:
     script = find_bench()
     if script is None:
-        raise InvalidArgument(at="egc bench", why="bench/run.py was not found (it ships with a source checkout, "
-                              "not with the installed package)",
-                              suggestion="run egc bench from a git checkout of egraph-compiler, or run "
-                                         "`python bench/run.py` there")
+        raise InvalidArgument(
+            at="egc bench",
+            why="bench/run.py was not found (it ships with a source checkout, not with the installed package)",
+            suggestion="run egc bench from a git checkout of egraph-compiler, or run `python bench/run.py` there",
+        )
     rest = list(args.bench_args)
     if rest[:1] == ["--"]:
         rest = rest[1:]
@@ -335,8 +362,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 # ---- argument parsing ------------------------------------------------------------------------------------------------
 
+
 def _parsed(convert: Callable[[str], Any], ok: Callable[[Any], bool], what: str) -> Callable[[str], Any]:
     """An argparse type: `convert` the text, then require `ok` of the value (`what` it must be, for the message)."""
+
     def parse(s: str) -> Any:
         try:
             v = convert(s)
@@ -345,6 +374,7 @@ def _parsed(convert: Callable[[str], Any], ok: Callable[[Any], bool], what: str)
         if not ok(v):
             raise argparse.ArgumentTypeError(f"{s!r} is not {what}")
         return v
+
     return parse
 
 
@@ -363,54 +393,86 @@ def build_parser() -> argparse.ArgumentParser:
     g = compile_opts.add_argument_group("limits (default: the optimizer's)")
     g.add_argument("--node-limit", type=_positive_int, metavar="N", help="stop saturating past N e-nodes")
     g.add_argument("--iter-limit", type=_positive_int, metavar="N", help="at most N saturation steps per stage")
-    g.add_argument("--time-limit", type=_positive_float, metavar="SECONDS",
-                   help="seconds for the whole optimize call (saturation, fusion search, ranking)")
-    compile_opts.add_argument("--tune", action="store_true",
-                              help="time the best few schedules of each kernel on this machine and keep the fastest "
-                                   "(cached on disk)")
-    compile_opts.add_argument("--cpu", metavar="NAME",
-                              help="llvm target: the x86 CPU to generate code for, an LLVM CPU name such as haswell "
-                                   "(AVX2) or skylake-avx512 (default: $EGC_CPU, else this host)")
-    compile_opts.add_argument("--nolocals", action="store_true",
-                              help="the Nolocals OptOp: no schedule with workgroup dims (LOCAL, GROUP_REDUCE "
-                                   "threads, tensor cores)")
+    g.add_argument(
+        "--time-limit",
+        type=_positive_float,
+        metavar="SECONDS",
+        help="seconds for the whole optimize call (saturation, fusion search, ranking)",
+    )
+    compile_opts.add_argument(
+        "--tune",
+        action="store_true",
+        help="time the best few schedules of each kernel on this machine and keep the fastest (cached on disk)",
+    )
+    compile_opts.add_argument(
+        "--cpu",
+        metavar="NAME",
+        help="llvm target: the x86 CPU to generate code for, an LLVM CPU name such as haswell "
+        "(AVX2) or skylake-avx512 (default: $EGC_CPU, else this host)",
+    )
+    compile_opts.add_argument(
+        "--nolocals",
+        action="store_true",
+        help="the Nolocals OptOp: no schedule with workgroup dims (LOCAL, GROUP_REDUCE threads, tensor cores)",
+    )
     pg = compile_opts.add_mutually_exclusive_group()
     pg.add_argument("--progress", action="store_true", help="print progress to stderr (default: on a TTY)")
     pg.add_argument("--no-progress", action="store_true", help="never print progress")
 
-    p = argparse.ArgumentParser(prog="egc", description="egraph-compiler: equality-saturation compiler for "
-                                "tinygrad-style UOp graphs.", epilog="Exit codes: 0 ok, 1 check mismatch, "
-                                "2 diagnostic, 3 internal error.")
+    p = argparse.ArgumentParser(
+        prog="egc",
+        description="egraph-compiler: equality-saturation compiler for tinygrad-style UOp graphs.",
+        epilog="Exit codes: 0 ok, 1 check mismatch, 2 diagnostic, 3 internal error.",
+    )
     p.add_argument("--version", action="version", version=f"egc {_version()}")
     p.add_argument("--traceback", dest="traceback_top", action="store_true", help="show Python tracebacks of errors")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
-    r = sub.add_parser("run", parents=[common, compile_opts], help="optimize, run and optionally check a graph",
-                       description="Optimize a Frontend-IR graph, run it and print each output's statistics.")
-    r.add_argument("--inputs", default="random", metavar="random|FILE.npz",
-                   help="input arrays: random (default) or an .npz keyed by input tensor name")
+    r = sub.add_parser(
+        "run",
+        parents=[common, compile_opts],
+        help="optimize, run and optionally check a graph",
+        description="Optimize a Frontend-IR graph, run it and print each output's statistics.",
+    )
+    r.add_argument(
+        "--inputs",
+        default="random",
+        metavar="random|FILE.npz",
+        help="input arrays: random (default) or an .npz keyed by input tensor name",
+    )
     r.add_argument("--seed", type=_seed, default=0, help="seed for random inputs (default 0)")
     r.add_argument("--check", action="store_true", help="compare with the reference interpreter; exit 1 on mismatch")
     r.add_argument("--rtol", type=_tolerance, default=RTOL, help=f"relative tolerance of --check (default {RTOL:g})")
     r.add_argument("--atol", type=_tolerance, default=ATOL, help=f"absolute tolerance of --check (default {ATOL:g})")
     r.set_defaults(func=cmd_run)
 
-    o = sub.add_parser("optimize", parents=[common, compile_opts], help="optimize a graph and dump stages",
-                       description="Optimize a Frontend-IR graph and print the requested stages.")
+    o = sub.add_parser(
+        "optimize",
+        parents=[common, compile_opts],
+        help="optimize a graph and dump stages",
+        description="Optimize a Frontend-IR graph and print the requested stages.",
+    )
     o.add_argument("--dump", metavar="STAGES", help=f"comma-separated: {','.join(DUMP_STAGES)} (or all)")
     o.set_defaults(func=cmd_optimize)
 
-    rp = sub.add_parser("report", parents=[common, compile_opts], help="write the HTML (and JSON) report",
-                        description="Optimize a graph and write a self-contained HTML report.")
+    rp = sub.add_parser(
+        "report",
+        parents=[common, compile_opts],
+        help="write the HTML (and JSON) report",
+        description="Optimize a graph and write a self-contained HTML report.",
+    )
     rp.add_argument("-o", "--output", required=True, metavar="report.html", help="HTML file to write")
     rp.add_argument("--json", metavar="report.json", help="also write Report.to_json() here")
     rp.add_argument("--title", help="page title")
     rp.set_defaults(func=cmd_report)
 
-    b = sub.add_parser("bench", help="run the benchmarks (bench/run.py)",
-                       description="Run bench/run.py from a source checkout, passing every argument after `bench` "
-                                   "on to it (`egc bench -- --help` shows its own help).")
+    b = sub.add_parser(
+        "bench",
+        help="run the benchmarks (bench/run.py)",
+        description="Run bench/run.py from a source checkout, passing every argument after `bench` "
+        "on to it (`egc bench -- --help` shows its own help).",
+    )
     b.add_argument("bench_args", nargs=argparse.REMAINDER, help="arguments for bench/run.py")
     b.set_defaults(func=cmd_bench)
     return p
@@ -424,9 +486,11 @@ def _version() -> str:
 
 def internal_error(e: BaseException, command: str) -> str:
     msg = str(e).strip().splitlines()[0][:300] if str(e).strip() else ""
-    return (f"E9000 InternalError: {type(e).__name__}{': ' + msg if msg else ''}\n"
-            f"  at: egc {command}\n"
-            "  suggestion: this is a bug in egraph-compiler, not in your input; rerun with --traceback and report it")
+    return (
+        f"E9000 InternalError: {type(e).__name__}{': ' + msg if msg else ''}\n"
+        f"  at: egc {command}\n"
+        "  suggestion: this is a bug in egraph-compiler, not in your input; rerun with --traceback and report it"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -435,7 +499,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = next((a for a in argv if not a.startswith("-")), "")
     try:
         parser = build_parser()
-        if command == "bench" and argv[argv.index("bench") + 1:] not in (["-h"], ["--help"]):
+        if command == "bench" and argv[argv.index("bench") + 1 :] not in (["-h"], ["--help"]):
             # everything after `bench` belongs to bench/run.py (argparse's REMAINDER mangles leading options)
             cut = argv.index("bench") + 1
             args = parser.parse_args(argv[:cut])

@@ -28,11 +28,27 @@ ISA_NEEDS = {"avx512": ("avx512f", "avx2", "fma"), "avx2": ("avx2", "fma"), "avx
 NAMED: dict[str, str] = {
     **dict.fromkeys(("x86-64", "x86-64-v2", "nehalem", "westmere", "core2", "btver2"), "sse"),
     **dict.fromkeys(("sandybridge", "ivybridge", "bdver1", "bdver2"), "avx"),
-    **dict.fromkeys(("x86-64-v3", "haswell", "broadwell", "skylake", "alderlake", "raptorlake", "znver1", "znver2",
-                     "znver3", "bdver4"), "avx2"),
-    **dict.fromkeys(("x86-64-v4", "skylake-avx512", "cascadelake", "cooperlake", "icelake-server",
-                     "icelake-client", "tigerlake", "sapphirerapids", "emeraldrapids", "graniterapids", "znver4",
-                     "znver5"), "avx512"),
+    **dict.fromkeys(
+        ("x86-64-v3", "haswell", "broadwell", "skylake", "alderlake", "raptorlake", "znver1", "znver2", "znver3", "bdver4"),
+        "avx2",
+    ),
+    **dict.fromkeys(
+        (
+            "x86-64-v4",
+            "skylake-avx512",
+            "cascadelake",
+            "cooperlake",
+            "icelake-server",
+            "icelake-client",
+            "tigerlake",
+            "sapphirerapids",
+            "emeraldrapids",
+            "graniterapids",
+            "znver4",
+            "znver5",
+        ),
+        "avx512",
+    ),
 }
 
 
@@ -44,10 +60,10 @@ HALF_WIDTH_AVX512 = frozenset({"znver4"})
 class CPUTarget:
     """What code is generated for: LLVM's CPU name and feature string, and the vector ISA they imply."""
 
-    name: str          # LLVM's CPU name ("znver4", "haswell")
-    features: str      # LLVM's feature string; "" lets LLVM derive them from the name
-    isa: str           # "avx512", "avx2", "avx" or "sse"
-    host: bool         # the host CPU itself (its exact features)
+    name: str  # LLVM's CPU name ("znver4", "haswell")
+    features: str  # LLVM's feature string; "" lets LLVM derive them from the name
+    isa: str  # "avx512", "avx2", "avx" or "sse"
+    host: bool  # the host CPU itself (its exact features)
 
     @property
     def simd_bytes(self) -> int:
@@ -103,14 +119,19 @@ def _resolve(name: str | None, where: str) -> CPUTarget:
     if name is None or (isinstance(name, str) and name.lower() in HOST_NAMES):
         return host_cpu()
     if not isinstance(name, str) or name.lower() not in NAMED:
-        raise InvalidArgument(at=f"{where}={name!r}", why="not an x86 CPU name this compiler knows",
-                              suggestion=f"use 'host' or one of: {', '.join(sorted(NAMED))}")
+        raise InvalidArgument(
+            at=f"{where}={name!r}",
+            why="not an x86 CPU name this compiler knows",
+            suggestion=f"use 'host' or one of: {', '.join(sorted(NAMED))}",
+        )
     key = name.lower()
     isa = NAMED[key]
     missing = [f for f in ISA_NEEDS[isa] if not _host_features().get(f, False)]
     if missing:
-        raise InvalidArgument(at=f"{where}={name!r}",
-                              why=f"code for {key} uses {isa.upper()}, which this host lacks ({', '.join(missing)})",
-                              suggestion=f"compile for this host (cpu=None) or a CPU of at most "
-                                         f"{host_cpu().isa.upper()}; the code runs here, so it must be legal here")
+        raise InvalidArgument(
+            at=f"{where}={name!r}",
+            why=f"code for {key} uses {isa.upper()}, which this host lacks ({', '.join(missing)})",
+            suggestion=f"compile for this host (cpu=None) or a CPU of at most "
+            f"{host_cpu().isa.upper()}; the code runs here, so it must be legal here",
+        )
     return CPUTarget(key, "", isa, host=False)

@@ -33,9 +33,15 @@ def _decode_value(node: ENode, dtype: DType) -> Any:
 class Decoder:
     """Builds UOps from a choice of one e-node per e-class."""
 
-    def __init__(self, view: EGraphView, choose: Callable[[int], ENode], reg: Registry,
-                 rkey: Callable[[ENode, Decoder], Any] | None = None, own_kernel: bool = False,
-                 memo: dict[int, Any] | None = None) -> None:
+    def __init__(
+        self,
+        view: EGraphView,
+        choose: Callable[[int], ENode],
+        reg: Registry,
+        rkey: Callable[[ENode, Decoder], Any] | None = None,
+        own_kernel: bool = False,
+        memo: dict[int, Any] | None = None,
+    ) -> None:
         """own_kernel: decode AFTER(buffer, other kernel) as the plain buffer, leaving the other kernel out (what a
         kernel's cost estimate needs: program order runs that one first). memo: e-classes already decoded (it is
         filled in as decoding goes)."""
@@ -106,7 +112,7 @@ class Decoder:
     def src_classes(self, n: ENode) -> list[int]:
         op = EGG_TO_OP[n.fn]
         sp = OP_TABLE[op]
-        rest = n.args[1 + len(ARG_FIELDS[sp.arg]):]
+        rest = n.args[1 + len(ARG_FIELDS[sp.arg]) :]
         if fixed_arity(sp) is not None:
             return [a.id for a in rest]
         return self.ulist(rest[0].id)
@@ -133,7 +139,7 @@ class Decoder:
             op = EGG_TO_OP[n.fn]
             sp = OP_TABLE[op]
             dtype = to_dtype(n.args[0])
-            arg = self.decode_arg(sp.arg, n.args[1:1 + len(ARG_FIELDS[sp.arg])], dtype)
+            arg = self.decode_arg(sp.arg, n.args[1 : 1 + len(ARG_FIELDS[sp.arg])], dtype)
             if op is Ops.PARAM and arg[0].lstrip("-").isdigit():
                 arg = (int(arg[0]), arg[1])  # a PARAM's slot is an int; the schema's name field holds it as text
             if op is Ops.END and len(kids) == 1:  # a kernel whose output axes all have size 1 loops over nothing
@@ -141,4 +147,3 @@ class Decoder:
                 continue
             self.memo[c] = UOp(op, dtype, tuple(self.memo[k] for k in kids), arg)
         return self.memo[root]
-

@@ -55,9 +55,9 @@ def exp2(x: UOp) -> UOp:
     x = _f32(x)
     xc = x.maximum(-151.0).minimum(129.0)
     q = _round_to_int(xc)
-    r = xc - q.cast(F32)                                   # r in [-0.5, 0.5]
+    r = xc - q.cast(F32)  # r in [-0.5, 0.5]
     p = _horner(r * math.log(2), [1.0 / math.factorial(i) for i in range(9)])
-    half = q // 2                                          # two scalings keep subnormals and 2**128 edge exact
+    half = q // 2  # two scalings keep subnormals and 2**128 edge exact
     y = p * _pow2i(half.maximum(-126).minimum(127)) * _pow2i((q - half).maximum(-126).minimum(127))
     y = (x >= 128.0).where(_c(math.inf), (x < -150.0).where(_c(0.0), y))
     return _nan(x).where(x, y).cast(out_dt)
@@ -66,15 +66,15 @@ def exp2(x: UOp) -> UOp:
 def log2(x: UOp) -> UOp:
     out_dt = x.dtype
     x = _f32(x)
-    tiny = x < 1.1754943508222875e-38                      # subnormal: scale up by 2**64 first
+    tiny = x < 1.1754943508222875e-38  # subnormal: scale up by 2**64 first
     xs = tiny.where(x * float(2**64), x)
     bits = xs.bitcast(I32)
     e = ((bits >> 23) & 0xFF) - 127 - tiny.where(UOp.const(64, I32), UOp.const(0, I32))
-    m = ((bits & 0x7FFFFF) | 0x3F800000).bitcast(F32)        # mantissa in [1, 2)
+    m = ((bits & 0x7FFFFF) | 0x3F800000).bitcast(F32)  # mantissa in [1, 2)
     big = m > math.sqrt(2)
     m = big.where(m * 0.5, m)
     e = e + big.cast(I32)
-    s = (m - 1.0) / (m + 1.0)                                 # ln(m) = 2 atanh(s), |s| < 0.1716
+    s = (m - 1.0) / (m + 1.0)  # ln(m) = 2 atanh(s), |s| < 0.1716
     s2 = s * s
     ln_m = s * _horner(s2, [2.0, 2 / 3, 2 / 5, 2 / 7, 2 / 9, 2 / 11])
     y = e.cast(F32) + ln_m * (1 / math.log(2))
@@ -90,11 +90,11 @@ _PIO2 = [1.5703125, 4.837512969970703125e-4, 7.54978995489188216e-8]  # pi/2 spl
 def sin(x: UOp) -> UOp:
     out_dt = x.dtype
     x = _f32(x)
-    finite = (x - x).eq(0.0)                               # false for inf and nan
+    finite = (x - x).eq(0.0)  # false for inf and nan
     xf = finite.where(x, _c(0.0))
-    k = _round_to_int((xf * (2 / math.pi)).maximum(-2.0**30).minimum(2.0**30))  # keep the int32 conversion defined
+    k = _round_to_int((xf * (2 / math.pi)).maximum(-(2.0**30)).minimum(2.0**30))  # keep the int32 conversion defined
     kf = k.cast(F32)
-    r = ((xf - kf * _PIO2[0]) - kf * _PIO2[1]) - kf * _PIO2[2]   # r in about [-pi/4, pi/4]
+    r = ((xf - kf * _PIO2[0]) - kf * _PIO2[1]) - kf * _PIO2[2]  # r in about [-pi/4, pi/4]
     r = r.maximum(-0.8).minimum(0.8)  # only huge |x| (inexact reduction) reach the clamp: keeps |sin| <= 1
     r2 = r * r
     s = r * _horner(r2, [1.0, -1 / 6, 1 / 120, -1 / 5040, 1 / 362880, -1 / 39916800])

@@ -1,6 +1,6 @@
 """The main job: load the GEMM+bias+ReLU Frontend-IR example, optimize it, run it, check it against numpy.
 
-    python -m egraph_compiler.demo [--target llvm|reference|cuda] [FILE.json]
+python -m egraph_compiler.demo [--target llvm|reference|cuda] [FILE.json]
 """
 
 from __future__ import annotations

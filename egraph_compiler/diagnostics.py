@@ -29,8 +29,14 @@ class CompilerError(Exception):
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"code": self.code, "kind": self.kind, "at": self.at, "why": self.why,
-                "suggestion": self.suggestion, **{k: _jsonable(v) for k, v in self.details.items()}}
+        return {
+            "code": self.code,
+            "kind": self.kind,
+            "at": self.at,
+            "why": self.why,
+            "suggestion": self.suggestion,
+            **{k: _jsonable(v) for k, v in self.details.items()},
+        }
 
 
 def _jsonable(v: Any) -> Any:
@@ -75,4 +81,5 @@ class EstimateWarning(UserWarning):
 
 
 ALL_DIAGNOSTICS: tuple[type[CompilerError], ...] = tuple(
-    v for v in list(globals().values()) if isinstance(v, type) and issubclass(v, CompilerError) and v is not CompilerError)
+    v for v in list(globals().values()) if isinstance(v, type) and issubclass(v, CompilerError) and v is not CompilerError
+)

@@ -98,15 +98,35 @@ class dtypes:  # noqa: N801 - mirrors tinygrad's `dtypes` namespace
 ALL_DTYPES: tuple[DType, ...] = tuple(v for k, v in vars(dtypes).items() if isinstance(v, DType) and k == v.name)
 
 _ALIASES: dict[str, DType] = {d.name: d for d in ALL_DTYPES}
-_ALIASES.update({
-    "half": dtypes.float16, "fp16": dtypes.float16, "f16": dtypes.float16,
-    "float": dtypes.float32, "fp32": dtypes.float32, "f32": dtypes.float32,
-    "double": dtypes.float64, "fp64": dtypes.float64, "f64": dtypes.float64,
-    "bf16": dtypes.bfloat16, "int": dtypes.int32, "i32": dtypes.int32, "long": dtypes.int64,
-    "i64": dtypes.int64, "i8": dtypes.int8, "i16": dtypes.int16, "u8": dtypes.uint8,
-    "u16": dtypes.uint16, "u32": dtypes.uint32, "u64": dtypes.uint64, "uint": dtypes.uint32,
-    "char": dtypes.int8, "uchar": dtypes.uint8, "short": dtypes.int16, "weakint": dtypes.index,
-})
+_ALIASES.update(
+    {
+        "half": dtypes.float16,
+        "fp16": dtypes.float16,
+        "f16": dtypes.float16,
+        "float": dtypes.float32,
+        "fp32": dtypes.float32,
+        "f32": dtypes.float32,
+        "double": dtypes.float64,
+        "fp64": dtypes.float64,
+        "f64": dtypes.float64,
+        "bf16": dtypes.bfloat16,
+        "int": dtypes.int32,
+        "i32": dtypes.int32,
+        "long": dtypes.int64,
+        "i64": dtypes.int64,
+        "i8": dtypes.int8,
+        "i16": dtypes.int16,
+        "u8": dtypes.uint8,
+        "u16": dtypes.uint16,
+        "u32": dtypes.uint32,
+        "u64": dtypes.uint64,
+        "uint": dtypes.uint32,
+        "char": dtypes.int8,
+        "uchar": dtypes.uint8,
+        "short": dtypes.int16,
+        "weakint": dtypes.index,
+    }
+)
 _NP_TO_DTYPE = {np.dtype(d.np_name): d for d in ALL_DTYPES if d not in (dtypes.bfloat16, dtypes.index, dtypes.void)}
 
 
@@ -120,8 +140,11 @@ def to_dtype(x: Any) -> DType:
         key = x.removeprefix("dtypes.").lower()
         if key in _ALIASES:
             return _ALIASES[key]
-        raise DTypeError(at=f"dtype {x!r}", why=f"{x!r} is not a known dtype name",
-                         suggestion=f"use one of: {', '.join(sorted(d.name for d in ALL_DTYPES if d is not dtypes.void))}")
+        raise DTypeError(
+            at=f"dtype {x!r}",
+            why=f"{x!r} is not a known dtype name",
+            suggestion=f"use one of: {', '.join(sorted(d.name for d in ALL_DTYPES if d is not dtypes.void))}",
+        )
     if x is bool:
         return dtypes.bool
     if x is int:
@@ -136,8 +159,11 @@ def to_dtype(x: Any) -> DType:
         npd = None
     if npd is not None and npd in _NP_TO_DTYPE:
         return _NP_TO_DTYPE[npd]
-    raise DTypeError(at=f"dtype {x!r}", why=f"{x!r} cannot be interpreted as a dtype",
-                     suggestion="pass a DType such as dtypes.float32 or a name such as 'float32'")
+    raise DTypeError(
+        at=f"dtype {x!r}",
+        why=f"{x!r} cannot be interpreted as a dtype",
+        suggestion="pass a DType such as dtypes.float32 or a name such as 'float32'",
+    )
 
 
 def from_numpy(d: np.dtype) -> DType:
@@ -145,11 +171,15 @@ def from_numpy(d: np.dtype) -> DType:
 
     if d in _NP_TO_DTYPE:
         return _NP_TO_DTYPE[d]
-    raise DTypeError(at=f"numpy dtype {d}", why=f"numpy dtype {d} has no counterpart here",
-                     suggestion="convert the array to a supported dtype (bool, int8..int64, uint8..uint64, float16/32/64)")
+    raise DTypeError(
+        at=f"numpy dtype {d}",
+        why=f"numpy dtype {d} has no counterpart here",
+        suggestion="convert the array to a supported dtype (bool, int8..int64, uint8..uint64, float16/32/64)",
+    )
 
 
 # ---- promotion ---------------------------------------------------------------------------------
+
 
 def _np_for_promotion(d: DType) -> np.dtype:
     # bfloat16 promotes like float16 but wins over it (as in tinygrad / torch)
@@ -201,6 +231,7 @@ def sum_acc_dtype(d: DType) -> DType:
 
 # ---- value conversion --------------------------------------------------------------------------
 
+
 def wrap_int(v: int, d: DType) -> int:
     """Two's-complement wraparound of a python int into dtype d (index wraps as int64)."""
     if d.is_bool:
@@ -238,7 +269,7 @@ def as_const(v: Any, d: DType) -> bool | int | float:
 def bf16_round(x: np.ndarray) -> np.ndarray:
     """Round float32 values to bfloat16 precision (round to nearest even), returned as float32."""
     x = np.asarray(x, dtype=np.float32)
-    bits = np.ascontiguousarray(x).view(np.uint32).reshape(x.shape)   # ascontiguousarray makes 0-d arrays 1-d
+    bits = np.ascontiguousarray(x).view(np.uint32).reshape(x.shape)  # ascontiguousarray makes 0-d arrays 1-d
     rounded = ((bits.astype(np.uint64) + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000).astype(np.uint32)
     rounded = np.where(np.isnan(x), bits | 0x00400000, rounded)  # keep NaN a NaN
     return rounded.view(np.float32)

@@ -33,8 +33,8 @@ from egraph_compiler.rules.dsl import RuleSet
 from egraph_compiler.schema import EGG_TO_OP, schema_program
 from egraph_compiler.uop import UOp
 
-ANALYSIS_CHUNK = 1     # analysis iterations between two limit checks
-GROWTH_FLOOR = 3_000   # e-graphs smaller than this may grow by any factor in one step
+ANALYSIS_CHUNK = 1  # analysis iterations between two limit checks
+GROWTH_FLOOR = 3_000  # e-graphs smaller than this may grow by any factor in one step
 # even the safe baseline stops here: past it, extracting the e-graph would take more memory than a machine has
 # (a 544-op graph whose values are read in many index contexts reached 2.5M nodes and was killed for memory)
 BASELINE_CEILING = 1_000_000
@@ -47,29 +47,32 @@ class Limits:
 
     node_limit: int = 60_000
     iter_limit: int = 40
-    time_limit: float = 30.0      # seconds of saturation, over all stages
-    match_limit: int = 2_000      # back-off: a rule matching more often than this in a step is banned
-    ban_length: int = 3           # ... for this many steps
-    analysis_steps: int = 30      # bound on analysis saturation per step
-    step_growth: float = 4.0      # a step may multiply the e-graph by at most this (once past GROWTH_FLOOR nodes)
-    patience: int = 3             # steps without a better watched root before a stage counts as converged
-    search_time: float = 20.0     # seconds of fusion trials after saturation (extract/fusion.py)
-    plain_below: int = 2_000      # smaller e-graphs run their rules without the back-off scheduler (no bans):
+    time_limit: float = 30.0  # seconds of saturation, over all stages
+    match_limit: int = 2_000  # back-off: a rule matching more often than this in a step is banned
+    ban_length: int = 3  # ... for this many steps
+    analysis_steps: int = 30  # bound on analysis saturation per step
+    step_growth: float = 4.0  # a step may multiply the e-graph by at most this (once past GROWTH_FLOOR nodes)
+    patience: int = 3  # steps without a better watched root before a stage counts as converged
+    search_time: float = 20.0  # seconds of fusion trials after saturation (extract/fusion.py)
+    plain_below: int = 2_000  # smaller e-graphs run their rules without the back-off scheduler (no bans):
     #                               a scheduler compiles every rule on its first run, which costs more here
 
     @staticmethod
     def make(**kw: object) -> Limits:
         bad = set(kw) - set(Limits.__dataclass_fields__)
         if bad:
-            raise InvalidArgument(at="limits", why=f"unknown limit(s) {sorted(bad)}",
-                                  suggestion=f"use {', '.join(Limits.__dataclass_fields__)}")
+            raise InvalidArgument(
+                at="limits", why=f"unknown limit(s) {sorted(bad)}", suggestion=f"use {', '.join(Limits.__dataclass_fields__)}"
+            )
         for k, v in kw.items():
             count = Limits.__dataclass_fields__[k].type == "int"
             if isinstance(v, bool) or not isinstance(v, numbers.Integral if count else numbers.Real) or not v > 0:
-                raise InvalidArgument(at=f"limit {k}", why=f"{k}={v!r} is not a positive "
-                                      f"{'whole number' if count else 'number'}",
-                                      suggestion=f"{k} is a count of {'items' if count else 'seconds or a factor'}: "
-                                                 "pass a positive value (NaN, 0 and negatives turn nothing off)")
+                raise InvalidArgument(
+                    at=f"limit {k}",
+                    why=f"{k}={v!r} is not a positive {'whole number' if count else 'number'}",
+                    suggestion=f"{k} is a count of {'items' if count else 'seconds or a factor'}: "
+                    "pass a positive value (NaN, 0 and negatives turn nothing off)",
+                )
         return Limits(**kw)  # type: ignore[arg-type]
 
 
@@ -80,12 +83,12 @@ class Stage:
     name: str
     rulesets: tuple[str, ...]
     analyses: tuple[str, ...] = ()
-    max_steps: int | None = None   # a terminating ruleset may run longer than limits.iter_limit
-    growth_check: bool = True      # False for a terminating ruleset that must finish (limits.step_growth)
-    after_limit_steps: int = 0     # steps it still gets when a limit ended saturation: no analyses, and ...
-    after_limit_rulesets: tuple[str, ...] = ()   # ... only these rulesets (default: its own)
-    plain_factor: float = 1.0      # it runs without the scheduler below this many times limits.plain_below
-    limited: bool = True           # False: the safe baseline (rangeify) that no limit may cut; it runs to completion
+    max_steps: int | None = None  # a terminating ruleset may run longer than limits.iter_limit
+    growth_check: bool = True  # False for a terminating ruleset that must finish (limits.step_growth)
+    after_limit_steps: int = 0  # steps it still gets when a limit ended saturation: no analyses, and ...
+    after_limit_rulesets: tuple[str, ...] = ()  # ... only these rulesets (default: its own)
+    plain_factor: float = 1.0  # it runs without the scheduler below this many times limits.plain_below
+    limited: bool = True  # False: the safe baseline (rangeify) that no limit may cut; it runs to completion
     #                                (max_steps bounds it) and node_limit/time_limit count only what comes after it
 
 
@@ -102,8 +105,9 @@ def declared_constructors(text: str) -> set[str]:
 
 
 class EGraphSession:
-    def __init__(self, rulesets: Sequence[RuleSet], declarations: Sequence[str] = (),
-                 unextractable: Iterable[str] = ()) -> None:
+    def __init__(
+        self, rulesets: Sequence[RuleSet], declarations: Sequence[str] = (), unextractable: Iterable[str] = ()
+    ) -> None:
         self.eg = bindings.EGraph()
         self.reg = Registry()
         self.encoder = Encoder(self.reg)
@@ -116,7 +120,7 @@ class EGraphSession:
         for rs in rulesets:
             self._run(rs.to_egglog())
         self._combined: dict[tuple[str, ...], str] = {}
-        self.worked = 0   # e-nodes of the problems it has held: egglog keeps some memory per problem after a pop
+        self.worked = 0  # e-nodes of the problems it has held: egglog keeps some memory per problem after a pop
         self._schedulers: dict[str, str] = {}
         self._scheduler_ids = itertools.count()
 
@@ -131,7 +135,7 @@ class EGraphSession:
     def add(self, roots: Iterable[UOp], batch: int = 2000) -> None:
         cmds = self.encoder.commands(roots)
         for i in range(0, len(cmds), batch):
-            self._run("\n".join(cmds[i:i + batch]))
+            self._run("\n".join(cmds[i : i + batch]))
 
     def name_of(self, u: UOp) -> str:
         return self.encoder.names[u]
@@ -153,8 +157,9 @@ class EGraphSession:
         for stage in stages:
             name = f"bo_{next(self._scheduler_ids)}"
             for sched in (name, name + "_an"):  # analyses get their own: a runaway analysis rule is banned too
-                self._run(f"(let-scheduler {sched} (back-off :match-limit {limits.match_limit} "
-                          f":ban-length {limits.ban_length}))")
+                self._run(
+                    f"(let-scheduler {sched} (back-off :match-limit {limits.match_limit} :ban-length {limits.ban_length}))"
+                )
             self._schedulers[stage.name] = name
 
     @contextmanager
@@ -173,7 +178,7 @@ class EGraphSession:
         finally:
             try:
                 self.worked += self.size()
-            except Exception:   # egglog failed on this problem: the session is replaced before its next one
+            except Exception:  # egglog failed on this problem: the session is replaced before its next one
                 self.worked = 1 << 62
             self._run("(pop)")
             self.encoder.names = names
@@ -187,8 +192,15 @@ class EGraphSession:
     def num_classes(self) -> int:
         """E-classes of the term tables, counted on a frozen copy (far cheaper than building a view)."""
         frozen = self.eg.freeze()
-        return len({row.output for name, fn in frozen.functions.items() if name in self.constructors
-                    for row in fn.rows if not row.subsumed})
+        return len(
+            {
+                row.output
+                for name, fn in frozen.functions.items()
+                if name in self.constructors
+                for row in fn.rows
+                if not row.subsumed
+            }
+        )
 
     def tree_cost(self, let_name: str) -> int:
         """egglog's own (tree, node-count) extraction cost of a bound term: a cheap progress signal."""
@@ -202,8 +214,9 @@ class EGraphSession:
                 matches[k] = matches.get(k, 0) + v
         return rep.updated, rep.can_stop
 
-    def _steps_after_limit(self, stage: Stage, main_cmd: str, report: Report,
-                           progress: Callable[[IterationStats], None] | None) -> None:
+    def _steps_after_limit(
+        self, stage: Stage, main_cmd: str, report: Report, progress: Callable[[IterationStats], None] | None
+    ) -> None:
         """A few steps of cheap rules, no analyses: the e-graph is already at its budget."""
         for _ in range(stage.after_limit_steps):
             t0 = time.perf_counter()
@@ -216,12 +229,19 @@ class EGraphSession:
                 progress(stats)
             if not updated:
                 break
-        report.notes.append(f"stage {stage.name!r} ran {stage.after_limit_rulesets or stage.rulesets} only, "
-                            "without analyses, after the limit")
+        report.notes.append(
+            f"stage {stage.name!r} ran {stage.after_limit_rulesets or stage.rulesets} only, without analyses, after the limit"
+        )
 
-    def saturate(self, stages: Sequence[Stage], limits: Limits, report: Report,
-                 progress: Callable[[IterationStats], None] | None = None, count_classes: int = 20_000,
-                 watch: Sequence[str] = ()) -> str:
+    def saturate(
+        self,
+        stages: Sequence[Stage],
+        limits: Limits,
+        report: Report,
+        progress: Callable[[IterationStats], None] | None = None,
+        count_classes: int = 20_000,
+        watch: Sequence[str] = (),
+    ) -> str:
         """Run the stages in order under `limits`; returns (and records) the stop reason.
 
         Each step saturates the analyses in chunks of ANALYSIS_CHUNK iterations, checking the limits after every
@@ -235,8 +255,8 @@ class EGraphSession:
                 report.rule_ruleset[r.name] = rs.name
         start = clock = time.perf_counter()
         reason = "saturated"
-        cut = False   # a node, time or growth limit ends saturation, but for a stage's after_limit_steps
-        base = 0      # nodes of the unlimited stages (the baseline): node_limit counts the growth past them
+        cut = False  # a node, time or growth limit ends saturation, but for a stage's after_limit_steps
+        base = 0  # nodes of the unlimited stages (the baseline): node_limit counts the growth past them
 
         def over_limit(stage: Stage, step_start: int) -> str | None:
             if not stage.limited:
@@ -256,8 +276,10 @@ class EGraphSession:
                 self._new_schedulers([stage], limits)
             sched = self._schedulers[stage.name]
             analyses = self._ruleset_for(stage.analyses) if stage.analyses else ""
-            analysis_cmds = (f"(run {analyses} {ANALYSIS_CHUNK})",
-                             f"(run-schedule (repeat {ANALYSIS_CHUNK} (run-with {sched}_an {analyses})))")
+            analysis_cmds = (
+                f"(run {analyses} {ANALYSIS_CHUNK})",
+                f"(run-schedule (repeat {ANALYSIS_CHUNK} (run-with {sched}_an {analyses})))",
+            )
             main_cmds = (f"(run {main} 1)", f"(run-schedule (run-with {sched} {main}))")
             if cut:
                 if stage.after_limit_steps:
@@ -306,10 +328,12 @@ class EGraphSession:
                         stage_reason = "converged"
             if stage_reason is not None:
                 reason = stage_reason
-                why = (f"its result had not improved for {limits.patience} steps" if stage_reason == "converged"
-                       else f"it reached its {stage_reason.replace('_', ' ')}")
-                report.notes.append(f"stage {stage.name!r} stopped because {why}; the result is the best program "
-                                    "found so far")
+                why = (
+                    f"its result had not improved for {limits.patience} steps"
+                    if stage_reason == "converged"
+                    else f"it reached its {stage_reason.replace('_', ' ')}"
+                )
+                report.notes.append(f"stage {stage.name!r} stopped because {why}; the result is the best program found so far")
                 cut = stage_reason in ("node_limit", "time_limit", "growth_limit", "node_ceiling")
             if not stage.limited:
                 base, clock = self.size(), time.perf_counter()

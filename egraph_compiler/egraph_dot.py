@@ -23,19 +23,19 @@ from typing import Any
 
 from egraph_compiler.extract.view import ClassRef, EGraphView, ENode
 
-INLINE_SORTS = {"Val", "IL", "RKey"}      # leaf sorts written into the parent's label
-LIST_NODES = {"UCons", "UNil"}            # source lists, drawn as numbered edges
+INLINE_SORTS = {"Val", "IL", "RKey"}  # leaf sorts written into the parent's label
+LIST_NODES = {"UCons", "UNil"}  # source lists, drawn as numbered edges
 MAX_LABEL = 60
 
 
 @dataclass
 class EGraphSnapshot:
     dot: str
-    classes_total: int       # e-classes in the view
-    nodes_total: int         # e-nodes in the view
-    classes_drawn: int       # e-classes drawn as clusters
-    classes_inlined: int     # leaf/list e-classes folded into a parent's label or edges
-    classes_omitted: int     # e-classes neither drawn nor inlined (beyond max_classes, or unreachable)
+    classes_total: int  # e-classes in the view
+    nodes_total: int  # e-nodes in the view
+    classes_drawn: int  # e-classes drawn as clusters
+    classes_inlined: int  # leaf/list e-classes folded into a parent's label or edges
+    classes_omitted: int  # e-classes neither drawn nor inlined (beyond max_classes, or unreachable)
     nodes_drawn: int
     max_classes: int
 
@@ -130,8 +130,15 @@ class _Drawer:
         return " ".join(label), edges
 
 
-def snapshot(view: EGraphView, roots: Iterable[int] | None = None, *, max_classes: int = 40,
-             max_nodes_per_class: int = 8, hide: Iterable[str] = (), title: str = "e-graph") -> EGraphSnapshot:
+def snapshot(
+    view: EGraphView,
+    roots: Iterable[int] | None = None,
+    *,
+    max_classes: int = 40,
+    max_nodes_per_class: int = 8,
+    hide: Iterable[str] = (),
+    title: str = "e-graph",
+) -> EGraphSnapshot:
     """Draw at most `max_classes` e-classes, breadth-first from `roots` (default: the view's let-bound classes,
     else every class). E-nodes whose constructor is in `hide` (e.g. unextractable helpers) are not drawn."""
     d = _Drawer(view, set(hide))
@@ -157,17 +164,19 @@ def snapshot(view: EGraphView, roots: Iterable[int] | None = None, *, max_classe
                         queue.append(child)
     drawn = set(order)
     omitted = len(view.nodes) - len(drawn) - len(d.inlined - drawn)
-    lines = [f"digraph {_quote(title)} {{", '  compound=true; rankdir=TB; newrank=true; fontname="Helvetica";',
-             '  node [shape=box, style="rounded,filled", fillcolor="#eef3fb", fontname="Helvetica", fontsize=10];',
-             '  edge [fontname="Helvetica", fontsize=8, color="#555555"];']
+    lines = [
+        f"digraph {_quote(title)} {{",
+        '  compound=true; rankdir=TB; newrank=true; fontname="Helvetica";',
+        '  node [shape=box, style="rounded,filled", fillcolor="#eef3fb", fontname="Helvetica", fontsize=10];',
+        '  edge [fontname="Helvetica", fontsize=8, color="#555555"];',
+    ]
     nodes_drawn = 0
     anchor: dict[int, str] = {}
     for c in order:
         ns = parts[c]
         shown = ns[:max_nodes_per_class]
         style = 'style="dashed,bold"; color="#c0392b"' if c in root_set else 'style=dashed; color="#7f8c8d"'
-        lines.append(f'  subgraph cluster_c{c} {{ label="c{c} : {_esc(view.sort_of.get(c, "?"))}"; '
-                     f"fontsize=9; {style};")
+        lines.append(f'  subgraph cluster_c{c} {{ label="c{c} : {_esc(view.sort_of.get(c, "?"))}"; fontsize=9; {style};')
         if not shown:
             lines.append(f'    c{c}_0 [label="(hidden helper nodes)", shape=plaintext, style=""];')
         for i, (label, _) in enumerate(shown):
@@ -189,12 +198,22 @@ def snapshot(view: EGraphView, roots: Iterable[int] | None = None, *, max_classe
                     lines.append(f'  c{c}_{i} -> omitted [label="{lab}", style=dashed];')
     if beyond:
         lines.append(f'  omitted [label="… {omitted} e-classes left out", shape=note, fillcolor="#fdf2e9"];')
-    caption = (f"{title}: {len(drawn)} of {len(view.nodes)} e-classes drawn ({len(d.inlined - drawn)} inlined as "
-               f"constants/lists, {omitted} left out, limit {max_classes}); {view.num_nodes} e-nodes in all")
+    caption = (
+        f"{title}: {len(drawn)} of {len(view.nodes)} e-classes drawn ({len(d.inlined - drawn)} inlined as "
+        f"constants/lists, {omitted} left out, limit {max_classes}); {view.num_nodes} e-nodes in all"
+    )
     lines.append(f'  label="{_esc_long(caption)}"; labelloc=t; fontname="Helvetica"; fontsize=11;')
     lines.append("}")
-    return EGraphSnapshot("\n".join(lines) + "\n", len(view.nodes), view.num_nodes, len(drawn),
-                          len(d.inlined - drawn), omitted, nodes_drawn, max_classes)
+    return EGraphSnapshot(
+        "\n".join(lines) + "\n",
+        len(view.nodes),
+        view.num_nodes,
+        len(drawn),
+        len(d.inlined - drawn),
+        omitted,
+        nodes_drawn,
+        max_classes,
+    )
 
 
 def _quote(s: str) -> str:
@@ -230,8 +249,7 @@ def render_svg(dot_text: str, timeout: float = 30.0) -> tuple[str | None, str]:
     if exe is None:
         return None, "Graphviz 'dot' not found; e-graph picture omitted"
     try:
-        proc = subprocess.run([exe, "-Tsvg"], input=dot_text, capture_output=True, text=True, timeout=timeout,
-                              check=False)
+        proc = subprocess.run([exe, "-Tsvg"], input=dot_text, capture_output=True, text=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
         return None, f"Graphviz 'dot' took longer than {timeout:g} s; e-graph picture omitted"
     except OSError as e:

@@ -146,4 +146,3 @@ class Encoder:
             out.append(f"(let {name} {encode_node(u, [self.names[s] for s in u.src], self.reg)})")
             self.names[u] = name
         return out
-

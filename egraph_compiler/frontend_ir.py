@@ -74,8 +74,11 @@ def _require(obj: Any, key: str, kind: type | tuple[type, ...], at: str) -> Any:
     if not isinstance(obj, dict) or key not in obj:
         raise _fail(at, f"missing required field {key!r}", f"add {key!r} (see seed 001 §2.2)")
     if not isinstance(obj[key], kind):
-        raise _fail(f"{at}.{key}", f"{key!r} should be a {getattr(kind, '__name__', kind)}, got "
-                    f"{type(obj[key]).__name__}", "fix the field's type")
+        raise _fail(
+            f"{at}.{key}",
+            f"{key!r} should be a {getattr(kind, '__name__', kind)}, got {type(obj[key]).__name__}",
+            "fix the field's type",
+        )
     return obj[key]
 
 
@@ -100,14 +103,18 @@ def load_frontend_ir(source: str | Path | dict[str, Any]) -> FrontendGraph:
     elif isinstance(source, dict):
         text = None
     else:
-        raise InvalidArgument(at="load_frontend_ir", why=f"cannot load from {type(source).__name__}",
-                              suggestion="pass a path, a JSON string or a dict")
+        raise InvalidArgument(
+            at="load_frontend_ir",
+            why=f"cannot load from {type(source).__name__}",
+            suggestion="pass a path, a JSON string or a dict",
+        )
     if text is not None:
         try:
             doc = json.loads(text)
         except json.JSONDecodeError as e:
-            raise MalformedJSON(at=f"{name}:{e.lineno}:{e.colno}", why=f"invalid JSON: {e.msg}",
-                                suggestion="fix the JSON syntax") from None
+            raise MalformedJSON(
+                at=f"{name}:{e.lineno}:{e.colno}", why=f"invalid JSON: {e.msg}", suggestion="fix the JSON syntax"
+            ) from None
         except RecursionError:
             raise MalformedJSON(at=name, why="the JSON is nested too deeply", suggestion="flatten the document") from None
     else:
@@ -141,15 +148,21 @@ def _build(doc: dict[str, Any], name: str) -> FrontendGraph:
     for i, entry in enumerate(sig_inputs):
         tname = _require(entry, "tensor", str, f"signature.inputs[{i}]")
         if tname not in decl:
-            raise UnknownTensor(at=f"signature.inputs[{i}]", why=f"input {tname!r} is not in the tensor table",
-                                suggestion=f'add "{tname}": {{"dtype": ..., "shape": [...]}} to "tensors"')
+            raise UnknownTensor(
+                at=f"signature.inputs[{i}]",
+                why=f"input {tname!r} is not in the tensor table",
+                suggestion=f'add "{tname}": {{"dtype": ..., "shape": [...]}} to "tensors"',
+            )
         if tname in inputs:
             raise _fail(f"signature.inputs[{i}]", f"input {tname!r} is listed twice", "list each input once")
         shape, dtype = decl[tname]
         clash = [other for other in inputs if _ident(other) == _ident(tname)]
         if clash:
-            raise _fail(f"signature.inputs[{i}]", f"inputs {clash[0]!r} and {tname!r} both become placeholder "
-                        f"{_ident(tname)!r}", "rename one of them (placeholders are identifiers)")
+            raise _fail(
+                f"signature.inputs[{i}]",
+                f"inputs {clash[0]!r} and {tname!r} both become placeholder {_ident(tname)!r}",
+                "rename one of them (placeholders are identifiers)",
+            )
         inputs[tname] = env[tname] = Tensor.empty(shape, dtype=dtype, name=_ident(tname))
 
     for node in _schedule(graph, set(env)):
@@ -159,11 +172,15 @@ def _build(doc: dict[str, Any], name: str) -> FrontendGraph:
     for i, entry in enumerate(sig_outputs):
         tname = _require(entry, "tensor", str, f"signature.outputs[{i}]")
         if tname not in env:
-            raise UnknownTensor(at=f"signature.outputs[{i}]", why=f"output {tname!r} is never produced",
-                                suggestion="produce it with a node, or fix the name")
+            raise UnknownTensor(
+                at=f"signature.outputs[{i}]",
+                why=f"output {tname!r} is never produced",
+                suggestion="produce it with a node, or fix the name",
+            )
         outputs[tname] = env[tname]
-    return FrontendGraph(inputs, outputs, sig, tensors, graph, name, {k: v for k, v in doc.items()
-                                                                        if k not in ("signature", "tensors", "graph")})
+    return FrontendGraph(
+        inputs, outputs, sig, tensors, graph, name, {k: v for k, v in doc.items() if k not in ("signature", "tensors", "graph")}
+    )
 
 
 def _ident(name: str) -> str:
@@ -174,8 +191,9 @@ def _ident(name: str) -> str:
 def _size(s: Any, symbols: dict[str, Any], at: str) -> int:
     if isinstance(s, str):
         if s not in symbols:
-            raise MalformedJSON(at=at, why=f"symbolic size {s!r} has no value",
-                                suggestion=f'add "symbols": {{"{s}": <size>}} to the document')
+            raise MalformedJSON(
+                at=at, why=f"symbolic size {s!r} has no value", suggestion=f'add "symbols": {{"{s}": <size>}} to the document'
+            )
         s = symbols[s]
     if not isinstance(s, int) or isinstance(s, bool):
         raise InvalidSize(at=at, why=f"size {s!r} is not an integer", suggestion="sizes are positive integers")
@@ -209,9 +227,11 @@ def _schedule(graph: list[Any], available: set[str]) -> list[dict[str, Any]]:
             if x in available:
                 continue
             if x not in producers:
-                raise UnknownTensor(at=f"graph[{i}] ({node.get('name', node['op'])})",
-                                    why=f"input {x!r} is neither a graph input nor produced by a node",
-                                    suggestion="add it to signature.inputs or produce it with a node")
+                raise UnknownTensor(
+                    at=f"graph[{i}] ({node.get('name', node['op'])})",
+                    why=f"input {x!r} is neither a graph input nor produced by a node",
+                    suggestion="add it to signature.inputs or produce it with a node",
+                )
             deps[i].add(producers[x])
     order: list[dict[str, Any]] = []
     done: set[int] = set()
@@ -223,8 +243,11 @@ def _schedule(graph: list[Any], available: set[str]) -> list[dict[str, Any]]:
         ready += [j for j in range(len(graph)) if j not in done and j not in ready and deps[j] <= done]
     if len(order) != len(graph):
         stuck = [graph[i].get("name", graph[i]["op"]) for i in range(len(graph)) if i not in done]
-        raise CyclicGraph(at=f"nodes {stuck}", why="these nodes depend on each other in a cycle",
-                          suggestion="break the cycle: a tensor cannot (indirectly) feed the node that produces it")
+        raise CyclicGraph(
+            at=f"nodes {stuck}",
+            why="these nodes depend on each other in a cycle",
+            suggestion="break the cycle: a tensor cannot (indirectly) feed the node that produces it",
+        )
     return order
 
 
@@ -237,24 +260,29 @@ def _attr(node: dict[str, Any], key: str, default: Any, kind: type | tuple[type,
     # attributes live in "attrs" or, for brevity, on the node itself (never the node's own fields: Reduce's "op")
     v = node.get("attrs", {}).get(key, default if key in _NODE_FIELDS else node.get(key, default))
     if kind is not None and v is not default and not isinstance(v, kind):
-        raise _fail(f"{node.get('name', node['op'])}.attrs.{key}", f"{key}={v!r} has the wrong type",
-                    f"use a {getattr(kind, '__name__', kind)}")
+        raise _fail(
+            f"{node.get('name', node['op'])}.attrs.{key}",
+            f"{key}={v!r} has the wrong type",
+            f"use a {getattr(kind, '__name__', kind)}",
+        )
     return v
 
 
 def _required(node: dict[str, Any], key: str, kind: type) -> Any:
     v = _attr(node, key, None, kind)
     if v is None:
-        raise _fail(f"{node.get('name', node['op'])}.attrs", f"{node['op']} needs the attribute {key!r}",
-                    f'add "attrs": {{"{key}": ...}}')
+        raise _fail(
+            f"{node.get('name', node['op'])}.attrs",
+            f"{node['op']} needs the attribute {key!r}",
+            f'add "attrs": {{"{key}": ...}}',
+        )
     return v
 
 
 def _arity(node: dict[str, Any], lo: int, hi: int) -> None:
     n = len(node["inputs"])
     if not lo <= n <= hi:
-        raise _fail(node.get("name", node["op"]), f"{node['op']} takes {lo}..{hi} inputs, got {n}",
-                    "check the node's inputs")
+        raise _fail(node.get("name", node["op"]), f"{node['op']} takes {lo}..{hi} inputs, got {n}", "check the node's inputs")
 
 
 def _gemm(node: dict[str, Any], x: list[Tensor]) -> Tensor:
@@ -278,21 +306,41 @@ def _gemm(node: dict[str, Any], x: list[Tensor]) -> Tensor:
 
 
 _ELEMENTWISE: dict[str, Callable[..., Tensor]] = {
-    "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b, "div": lambda a, b: a / b,
-    "max": lambda a, b: a.maximum(b), "min": lambda a, b: a.minimum(b), "pow": lambda a, b: a ** b,
-    "relu": lambda a: a.relu(), "gelu": lambda a: a.gelu(), "silu": lambda a: a.silu(), "exp": lambda a: a.exp(),
-    "log": lambda a: a.log(), "sqrt": lambda a: a.sqrt(), "rsqrt": lambda a: a.rsqrt(), "sigmoid": lambda a: a.sigmoid(),
-    "tanh": lambda a: a.tanh(), "neg": lambda a: -a, "abs": lambda a: a.abs(), "sin": lambda a: a.sin(),
-    "cos": lambda a: a.cos(), "reciprocal": lambda a: a.reciprocal(), "exp2": lambda a: a.exp2(),
-    "square": lambda a: a * a, "where": lambda c, a, b: c.where(a, b),
+    "add": lambda a, b: a + b,
+    "sub": lambda a, b: a - b,
+    "mul": lambda a, b: a * b,
+    "div": lambda a, b: a / b,
+    "max": lambda a, b: a.maximum(b),
+    "min": lambda a, b: a.minimum(b),
+    "pow": lambda a, b: a**b,
+    "relu": lambda a: a.relu(),
+    "gelu": lambda a: a.gelu(),
+    "silu": lambda a: a.silu(),
+    "exp": lambda a: a.exp(),
+    "log": lambda a: a.log(),
+    "sqrt": lambda a: a.sqrt(),
+    "rsqrt": lambda a: a.rsqrt(),
+    "sigmoid": lambda a: a.sigmoid(),
+    "tanh": lambda a: a.tanh(),
+    "neg": lambda a: -a,
+    "abs": lambda a: a.abs(),
+    "sin": lambda a: a.sin(),
+    "cos": lambda a: a.cos(),
+    "reciprocal": lambda a: a.reciprocal(),
+    "exp2": lambda a: a.exp2(),
+    "square": lambda a: a * a,
+    "where": lambda c, a, b: c.where(a, b),
 }
 
 
 def _elementwise(node: dict[str, Any], x: list[Tensor]) -> Tensor:
     fn = _attr(node, "fn", None, str)
     if fn not in _ELEMENTWISE:
-        raise UnknownOp(at=node.get("name", "Elementwise"), why=f"unknown elementwise fn {fn!r}",
-                        suggestion=f"use one of: {', '.join(sorted(_ELEMENTWISE))}")
+        raise UnknownOp(
+            at=node.get("name", "Elementwise"),
+            why=f"unknown elementwise fn {fn!r}",
+            suggestion=f"use one of: {', '.join(sorted(_ELEMENTWISE))}",
+        )
     f = _ELEMENTWISE[fn]
     want = f.__code__.co_argcount
     _arity(node, want, want)
@@ -304,8 +352,9 @@ def _reduce(node: dict[str, Any], x: list[Tensor]) -> Tensor:
     op = _attr(node, "op", "sum", str).lower()
     fns = {"sum": Tensor.sum, "max": Tensor.max, "min": Tensor.min, "mean": Tensor.mean, "prod": Tensor.prod}
     if op not in fns:
-        raise UnknownOp(at=node.get("name", "Reduce"), why=f"unknown reduce op {op!r}",
-                        suggestion=f"use one of: {', '.join(fns)}")
+        raise UnknownOp(
+            at=node.get("name", "Reduce"), why=f"unknown reduce op {op!r}", suggestion=f"use one of: {', '.join(fns)}"
+        )
     axes = _attr(node, "axes", None, (list, int))
     return fns[op](x[0], tuple(axes) if isinstance(axes, list) else axes, _attr(node, "keepdim", False, bool))
 
@@ -313,9 +362,14 @@ def _reduce(node: dict[str, Any], x: list[Tensor]) -> Tensor:
 def _conv(node: dict[str, Any], x: list[Tensor]) -> Tensor:
     _arity(node, 2, 3)
     pad = _attr(node, "padding", _attr(node, "pad", 0, (int, list)), (int, list))
-    return x[0].conv2d(x[1], x[2] if len(x) > 2 else None, stride=_seq(_attr(node, "stride", 1, (int, list))),
-                       padding=_seq(pad), dilation=_seq(_attr(node, "dilation", 1, (int, list))),
-                       groups=_attr(node, "groups", 1, int))
+    return x[0].conv2d(
+        x[1],
+        x[2] if len(x) > 2 else None,
+        stride=_seq(_attr(node, "stride", 1, (int, list))),
+        padding=_seq(pad),
+        dilation=_seq(_attr(node, "dilation", 1, (int, list))),
+        groups=_attr(node, "groups", 1, int),
+    )
 
 
 def _seq(v: Any) -> Any:
@@ -324,8 +378,9 @@ def _seq(v: Any) -> Any:
 
 def _attention(node: dict[str, Any], x: list[Tensor]) -> Tensor:
     _arity(node, 3, 4)
-    return x[0].scaled_dot_product_attention(x[1], x[2], attn_mask=x[3] if len(x) > 3 else None,
-                                             is_causal=_attr(node, "causal", False, bool))
+    return x[0].scaled_dot_product_attention(
+        x[1], x[2], attn_mask=x[3] if len(x) > 3 else None, is_causal=_attr(node, "causal", False, bool)
+    )
 
 
 def _layernorm(node: dict[str, Any], x: list[Tensor]) -> Tensor:
@@ -339,21 +394,29 @@ def _layernorm(node: dict[str, Any], x: list[Tensor]) -> Tensor:
 
 
 _NODES: dict[str, Callable[[dict[str, Any], list[Tensor]], Tensor]] = {
-    "GEMM": _gemm, "MatMul": _gemm, "Elementwise": _elementwise, "Reduce": _reduce, "Conv": _conv,
-    "Attention": _attention, "LayerNorm": _layernorm,
+    "GEMM": _gemm,
+    "MatMul": _gemm,
+    "Elementwise": _elementwise,
+    "Reduce": _reduce,
+    "Conv": _conv,
+    "Attention": _attention,
+    "LayerNorm": _layernorm,
     "Softmax": lambda n, x: (_arity(n, 1, 1), x[0].softmax(_attr(n, "axis", -1, int)).cast(x[0].dtype))[1],
     "Cast": lambda n, x: (_arity(n, 1, 1), x[0].cast(_attr(n, "to", None, str) or "float32"))[1],
     "Reshape": lambda n, x: (_arity(n, 1, 1), x[0].reshape(tuple(_required(n, "shape", list))))[1],
-    "Transpose": lambda n, x: (_arity(n, 1, 1), x[0].permute(tuple(_attr(n, "perm", None, list)
-                                                                   or reversed(range(x[0].ndim)))))[1],
+    "Transpose": lambda n, x: (
+        _arity(n, 1, 1),
+        x[0].permute(tuple(_attr(n, "perm", None, list) or reversed(range(x[0].ndim)))),
+    )[1],
 }
 
 
 def _run_node(node: dict[str, Any], env: dict[str, Tensor], decl: dict[str, tuple[tuple[int, ...], DType]]) -> None:
     label = node.get("name", node["op"])
     if node["op"] not in _NODES:
-        raise UnknownOp(at=f"node {label!r}", why=f"unknown op {node['op']!r}",
-                        suggestion=f"use one of: {', '.join(sorted(_NODES))}")
+        raise UnknownOp(
+            at=f"node {label!r}", why=f"unknown op {node['op']!r}", suggestion=f"use one of: {', '.join(sorted(_NODES))}"
+        )
     if len(node["outputs"]) != 1:
         raise _fail(f"node {label!r}", "every node here has exactly one output", "list one output tensor")
     try:
@@ -365,12 +428,17 @@ def _run_node(node: dict[str, Any], env: dict[str, Tensor], decl: dict[str, tupl
     if oname in decl:
         shape, dtype = decl[oname]
         if out.shape != shape:
-            raise AxisAlignmentMismatch(at=f"node {label!r} -> {oname!r}", why=f"computed shape {out.shape} differs "
-                                        f"from the declared {shape}", suggestion="fix the tensor table or the node")
+            raise AxisAlignmentMismatch(
+                at=f"node {label!r} -> {oname!r}",
+                why=f"computed shape {out.shape} differs from the declared {shape}",
+                suggestion="fix the tensor table or the node",
+            )
         if out.dtype is not dtype:
-            raise DTypeError(at=f"node {label!r} -> {oname!r}", why=f"computed dtype {out.dtype.name} differs from "
-                             f"the declared {dtype.name}", suggestion=f"declare {oname!r} as {out.dtype.name}, or add "
-                             f"a CAST node to {dtype.name}")
+            raise DTypeError(
+                at=f"node {label!r} -> {oname!r}",
+                why=f"computed dtype {out.dtype.name} differs from the declared {dtype.name}",
+                suggestion=f"declare {oname!r} as {out.dtype.name}, or add a CAST node to {dtype.name}",
+            )
     env[oname] = out
 
 
@@ -379,8 +447,10 @@ def describe(g: FrontendGraph) -> str:
     for n, t in g.inputs.items():
         lines.append(f"  input  {n}: {t.dtype.name}{list(t.shape)}")
     for node in g.nodes:
-        lines.append(f"  node   {node.get('name', '?')}: {node['op']}({', '.join(node['inputs'])}) -> "
-                     f"{', '.join(node['outputs'])} {node.get('attrs', {}) or ''}")
+        lines.append(
+            f"  node   {node.get('name', '?')}: {node['op']}({', '.join(node['inputs'])}) -> "
+            f"{', '.join(node['outputs'])} {node.get('attrs', {}) or ''}"
+        )
     for n, t in g.outputs.items():
         lines.append(f"  output {n}: {t.dtype.name}{list(t.shape)} ({math.prod(t.shape)} elements)")
     return "\n".join(lines)

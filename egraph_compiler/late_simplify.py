@@ -50,11 +50,12 @@ def maximal_index_exprs(ast: UOp) -> list[UOp]:
     for u in nodes:
         if pure[u] and u.op not in LEAVES:
             inside.update(s for s in u.src)
-    return [u for u in nodes if pure[u] and u not in inside and u.op not in LEAVES
-            and any(x.op in NEEDS_WORK for x in u.toposort())]
+    return [
+        u for u in nodes if pure[u] and u not in inside and u.op not in LEAVES and any(x.op in NEEDS_WORK for x in u.toposort())
+    ]
 
 
-Affine = tuple[dict[UOp, int], int]   # sum of coefficient * atom, plus a constant
+Affine = tuple[dict[UOp, int], int]  # sum of coefficient * atom, plus a constant
 
 
 def _affine_bounds(a: Affine) -> tuple[int, int]:
@@ -125,7 +126,7 @@ def _recombine(t: dict[UOp, int], of: Callable[[UOp], Affine]) -> int | None:
 
 def _fold(u: UOp) -> tuple[UOp, dict[UOp, Affine]]:
     """fold_affine_divmod's result, and the affine form of each rebuilt node that has one."""
-    aff: dict[UOp, Affine] = {}    # the rebuilt nodes that are affine sums
+    aff: dict[UOp, Affine] = {}  # the rebuilt nodes that are affine sums
     new: dict[UOp, UOp] = {}
 
     def of(x: UOp) -> Affine:
@@ -143,16 +144,21 @@ def _fold(u: UOp) -> tuple[UOp, dict[UOp, Affine]]:
                 t[atom] = t.get(atom, 0) + k
             put_back = _recombine(t, of)
             form = ({atom: k for atom, k in t.items() if k}, c0 + c1 + (put_back or 0))
-            if put_back is not None:   # (x // c) * c + x % c put back together: the node is rebuilt from its form
+            if put_back is not None:  # (x // c) * c + x % c put back together: the node is rebuilt from its form
                 y = _build_affine(form, y)
             aff[y] = form
         elif y.op is Ops.MUL and (consts := [i for i, s in enumerate(y.src) if s in aff and not aff[s][0]]):
-            k = aff[y.src[consts[-1]]][1]   # times a constant: the other side scaled
+            k = aff[y.src[consts[-1]]][1]  # times a constant: the other side scaled
             t, c = of(y.src[1 - consts[-1]])
             aff[y] = ({atom: v * k for atom, v in t.items() if v * k}, c * k)
-        elif y.op in (Ops.IDIV, Ops.MOD) and y.src[1].op is Ops.CONST and type(y.src[1].arg) is int \
-                and y.src[1].arg > 0 and _affine_bounds(of(y.src[0]))[0] >= 0 \
-                and (r := _divmod_affine(of(y.src[0]), y.src[1].arg, y.op)) is not None:
+        elif (
+            y.op in (Ops.IDIV, Ops.MOD)
+            and y.src[1].op is Ops.CONST
+            and type(y.src[1].arg) is int
+            and y.src[1].arg > 0
+            and _affine_bounds(of(y.src[0]))[0] >= 0
+            and (r := _divmod_affine(of(y.src[0]), y.src[1].arg, y.op)) is not None
+        ):
             y = _build_affine(r, y)
             aff[y] = r
         new[x] = y
@@ -178,7 +184,7 @@ class LateSimplifier:
                     hard.append(u)
                 else:
                     self.memo[u] = folded if folded.dtype is u.dtype else u
-        for u, r in zip(hard, simplify_all(hard, self.session) if hard else []):   # one e-graph for all of them
+        for u, r in zip(hard, simplify_all(hard, self.session) if hard else []):  # one e-graph for all of them
             self.memo[u] = r.result if r.result.dtype is u.dtype else u
         mapping = {u: self.memo[u] for u in exprs if self.memo[u] is not u}
         return ast.substitute(mapping) if mapping else ast

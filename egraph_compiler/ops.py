@@ -30,31 +30,75 @@ Bounds = tuple[int | float, int | float]
 
 class Ops(Enum):
     # source
-    PARAM = auto(); BUFFER = auto(); CONST = auto(); BINARY = auto(); DEFINE_VAR = auto()  # noqa: E702
+    PARAM = auto()
+    BUFFER = auto()
+    CONST = auto()
+    BINARY = auto()
+    DEFINE_VAR = auto()
     # movement
-    PERMUTE = auto(); FLIP = auto(); RESHAPE = auto(); EXPAND = auto(); PAD = auto()  # noqa: E702
-    SHRINK = auto(); INDEX = auto(); STACK = auto(); BITCAST = auto()  # noqa: E702
+    PERMUTE = auto()
+    FLIP = auto()
+    RESHAPE = auto()
+    EXPAND = auto()
+    PAD = auto()
+    SHRINK = auto()
+    INDEX = auto()
+    STACK = auto()
+    BITCAST = auto()
     # reduce
     REDUCE = auto()
     # call
-    FUNCTION = auto(); CALL = auto(); TUPLE = auto(); GETTUPLE = auto()  # noqa: E702
+    FUNCTION = auto()
+    CALL = auto()
+    TUPLE = auto()
+    GETTUPLE = auto()
     # memory
-    LOAD = auto(); STORE = auto()  # noqa: E702
+    LOAD = auto()
+    STORE = auto()
     # ordering
-    RANGE = auto(); END = auto(); AFTER = auto(); GROUP = auto(); SINK = auto(); LINEAR = auto()  # noqa: E702
+    RANGE = auto()
+    END = auto()
+    AFTER = auto()
+    GROUP = auto()
+    SINK = auto()
+    LINEAR = auto()
     # elementwise: unary
-    RECIP = auto(); TRUNC = auto(); CAST = auto()  # noqa: E702
-    EXP2 = auto(); LOG2 = auto(); SIN = auto(); SQRT = auto()  # noqa: E702
+    RECIP = auto()
+    TRUNC = auto()
+    CAST = auto()
+    EXP2 = auto()
+    LOG2 = auto()
+    SIN = auto()
+    SQRT = auto()
     # elementwise: binary
-    ADD = auto(); MUL = auto(); MAX = auto(); MOD = auto(); IDIV = auto()  # noqa: E702
-    CMPLT = auto(); CMPNE = auto(); XOR = auto(); OR = auto(); AND = auto(); SHR = auto(); SHL = auto()  # noqa: E702
+    ADD = auto()
+    MUL = auto()
+    MAX = auto()
+    MOD = auto()
+    IDIV = auto()
+    CMPLT = auto()
+    CMPNE = auto()
+    XOR = auto()
+    OR = auto()
+    AND = auto()
+    SHR = auto()
+    SHL = auto()
     # elementwise: ternary
     WHERE = auto()
     # markers
-    CONTIGUOUS = auto(); CONTIGUOUS_BACKWARD = auto(); DETACH = auto()  # noqa: E702
+    CONTIGUOUS = auto()
+    CONTIGUOUS_BACKWARD = auto()
+    DETACH = auto()
     # codegen
-    SPECIAL = auto(); WMMA = auto(); BARRIER = auto(); IF = auto(); ENDIF = auto()  # noqa: E702
-    DEFINE_LOCAL = auto(); DEFINE_REG = auto(); VECTORIZE = auto(); GEP = auto()  # noqa: E702
+    SPECIAL = auto()
+    WMMA = auto()
+    BARRIER = auto()
+    IF = auto()
+    ENDIF = auto()
+    DEFINE_LOCAL = auto()
+    DEFINE_REG = auto()
+    VECTORIZE = auto()
+    GEP = auto()
     # added later, last, so that the values above (pickled UOps refer to ops by value) stay the same
     COS = auto()  # elementwise unary
     FDIV = auto()  # elementwise binary
@@ -64,16 +108,32 @@ class Ops(Enum):
 
 
 class Category(Enum):
-    SOURCE = auto(); MOVEMENT = auto(); REDUCE = auto(); CALL = auto(); LOAD = auto()  # noqa: E702
-    STORE = auto(); ORDERING = auto(); UNARY = auto(); BINARY = auto(); TERNARY = auto()  # noqa: E702
-    MARKER = auto(); CODEGEN = auto()  # noqa: E702
+    SOURCE = auto()
+    MOVEMENT = auto()
+    REDUCE = auto()
+    CALL = auto()
+    LOAD = auto()
+    STORE = auto()
+    ORDERING = auto()
+    UNARY = auto()
+    BINARY = auto()
+    TERNARY = auto()
+    MARKER = auto()
+    CODEGEN = auto()
 
 
 class AxisType(Enum):
     """What a RANGE is used for (the spec's AxisType table)."""
 
-    GLOBAL = "g"; LOCAL = "l"; WARP = "w"; THREAD = "t"; LOOP = "L"  # noqa: E702
-    REDUCE = "R"; GROUP_REDUCE = "G"; UPCAST = "u"; UNROLL = "r"  # noqa: E702
+    GLOBAL = "g"
+    LOCAL = "l"
+    WARP = "w"
+    THREAD = "t"
+    LOOP = "L"
+    REDUCE = "R"
+    GROUP_REDUCE = "G"
+    UPCAST = "u"
+    UNROLL = "r"
 
     def __repr__(self) -> str:
         return f"AxisType.{self.name}"
@@ -83,18 +143,18 @@ class ArgKind(Enum):
     """What an op's `arg` holds; the encoder/decoder and validators dispatch on it."""
 
     NONE = auto()
-    VALUE = auto()        # CONST: bool | int | float
-    VAR = auto()          # DEFINE_VAR: (name, lo, hi)
-    BUFFER = auto()       # BUFFER/PARAM: (name, shape)
-    BLOB = auto()         # BINARY: Blob
-    SHAPE = auto()        # RESHAPE/EXPAND: new shape
-    PERM = auto()         # PERMUTE: permutation
-    FLAGS = auto()        # FLIP: one bool per axis
-    PAIRS = auto()        # PAD: (before, after) per axis; SHRINK: (start, end) per axis
-    REDUCE = auto()       # REDUCE: (Ops.ADD | Ops.MAX | Ops.MUL, axes)
-    RANGE = auto()        # RANGE: (key, AxisType)
-    INT = auto()          # GETTUPLE index
-    NAME = auto()         # SPECIAL, DEFINE_LOCAL, DEFINE_REG, WMMA config
+    VALUE = auto()  # CONST: bool | int | float
+    VAR = auto()  # DEFINE_VAR: (name, lo, hi)
+    BUFFER = auto()  # BUFFER/PARAM: (name, shape)
+    BLOB = auto()  # BINARY: Blob
+    SHAPE = auto()  # RESHAPE/EXPAND: new shape
+    PERM = auto()  # PERMUTE: permutation
+    FLAGS = auto()  # FLIP: one bool per axis
+    PAIRS = auto()  # PAD: (before, after) per axis; SHRINK: (start, end) per axis
+    REDUCE = auto()  # REDUCE: (Ops.ADD | Ops.MAX | Ops.MUL, axes)
+    RANGE = auto()  # RANGE: (key, AxisType)
+    INT = auto()  # GETTUPLE index
+    NAME = auto()  # SPECIAL, DEFINE_LOCAL, DEFINE_REG, WMMA config
     ANY = auto()
 
 
@@ -102,17 +162,17 @@ class ArgKind(Enum):
 class OpSpec:
     op: Ops
     category: Category
-    arity: tuple[int, int | None]             # (min, max); max None means variadic
+    arity: tuple[int, int | None]  # (min, max); max None means variadic
     arg: ArgKind = ArgKind.NONE
     dtype_rule: Callable[[tuple[DType, ...], Any, DType | None], DType] | None = None
     shape_rule: Callable[[tuple[Shape, ...], Any], Shape] | None = None
     bounds: Callable[[tuple[Bounds, ...], Any, DType], Bounds] | None = None
     ref: Callable[..., np.ndarray] | None = None  # numpy semantics (elementwise, movement, reduce)
-    py: str | None = None                     # python infix template, used by UOp.render()
-    c: str | None = None                      # C/CUDA template
+    py: str | None = None  # python infix template, used by UOp.render()
+    c: str | None = None  # C/CUDA template
     llvm: tuple[str | None, str | None] | None = None  # (integer instruction, float instruction)
     commutative: bool = False
-    decomposition: str | None = None          # name of its build-from-primitives in decompositions.py
+    decomposition: str | None = None  # name of its build-from-primitives in decompositions.py
     doc: str = ""
     properties: frozenset[str] = field(default_factory=frozenset)
 
@@ -127,6 +187,7 @@ class OpSpec:
 
 # ---- shape rules -------------------------------------------------------------------------------
 
+
 def broadcast_shapes(*shapes: Shape, at: str = "elementwise op") -> Shape:
     """Right-aligned broadcast; each axis must be equal or 1 (E1001 otherwise)."""
     nd = max((len(s) for s in shapes), default=0)
@@ -135,9 +196,13 @@ def broadcast_shapes(*shapes: Shape, at: str = "elementwise op") -> Shape:
         sizes = {s[len(s) - nd + i] for s in shapes if len(s) - nd + i >= 0}
         big = sizes - {1}
         if len(big) > 1:
-            raise BroadcastMismatch(at=at, why=f"shapes {' and '.join(map(str, shapes))} differ on axis {i - nd} "
-                                    f"where neither size is 1", suggestion="reshape or expand one side so the sizes "
-                                    "agree, or check the order of the operands", lhs_shape=shapes[0], rhs_shape=shapes[-1])
+            raise BroadcastMismatch(
+                at=at,
+                why=f"shapes {' and '.join(map(str, shapes))} differ on axis {i - nd} where neither size is 1",
+                suggestion="reshape or expand one side so the sizes agree, or check the order of the operands",
+                lhs_shape=shapes[0],
+                rhs_shape=shapes[-1],
+            )
         out.append(big.pop() if big else 1)
     return tuple(out)
 
@@ -164,22 +229,31 @@ def _bad(op: str, why: str, suggestion: str) -> InvalidArgument:
 
 def _check_pairs(op: str, shape: Shape, arg: Any) -> None:
     if len(arg) != len(shape):
-        raise _bad(op, f"{op} needs one pair per axis: got {len(arg)} pairs for shape {shape}",
-                   "give a (before, after) / (start, end) pair for every axis")
+        raise _bad(
+            op,
+            f"{op} needs one pair per axis: got {len(arg)} pairs for shape {shape}",
+            "give a (before, after) / (start, end) pair for every axis",
+        )
 
 
 def _reshape_shape(shapes: tuple[Shape, ...], arg: Any) -> Shape:
     if math.prod(arg) != math.prod(shapes[0]):
-        raise ShapeMismatch(at="RESHAPE", why=f"cannot reshape {shapes[0]} ({math.prod(shapes[0])} elements) to "
-                            f"{tuple(arg)} ({math.prod(arg)} elements)", suggestion="keep the number of elements equal")
+        raise ShapeMismatch(
+            at="RESHAPE",
+            why=f"cannot reshape {shapes[0]} ({math.prod(shapes[0])} elements) to {tuple(arg)} ({math.prod(arg)} elements)",
+            suggestion="keep the number of elements equal",
+        )
     return tuple(arg)
 
 
 def _expand_shape(shapes: tuple[Shape, ...], arg: Any) -> Shape:
     old = shapes[0]
     if len(arg) != len(old) or any(o != n and o != 1 for o, n in zip(old, arg)):
-        raise BroadcastMismatch(at="EXPAND", why=f"cannot expand {old} to {tuple(arg)}: only size-1 axes expand and "
-                                "the rank must match", suggestion="reshape to insert size-1 axes before expanding")
+        raise BroadcastMismatch(
+            at="EXPAND",
+            why=f"cannot expand {old} to {tuple(arg)}: only size-1 axes expand and the rank must match",
+            suggestion="reshape to insert size-1 axes before expanding",
+        )
     return tuple(arg)
 
 
@@ -189,8 +263,11 @@ def _buffer_shape(shapes: tuple[Shape, ...], arg: Any) -> Shape:
 
 def _permute_shape(shapes: tuple[Shape, ...], arg: Any) -> Shape:
     if sorted(arg) != list(range(len(shapes[0]))):
-        raise _bad("PERMUTE", f"{tuple(arg)} is not a permutation of the {len(shapes[0])} axes of {shapes[0]}",
-                   "list every axis exactly once")
+        raise _bad(
+            "PERMUTE",
+            f"{tuple(arg)} is not a permutation of the {len(shapes[0])} axes of {shapes[0]}",
+            "list every axis exactly once",
+        )
     return tuple(shapes[0][i] for i in arg)
 
 
@@ -222,7 +299,7 @@ def _reduce_shape(shapes: tuple[Shape, ...], arg: Any) -> Shape:
 
 def _index_shape(shapes: tuple[Shape, ...], arg: Any) -> Shape:
     idx = shapes[1:]
-    return tuple(d for s in idx for d in s) + shapes[0][len(idx):]
+    return tuple(d for s in idx for d in s) + shapes[0][len(idx) :]
 
 
 def _stack_shape(shapes: tuple[Shape, ...], arg: Any) -> Shape:
@@ -234,6 +311,7 @@ def _after_shape(shapes: tuple[Shape, ...], arg: Any) -> Shape:
 
 
 # ---- dtype rules -------------------------------------------------------------------------------
+
 
 def _dt_src0(dts: tuple[DType, ...], arg: Any, given: DType | None) -> DType:
     return dts[0]
@@ -263,21 +341,28 @@ def _dt_where(dts: tuple[DType, ...], arg: Any, given: DType | None) -> DType:
 
 def _dt_same_binary(dts: tuple[DType, ...], arg: Any, given: DType | None) -> DType:
     if dts[0] != dts[1]:
-        raise DTypeError(at="binary op", why=f"operands have different dtypes {dts[0].name} and {dts[1].name}",
-                         suggestion="cast one operand first (the Tensor API promotes automatically)")
+        raise DTypeError(
+            at="binary op",
+            why=f"operands have different dtypes {dts[0].name} and {dts[1].name}",
+            suggestion="cast one operand first (the Tensor API promotes automatically)",
+        )
     return dts[0]
 
 
 def _dt_int_or_bool(dts: tuple[DType, ...], arg: Any, given: DType | None) -> DType:
     d = _dt_same_binary(dts, arg, given)
     if not (d.is_int or d.is_bool):
-        raise DTypeError(at="bitwise op", why=f"bitwise ops need integer or bool operands, got {d.name}",
-                         suggestion="cast to an integer dtype first")
+        raise DTypeError(
+            at="bitwise op",
+            why=f"bitwise ops need integer or bool operands, got {d.name}",
+            suggestion="cast to an integer dtype first",
+        )
     return d
 
 
-def _same_of(kind: str, ok: Callable[[DType], bool], suggestion: str, dts: tuple[DType, ...], arg: Any,
-             given: DType | None) -> DType:
+def _same_of(
+    kind: str, ok: Callable[[DType], bool], suggestion: str, dts: tuple[DType, ...], arg: Any, given: DType | None
+) -> DType:
     """Both operands of one dtype, of the kind `ok` accepts."""
     d = _dt_same_binary(dts, arg, given)
     if not ok(d):
@@ -286,20 +371,19 @@ def _same_of(kind: str, ok: Callable[[DType], bool], suggestion: str, dts: tuple
 
 
 def _dt_int(dts: tuple[DType, ...], arg: Any, given: DType | None) -> DType:
-    return _same_of("integer", lambda d: d.is_int, "cast to an integer dtype first, or use float division", dts, arg,
-                    given)
+    return _same_of("integer", lambda d: d.is_int, "cast to an integer dtype first, or use float division", dts, arg, given)
 
 
 def _dt_float_unary(dts: tuple[DType, ...], arg: Any, given: DType | None) -> DType:
     if not dts[0].is_float:
-        raise DTypeError(at="float op", why=f"this op needs a float operand, got {dts[0].name}",
-                         suggestion="cast to a float dtype first")
+        raise DTypeError(
+            at="float op", why=f"this op needs a float operand, got {dts[0].name}", suggestion="cast to a float dtype first"
+        )
     return dts[0]
 
 
 def _dt_float_binary(dts: tuple[DType, ...], arg: Any, given: DType | None) -> DType:
-    return _same_of("float", lambda d: d.is_float, "cast to a float dtype first (Tensor division does)", dts, arg,
-                    given)
+    return _same_of("float", lambda d: d.is_float, "cast to a float dtype first (Tensor division does)", dts, arg, given)
 
 
 def _dt_cmp(dts: tuple[DType, ...], arg: Any, given: DType | None) -> DType:
@@ -308,6 +392,7 @@ def _dt_cmp(dts: tuple[DType, ...], arg: Any, given: DType | None) -> DType:
 
 
 # ---- integer bounds (vmin, vmax) ---------------------------------------------------------------
+
 
 def _dtype_range(d: DType) -> Bounds:
     return (d.min, d.max)
@@ -464,12 +549,19 @@ def _b_cast(bs: tuple[Bounds, ...], arg: Any, d: DType) -> Bounds:
 
 
 def _b_trunc(bs: tuple[Bounds, ...], arg: Any, d: DType) -> Bounds:
-    return bs[0] if d.is_int else (math.trunc(bs[0][0]) if not math.isinf(bs[0][0]) else bs[0][0],
-                                   math.trunc(bs[0][1]) if not math.isinf(bs[0][1]) else bs[0][1])
+    return (
+        bs[0]
+        if d.is_int
+        else (
+            math.trunc(bs[0][0]) if not math.isinf(bs[0][0]) else bs[0][0],
+            math.trunc(bs[0][1]) if not math.isinf(bs[0][1]) else bs[0][1],
+        )
+    )
 
 
 # ---- numpy reference semantics -----------------------------------------------------------------
 # Inputs are numpy arrays already in the compute dtype of their UOp; `d` is the result dtype.
+
 
 def _np_out(x: Any, d: DType) -> np.ndarray:
     return np.asarray(x).astype(compute_np(d), copy=False)
@@ -490,6 +582,7 @@ def _ref_shift(fn: Callable[[Any, Any], Any]) -> Callable[..., np.ndarray]:
         bits = d.bits
         sh = np.clip(b, 0, bits - 1).astype(a.dtype)
         return _np_out(fn(a, sh), d)
+
     return run
 
 
@@ -497,6 +590,7 @@ def _ref_binary(fn: Callable[[Any, Any], Any]) -> Callable[..., np.ndarray]:
     def run(a: np.ndarray, b: np.ndarray, d: DType) -> np.ndarray:
         with np.errstate(all="ignore"):
             return _np_out(fn(a, b), d)
+
     return run
 
 
@@ -504,6 +598,7 @@ def _ref_unary(fn: Callable[[Any], Any]) -> Callable[..., np.ndarray]:
     def run(a: np.ndarray, d: DType) -> np.ndarray:
         with np.errstate(all="ignore"):
             return _np_out(fn(a), d)
+
     return run
 
 
@@ -534,6 +629,7 @@ def _ref_where(c: np.ndarray, a: np.ndarray, b: np.ndarray, d: DType) -> np.ndar
 
 
 # movement semantics: (array, arg) -> array
+
 
 def _mv_permute(x: np.ndarray, arg: Any) -> np.ndarray:
     return np.transpose(x, arg)
@@ -573,117 +669,299 @@ def _ref_reduce(x: np.ndarray, arg: Any) -> np.ndarray:
 
 # ---- the table ---------------------------------------------------------------------------------
 
-def _alu(op: Ops, cat: Category, ref: Callable[..., np.ndarray], dtype_rule: Any, bounds: Any = _b_dtype, *,
-         py: str | None = None, c: str | None = None, llvm: tuple[str | None, str | None] | None = None,
-         commutative: bool = False, decomposition: str | None = None, doc: str = "") -> OpSpec:
+
+def _alu(
+    op: Ops,
+    cat: Category,
+    ref: Callable[..., np.ndarray],
+    dtype_rule: Any,
+    bounds: Any = _b_dtype,
+    *,
+    py: str | None = None,
+    c: str | None = None,
+    llvm: tuple[str | None, str | None] | None = None,
+    commutative: bool = False,
+    decomposition: str | None = None,
+    doc: str = "",
+) -> OpSpec:
     n = {Category.UNARY: 1, Category.BINARY: 2, Category.TERNARY: 3}[cat]
     shape = _same if n == 1 else (_where_shape if n == 3 else _elementwise_shape)
-    return OpSpec(op, cat, (n, n), ArgKind.NONE, dtype_rule, shape, bounds, ref, py, c, llvm, commutative,
-                  decomposition, doc)
+    return OpSpec(op, cat, (n, n), ArgKind.NONE, dtype_rule, shape, bounds, ref, py, c, llvm, commutative, decomposition, doc)
 
 
-S, M, R, CL, LD, ST, OR, MK, CG = (Category.SOURCE, Category.MOVEMENT, Category.REDUCE, Category.CALL, Category.LOAD,
-                                  Category.STORE, Category.ORDERING, Category.MARKER, Category.CODEGEN)
+S, M, R, CL, LD, ST, OR, MK, CG = (
+    Category.SOURCE,
+    Category.MOVEMENT,
+    Category.REDUCE,
+    Category.CALL,
+    Category.LOAD,
+    Category.STORE,
+    Category.ORDERING,
+    Category.MARKER,
+    Category.CODEGEN,
+)
 U, B, T = Category.UNARY, Category.BINARY, Category.TERNARY
 
-OP_TABLE: dict[Ops, OpSpec] = {s.op: s for s in [
-    # source ops
-    OpSpec(Ops.PARAM, S, (0, 0), ArgKind.BUFFER, _dt_given, _buffer_shape, _b_dtype, doc="placeholder (slot, shape)"),
-    OpSpec(Ops.BUFFER, S, (0, 1), ArgKind.BUFFER, _dt_given, _buffer_shape, _b_dtype,
-           doc="named buffer (name, shape); optional BINARY source holds its initial data"),
-    OpSpec(Ops.CONST, S, (0, 0), ArgKind.VALUE, _dt_given, _scalar, _b_const, doc="scalar constant"),
-    OpSpec(Ops.BINARY, S, (0, 0), ArgKind.BLOB, _dt_given, _scalar, _b_dtype, doc="raw data blob"),
-    OpSpec(Ops.DEFINE_VAR, S, (0, 0), ArgKind.VAR, _dt_index, _scalar, _b_var, doc="symbolic integer (name, lo, hi)"),
-    # movement ops
-    OpSpec(Ops.PERMUTE, M, (1, 1), ArgKind.PERM, _dt_src0, _permute_shape, _b_src0, _mv_permute),
-    OpSpec(Ops.FLIP, M, (1, 1), ArgKind.FLAGS, _dt_src0, _flip_shape, _b_src0, _mv_flip),
-    OpSpec(Ops.RESHAPE, M, (1, 1), ArgKind.SHAPE, _dt_src0, _reshape_shape, _b_src0, _mv_reshape),
-    OpSpec(Ops.EXPAND, M, (1, 1), ArgKind.SHAPE, _dt_src0, _expand_shape, _b_src0, _mv_expand),
-    OpSpec(Ops.PAD, M, (1, 1), ArgKind.PAIRS, _dt_src0, _pad_shape, _b_src0, _mv_pad, doc="zero-filled padding"),
-    OpSpec(Ops.SHRINK, M, (1, 1), ArgKind.PAIRS, _dt_src0, _shrink_shape, _b_src0, _mv_shrink),
-    OpSpec(Ops.INDEX, M, (1, None), ArgKind.NONE, _dt_src0, _index_shape, _b_src0,
-           doc="index from the left; in kernels INDEX(buf, i) addresses one element"),
-    OpSpec(Ops.STACK, M, (1, None), ArgKind.NONE, _dt_src0, _stack_shape, _b_dtype),
-    OpSpec(Ops.BITCAST, M, (1, 1), ArgKind.NONE, _dt_given, _same, _b_dtype),
-    # reduce
-    OpSpec(Ops.REDUCE, R, (1, None), ArgKind.REDUCE, _dt_src0, _reduce_shape, _b_dtype, _ref_reduce,
-           doc="(op, axes) at tensor level; REDUCE(value, *ranges) in kernels"),
-    # call ops
-    OpSpec(Ops.FUNCTION, CL, (1, None), ArgKind.NONE, _dt_src0, _same, _b_dtype),
-    OpSpec(Ops.CALL, CL, (1, None), ArgKind.NONE, _dt_src0, _same, _b_dtype),
-    OpSpec(Ops.TUPLE, CL, (0, None), ArgKind.NONE, _dt_void, _scalar, _b_dtype),
-    OpSpec(Ops.GETTUPLE, CL, (1, 1), ArgKind.INT, _dt_given, _scalar, _b_dtype),
-    # memory
-    OpSpec(Ops.LOAD, LD, (1, 3), ArgKind.NONE, _dt_src0, _same, _b_dtype, doc="LOAD(ptr, alt?, gate?)"),
-    OpSpec(Ops.STORE, ST, (2, 3), ArgKind.NONE, _dt_void, _scalar, doc="STORE(ptr, value, gate?)"),
-    # ordering
-    OpSpec(Ops.RANGE, OR, (1, 1), ArgKind.RANGE, _dt_index, _scalar, _b_range, doc="loop 0..bound-1"),
-    OpSpec(Ops.END, OR, (2, None), ArgKind.NONE, _dt_void, _scalar, doc="END(body, *ranges): close loops"),
-    OpSpec(Ops.AFTER, OR, (1, None), ArgKind.NONE, _dt_src0, _after_shape, _b_src0, doc="AFTER(buf, *deps)"),
-    OpSpec(Ops.GROUP, OR, (0, None), ArgKind.NONE, _dt_void, _scalar),
-    OpSpec(Ops.SINK, OR, (0, None), ArgKind.NONE, _dt_void, _scalar),
-    OpSpec(Ops.LINEAR, OR, (0, None), ArgKind.NONE, _dt_void, _scalar),
-    # elementwise unary
-    _alu(Ops.RECIP, U, _ref_recip, _dt_float_unary, py="(1/{0})", c="(1.0f/{0})", llvm=(None, "fdiv"),
-         doc="1/x"),
-    _alu(Ops.TRUNC, U, _ref_unary(np.trunc), _dt_src0, _b_trunc, py="{0}", c="trunc({0})", llvm=(None, "trunc"),
-         doc="round toward zero"),
-    _alu(Ops.CAST, U, _ref_cast, _dt_given, _b_cast, doc="convert to the node's dtype"),
-    _alu(Ops.EXP2, U, _ref_unary(np.exp2), _dt_float_unary, c="exp2({0})", llvm=(None, "exp2"),
-         decomposition="exp2", doc="2**x (polynomial decomposition available)"),
-    _alu(Ops.LOG2, U, _ref_unary(np.log2), _dt_float_unary, c="log2({0})", llvm=(None, "log2"),
-         decomposition="log2", doc="log2(x) (polynomial decomposition available)"),
-    _alu(Ops.SIN, U, _ref_unary(np.sin), _dt_float_unary, c="sin({0})", llvm=(None, "sin"),
-         decomposition="sin", doc="sin(x) (polynomial decomposition available)"),
-    _alu(Ops.COS, U, _ref_unary(np.cos), _dt_float_unary, c="cos({0})", llvm=(None, "cos"),
-         doc="cos(x): libm's, accurate over the whole range (sin(pi/2 - x) loses the low bits of a large x)"),
-    _alu(Ops.SQRT, U, _ref_unary(np.sqrt), _dt_float_unary, c="sqrt({0})", llvm=(None, "sqrt"),
-         decomposition="sqrt", doc="sqrt(x) = exp2(0.5*log2(x)) when decomposed"),
-    # elementwise binary
-    _alu(Ops.ADD, B, _ref_binary(np.add), _dt_same_binary, _b_add, py="({0}+{1})", c="({0}+{1})",
-         llvm=("add", "fadd"), commutative=True),
-    _alu(Ops.MUL, B, _ref_binary(np.multiply), _dt_same_binary, _b_mul, py="({0}*{1})", c="({0}*{1})",
-         llvm=("mul", "fmul"), commutative=True),
-    _alu(Ops.MAX, B, _ref_binary(np.maximum), _dt_same_binary, _b_max, py="max({0}, {1})", c="max({0}, {1})",
-         commutative=True),
-    _alu(Ops.FDIV, B, _ref_fdiv, _dt_float_binary, py="({0}/{1})", c="({0}/{1})", llvm=(None, "fdiv"),
-         doc="a / b of floats, correctly rounded (a * (1/b) is off by an ulp, and inf or NaN when 1/b overflows)"),
-    _alu(Ops.MOD, B, _ref_mod, _dt_int, _b_mod, py="({0}%{1})", c="({0}%{1})", llvm=("srem", None),
-         doc="floor remainder (sign of the divisor)"),
-    _alu(Ops.IDIV, B, _ref_idiv, _dt_int, _b_idiv, py="({0}//{1})", c="({0}/{1})", llvm=("sdiv", None),
-         doc="floor division"),
-    _alu(Ops.CMPLT, B, _ref_binary(np.less), _dt_cmp, _b_cmplt, py="({0}<{1})", c="({0}<{1})",
-         llvm=("icmp slt", "fcmp olt")),
-    _alu(Ops.CMPNE, B, _ref_binary(np.not_equal), _dt_cmp, _b_cmpne, py="({0}!={1})", c="({0}!={1})",
-         llvm=("icmp ne", "fcmp une"), commutative=True),
-    _alu(Ops.XOR, B, _ref_binary(np.bitwise_xor), _dt_int_or_bool, _b_xor, py="({0}^{1})", c="({0}^{1})",
-         llvm=("xor", None), commutative=True),
-    _alu(Ops.OR, B, _ref_binary(np.bitwise_or), _dt_int_or_bool, _b_or, py="({0}|{1})", c="({0}|{1})",
-         llvm=("or", None), commutative=True),
-    _alu(Ops.AND, B, _ref_binary(np.bitwise_and), _dt_int_or_bool, _b_and, py="({0}&{1})", c="({0}&{1})",
-         llvm=("and", None), commutative=True),
-    _alu(Ops.SHR, B, _ref_shift(np.right_shift), _dt_int, _b_shr, py="({0}>>{1})", c="({0}>>{1})",
-         llvm=("ashr", None)),
-    _alu(Ops.SHL, B, _ref_shift(np.left_shift), _dt_int, _b_shl, py="({0}<<{1})", c="({0}<<{1})",
-         llvm=("shl", None)),
-    # elementwise ternary
-    _alu(Ops.WHERE, T, _ref_where, _dt_where, _b_where, py="where({0}, {1}, {2})", c="({0}?{1}:{2})",
-         llvm=("select", "select")),
-    # markers
-    OpSpec(Ops.CONTIGUOUS, MK, (1, 1), ArgKind.NONE, _dt_src0, _same, _b_src0, doc="force a materialized buffer"),
-    OpSpec(Ops.CONTIGUOUS_BACKWARD, MK, (1, 1), ArgKind.NONE, _dt_src0, _same, _b_src0),
-    OpSpec(Ops.DETACH, MK, (1, 1), ArgKind.NONE, _dt_src0, _same, _b_src0),
-    # codegen
-    OpSpec(Ops.SPECIAL, CG, (1, 1), ArgKind.NAME, _dt_index, _scalar, _b_range, doc="gpu index (gidx0, lidx1, ...)"),
-    OpSpec(Ops.WMMA, CG, (3, 3), ArgKind.ANY, _dt_given, _scalar, doc="warp matrix multiply-accumulate"),
-    OpSpec(Ops.BARRIER, CG, (0, None), ArgKind.NONE, _dt_void, _scalar),
-    OpSpec(Ops.IF, CG, (1, None), ArgKind.NONE, _dt_void, _scalar),
-    OpSpec(Ops.ENDIF, CG, (1, 1), ArgKind.NONE, _dt_void, _scalar),
-    OpSpec(Ops.DEFINE_LOCAL, CG, (0, 0), ArgKind.BUFFER, _dt_given, _buffer_shape, doc="shared-memory buffer"),
-    OpSpec(Ops.DEFINE_REG, CG, (0, 0), ArgKind.BUFFER, _dt_given, _buffer_shape, doc="register array"),
-    OpSpec(Ops.VECTORIZE, CG, (1, None), ArgKind.NONE, _dt_given, _scalar, doc="pack scalars into a vector"),
-    OpSpec(Ops.GEP, CG, (1, 1), ArgKind.INT, _dt_given, _scalar, doc="element of a vector"),
-]}
+OP_TABLE: dict[Ops, OpSpec] = {
+    s.op: s
+    for s in [
+        # source ops
+        OpSpec(Ops.PARAM, S, (0, 0), ArgKind.BUFFER, _dt_given, _buffer_shape, _b_dtype, doc="placeholder (slot, shape)"),
+        OpSpec(
+            Ops.BUFFER,
+            S,
+            (0, 1),
+            ArgKind.BUFFER,
+            _dt_given,
+            _buffer_shape,
+            _b_dtype,
+            doc="named buffer (name, shape); optional BINARY source holds its initial data",
+        ),
+        OpSpec(Ops.CONST, S, (0, 0), ArgKind.VALUE, _dt_given, _scalar, _b_const, doc="scalar constant"),
+        OpSpec(Ops.BINARY, S, (0, 0), ArgKind.BLOB, _dt_given, _scalar, _b_dtype, doc="raw data blob"),
+        OpSpec(Ops.DEFINE_VAR, S, (0, 0), ArgKind.VAR, _dt_index, _scalar, _b_var, doc="symbolic integer (name, lo, hi)"),
+        # movement ops
+        OpSpec(Ops.PERMUTE, M, (1, 1), ArgKind.PERM, _dt_src0, _permute_shape, _b_src0, _mv_permute),
+        OpSpec(Ops.FLIP, M, (1, 1), ArgKind.FLAGS, _dt_src0, _flip_shape, _b_src0, _mv_flip),
+        OpSpec(Ops.RESHAPE, M, (1, 1), ArgKind.SHAPE, _dt_src0, _reshape_shape, _b_src0, _mv_reshape),
+        OpSpec(Ops.EXPAND, M, (1, 1), ArgKind.SHAPE, _dt_src0, _expand_shape, _b_src0, _mv_expand),
+        OpSpec(Ops.PAD, M, (1, 1), ArgKind.PAIRS, _dt_src0, _pad_shape, _b_src0, _mv_pad, doc="zero-filled padding"),
+        OpSpec(Ops.SHRINK, M, (1, 1), ArgKind.PAIRS, _dt_src0, _shrink_shape, _b_src0, _mv_shrink),
+        OpSpec(
+            Ops.INDEX,
+            M,
+            (1, None),
+            ArgKind.NONE,
+            _dt_src0,
+            _index_shape,
+            _b_src0,
+            doc="index from the left; in kernels INDEX(buf, i) addresses one element",
+        ),
+        OpSpec(Ops.STACK, M, (1, None), ArgKind.NONE, _dt_src0, _stack_shape, _b_dtype),
+        OpSpec(Ops.BITCAST, M, (1, 1), ArgKind.NONE, _dt_given, _same, _b_dtype),
+        # reduce
+        OpSpec(
+            Ops.REDUCE,
+            R,
+            (1, None),
+            ArgKind.REDUCE,
+            _dt_src0,
+            _reduce_shape,
+            _b_dtype,
+            _ref_reduce,
+            doc="(op, axes) at tensor level; REDUCE(value, *ranges) in kernels",
+        ),
+        # call ops
+        OpSpec(Ops.FUNCTION, CL, (1, None), ArgKind.NONE, _dt_src0, _same, _b_dtype),
+        OpSpec(Ops.CALL, CL, (1, None), ArgKind.NONE, _dt_src0, _same, _b_dtype),
+        OpSpec(Ops.TUPLE, CL, (0, None), ArgKind.NONE, _dt_void, _scalar, _b_dtype),
+        OpSpec(Ops.GETTUPLE, CL, (1, 1), ArgKind.INT, _dt_given, _scalar, _b_dtype),
+        # memory
+        OpSpec(Ops.LOAD, LD, (1, 3), ArgKind.NONE, _dt_src0, _same, _b_dtype, doc="LOAD(ptr, alt?, gate?)"),
+        OpSpec(Ops.STORE, ST, (2, 3), ArgKind.NONE, _dt_void, _scalar, doc="STORE(ptr, value, gate?)"),
+        # ordering
+        OpSpec(Ops.RANGE, OR, (1, 1), ArgKind.RANGE, _dt_index, _scalar, _b_range, doc="loop 0..bound-1"),
+        OpSpec(Ops.END, OR, (2, None), ArgKind.NONE, _dt_void, _scalar, doc="END(body, *ranges): close loops"),
+        OpSpec(Ops.AFTER, OR, (1, None), ArgKind.NONE, _dt_src0, _after_shape, _b_src0, doc="AFTER(buf, *deps)"),
+        OpSpec(Ops.GROUP, OR, (0, None), ArgKind.NONE, _dt_void, _scalar),
+        OpSpec(Ops.SINK, OR, (0, None), ArgKind.NONE, _dt_void, _scalar),
+        OpSpec(Ops.LINEAR, OR, (0, None), ArgKind.NONE, _dt_void, _scalar),
+        # elementwise unary
+        _alu(Ops.RECIP, U, _ref_recip, _dt_float_unary, py="(1/{0})", c="(1.0f/{0})", llvm=(None, "fdiv"), doc="1/x"),
+        _alu(
+            Ops.TRUNC,
+            U,
+            _ref_unary(np.trunc),
+            _dt_src0,
+            _b_trunc,
+            py="{0}",
+            c="trunc({0})",
+            llvm=(None, "trunc"),
+            doc="round toward zero",
+        ),
+        _alu(Ops.CAST, U, _ref_cast, _dt_given, _b_cast, doc="convert to the node's dtype"),
+        _alu(
+            Ops.EXP2,
+            U,
+            _ref_unary(np.exp2),
+            _dt_float_unary,
+            c="exp2({0})",
+            llvm=(None, "exp2"),
+            decomposition="exp2",
+            doc="2**x (polynomial decomposition available)",
+        ),
+        _alu(
+            Ops.LOG2,
+            U,
+            _ref_unary(np.log2),
+            _dt_float_unary,
+            c="log2({0})",
+            llvm=(None, "log2"),
+            decomposition="log2",
+            doc="log2(x) (polynomial decomposition available)",
+        ),
+        _alu(
+            Ops.SIN,
+            U,
+            _ref_unary(np.sin),
+            _dt_float_unary,
+            c="sin({0})",
+            llvm=(None, "sin"),
+            decomposition="sin",
+            doc="sin(x) (polynomial decomposition available)",
+        ),
+        _alu(
+            Ops.COS,
+            U,
+            _ref_unary(np.cos),
+            _dt_float_unary,
+            c="cos({0})",
+            llvm=(None, "cos"),
+            doc="cos(x): libm's, accurate over the whole range (sin(pi/2 - x) loses the low bits of a large x)",
+        ),
+        _alu(
+            Ops.SQRT,
+            U,
+            _ref_unary(np.sqrt),
+            _dt_float_unary,
+            c="sqrt({0})",
+            llvm=(None, "sqrt"),
+            decomposition="sqrt",
+            doc="sqrt(x) = exp2(0.5*log2(x)) when decomposed",
+        ),
+        # elementwise binary
+        _alu(
+            Ops.ADD,
+            B,
+            _ref_binary(np.add),
+            _dt_same_binary,
+            _b_add,
+            py="({0}+{1})",
+            c="({0}+{1})",
+            llvm=("add", "fadd"),
+            commutative=True,
+        ),
+        _alu(
+            Ops.MUL,
+            B,
+            _ref_binary(np.multiply),
+            _dt_same_binary,
+            _b_mul,
+            py="({0}*{1})",
+            c="({0}*{1})",
+            llvm=("mul", "fmul"),
+            commutative=True,
+        ),
+        _alu(
+            Ops.MAX,
+            B,
+            _ref_binary(np.maximum),
+            _dt_same_binary,
+            _b_max,
+            py="max({0}, {1})",
+            c="max({0}, {1})",
+            commutative=True,
+        ),
+        _alu(
+            Ops.FDIV,
+            B,
+            _ref_fdiv,
+            _dt_float_binary,
+            py="({0}/{1})",
+            c="({0}/{1})",
+            llvm=(None, "fdiv"),
+            doc="a / b of floats, correctly rounded (a * (1/b) is off by an ulp, and inf or NaN when 1/b overflows)",
+        ),
+        _alu(
+            Ops.MOD,
+            B,
+            _ref_mod,
+            _dt_int,
+            _b_mod,
+            py="({0}%{1})",
+            c="({0}%{1})",
+            llvm=("srem", None),
+            doc="floor remainder (sign of the divisor)",
+        ),
+        _alu(
+            Ops.IDIV, B, _ref_idiv, _dt_int, _b_idiv, py="({0}//{1})", c="({0}/{1})", llvm=("sdiv", None), doc="floor division"
+        ),
+        _alu(
+            Ops.CMPLT, B, _ref_binary(np.less), _dt_cmp, _b_cmplt, py="({0}<{1})", c="({0}<{1})", llvm=("icmp slt", "fcmp olt")
+        ),
+        _alu(
+            Ops.CMPNE,
+            B,
+            _ref_binary(np.not_equal),
+            _dt_cmp,
+            _b_cmpne,
+            py="({0}!={1})",
+            c="({0}!={1})",
+            llvm=("icmp ne", "fcmp une"),
+            commutative=True,
+        ),
+        _alu(
+            Ops.XOR,
+            B,
+            _ref_binary(np.bitwise_xor),
+            _dt_int_or_bool,
+            _b_xor,
+            py="({0}^{1})",
+            c="({0}^{1})",
+            llvm=("xor", None),
+            commutative=True,
+        ),
+        _alu(
+            Ops.OR,
+            B,
+            _ref_binary(np.bitwise_or),
+            _dt_int_or_bool,
+            _b_or,
+            py="({0}|{1})",
+            c="({0}|{1})",
+            llvm=("or", None),
+            commutative=True,
+        ),
+        _alu(
+            Ops.AND,
+            B,
+            _ref_binary(np.bitwise_and),
+            _dt_int_or_bool,
+            _b_and,
+            py="({0}&{1})",
+            c="({0}&{1})",
+            llvm=("and", None),
+            commutative=True,
+        ),
+        _alu(Ops.SHR, B, _ref_shift(np.right_shift), _dt_int, _b_shr, py="({0}>>{1})", c="({0}>>{1})", llvm=("ashr", None)),
+        _alu(Ops.SHL, B, _ref_shift(np.left_shift), _dt_int, _b_shl, py="({0}<<{1})", c="({0}<<{1})", llvm=("shl", None)),
+        # elementwise ternary
+        _alu(
+            Ops.WHERE,
+            T,
+            _ref_where,
+            _dt_where,
+            _b_where,
+            py="where({0}, {1}, {2})",
+            c="({0}?{1}:{2})",
+            llvm=("select", "select"),
+        ),
+        # markers
+        OpSpec(Ops.CONTIGUOUS, MK, (1, 1), ArgKind.NONE, _dt_src0, _same, _b_src0, doc="force a materialized buffer"),
+        OpSpec(Ops.CONTIGUOUS_BACKWARD, MK, (1, 1), ArgKind.NONE, _dt_src0, _same, _b_src0),
+        OpSpec(Ops.DETACH, MK, (1, 1), ArgKind.NONE, _dt_src0, _same, _b_src0),
+        # codegen
+        OpSpec(Ops.SPECIAL, CG, (1, 1), ArgKind.NAME, _dt_index, _scalar, _b_range, doc="gpu index (gidx0, lidx1, ...)"),
+        OpSpec(Ops.WMMA, CG, (3, 3), ArgKind.ANY, _dt_given, _scalar, doc="warp matrix multiply-accumulate"),
+        OpSpec(Ops.BARRIER, CG, (0, None), ArgKind.NONE, _dt_void, _scalar),
+        OpSpec(Ops.IF, CG, (1, None), ArgKind.NONE, _dt_void, _scalar),
+        OpSpec(Ops.ENDIF, CG, (1, 1), ArgKind.NONE, _dt_void, _scalar),
+        OpSpec(Ops.DEFINE_LOCAL, CG, (0, 0), ArgKind.BUFFER, _dt_given, _buffer_shape, doc="shared-memory buffer"),
+        OpSpec(Ops.DEFINE_REG, CG, (0, 0), ArgKind.BUFFER, _dt_given, _buffer_shape, doc="register array"),
+        OpSpec(Ops.VECTORIZE, CG, (1, None), ArgKind.NONE, _dt_given, _scalar, doc="pack scalars into a vector"),
+        OpSpec(Ops.GEP, CG, (1, 1), ArgKind.INT, _dt_given, _scalar, doc="element of a vector"),
+    ]
+}
 
 assert set(OP_TABLE) == set(Ops), f"ops without a table entry: {set(Ops) - set(OP_TABLE)}"
 
@@ -701,5 +979,8 @@ def check_arity(op: Ops, n: int) -> None:
     lo, hi = OP_TABLE[op].arity
     if n < lo or (hi is not None and n > hi):
         want = f"{lo}" if lo == hi else f"{lo}..{'' if hi is None else hi}"
-        raise InvalidArgument(at=f"{op.name}", why=f"{op.name} takes {want} sources, got {n}",
-                              suggestion="check the op's arity in the op table (egraph_compiler/ops.py)")
+        raise InvalidArgument(
+            at=f"{op.name}",
+            why=f"{op.name} takes {want} sources, got {n}",
+            suggestion="check the op's arity in the op table (egraph_compiler/ops.py)",
+        )

@@ -64,26 +64,34 @@ def stages_for(target: str, nolocals: bool, depth: int = 0) -> tuple[Stage, ...]
     without the back-off scheduler up to 2.5x further: a split is never split again, so its growth is bounded,
     and on softmax or layernorm the scheduler's rule compilation would cost 50-70 ms."""
     opt = optops.rulesets_for(target, nolocals)
-    schedule = Stage("schedule", rulesets=("symbolic", *opt), analyses=("analysis", "linear"),
-                     after_limit_steps=MAX_POSITION + 2, after_limit_rulesets=opt, plain_factor=2.5)
+    schedule = Stage(
+        "schedule",
+        rulesets=("symbolic", *opt),
+        analyses=("analysis", "linear"),
+        after_limit_steps=MAX_POSITION + 2,
+        after_limit_rulesets=opt,
+        plain_factor=2.5,
+    )
     # rangeify runs to completion: its step bound is a guard against a rule that never stops, so it grows with the
     # graph (a 48-layer chain needs 343 steps)
     rangeify = replace(RANGEIFY_STAGE, max_steps=max(RANGEIFY_STAGE.max_steps or 0, 4 * depth))
     return (rangeify, KERNEL_STAGE, schedule)
+
 
 KERNEL_LIMITS = {"node_limit": 10_000, "iter_limit": 10, "time_limit": 10.0, "analysis_steps": 8}
 TENSOR_ONLY = (Ops.STACK, Ops.INDEX, Ops.TUPLE, Ops.GETTUPLE, Ops.PARAM)
 
 
 def kernel_session() -> EGraphSession:
-    return EGraphSession([intervals.ANALYSIS, linear.LINEAR, symbolic.SYMBOLIC, rangeify.RANGEIFY,
-                          *optops.OPTOPS.values()],
-                         declarations=[intervals.DECLARATIONS, linear.DECLARATIONS, rangeify.DECLARATIONS,
-                                       optops.DECLARATIONS],
-                         unextractable=set(linear.HELPERS) | set(rangeify.HELPERS))
+    return EGraphSession(
+        [intervals.ANALYSIS, linear.LINEAR, symbolic.SYMBOLIC, rangeify.RANGEIFY, *optops.OPTOPS.values()],
+        declarations=[intervals.DECLARATIONS, linear.DECLARATIONS, rangeify.DECLARATIONS, optops.DECLARATIONS],
+        unextractable=set(linear.HELPERS) | set(rangeify.HELPERS),
+    )
 
 
 # ---- inputs ----------------------------------------------------------------------------------------
+
 
 def output_roots(graph: Any) -> tuple[list[UOp], list[str], bool]:
     """(roots, output names, single output?) for every input form optimize accepts."""
@@ -98,9 +106,11 @@ def output_roots(graph: Any) -> tuple[list[UOp], list[str], bool]:
     single = isinstance(graph, (Tensor, UOp))
     items = [graph] if single else list(graph) if isinstance(graph, (list, tuple)) else None
     if not items or not all(isinstance(x, (Tensor, UOp)) for x in items):
-        raise InvalidArgument(at="optimize", why=f"cannot optimize a {type(graph).__name__}",
-                              suggestion="pass a Tensor, a list of Tensors, a UOp graph, a FrontendGraph or a "
-                                         "Frontend-IR JSON path")
+        raise InvalidArgument(
+            at="optimize",
+            why=f"cannot optimize a {type(graph).__name__}",
+            suggestion="pass a Tensor, a list of Tensors, a UOp graph, a FrontendGraph or a Frontend-IR JSON path",
+        )
     roots = [x.uop if isinstance(x, Tensor) else x for x in items]
     check_placeholder_names(roots)
     return roots, [f"out{i}" for i in range(len(roots))], single
@@ -126,7 +136,7 @@ def materialization_candidates(roots: list[UOp]) -> list[UOp]:
     def movement(u: UOp) -> bool:
         return OP_TABLE[u.op].category is Category.MOVEMENT
 
-    broadcast: dict[UOp, bool] = {}   # a movement op whose chain of movement users reaches an EXPAND
+    broadcast: dict[UOp, bool] = {}  # a movement op whose chain of movement users reaches an EXPAND
     for u in reversed(order):
         if movement(u):
             broadcast[u] = u.op is Ops.EXPAND or any(broadcast.get(x, False) for x in users.get(u, []))
@@ -146,11 +156,21 @@ def materialization_candidates(roots: list[UOp]) -> list[UOp]:
 
 # ---- the pipeline ----------------------------------------------------------------------------------
 
-def optimize(graph: Any, target: str = "llvm", *, node_limit: int | None = None, iter_limit: int | None = None,
-             time_limit: float | None = None, search_time: float | None = None, tune: bool = False,
-             nolocals: bool = False, cpu: str | None = None,
-             progress: Callable[[IterationStats | str], None] | None = None,
-             alternatives: list[tuple[str, Program]] | None = None) -> Program:
+
+def optimize(
+    graph: Any,
+    target: str = "llvm",
+    *,
+    node_limit: int | None = None,
+    iter_limit: int | None = None,
+    time_limit: float | None = None,
+    search_time: float | None = None,
+    tune: bool = False,
+    nolocals: bool = False,
+    cpu: str | None = None,
+    progress: Callable[[IterationStats | str], None] | None = None,
+    alternatives: list[tuple[str, Program]] | None = None,
+) -> Program:
     """Optimize a tensor program for `target` ("llvm", "cuda" or "reference"); returns a runnable Program.
 
     node_limit, iter_limit: bounds on saturation past the safe baseline (rangeify, which no limit cuts);
@@ -167,27 +187,36 @@ def optimize(graph: Any, target: str = "llvm", *, node_limit: int | None = None,
     alternatives: a list to receive (schedule, Program) for every ranked schedule of every kernel (the
     other kernels at their chosen schedule), best first per kernel: for inspection and testing."""
     collecting = gc.isenabled()
-    gc.disable()   # optimize allocates many small objects and frees them at the end: collections would only scan
+    gc.disable()  # optimize allocates many small objects and frees them at the end: collections would only scan
     try:
-        limits = {"node_limit": node_limit, "iter_limit": iter_limit, "time_limit": time_limit,
-                  "search_time": search_time}
+        limits = {"node_limit": node_limit, "iter_limit": iter_limit, "time_limit": time_limit, "search_time": search_time}
         return _optimize(graph, target, limits, tune, nolocals, progress, alternatives, cpu)
     finally:
         if collecting:
             gc.enable()
 
 
-def _optimize(graph: Any, target: str, limits: dict[str, float | None], tune: bool, nolocals: bool,
-              progress: Callable[[IterationStats | str], None] | None, alternatives: list[tuple[str, Program]] | None,
-              cpu: str | None = None) -> Program:
+def _optimize(
+    graph: Any,
+    target: str,
+    limits: dict[str, float | None],
+    tune: bool,
+    nolocals: bool,
+    progress: Callable[[IterationStats | str], None] | None,
+    alternatives: list[tuple[str, Program]] | None,
+    cpu: str | None = None,
+) -> Program:
     backend = get_backend(target, cpu)
     roots, names, single = output_roots(graph)
     # an output that is an input tensor still needs its own buffer (and kernel): a copy
     roots = [UOp(Ops.CONTIGUOUS, r.dtype, (r,)) if r.op is Ops.BUFFER else r for r in _inline(roots)]
     for u in toposort(roots):
         if u.op in TENSOR_ONLY:
-            raise UnsupportedOp(at=u.op.name, why=f"{u.op.name} cannot be lowered to kernels yet",
-                                suggestion="express it with movement ops and reductions")
+            raise UnsupportedOp(
+                at=u.op.name,
+                why=f"{u.op.name} cannot be lowered to kernels yet",
+                suggestion="express it with movement ops and reductions",
+            )
     given = {k: v for k, v in limits.items() if v is not None}
     lim = Limits.make(**{**KERNEL_LIMITS, **given})
     # a time_limit the caller gives bounds the whole call: saturation, the fusion search and the final ranking
@@ -197,9 +226,12 @@ def _optimize(graph: Any, target: str, limits: dict[str, float | None], tune: bo
         program = _build(roots, names, target, backend, tune, lim, report, progress, alternatives, nolocals, deadline)
     except MemoryError:
         nodes = report.iterations[-1].nodes if report.iterations else 0
-        raise OutOfMemory(at="optimize", why=f"the compiler ran out of memory (the e-graph had {nodes:,} nodes)",
-                          suggestion="give values many later ops read a buffer of their own with .contiguous(), "
-                                     "lower node_limit, or optimize the graph in parts") from None
+        raise OutOfMemory(
+            at="optimize",
+            why=f"the compiler ran out of memory (the e-graph had {nodes:,} nodes)",
+            suggestion="give values many later ops read a buffer of their own with .contiguous(), "
+            "lower node_limit, or optimize the graph in parts",
+        ) from None
     program.backend, program.target, program.single_output, program.report = backend, target, single, report
     report.extra["input_graph"] = "\n".join(pretty(r) for r in roots)
     return program
@@ -270,11 +302,14 @@ class Facts:
         """A placeholder or constant tensor: kernels address it as a flat buffer of the same name."""
         name, shape = u.arg
         data = u.src[0].arg.data.reshape(shape) if u.src else None
-        self.buffers[name] = BufferSpec(name, u.dtype, max(1, math.prod(shape)), "const" if u.src else "input",
-                                        tuple(shape), data)
+        self.buffers[name] = BufferSpec(
+            name, u.dtype, max(1, math.prod(shape)), "const" if u.src else "input", tuple(shape), data
+        )
         srcs = f"(UCons {self.sess.name_of(u.src[0])} (UNil))" if u.src else "(UNil)"
-        self.cmds.append(f"(in-buf {self.sess.name_of(u)} (BUFFER {egg_str(u.dtype.name)} {egg_str(name)} "
-                         f"{egg_ilist([self.buffers[name].size])} {srcs}))")
+        self.cmds.append(
+            f"(in-buf {self.sess.name_of(u)} (BUFFER {egg_str(u.dtype.name)} {egg_str(name)} "
+            f"{egg_ilist([self.buffers[name].size])} {srcs}))"
+        )
 
     def buffer_for(self, u: UOp, name: str, kind: str) -> str:
         """Give u a buffer of its own (`mat-buf`: a relation, so tensors proven equal never alias two buffers);
@@ -286,13 +321,22 @@ class Facts:
         return term
 
 
-def _build(roots: list[UOp], names: list[str], target: str, backend: Any, tune: bool, lim: Limits, report: Report,
-           progress: Callable[[IterationStats | str], None] | None,
-           alternatives: list[tuple[str, Program]] | None = None, nolocals: bool = False,
-           deadline: float | None = None) -> Program:
+def _build(
+    roots: list[UOp],
+    names: list[str],
+    target: str,
+    backend: Any,
+    tune: bool,
+    lim: Limits,
+    report: Report,
+    progress: Callable[[IterationStats | str], None] | None,
+    alternatives: list[tuple[str, Program]] | None = None,
+    nolocals: bool = False,
+    deadline: float | None = None,
+) -> Program:
     t0 = time.perf_counter()
     packs: list[UOp] = []
-    if target == "llvm":   # packed copies of GEMM and conv operands: buffers the fusion search may keep
+    if target == "llvm":  # packed copies of GEMM and conv operands: buffers the fusion search may keep
         roots, packs = pack_operands(roots)
     sess = shared_session("kernel", kernel_session)
     stages = stages_for(target, nolocals, graph_depth(roots))
@@ -309,7 +353,7 @@ def _build(roots: list[UOp], names: list[str], target: str, backend: Any, tune: 
             first[r] = _unique(nm, facts.buffers)
             out_names.append(first[r])
             out_terms[r] = facts.buffer_for(r, first[r], "output")
-        candidates: dict[str, tuple[str, int]] = {}   # buffer -> (what it holds, bytes): for the fusion search
+        candidates: dict[str, tuple[str, int]] = {}  # buffer -> (what it holds, bytes): for the fusion search
         barriers: set[str] = set()
         for i, c in enumerate(materialization_candidates(roots) + packs):
             facts.buffer_for(c, f"tmp{i}", "intermediate")
@@ -334,19 +378,24 @@ def _build(roots: list[UOp], names: list[str], target: str, backend: Any, tune: 
         progress(f"extracting: {view.num_classes} e-classes, {view.num_nodes} e-nodes")
     attach_snapshot(report, view, roots=list(root_classes.values()), hide=sess.unextractable)
     model = KernelCost(view, unextractable=sess.unextractable, loads_from=frozenset(barriers))
-    ex = extract(view, model)   # everything inline but CONTIGUOUS: the fusion search adds the loads
+    ex = extract(view, model)  # everything inline but CONTIGUOUS: the fusion search adds the loads
     report.add_phase("extract", time.perf_counter() - t1)
     t2 = time.perf_counter()
     missing = [r for r, c in root_classes.items() if c not in ex.best]
     if missing and report.stop_reason == "node_ceiling":
-        raise UnsupportedOp(at=missing[0].op.name, why=f"the e-graph passed {BASELINE_CEILING:,} nodes before every "
-                            "kernel had a form (each value is offered inline in every index context that reads it)",
-                            suggestion="give the values many later ops read a buffer of their own with .contiguous() "
-                                       "(a barrier: nothing is inlined across it), or optimize the graph in parts")
+        raise UnsupportedOp(
+            at=missing[0].op.name,
+            why=f"the e-graph passed {BASELINE_CEILING:,} nodes before every "
+            "kernel had a form (each value is offered inline in every index context that reads it)",
+            suggestion="give the values many later ops read a buffer of their own with .contiguous() "
+            "(a barrier: nothing is inlined across it), or optimize the graph in parts",
+        )
     if missing:
-        raise UnsupportedOp(at=missing[0].op.name, why="rangeify did not reach a complete kernel for this output "
-                            f"(stop reason: {report.stop_reason})",
-                            suggestion="raise iter_limit/node_limit/time_limit, or report the graph as a bug")
+        raise UnsupportedOp(
+            at=missing[0].op.name,
+            why=f"rangeify did not reach a complete kernel for this output (stop reason: {report.stop_reason})",
+            suggestion="raise iter_limit/node_limit/time_limit, or report the graph as a bug",
+        )
     # a limit may have left index math the rules simplify when it is alone: finish it per expression
     late: Callable[[UOp], UOp] = LateSimplifier(sess) if report.limit_hit else (lambda a: a)
     cost_model = cost_model_for(target, backend.cpu if target == "llvm" else None)
@@ -354,9 +403,17 @@ def _build(roots: list[UOp], names: list[str], target: str, backend: Any, tune: 
     if progress is not None:
         progress(f"fusion search: {len(candidates)} buffers the baseline materializes, {lim.search_time:g} s of trials")
     fused = choose_fusion(
-        view, ex, list(root_classes.values()),
+        view,
+        ex,
+        list(root_classes.values()),
         lambda c, choose, memo: late(Decoder(view, choose, reg, rkey=_range_key, own_kernel=True, memo=memo).decode(c)),
-        cost_model, candidates, barriers, lim.search_time, progress, deadline)
+        cost_model,
+        candidates,
+        barriers,
+        lim.search_time,
+        progress,
+        deadline,
+    )
     fusion, schedules = fused.choice, fused.schedules
     report.notes += fused.notes
 
@@ -370,7 +427,7 @@ def _build(roots: list[UOp], names: list[str], target: str, backend: Any, tune: 
     report.add_phase("schedule", time.perf_counter() - t2)
     if tune and backend.name != "reference":
         t3 = time.perf_counter()
-        machine = f"{target}:{backend.cpu.name}" if target == "llvm" else target   # timings are per CPU
+        machine = f"{target}:{backend.cpu.name}" if target == "llvm" else target  # timings are per CPU
         chosen = tune_schedules(schedules, chosen, machine, assemble, report, progress)
         report.add_phase("tune", time.perf_counter() - t3)
     t2 = time.perf_counter()
@@ -378,8 +435,7 @@ def _build(roots: list[UOp], names: list[str], target: str, backend: Any, tune: 
         progress(f"decoding: {len(schedules)} kernels")
     report.extra["schedules"] = [schedule_report(ks, chosen) for ks in schedules.values()]
     if alternatives is not None:
-        alternatives += [(c.describe(), assemble({**chosen, **c.choice})) for ks in schedules.values()
-                         for c in ks.ranked]
+        alternatives += [(c.describe(), assemble({**chosen, **c.choice})) for ks in schedules.values() for c in ks.ranked]
     program = assemble(chosen)
     report.add_phase("decode", time.perf_counter() - t2)
     report.cost_before = float(sum(uop_cost(r) for r in roots))
@@ -414,7 +470,7 @@ def graph_work(roots: list[UOp]) -> tuple[float, float]:
     return flops, nbytes
 
 
-ROOFLINE_WARN = 50.0   # an estimate this many times the graph's roofline is reported as suspect
+ROOFLINE_WARN = 50.0  # an estimate this many times the graph's roofline is reported as suspect
 
 
 def check_roofline(roots: list[UOp], chosen_s: float, model: CostModel, report: Report) -> None:
@@ -426,8 +482,10 @@ def check_roofline(roots: list[UOp], chosen_s: float, model: CostModel, report: 
     bound = model.roofline(flops, nbytes)
     report.extra["roofline"] = {"flops": flops, "bytes": nbytes, "seconds": bound, "estimate_s": chosen_s}
     if chosen_s > ROOFLINE_WARN * bound:
-        msg = (f"the chosen program's estimate ({chosen_s * 1e3:.3g} ms) is {chosen_s / bound:.0f}x the graph's "
-               f"roofline ({bound * 1e3:.3g} ms for {flops:.3g} flops and {nbytes:.3g} bytes): expect a slow program")
+        msg = (
+            f"the chosen program's estimate ({chosen_s * 1e3:.3g} ms) is {chosen_s / bound:.0f}x the graph's "
+            f"roofline ({bound * 1e3:.3g} ms for {flops:.3g} flops and {nbytes:.3g} bytes): expect a slow program"
+        )
         report.notes.append(msg)
         warnings.warn(msg, EstimateWarning, stacklevel=4)
 
@@ -448,8 +506,7 @@ def _range_key(n: ENode, dec: Decoder) -> Any:
     return ("out" if n.fn == "RKOut" else "red", n.args[0].id, int(n.args[1]))
 
 
-def _split_kernels(asts: list[UOp], out_names: list[str], specs: dict[str, BufferSpec],
-                   roots: list[UOp]) -> Program:
+def _split_kernels(asts: list[UOp], out_names: list[str], specs: dict[str, BufferSpec], roots: list[UOp]) -> Program:
     """Kernels in dependency order: AFTER(buffer, kernel) inside a kernel means 'run that kernel first'."""
     order: list[tuple[str, UOp]] = []
     done: dict[UOp, UOp] = {}
@@ -519,12 +576,14 @@ def check_accesses(program: Program) -> None:
                 continue
             b = buffer_of(idx)
             lo, hi = idx.src[1].vmin, idx.src[1].vmax
-            if lo < 0 or hi >= b.arg[1][0]:   # intervals add up loosely: like terms combined, the bounds are exact
+            if lo < 0 or hi >= b.arg[1][0]:  # intervals add up loosely: like terms combined, the bounds are exact
                 lo, hi = affine_bounds(idx.src[1])
             if lo < 0 or hi >= b.arg[1][0]:
-                raise UnguardedAccess(at=f"{u.op.name.lower()} of {b.arg[0]!r} in kernel {k.name}",
-                                      why=f"index range [{lo}, {hi}] is not inside [0, {b.arg[1][0]})",
-                                      suggestion="this is a compiler bug; please report the input graph")
+                raise UnguardedAccess(
+                    at=f"{u.op.name.lower()} of {b.arg[0]!r} in kernel {k.name}",
+                    why=f"index range [{lo}, {hi}] is not inside [0, {b.arg[1][0]})",
+                    suggestion="this is a compiler bug; please report the input graph",
+                )
 
 
 __all__ = ["check_roofline", "graph_work", "materialization_candidates", "optimize", "output_roots"]

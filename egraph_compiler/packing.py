@@ -26,7 +26,7 @@ from __future__ import annotations
 from egraph_compiler.ops import Ops
 from egraph_compiler.uop import UOp, toposort
 
-PANEL = 32          # columns a packed panel holds (a register tile's width: 2 AVX-512 or 4 AVX2 vectors)
+PANEL = 32  # columns a packed panel holds (a register tile's width: 2 AVX-512 or 4 AVX2 vectors)
 # with fewer rows the copy costs what the page steps do. 128 rows pay in a model, where the weights come cold from
 # memory each call: a packed panel streams, where B's rows step a page each (GPT-2 block T=128: w_qkv and w_fc
 # packed, 14.3 -> 12.0 ms; alone and hot in cache, 128x3072 @ 3072x768 gains nothing)
@@ -81,7 +81,7 @@ def pack_operands(roots: list[UOp]) -> tuple[list[UOp], list[UOp]]:
     """The roots with every 2-d matmul's right operand and every convolution's weight read through its packed
     view, and the packed tensors (P, Q) to offer as buffers."""
     swap: dict[UOp, UOp] = {}
-    packs: dict[UOp, tuple[UOp, UOp]] = {}   # operand -> (packed tensor, the operand as a view of it)
+    packs: dict[UOp, tuple[UOp, UOp]] = {}  # operand -> (packed tensor, the operand as a view of it)
     for u in toposort(roots):
         if u.op is not Ops.REDUCE or u.arg[0] is not Ops.ADD or u.src[0].op is not Ops.MUL:
             continue

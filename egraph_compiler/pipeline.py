@@ -23,8 +23,11 @@ SYMBOLIC_STAGE = Stage("symbolic", rulesets=("symbolic",), analyses=("analysis",
 
 
 def symbolic_session() -> EGraphSession:
-    return EGraphSession([intervals.ANALYSIS, linear.LINEAR, symbolic.SYMBOLIC],
-                         declarations=[intervals.DECLARATIONS, linear.DECLARATIONS], unextractable=linear.HELPERS)
+    return EGraphSession(
+        [intervals.ANALYSIS, linear.LINEAR, symbolic.SYMBOLIC],
+        declarations=[intervals.DECLARATIONS, linear.DECLARATIONS],
+        unextractable=linear.HELPERS,
+    )
 
 
 _SHARED = threading.local()
@@ -54,12 +57,13 @@ def uop_cost(u: UOp) -> float:
 class SimplifyResult:
     result: UOp
     report: Report
-    vmin: int | None = None   # tightest bounds the e-graph proved for the root
+    vmin: int | None = None  # tightest bounds the e-graph proved for the root
     vmax: int | None = None
 
 
-def simplify(u: UOp, progress: Callable[[IterationStats], None] | None = None, snapshot: bool = False,
-             **limits: Any) -> SimplifyResult:
+def simplify(
+    u: UOp, progress: Callable[[IterationStats], None] | None = None, snapshot: bool = False, **limits: Any
+) -> SimplifyResult:
     """Simplify a scalar UOp expression with the symbolic rules; returns the cheapest equivalent found.
 
     snapshot: also put a truncated DOT picture of the final e-graph into report.extra (egraph_dot.attach_snapshot)."""
@@ -75,8 +79,13 @@ def simplify_all(us: list[UOp], session: EGraphSession | None = None, **limits: 
     return _simplify(us, None, False, session, **limits) if us else []
 
 
-def _simplify(us: list[UOp], progress: Callable[[IterationStats], None] | None, snapshot: bool,
-              session: EGraphSession | None = None, **limits: Any) -> list[SimplifyResult]:
+def _simplify(
+    us: list[UOp],
+    progress: Callable[[IterationStats], None] | None,
+    snapshot: bool,
+    session: EGraphSession | None = None,
+    **limits: Any,
+) -> list[SimplifyResult]:
     lim = Limits.make(**limits)
     report = Report()
     t0 = time.perf_counter()

@@ -133,7 +133,7 @@ class HostBuffers:
         if spec.dtype is dtypes.bfloat16:
             r = bf16_round(flat.astype(np.float32))
             return (r.view(np.uint32) >> 16).astype(np.uint16) if self.native_storage else r
-        return flat.astype(self.storage_np(spec.dtype), copy=False)   # kernels never write inputs: no copy
+        return flat.astype(self.storage_np(spec.dtype), copy=False)  # kernels never write inputs: no copy
 
     def get(self, spec: BufferSpec, buf: np.ndarray) -> np.ndarray:
         arr = np.asarray(buf)
@@ -141,10 +141,10 @@ class HostBuffers:
             arr = bf16_from_bits(arr) if arr.dtype == np.uint16 else arr.astype(np.float32)
         else:
             arr = arr.astype(spec.dtype.np, copy=False)
-        return arr.reshape(spec.shape)   # buffers are fresh per call: no copy
+        return arr.reshape(spec.shape)  # buffers are fresh per call: no copy
 
 
-REUSE_OUTPUT_BYTES = 1 << 16   # outputs this big are written into an earlier call's dropped array (Program._free)
+REUSE_OUTPUT_BYTES = 1 << 16  # outputs this big are written into an earlier call's dropped array (Program._free)
 
 
 @dataclass
@@ -153,8 +153,8 @@ class Program:
 
     kernels: list[Kernel]
     buffers: dict[str, BufferSpec]
-    inputs: list[str]                 # placeholder names, in signature order
-    outputs: list[str]                # output buffer names, in root order
+    inputs: list[str]  # placeholder names, in signature order
+    outputs: list[str]  # output buffer names, in root order
     backend: Any
     target: str
     report: Any = None
@@ -162,10 +162,11 @@ class Program:
     _compiled: list[CompiledKernel] | None = field(default=None, repr=False)
     _consts: dict[str, Any] = field(default_factory=dict, repr=False)
     _runner: Callable[[dict[str, Any]], None] | None = field(default=None, repr=False)
-    _temps: list[dict[str, Any]] = field(default_factory=list, repr=False)   # intermediates of finished calls
-    _spare: list[dict[str, Any]] = field(default_factory=list, repr=False)   # ... and their outputs
+    _temps: list[dict[str, Any]] = field(default_factory=list, repr=False)  # intermediates of finished calls
+    _spare: list[dict[str, Any]] = field(default_factory=list, repr=False)  # ... and their outputs
     _plan: tuple[list[tuple[str, str, BufferSpec, np.dtype | None]], Any, tuple[str, ...]] | None = field(
-        default=None, repr=False)
+        default=None, repr=False
+    )
 
     @property
     def source(self) -> str:
@@ -185,7 +186,7 @@ class Program:
             temps = self._temps.pop()
         except IndexError:
             temps = None
-        if self._spare:   # an earlier call's big output buffers, reused once the caller holds no view of them
+        if self._spare:  # an earlier call's big output buffers, reused once the caller holds no view of them
             temps = {**(temps or {}), **self._free(self._spare.pop())}
         bufs = self._place(inputs, temps)
         if self._runner is None and hasattr(self.backend, "runner"):  # native backends run the kernels in one go
@@ -213,7 +214,7 @@ class Program:
         free = {}
         for name in list(spare):
             buf = spare.pop(name)
-            if sys.getrefcount(buf) == 2:   # `buf` and getrefcount's argument
+            if sys.getrefcount(buf) == 2:  # `buf` and getrefcount's argument
                 free[name] = buf
             del buf
         return free
@@ -230,17 +231,26 @@ class Program:
             missing = [n for n in self.inputs if n not in inputs]
             if missing:
                 spec = self.buffers[missing[0]]
-                raise MissingInput(at=f"input {missing[0]!r}", why=f"the program needs inputs {self.inputs}",
-                                   suggestion=f"call the program with {missing[0]}=<array of shape {spec.shape}>")
+                raise MissingInput(
+                    at=f"input {missing[0]!r}",
+                    why=f"the program needs inputs {self.inputs}",
+                    suggestion=f"call the program with {missing[0]}=<array of shape {spec.shape}>",
+                )
             extra = sorted(set(inputs) - set(self.inputs))
-            raise MissingInput(at=f"input {extra[0]!r}", why=f"the program has no input named {extra[0]!r}",
-                               suggestion=f"its inputs are {self.inputs}")
+            raise MissingInput(
+                at=f"input {extra[0]!r}",
+                why=f"the program has no input named {extra[0]!r}",
+                suggestion=f"its inputs are {self.inputs}",
+            )
         try:
             return self._placed(inputs, temps)
         except MemoryError:
             size = sum(spec.size * spec.dtype.itemsize for _, kind, spec, _ in self._plan[0] if kind != "input")
-            raise OutOfMemory(at="program buffers", why=f"the program's buffers ({size} bytes besides its inputs) "
-                              "could not be allocated", suggestion="use smaller shapes, or free memory") from None
+            raise OutOfMemory(
+                at="program buffers",
+                why=f"the program's buffers ({size} bytes besides its inputs) could not be allocated",
+                suggestion="use smaller shapes, or free memory",
+            ) from None
 
     def _placed(self, inputs: dict[str, Any], temps: dict[str, Any] | None) -> dict[str, Any]:
         from egraph_compiler.backends.reference import coerce_input
@@ -249,12 +259,17 @@ class Program:
         for name, kind, spec, native in self._plan[0]:
             if kind == "input":
                 v = inputs[name]
-                if (native is not None and type(v) is np.ndarray and (v.dtype is native or v.dtype == native)
-                        and v.shape == spec.shape and v.flags.c_contiguous):
-                    bufs[name] = v   # already what the kernels read (contiguous, in storage dtype): as it is
+                if (
+                    native is not None
+                    and type(v) is np.ndarray
+                    and (v.dtype is native or v.dtype == native)
+                    and v.shape == spec.shape
+                    and v.flags.c_contiguous
+                ):
+                    bufs[name] = v  # already what the kernels read (contiguous, in storage dtype): as it is
                 else:
                     bufs[name] = self.backend.put(spec, coerce_input(name, v, spec.shape, spec.dtype))
-            elif kind == "const":   # kernels never write constants: placed once per program
+            elif kind == "const":  # kernels never write constants: placed once per program
                 if name not in self._consts:
                     self._consts[name] = self.backend.put(spec, spec.data)
                 bufs[name] = self._consts[name]
@@ -274,8 +289,11 @@ class Program:
             if storage is not None and spec.dtype is not dtypes.bfloat16 and storage(spec.dtype) == spec.dtype.np:
                 native = np.dtype(spec.dtype.np)
             plan.append((name, spec.kind, spec, native))
-        big = tuple(n for n in dict.fromkeys(self.outputs)
-                    if self.buffers[n].size * self.buffers[n].dtype.itemsize >= REUSE_OUTPUT_BYTES)
+        big = tuple(
+            n
+            for n in dict.fromkeys(self.outputs)
+            if self.buffers[n].size * self.buffers[n].dtype.itemsize >= REUSE_OUTPUT_BYTES
+        )
         return plan, dict.fromkeys(self.inputs).keys(), big
 
     def summary(self) -> str:
@@ -309,13 +327,20 @@ def stride(idx: UOp, r: UOp) -> int | None:
     if idx.op in (Ops.MOD, Ops.IDIV) and idx.src[1].op is Ops.CONST and r.src[0].op is Ops.CONST:
         terms = _linear(idx.src[0])
         c, span = int(idx.src[1].arg), terms.get(r, 0) * int(r.src[0].arg) if terms is not None else 0
-        if terms is not None and span > 0 and c > 0 and c % span == 0 and all(   # never negative, either
-                v >= 0 and v % span == 0 for k, v in terms.items() if k is not r):
+        if (
+            terms is not None
+            and span > 0
+            and c > 0
+            and c % span == 0
+            and all(  # never negative, either
+                v >= 0 and v % span == 0 for k, v in terms.items() if k is not r
+            )
+        ):
             return terms[r] if idx.op is Ops.MOD else 0
     return None
 
 
-MAX_ACC_LANES = 64   # the widest vector of accumulators a REDUCE keeps along one unrolled axis
+MAX_ACC_LANES = 64  # the widest vector of accumulators a REDUCE keeps along one unrolled axis
 
 
 def _loads_contiguous(body: UOp, r: UOp) -> bool:
@@ -342,6 +367,7 @@ def accumulator_axis(reduce: UOp, outer: list[UOp], store_contiguous: frozenset[
     that range does not fill whole vectors of `lanes`, or its loads step by more than 1, a range that does both
     takes over: a convolution whose output channels read a packed weight (packing.py) keeps them in one
     vector and broadcasts each input pixel, whatever the row's width or the stride."""
+
     def usable(r: UOp) -> bool:
         b = r.src[0]
         return b.op is Ops.CONST and 2 <= int(b.arg) <= MAX_ACC_LANES
@@ -352,14 +378,20 @@ def accumulator_axis(reduce: UOp, outer: list[UOp], store_contiguous: frozenset[
     if not vector_accumulators(reduce):
         return None
     last = outer[-1] if outer else None
-    default = last if last is not None and last in store_contiguous and usable(last) and (
-        int(last.src[0].arg) % lanes == 0 or int(last.src[0].arg) & (int(last.src[0].arg) - 1) == 0) else None
+    default = (
+        last
+        if last is not None
+        and last in store_contiguous
+        and usable(last)
+        and (int(last.src[0].arg) % lanes == 0 or int(last.src[0].arg) & (int(last.src[0].arg) - 1) == 0)
+        else None
+    )
     if default is not None and full(default):
         return default
     better = [r for r in outer if usable(r) and full(r)]
     if not better:
         return default
-    first = {x: i for i, x in enumerate(reduce.src[0].toposort())}   # ties go the same way in every process
+    first = {x: i for i, x in enumerate(reduce.src[0].toposort())}  # ties go the same way in every process
     return max(better, key=lambda r: (r in store_contiguous, int(r.src[0].arg), first.get(r, -1)))
 
 

@@ -25,16 +25,16 @@ class IterationStats:
 
 # stop reasons that mean "cut short": saturated and converged (no improvement for `patience` steps) are not
 LIMIT_REASONS = ("node_limit", "iter_limit", "time_limit", "growth_limit")
-ITERATIONS_SHOWN = 20   # str(report) shows the last iterations and the most-matched rules; to_dict() has all
+ITERATIONS_SHOWN = 20  # str(report) shows the last iterations and the most-matched rules; to_dict() has all
 RULES_SHOWN = 12
 
 
 @dataclass
 class Report:
     iterations: list[IterationStats] = field(default_factory=list)
-    rule_category: dict[str, str] = field(default_factory=dict)   # rule name -> category
-    rule_ruleset: dict[str, str] = field(default_factory=dict)    # rule name -> ruleset
-    phases: dict[str, float] = field(default_factory=dict)        # phase -> seconds
+    rule_category: dict[str, str] = field(default_factory=dict)  # rule name -> category
+    rule_ruleset: dict[str, str] = field(default_factory=dict)  # rule name -> ruleset
+    phases: dict[str, float] = field(default_factory=dict)  # phase -> seconds
     stop_reason: str = ""
     limits: dict[str, Any] = field(default_factory=dict)
     cost_before: float | None = None
@@ -42,7 +42,7 @@ class Report:
     egraph_nodes: int = 0
     egraph_classes: int = 0
     notes: list[str] = field(default_factory=list)
-    extra: dict[str, Any] = field(default_factory=dict)           # stage-specific sections (kernels, ...)
+    extra: dict[str, Any] = field(default_factory=dict)  # stage-specific sections (kernels, ...)
 
     # ---- derived ---------------------------------------------------------------------------------
 
@@ -69,8 +69,9 @@ class Report:
     def merge(self, other: Report, prefix: str = "") -> None:
         base = len(self.iterations)
         for it in other.iterations:
-            self.iterations.append(IterationStats(base + it.index, prefix + it.stage, it.nodes, it.classes,
-                                                  it.seconds, it.matches))
+            self.iterations.append(
+                IterationStats(base + it.index, prefix + it.stage, it.nodes, it.classes, it.seconds, it.matches)
+            )
         self.rule_category.update(other.rule_category)
         self.rule_ruleset.update(other.rule_ruleset)
         for k, v in other.phases.items():
@@ -88,8 +89,10 @@ class Report:
             "egraph": {"nodes": self.egraph_nodes, "classes": self.egraph_classes},
             "phases": self.phases,
             "iterations": [asdict(it) for it in self.iterations],
-            "rules": [{"name": r, "category": self.rule_category.get(r, ""), "ruleset": self.rule_ruleset.get(r, ""),
-                       "matches": m} for r, m in self.rule_totals.items()],
+            "rules": [
+                {"name": r, "category": self.rule_category.get(r, ""), "ruleset": self.rule_ruleset.get(r, ""), "matches": m}
+                for r, m in self.rule_totals.items()
+            ],
             "notes": self.notes,
             **{k: v for k, v in self.extra.items()},
         }
@@ -102,15 +105,17 @@ class Report:
 
     def format(self, iterations: int | None = ITERATIONS_SHOWN) -> str:
         """Readable summary: stop reason, cost, phases, the last `iterations` steps (None: all), top rules."""
-        lines = [f"stop: {self.stop_reason}; {len(self.iterations)} iterations; e-graph {self.egraph_nodes} nodes / "
-                 f"{self.egraph_classes} classes"]
+        lines = [
+            f"stop: {self.stop_reason}; {len(self.iterations)} iterations; e-graph {self.egraph_nodes} nodes / "
+            f"{self.egraph_classes} classes"
+        ]
         if self.cost_before is not None:
             lines.append(f"cost: {self.cost_before:.6g} -> {self.cost_after:.6g}")
         if self.phases:
             lines.append("phases: " + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in self.phases.items()))
         if self.iterations:
             lines.append("iteration  stage       e-nodes  e-classes       ms  top rules (matches)")
-            for it in self.iterations[-iterations if iterations else 0:]:
+            for it in self.iterations[-iterations if iterations else 0 :]:
                 top = ", ".join(f"{r} {m}" for r, m in sorted(it.matches.items(), key=lambda kv: -kv[1])[:3])
                 classes = "-" if it.classes is None else str(it.classes)
                 lines.append(f"{it.index:9d}  {it.stage:10s} {it.nodes:8d} {classes:>10s} {it.seconds * 1e3:8.1f}  {top}")
@@ -129,8 +134,10 @@ class Report:
         f = self.extra.get("fusion")
         if not f:
             return []
-        out = [f"fusion: estimate {f['chosen_s'] * 1e3:.4g} ms chosen, {f['baseline_s'] * 1e3:.4g} ms for the baseline "
-               f"(every candidate materialized); {len(f['materialized'])} buffer(s) kept"]
+        out = [
+            f"fusion: estimate {f['chosen_s'] * 1e3:.4g} ms chosen, {f['baseline_s'] * 1e3:.4g} ms for the baseline "
+            f"(every candidate materialized); {len(f['materialized'])} buffer(s) kept"
+        ]
         for d in f["decisions"]:
             saving = "untried" if d["saving_s"] != d["saving_s"] else f"saves {d['saving_s'] * 1e3:+.4g} ms if fused"
             out.append(f"  {d['decision']:12s} {d['buffer']:8s} {d['tensor']:36s} {saving}")

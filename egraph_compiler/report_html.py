@@ -17,8 +17,7 @@ from typing import Any
 from egraph_compiler.egraph_dot import render_svg
 from egraph_compiler.report import Report
 
-PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f",
-           "#bab0ac")
+PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac")
 MAX_BARS = 30
 
 CSS = """
@@ -77,8 +76,9 @@ def _color(name: str, names: Sequence[str]) -> str:
     return PALETTE[list(names).index(name) % len(PALETTE)] if name in names else PALETTE[-1]
 
 
-def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, numeric: Sequence[int] = (), sortable: bool = False,
-           cls: str = "") -> str:
+def _table(
+    headers: Sequence[str], rows: Sequence[Sequence[Any]], *, numeric: Sequence[int] = (), sortable: bool = False, cls: str = ""
+) -> str:
     """rows of cell values; numeric columns are right-aligned and sort by value."""
     klass = " ".join(c for c in ("sortable" if sortable else "", cls) if c)
     out = [f'<table class="{klass}">' if klass else "<table>", "<thead><tr>"]
@@ -98,6 +98,7 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, numeric: Se
 
 # ---- inline SVG charts ---------------------------------------------------------------------------------------------
 
+
 def _nice_max(v: float) -> float:
     if v <= 0:
         return 1.0
@@ -116,23 +117,34 @@ def svg_bars(items: Sequence[tuple[str, float, str]], *, title: str, unit: str =
     plot_w = width - label_w - 90
     vmax = max(v for _, v, _ in items) or 1.0
     height = top + len(items) * (bar_h + gap) + 6
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" '
-           f'aria-label="{_e(title)}" font-family="sans-serif" font-size="11">',
-           f'<text x="0" y="14" font-weight="bold">{_e(title)}</text>']
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" '
+        f'aria-label="{_e(title)}" font-family="sans-serif" font-size="11">',
+        f'<text x="0" y="14" font-weight="bold">{_e(title)}</text>',
+    ]
     for i, (label, v, color) in enumerate(items):
         y = top + i * (bar_h + gap)
         w = max(1.0, plot_w * v / vmax) if v > 0 else 0.0
         short = label if len(label) <= 40 else label[:39] + "…"
         out.append(f'<text x="{label_w - 6}" y="{y + 12}" text-anchor="end">{_e(short)}<title>{_e(label)}</title></text>')
-        out.append(f'<rect x="{label_w}" y="{y}" width="{w:.1f}" height="{bar_h}" fill="{color}">'
-                   f"<title>{_e(label)}: {_e(_fmt(v))}{_e(unit)}</title></rect>")
+        out.append(
+            f'<rect x="{label_w}" y="{y}" width="{w:.1f}" height="{bar_h}" fill="{color}">'
+            f"<title>{_e(label)}: {_e(_fmt(v))}{_e(unit)}</title></rect>"
+        )
         out.append(f'<text x="{label_w + w + 4:.1f}" y="{y + 12}">{_e(_fmt(v))}{_e(unit)}</text>')
     out.append("</svg>")
     return "".join(out)
 
 
-def svg_lines(series: dict[str, list[tuple[float, float]]], *, title: str, x_label: str, marks: Sequence[tuple[float, str]]
-              = (), width: int = 760, height: int = 300) -> str:
+def svg_lines(
+    series: dict[str, list[tuple[float, float]]],
+    *,
+    title: str,
+    x_label: str,
+    marks: Sequence[tuple[float, str]] = (),
+    width: int = 760,
+    height: int = 300,
+) -> str:
     """Line plot of named series of (x, y) points; `marks` are labelled vertical lines (stage starts)."""
     pts = [p for s in series.values() for p in s]
     if not pts:
@@ -149,9 +161,11 @@ def svg_lines(series: dict[str, list[tuple[float, float]]], *, title: str, x_lab
     def sy(y: float) -> float:
         return top + ph * (1 - y / ymax)
 
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" '
-           f'aria-label="{_e(title)}" font-family="sans-serif" font-size="11">',
-           f'<text x="{left}" y="16" font-weight="bold">{_e(title)}</text>']
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" '
+        f'aria-label="{_e(title)}" font-family="sans-serif" font-size="11">',
+        f'<text x="{left}" y="16" font-weight="bold">{_e(title)}</text>',
+    ]
     for k in range(5):  # y grid and ticks
         yv = ymax * k / 4
         out.append(f'<line x1="{left}" x2="{left + pw}" y1="{sy(yv):.1f}" y2="{sy(yv):.1f}" stroke="#eee"/>')
@@ -165,42 +179,54 @@ def svg_lines(series: dict[str, list[tuple[float, float]]], *, title: str, x_lab
     out.append(f'<line x1="{left}" x2="{left + pw}" y1="{top + ph}" y2="{top + ph}" stroke="#888"/>')
     out.append(f'<text x="{left + pw / 2:.1f}" y="{height - 6}" text-anchor="middle">{_e(x_label)}</text>')
     for x, label in marks:
-        out.append(f'<line x1="{sx(x):.1f}" x2="{sx(x):.1f}" y1="{top}" y2="{top + ph}" stroke="#bbb" '
-                   f'stroke-dasharray="4 3"/><text x="{sx(x) + 3:.1f}" y="{top + 10}" fill="#777">{_e(label)}</text>')
+        out.append(
+            f'<line x1="{sx(x):.1f}" x2="{sx(x):.1f}" y1="{top}" y2="{top + ph}" stroke="#bbb" '
+            f'stroke-dasharray="4 3"/><text x="{sx(x) + 3:.1f}" y="{top + 10}" fill="#777">{_e(label)}</text>'
+        )
     for i, (name, s) in enumerate(series.items()):
         color = PALETTE[i % len(PALETTE)]
         if s:
             path = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in s)
             out.append(f'<polyline fill="none" stroke="{color}" stroke-width="2" points="{path}"/>')
             for x, y in s:
-                out.append(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="2.5" fill="{color}">'
-                           f"<title>{_e(name)} @ {round(x)}: {_e(_fmt(y))}</title></circle>")
+                out.append(
+                    f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="2.5" fill="{color}">'
+                    f"<title>{_e(name)} @ {round(x)}: {_e(_fmt(y))}</title></circle>"
+                )
         ly = top + 12 + 18 * i
-        out.append(f'<rect x="{left + pw + 14}" y="{ly - 9}" width="12" height="12" fill="{color}"/>'
-                   f'<text x="{left + pw + 30}" y="{ly + 1}">{_e(name)}</text>')
+        out.append(
+            f'<rect x="{left + pw + 14}" y="{ly - 9}" width="12" height="12" fill="{color}"/>'
+            f'<text x="{left + pw + 30}" y="{ly + 1}">{_e(name)}</text>'
+        )
     out.append("</svg>")
     return "".join(out)
 
 
 # ---- sections ------------------------------------------------------------------------------------------------------
 
+
 def _summary(report: Report, program: Any) -> str:
-    cards = [("stop reason", report.stop_reason or "—"), ("iterations", len(report.iterations)),
-             ("e-graph", f"{report.egraph_nodes} nodes / {report.egraph_classes} classes"),
-             ("rules fired", f"{len(report.fired_rules)} of {len(report.rule_category) or len(report.rule_totals)}")]
+    cards = [
+        ("stop reason", report.stop_reason or "—"),
+        ("iterations", len(report.iterations)),
+        ("e-graph", f"{report.egraph_nodes} nodes / {report.egraph_classes} classes"),
+        ("rules fired", f"{len(report.fired_rules)} of {len(report.rule_category) or len(report.rule_totals)}"),
+    ]
     if report.cost_before is not None or report.cost_after is not None:
         cards.append(("cost", f"{_fmt(report.cost_before)} → {_fmt(report.cost_after)}"))
     if report.phases:
         cards.append(("total time", _ms(sum(report.phases.values()))))
     if program is not None:
         cards.append(("kernels", f"{len(getattr(program, 'kernels', []))} for {getattr(program, 'target', '?')}"))
-    return '<div class="summary">' + "".join(f'<div class="card"><span class="muted">{_e(k)}</span><b>{_e(v)}</b></div>'
-                                             for k, v in cards) + "</div>"
+    return (
+        '<div class="summary">'
+        + "".join(f'<div class="card"><span class="muted">{_e(k)}</span><b>{_e(v)}</b></div>' for k, v in cards)
+        + "</div>"
+    )
 
 
 def _stop_section(report: Report) -> str:
-    out = ["<h2 id=\"stop\">Stop reason and limits</h2>",
-           f"<p>Saturation stopped: <b>{_e(report.stop_reason or 'unknown')}</b>"]
+    out = ['<h2 id="stop">Stop reason and limits</h2>', f"<p>Saturation stopped: <b>{_e(report.stop_reason or 'unknown')}</b>"]
     if report.limit_hit:
         out.append(' <span class="warn">(a limit was hit: the result is the best program found so far)</span>')
     out.append("</p>")
@@ -219,8 +245,11 @@ def _phase_section(report: Report) -> str:
     rows = [(k, round(v * 1e3, 3), round(100 * v / total, 1)) for k, v in report.phases.items()]
     out.append(_table(["phase", "ms", "%"], rows, numeric=(1, 2)))
     names = list(report.phases)
-    out.append(svg_bars([(k, round(v * 1e3, 2), _color(k, names)) for k, v in report.phases.items()],
-                        title="time per phase", unit=" ms"))
+    out.append(
+        svg_bars(
+            [(k, round(v * 1e3, 2), _color(k, names)) for k, v in report.phases.items()], title="time per phase", unit=" ms"
+        )
+    )
     return "".join(out)
 
 
@@ -236,19 +265,41 @@ def _growth_section(report: Report) -> str:
         if it.stage != prev:
             marks.append((float(it.index), it.stage))
             prev = it.stage
-    out.append(svg_lines({"e-nodes": nodes, "e-classes": classes}, title="e-graph size", x_label="iteration",
-                         marks=marks if len(marks) > 1 else ()))
+    out.append(
+        svg_lines(
+            {"e-nodes": nodes, "e-classes": classes},
+            title="e-graph size",
+            x_label="iteration",
+            marks=marks if len(marks) > 1 else (),
+        )
+    )
     if len(classes) < len(nodes):
-        out.append('<p class="muted">E-classes are not counted on iterations where the e-graph was too large to '
-                   "count cheaply.</p>")
+        out.append(
+            '<p class="muted">E-classes are not counted on iterations where the e-graph was too large to count cheaply.</p>'
+        )
     rows = []
     for it in its:
         top = sorted(it.matches.items(), key=lambda kv: -kv[1])[:3]
-        rows.append((it.index, it.stage, it.nodes, "" if it.classes is None else it.classes,
-                     round(it.seconds * 1e3, 2), sum(it.matches.values()), ", ".join(f"{r} ({m})" for r, m in top)))
+        rows.append(
+            (
+                it.index,
+                it.stage,
+                it.nodes,
+                "" if it.classes is None else it.classes,
+                round(it.seconds * 1e3, 2),
+                sum(it.matches.values()),
+                ", ".join(f"{r} ({m})" for r, m in top),
+            )
+        )
     out.append(f"<details><summary>Iterations table ({len(its)})</summary>")
-    out.append(_table(["iteration", "stage", "e-nodes", "e-classes", "ms", "matches", "top rules"], rows,
-                      numeric=(0, 2, 3, 4, 5), sortable=True))
+    out.append(
+        _table(
+            ["iteration", "stage", "e-nodes", "e-classes", "ms", "matches", "top rules"],
+            rows,
+            numeric=(0, 2, 3, 4, 5),
+            sortable=True,
+        )
+    )
     out.append("</details>")
     return "".join(out)
 
@@ -261,29 +312,43 @@ def _rules_section(report: Report) -> str:
             if m:
                 steps[r] = steps.get(r, 0) + 1
     cats = sorted({report.rule_category.get(r, "") for r in totals} | set(report.rule_category.values()))
-    out = ['<h2 id="rules">Rule firings</h2>',
-           f"<p>{len([m for m in totals.values() if m])} rules matched, out of {len(report.rule_category)} registered. "
-           "Matches are counted per saturation step (a match may or may not change the e-graph). "
-           "Click a column header to sort.</p>"]
-    rows = [(r, report.rule_category.get(r, ""), report.rule_ruleset.get(r, ""), m, steps.get(r, 0))
-            for r, m in totals.items() if m]
+    out = [
+        '<h2 id="rules">Rule firings</h2>',
+        f"<p>{len([m for m in totals.values() if m])} rules matched, out of {len(report.rule_category)} registered. "
+        "Matches are counted per saturation step (a match may or may not change the e-graph). "
+        "Click a column header to sort.</p>",
+    ]
+    rows = [
+        (r, report.rule_category.get(r, ""), report.rule_ruleset.get(r, ""), m, steps.get(r, 0)) for r, m in totals.items() if m
+    ]
     top = [(r, float(m), _color(report.rule_category.get(r, ""), cats)) for r, m in list(totals.items())[:MAX_BARS] if m]
     out.append(svg_bars(top, title=f"matches per rule (top {len(top)}, coloured by category)"))
-    out.append('<div class="scroll">' + _table(["rule", "category", "ruleset", "matches", "steps fired"], rows,
-                                               numeric=(3, 4), sortable=True, cls="rules") + "</div>")
+    out.append(
+        '<div class="scroll">'
+        + _table(["rule", "category", "ruleset", "matches", "steps fired"], rows, numeric=(3, 4), sortable=True, cls="rules")
+        + "</div>"
+    )
     cat_tot: dict[str, int] = {}
     for r, m in totals.items():
         c = report.rule_category.get(r, "")
         cat_tot[c] = cat_tot.get(c, 0) + m
     if cat_tot:
-        out.append(svg_bars([(c or "(none)", float(m), _color(c, cats)) for c, m in
-                             sorted(cat_tot.items(), key=lambda kv: -kv[1])], title="matches per category"))
+        out.append(
+            svg_bars(
+                [(c or "(none)", float(m), _color(c, cats)) for c, m in sorted(cat_tot.items(), key=lambda kv: -kv[1])],
+                title="matches per category",
+            )
+        )
     never = sorted(r for r in report.rule_category if not totals.get(r))
     if never:
         out.append(f"<details><summary>Rules that never matched ({len(never)})</summary>")
-        out.append(_table(["rule", "category", "ruleset"],
-                          [(r, report.rule_category.get(r, ""), report.rule_ruleset.get(r, "")) for r in never],
-                          sortable=True))
+        out.append(
+            _table(
+                ["rule", "category", "ruleset"],
+                [(r, report.rule_category.get(r, ""), report.rule_ruleset.get(r, "")) for r in never],
+                sortable=True,
+            )
+        )
         out.append("</details>")
     return "".join(out)
 
@@ -323,8 +388,10 @@ def _kernels_section(report: Report, program: Any) -> str:
     if not entries:
         return out[0] + '<p class="muted">No kernels in this report (a scalar simplification has none).</p>'
     if program is not None:
-        out.append(f"<p>Target <b>{_e(getattr(program, 'target', '?'))}</b>; inputs {_e(getattr(program, 'inputs', []))}, "
-                   f"outputs {_e(getattr(program, 'outputs', []))}.</p>")
+        out.append(
+            f"<p>Target <b>{_e(getattr(program, 'target', '?'))}</b>; inputs {_e(getattr(program, 'inputs', []))}, "
+            f"outputs {_e(getattr(program, 'outputs', []))}.</p>"
+        )
     for e in entries:
         out.append(f'<details class="kernel" open><summary><b>{_e(e.get("name", "?"))}</b>')
         if e.get("reads") is not None:
@@ -337,8 +404,13 @@ def _kernels_section(report: Report, program: Any) -> str:
             out.append(f"<p>Cost: {_e(_fmt(cost))}</p>")
         alts = e.get("alternatives") or []
         if alts:
-            rows = [(a.get("description", "?") if isinstance(a, dict) else str(a),
-                     _cost_cell(a.get("cost")) if isinstance(a, dict) else "") for a in alts]
+            rows = [
+                (
+                    a.get("description", "?") if isinstance(a, dict) else str(a),
+                    _cost_cell(a.get("cost")) if isinstance(a, dict) else "",
+                )
+                for a in alts
+            ]
             out.append(f"<p>Rejected alternatives ({len(alts)}):</p>" + _table(["alternative", "cost"], rows))
         if e.get("ast"):
             out.append(f"<details><summary>Kernel AST</summary><pre>{_e(e['ast'])}</pre></details>")
@@ -356,10 +428,16 @@ def _egraph_section(report: Report, render: bool) -> str:
     info = report.extra.get("egraph_snapshot") or {}
     if info:
         trunc = info.get("classes_omitted", 0)
-        out.append(f"<p>{info.get('classes_drawn', '?')} of {info.get('classes_total', '?')} e-classes drawn"
-                   + (f" — <b>truncated</b>: {trunc} e-classes left out (limit {info.get('max_classes', '?')}); "
-                      f"{info.get('classes_inlined', 0)} small constant/list classes are written into their parents"
-                      if trunc else "") + ".</p>")
+        out.append(
+            f"<p>{info.get('classes_drawn', '?')} of {info.get('classes_total', '?')} e-classes drawn"
+            + (
+                f" — <b>truncated</b>: {trunc} e-classes left out (limit {info.get('max_classes', '?')}); "
+                f"{info.get('classes_inlined', 0)} small constant/list classes are written into their parents"
+                if trunc
+                else ""
+            )
+            + ".</p>"
+        )
     svg, msg = render_svg(dot) if render else (None, "picture not rendered (disabled)")
     if svg is not None:
         out.append(f'<div class="egraph">{svg}</div>')
@@ -377,22 +455,48 @@ def _json_blob(report: Report) -> str:
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
-def render_html(report: Report, *, title: str = "egraph-compiler report", input_graph_text: str | None = None,
-                program: Any = None, render_egraph: bool = True) -> str:
+def render_html(
+    report: Report,
+    *,
+    title: str = "egraph-compiler report",
+    input_graph_text: str | None = None,
+    program: Any = None,
+    render_egraph: bool = True,
+) -> str:
     """One self-contained HTML page for `report` (and the Program it belongs to, if given)."""
     graph_text = input_graph_text if input_graph_text is not None else report.extra.get("input_graph")
-    nav = " · ".join(f'<a href="#{a}">{t}</a>' for a, t in (
-        ("input", "input graph"), ("rules", "rules"), ("growth", "e-graph size"), ("phases", "phases"),
-        ("stop", "stop reason"), ("kernels", "kernels"), ("egraph", "e-graph picture")))
-    body = [f"<h1>{_e(title)}</h1>", f"<nav>{nav}</nav>", _summary(report, program),
-            '<h2 id="input">Input graph</h2>',
-            f"<pre>{_e(graph_text)}</pre>" if graph_text else '<p class="muted">Not recorded.</p>',
-            _rules_section(report), _growth_section(report), _phase_section(report), _stop_section(report),
-            _kernels_section(report, program), _egraph_section(report, render_egraph)]
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<title>{_e(title)}</title><style>{CSS}</style></head><body>\n" + "\n".join(body) +
-            f'\n<script type="application/json" id="report-json">{_json_blob(report)}</script>'
-            f"\n<script>{JS}</script>\n</body></html>\n")
+    nav = " · ".join(
+        f'<a href="#{a}">{t}</a>'
+        for a, t in (
+            ("input", "input graph"),
+            ("rules", "rules"),
+            ("growth", "e-graph size"),
+            ("phases", "phases"),
+            ("stop", "stop reason"),
+            ("kernels", "kernels"),
+            ("egraph", "e-graph picture"),
+        )
+    )
+    body = [
+        f"<h1>{_e(title)}</h1>",
+        f"<nav>{nav}</nav>",
+        _summary(report, program),
+        '<h2 id="input">Input graph</h2>',
+        f"<pre>{_e(graph_text)}</pre>" if graph_text else '<p class="muted">Not recorded.</p>',
+        _rules_section(report),
+        _growth_section(report),
+        _phase_section(report),
+        _stop_section(report),
+        _kernels_section(report, program),
+        _egraph_section(report, render_egraph),
+    ]
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>{_e(title)}</title><style>{CSS}</style></head><body>\n"
+        + "\n".join(body)
+        + f'\n<script type="application/json" id="report-json">{_json_blob(report)}</script>'
+        f"\n<script>{JS}</script>\n</body></html>\n"
+    )
 
 
 __all__ = ["render_html", "svg_bars", "svg_lines"]

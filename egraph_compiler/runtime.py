@@ -32,8 +32,9 @@ _LOCK = threading.Lock()
 def set_default_target(target: str) -> None:
     global _default_target
     if target not in TARGETS:
-        raise InvalidArgument(at="set_default_target", why=f"unknown target {target!r}",
-                              suggestion=f"use one of {', '.join(TARGETS)}")
+        raise InvalidArgument(
+            at="set_default_target", why=f"unknown target {target!r}", suggestion=f"use one of {', '.join(TARGETS)}"
+        )
     _default_target = target
 
 
@@ -45,7 +46,7 @@ def _program(u: UOp, target: str) -> Program | None:
     from egraph_compiler.optimize import optimize
 
     key = (u, target)
-    with _LOCK:   # the cache only: threads optimize side by side (each has its own e-graph session)
+    with _LOCK:  # the cache only: threads optimize side by side (each has its own e-graph session)
         if key in _programs:
             _programs.move_to_end(key)
             return _programs[key]

@@ -61,16 +61,26 @@ BASE_SORTS = """
 
 def dtype_facts() -> str:
     """Integer dtype ranges as egglog functions, for wraparound-aware rules."""
-    lines = ["(function dt-min (String) i64 :no-merge)", "(function dt-max (String) i64 :no-merge)",
-             "(function dt-bits (String) i64 :no-merge)", "(relation dt-int (String))",
-             "(relation dt-signed (String))", "(relation dt-unsigned (String))", "(relation dt-float (String))",
-             "(relation dt-bool (String))", "(relation dt-intlike (String))"]
+    lines = [
+        "(function dt-min (String) i64 :no-merge)",
+        "(function dt-max (String) i64 :no-merge)",
+        "(function dt-bits (String) i64 :no-merge)",
+        "(relation dt-int (String))",
+        "(relation dt-signed (String))",
+        "(relation dt-unsigned (String))",
+        "(relation dt-float (String))",
+        "(relation dt-bool (String))",
+        "(relation dt-intlike (String))",
+    ]
     i64max = (1 << 63) - 1
     for d in ALL_DTYPES:
         if d.is_int or d.is_bool:
             lo, hi = int(d.min), min(int(d.max), i64max)
-            lines += [f'(set (dt-min "{d.name}") {lo})', f'(set (dt-max "{d.name}") {hi})',
-                      f'(set (dt-bits "{d.name}") {d.bits if not d.is_bool else 1})']
+            lines += [
+                f'(set (dt-min "{d.name}") {lo})',
+                f'(set (dt-max "{d.name}") {hi})',
+                f'(set (dt-bits "{d.name}") {d.bits if not d.is_bool else 1})',
+            ]
             lines.append(f'(dt-int "{d.name}")' if d.is_int else f'(dt-bool "{d.name}")')
             lines.append(f'(dt-intlike "{d.name}")')
             if d.kind in "iu":

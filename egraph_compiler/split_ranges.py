@@ -47,16 +47,17 @@ def _define(key: Any, bound: dict[Any, UOp], depth: int = 0) -> UOp | None:
         return bound[key]
     if depth > 8:
         return None
-    for part_key in [k for k in _ancestry(bound) if (sk := split_key(k, ("split", "pad"))) is not None
-                     and sk[0] == key and sk[2] == 0]:
+    for part_key in [
+        k for k in _ancestry(bound) if (sk := split_key(k, ("split", "pad"))) is not None and sk[0] == key and sk[2] == 0
+    ]:
         _, f, _ = split_key(part_key, ("split", "pad"))  # type: ignore[misc]
         inner = (part_key[0], key, f, 1)
         if (o := _define(part_key, bound, depth + 1)) is not None and (i := _define(inner, bound, depth + 1)) is not None:
-            return o * f + i   # r = outer * f + inner
+            return o * f + i  # r = outer * f + inner
     if (sk := split_key(key)) is not None and (p := _define(sk[0], bound, depth + 1)) is not None:
-        return p // sk[1] if sk[2] == 0 else p % sk[1]   # outer = r // f, inner = r % f
-    for k, r in bound.items():   # a range padded up to one tile: its outer part ran once and was dropped as a
-        if (sk := split_key(k, ("pad",))) is not None and sk[0] == key and sk[2] == 1:   # size-one loop (it is 0)
+        return p // sk[1] if sk[2] == 0 else p % sk[1]  # outer = r // f, inner = r % f
+    for k, r in bound.items():  # a range padded up to one tile: its outer part ran once and was dropped as a
+        if (sk := split_key(k, ("pad",))) is not None and sk[0] == key and sk[2] == 1:  # size-one loop (it is 0)
             return r
     return None
 
@@ -74,7 +75,7 @@ def bind_split_ranges(ast: UOp) -> UOp:
         if u.op in (Ops.END, Ops.REDUCE):
             scopes = [(u.src[0], env | {r for r in u.src[1:] if r.op is Ops.RANGE})]
             scopes += [(r, env) for r in u.src[1:]]
-        elif u.op is Ops.AFTER:   # the kernel it waits on has scopes of its own
+        elif u.op is Ops.AFTER:  # the kernel it waits on has scopes of its own
             scopes = [(u.src[0], env), *((s, frozenset()) for s in u.src[1:])]
         else:
             scopes = [(s, env) for s in u.src]

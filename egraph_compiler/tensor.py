@@ -54,14 +54,20 @@ def _checked_int_dtype(lo: int, hi: int, d: DType | None, what: str) -> DType:
     infers), or `d` if given and they fit it; never a silently wrapped value."""
     if d is not None:
         if d.is_int and not (_int_fits(lo, d) and _int_fits(hi, d)):
-            raise DTypeError(at=what, why=f"python integer {hi if not _int_fits(hi, d) else lo} is out of bounds "
-                             f"for {d.name}", suggestion="use a wider integer dtype (int64) or a value that fits")
+            raise DTypeError(
+                at=what,
+                why=f"python integer {hi if not _int_fits(hi, d) else lo} is out of bounds for {d.name}",
+                suggestion="use a wider integer dtype (int64) or a value that fits",
+            )
         return d
     for cand in (dtypes.default_int, dtypes.int64):
         if _int_fits(lo, cand) and _int_fits(hi, cand):
             return cand
-    raise DTypeError(at=what, why=f"python integer {hi} does not fit any integer dtype (int64 at most)",
-                     suggestion="use a float, or split the value")
+    raise DTypeError(
+        at=what,
+        why=f"python integer {hi} does not fit any integer dtype (int64 at most)",
+        suggestion="use a float, or split the value",
+    )
 
 
 def _as_int(x: Any, what: str) -> int:
@@ -73,8 +79,9 @@ def _as_int(x: Any, what: str) -> int:
 def _check_shape(shape: Sequence[Any], what: str) -> tuple[int, ...]:
     out = tuple(_as_int(s, what) for s in shape)
     if any(s <= 0 for s in out):
-        raise InvalidSize(at=what, why=f"shape {out} has a zero or negative size",
-                          suggestion="every dimension must be a positive integer")
+        raise InvalidSize(
+            at=what, why=f"shape {out} has a zero or negative size", suggestion="every dimension must be a positive integer"
+        )
     return out
 
 
@@ -93,8 +100,11 @@ def _finite(v: Any) -> bool:
 
 def _check_materialized(shape: tuple[int, ...], what: str) -> tuple[int, ...]:
     if math.prod(shape) > _MAX_MATERIALIZED:
-        raise InvalidSize(at=what, why=f"shape {shape} has {math.prod(shape)} elements",
-                          suggestion=f"{what} is materialized as data: keep it below {_MAX_MATERIALIZED} elements")
+        raise InvalidSize(
+            at=what,
+            why=f"shape {shape} has {math.prod(shape)} elements",
+            suggestion=f"{what} is materialized as data: keep it below {_MAX_MATERIALIZED} elements",
+        )
     return shape
 
 
@@ -147,18 +157,27 @@ class Tensor(TensorNN):
             try:
                 arr = np.array(data)
             except ValueError as e:
-                raise InvalidArgument(at="Tensor(list)", why=f"ragged or invalid nested list: {e}",
-                                      suggestion="pass a rectangular nested list of numbers") from None
+                raise InvalidArgument(
+                    at="Tensor(list)",
+                    why=f"ragged or invalid nested list: {e}",
+                    suggestion="pass a rectangular nested list of numbers",
+                ) from None
             if arr.dtype.kind not in "biuf":
-                raise InvalidArgument(at="Tensor(list)", why=f"list elements of kind {arr.dtype} are not numbers",
-                                      suggestion="pass numbers or bools")
+                raise InvalidArgument(
+                    at="Tensor(list)",
+                    why=f"list elements of kind {arr.dtype} are not numbers",
+                    suggestion="pass numbers or bools",
+                )
             if arr.dtype.kind in "iu" and arr.size and (dt is None or dt.is_int):
                 dt = _checked_int_dtype(int(arr.min()), int(arr.max()), dt, "Tensor(list)")
             if dt is None:
                 dt = {"b": dtypes.bool, "f": dtypes.default_float}[arr.dtype.kind]
         else:
-            raise InvalidArgument(at="Tensor(...)", why=f"cannot make a tensor from {type(data).__name__}",
-                                  suggestion="pass a numpy array, a nested list, a scalar, a UOp or a Tensor")
+            raise InvalidArgument(
+                at="Tensor(...)",
+                why=f"cannot make a tensor from {type(data).__name__}",
+                suggestion="pass a numpy array, a nested list, a scalar, a UOp or a Tensor",
+            )
         if arr.ndim == 0:
             self.uop = UOp.const(arr.item(), dt)
         else:
@@ -173,20 +192,27 @@ class Tensor(TensorNN):
         if name is None:
             name = f"input{next(_name_counter)}"
         if not isinstance(name, str) or not name.isidentifier() or not name.isascii():
-            raise InvalidArgument(at="Tensor.empty", why=f"name {name!r} is not an ASCII identifier (names become "
-                                  "e-graph strings and C parameter names)", suggestion="use names such as 'a', 'x0', 'weights'")
+            raise InvalidArgument(
+                at="Tensor.empty",
+                why=f"name {name!r} is not an ASCII identifier (names become e-graph strings and C parameter names)",
+                suggestion="use names such as 'a', 'x0', 'weights'",
+            )
         dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
         return Tensor(UOp(Ops.BUFFER, dt, (), (name, shp)))
 
     @staticmethod
     def full(shape: Sequence[int] | int, fill_value: Scalar, dtype: DType | str | None = None) -> Tensor:
         if not isinstance(shape, (int, np.integer, tuple, list)) or isinstance(shape, bool):
-            raise InvalidArgument(at="Tensor.full", why=f"shape {shape!r} is not an int or a sequence of ints",
-                                  suggestion="pass a shape such as (2, 3)")
+            raise InvalidArgument(
+                at="Tensor.full",
+                why=f"shape {shape!r} is not an int or a sequence of ints",
+                suggestion="pass a shape such as (2, 3)",
+            )
         shp = _check_shape((shape,) if not isinstance(shape, (tuple, list)) else tuple(shape), "Tensor.full")
         if not _is_scalar(fill_value):
-            raise InvalidArgument(at="Tensor.full", why=f"fill value {fill_value!r} is not a scalar",
-                                  suggestion="pass a bool, int or float")
+            raise InvalidArgument(
+                at="Tensor.full", why=f"fill value {fill_value!r} is not a scalar", suggestion="pass a bool, int or float"
+            )
         v = _py_scalar(fill_value)
         c = Tensor(UOp.const(v, to_dtype(dtype) if dtype is not None else default_dtype_for(v)))
         return c.reshape((1,) * len(shp)).expand(shp)
@@ -217,17 +243,27 @@ class Tensor(TensorNN):
             if not _is_scalar(v) or isinstance(v, bool):
                 raise InvalidArgument(at="Tensor.arange", why=f"{what}={v!r} is not a number", suggestion="pass numbers")
         if step == 0 or not all(_finite(v) for v in (start, stop, step)):
-            raise InvalidArgument(at="Tensor.arange", why=f"arange({start}, {stop}, {step}) needs finite values "
-                                  "and a non-zero step", suggestion="use finite numbers and a non-zero step")
-        dt = to_dtype(dtype) if dtype is not None else (
-            dtypes.default_float if any(isinstance(v, float) for v in (start, stop, step)) else dtypes.default_int)
+            raise InvalidArgument(
+                at="Tensor.arange",
+                why=f"arange({start}, {stop}, {step}) needs finite values and a non-zero step",
+                suggestion="use finite numbers and a non-zero step",
+            )
+        dt = (
+            to_dtype(dtype)
+            if dtype is not None
+            else (dtypes.default_float if any(isinstance(v, float) for v in (start, stop, step)) else dtypes.default_int)
+        )
         n = math.ceil((stop - start) / step)
         if n <= 0:
-            raise InvalidSize(at="Tensor.arange", why=f"arange({start}, {stop}, {step}) is empty",
-                              suggestion="choose start/stop/step so that at least one value results")
+            raise InvalidSize(
+                at="Tensor.arange",
+                why=f"arange({start}, {stop}, {step}) is empty",
+                suggestion="choose start/stop/step so that at least one value results",
+            )
         _check_materialized((n,), "Tensor.arange")
-        return Tensor((start + np.arange(n, dtype=np.float64) * step).astype(dt.np if dt is not dtypes.bfloat16
-                                                                              else np.float32), dt)
+        return Tensor(
+            (start + np.arange(n, dtype=np.float64) * step).astype(dt.np if dt is not dtypes.bfloat16 else np.float32), dt
+        )
 
     @staticmethod
     def eye(n: int, dtype: DType | str | None = None) -> Tensor:
@@ -291,12 +327,18 @@ class Tensor(TensorNN):
         return (self[i] for i in range(self.shape[0]))
 
     def __bool__(self) -> bool:
-        raise InvalidArgument(at="bool(Tensor)", why="a lazy tensor has no truth value until it is computed",
-                              suggestion="compute it first: t.numpy().any(), t.numpy().all() or t.item()")
+        raise InvalidArgument(
+            at="bool(Tensor)",
+            why="a lazy tensor has no truth value until it is computed",
+            suggestion="compute it first: t.numpy().any(), t.numpy().all() or t.item()",
+        )
 
     def __contains__(self, x: object) -> bool:
-        raise InvalidArgument(at="x in Tensor", why="membership would need the tensor computed",
-                              suggestion="compute it first: x in t.numpy(), or (t == x).numpy().any()")
+        raise InvalidArgument(
+            at="x in Tensor",
+            why="membership would need the tensor computed",
+            suggestion="compute it first: x in t.numpy(), or (t == x).numpy().any()",
+        )
 
     # ---- realization ---------------------------------------------------------------------------
 
@@ -331,10 +373,17 @@ class Tensor(TensorNN):
     def bitcast(self, dtype: DType | str) -> Tensor:
         return Tensor(self.uop.bitcast(to_dtype(dtype)))
 
-    def float(self) -> Tensor: return self.cast(dtypes.float32)
-    def half(self) -> Tensor: return self.cast(dtypes.float16)
-    def int(self) -> Tensor: return self.cast(dtypes.int32)
-    def bool(self) -> Tensor: return self.cast(dtypes.bool)
+    def float(self) -> Tensor:
+        return self.cast(dtypes.float32)
+
+    def half(self) -> Tensor:
+        return self.cast(dtypes.float16)
+
+    def int(self) -> Tensor:
+        return self.cast(dtypes.int32)
+
+    def bool(self) -> Tensor:
+        return self.cast(dtypes.bool)
 
     # ---- broadcasting elementwise machinery ----------------------------------------------------
 
@@ -346,13 +395,19 @@ class Tensor(TensorNN):
             dt = weak_scalar_dtype(v, self.dtype)
             if isinstance(v, int) and not isinstance(v, bool) and dt.is_int and not _int_fits(v, dt):
                 # as numpy (NEP 50): a python int out of bounds for the tensor's dtype is an error, not a wrap
-                raise DTypeError(at=what, why=f"python integer {v} is out of bounds for {dt.name}",
-                                 suggestion="cast the tensor first (t.cast('int64')) or use a value that fits")
+                raise DTypeError(
+                    at=what,
+                    why=f"python integer {v} is out of bounds for {dt.name}",
+                    suggestion="cast the tensor first (t.cast('int64')) or use a value that fits",
+                )
             return Tensor(UOp.const(v, dt))
         if isinstance(x, (np.ndarray, list, tuple)):
             return Tensor(x)
-        raise InvalidArgument(at=what, why=f"cannot combine a Tensor with {type(x).__name__}",
-                              suggestion="use a Tensor, numpy array or python number")
+        raise InvalidArgument(
+            at=what,
+            why=f"cannot combine a Tensor with {type(x).__name__}",
+            suggestion="use a Tensor, numpy array or python number",
+        )
 
     def _broadcast_to(self, shape: tuple[int, ...]) -> Tensor:
         if self.shape == shape:
@@ -381,8 +436,11 @@ class Tensor(TensorNN):
         return self if self.dtype.is_float else self.cast(dtypes.default_float)
 
     # arithmetic
-    def add(self, x: Any, reverse: bool = False) -> Tensor: return self._binop(Ops.ADD, x, reverse)
-    def mul(self, x: Any, reverse: bool = False) -> Tensor: return self._binop(Ops.MUL, x, reverse)
+    def add(self, x: Any, reverse: bool = False) -> Tensor:
+        return self._binop(Ops.ADD, x, reverse)
+
+    def mul(self, x: Any, reverse: bool = False) -> Tensor:
+        return self._binop(Ops.MUL, x, reverse)
 
     def neg(self) -> Tensor:
         # -1 in the tensor's own dtype (all ones for unsigned: negation wraps, as numpy's does)
@@ -400,7 +458,7 @@ class Tensor(TensorNN):
         dt = promote(a.dtype, b.dtype)
         if not dt.is_float:
             dt = dtypes.default_float
-        return a._binop(Ops.FDIV, b, dtype=dt)   # true division, as numpy's (not a * (1/b))
+        return a._binop(Ops.FDIV, b, dtype=dt)  # true division, as numpy's (not a * (1/b))
 
     def floordiv(self, x: Any, reverse: bool = False) -> Tensor:
         a, b = (self._to_tensor(x, "//"), self) if _flag(reverse) else (self, self._to_tensor(x, "//"))
@@ -471,12 +529,23 @@ class Tensor(TensorNN):
         a, b = Tensor._broadcast(a.cast(dt), b.cast(dt), at=f"Tensor {op.name.lower()}")
         return Tensor(UOp.build(op, (a.uop, b.uop)))
 
-    def __lt__(self, x: Any) -> Tensor: return self._cmp(Ops.CMPLT, x)
-    def __gt__(self, x: Any) -> Tensor: return self._cmp(Ops.CMPLT, x, reverse=True)
-    def __le__(self, x: Any) -> Tensor: return self._at_most(x)
-    def __ge__(self, x: Any) -> Tensor: return self._at_most(x, reverse=True)
-    def __ne__(self, x: Any) -> Tensor: return self._cmp(Ops.CMPNE, x)  # type: ignore[override]
-    def __eq__(self, x: Any) -> Tensor: return self._cmp(Ops.CMPNE, x).logical_not()  # type: ignore[override]
+    def __lt__(self, x: Any) -> Tensor:
+        return self._cmp(Ops.CMPLT, x)
+
+    def __gt__(self, x: Any) -> Tensor:
+        return self._cmp(Ops.CMPLT, x, reverse=True)
+
+    def __le__(self, x: Any) -> Tensor:
+        return self._at_most(x)
+
+    def __ge__(self, x: Any) -> Tensor:
+        return self._at_most(x, reverse=True)
+
+    def __ne__(self, x: Any) -> Tensor:
+        return self._cmp(Ops.CMPNE, x)  # type: ignore[override]
+
+    def __eq__(self, x: Any) -> Tensor:
+        return self._cmp(Ops.CMPNE, x).logical_not()  # type: ignore[override]
 
     def _at_most(self, x: Any, reverse: bool = False) -> Tensor:
         """self <= x (x <= self with `reverse`). Floats compare as numpy does: a NaN on either side is False, so
@@ -495,16 +564,28 @@ class Tensor(TensorNN):
     def _bitop(self, op: Ops, x: Any, reverse: bool = False) -> Tensor:
         out = self._binop(op, x, reverse)
         if not (out.dtype.is_int or out.dtype.is_bool):
-            raise DTypeError(at=f"Tensor {op.name.lower()}", why=f"bitwise op on {out.dtype.name}",
-                             suggestion="use integer or bool tensors")
+            raise DTypeError(
+                at=f"Tensor {op.name.lower()}", why=f"bitwise op on {out.dtype.name}", suggestion="use integer or bool tensors"
+            )
         return out
 
-    def __and__(self, x: Any) -> Tensor: return self._bitop(Ops.AND, x)
-    def __rand__(self, x: Any) -> Tensor: return self._bitop(Ops.AND, x, True)
-    def __or__(self, x: Any) -> Tensor: return self._bitop(Ops.OR, x)
-    def __ror__(self, x: Any) -> Tensor: return self._bitop(Ops.OR, x, True)
-    def __xor__(self, x: Any) -> Tensor: return self._bitop(Ops.XOR, x)
-    def __rxor__(self, x: Any) -> Tensor: return self._bitop(Ops.XOR, x, True)
+    def __and__(self, x: Any) -> Tensor:
+        return self._bitop(Ops.AND, x)
+
+    def __rand__(self, x: Any) -> Tensor:
+        return self._bitop(Ops.AND, x, True)
+
+    def __or__(self, x: Any) -> Tensor:
+        return self._bitop(Ops.OR, x)
+
+    def __ror__(self, x: Any) -> Tensor:
+        return self._bitop(Ops.OR, x, True)
+
+    def __xor__(self, x: Any) -> Tensor:
+        return self._bitop(Ops.XOR, x)
+
+    def __rxor__(self, x: Any) -> Tensor:
+        return self._bitop(Ops.XOR, x, True)
 
     def __invert__(self) -> Tensor:
         if self.dtype.is_bool:
@@ -537,28 +618,66 @@ class Tensor(TensorNN):
     __pow__ = pow
     __neg__ = neg
 
-    def __radd__(self, x: Any) -> Tensor: return self.add(x, True)
-    def __rmul__(self, x: Any) -> Tensor: return self.mul(x, True)
-    def __rsub__(self, x: Any) -> Tensor: return self.sub(x, True)
-    def __rtruediv__(self, x: Any) -> Tensor: return self.div(x, True)
-    def __rfloordiv__(self, x: Any) -> Tensor: return self.floordiv(x, True)
-    def __rmod__(self, x: Any) -> Tensor: return self.mod(x, True)
-    def __rpow__(self, x: Any) -> Tensor: return self.pow(x, True)
-    def __matmul__(self, x: Tensor) -> Tensor: return self.matmul(x)
-    def __rmatmul__(self, x: Tensor) -> Tensor: return self._to_tensor(x, "@").matmul(self)
+    def __radd__(self, x: Any) -> Tensor:
+        return self.add(x, True)
+
+    def __rmul__(self, x: Any) -> Tensor:
+        return self.mul(x, True)
+
+    def __rsub__(self, x: Any) -> Tensor:
+        return self.sub(x, True)
+
+    def __rtruediv__(self, x: Any) -> Tensor:
+        return self.div(x, True)
+
+    def __rfloordiv__(self, x: Any) -> Tensor:
+        return self.floordiv(x, True)
+
+    def __rmod__(self, x: Any) -> Tensor:
+        return self.mod(x, True)
+
+    def __rpow__(self, x: Any) -> Tensor:
+        return self.pow(x, True)
+
+    def __matmul__(self, x: Tensor) -> Tensor:
+        return self.matmul(x)
+
+    def __rmatmul__(self, x: Tensor) -> Tensor:
+        return self._to_tensor(x, "@").matmul(self)
 
     # unary math (exp/log go through the spec's EXP2/LOG2)
-    def reciprocal(self) -> Tensor: return self._float()._unop(Ops.RECIP)
-    def exp2(self) -> Tensor: return self._float()._unop(Ops.EXP2)
-    def log2(self) -> Tensor: return self._float()._unop(Ops.LOG2)
-    def sqrt(self) -> Tensor: return self._float()._unop(Ops.SQRT)
-    def sin(self) -> Tensor: return self._float()._unop(Ops.SIN)
-    def exp(self) -> Tensor: return (self._float() * (1 / math.log(2))).exp2()
-    def log(self) -> Tensor: return self.log2() * math.log(2)
-    def rsqrt(self) -> Tensor: return self.sqrt().reciprocal()
-    def cos(self) -> Tensor: return self._float()._unop(Ops.COS)
-    def tan(self) -> Tensor: return self.sin() / self.cos()
-    def square(self) -> Tensor: return self * self
+    def reciprocal(self) -> Tensor:
+        return self._float()._unop(Ops.RECIP)
+
+    def exp2(self) -> Tensor:
+        return self._float()._unop(Ops.EXP2)
+
+    def log2(self) -> Tensor:
+        return self._float()._unop(Ops.LOG2)
+
+    def sqrt(self) -> Tensor:
+        return self._float()._unop(Ops.SQRT)
+
+    def sin(self) -> Tensor:
+        return self._float()._unop(Ops.SIN)
+
+    def exp(self) -> Tensor:
+        return (self._float() * (1 / math.log(2))).exp2()
+
+    def log(self) -> Tensor:
+        return self.log2() * math.log(2)
+
+    def rsqrt(self) -> Tensor:
+        return self.sqrt().reciprocal()
+
+    def cos(self) -> Tensor:
+        return self._float()._unop(Ops.COS)
+
+    def tan(self) -> Tensor:
+        return self.sin() / self.cos()
+
+    def square(self) -> Tensor:
+        return self * self
 
     def trunc(self) -> Tensor:
         return self if not self.dtype.is_float else self._unop(Ops.TRUNC)
@@ -578,7 +697,7 @@ class Tensor(TensorNN):
     def abs(self) -> Tensor:
         if self.dtype.is_bool or self.dtype.is_unsigned:
             return self
-        if self.dtype.is_float:   # the sign bit cleared: abs(-0.0) is 0.0 and NaN keeps its payload, as IEEE fabs
+        if self.dtype.is_float:  # the sign bit cleared: abs(-0.0) is 0.0 and NaN keeps its payload, as IEEE fabs
             bits = {2: dtypes.int16, 4: dtypes.int32, 8: dtypes.int64}[self.dtype.itemsize]
             return (self.bitcast(bits) & ((1 << (8 * self.dtype.itemsize - 1)) - 1)).bitcast(self.dtype)
         return (self < 0).where(-self, self)
@@ -602,8 +721,11 @@ class Tensor(TensorNN):
         n = self.ndim if ndim is None else ndim
         a = _as_int(axis, what)
         if not -max(n, 1) <= a < max(n, 1):
-            raise AxisError(at=what, why=f"axis {a} is out of range for a tensor of rank {n} (shape {self.shape})",
-                            suggestion=f"use an axis in [{-n}, {n - 1}]")
+            raise AxisError(
+                at=what,
+                why=f"axis {a} is out of range for a tensor of rank {n} (shape {self.shape})",
+                suggestion=f"use an axis in [{-n}, {n - 1}]",
+            )
         return a % max(n, 1)
 
     def reshape(self, shape: Any, *args: Any) -> Tensor:
@@ -614,13 +736,19 @@ class Tensor(TensorNN):
         known = math.prod(s for s in new if s != -1)
         if -1 in new:
             if known <= 0 or self.numel() % known:
-                raise ShapeMismatch(at="reshape", why=f"cannot infer -1 reshaping {self.shape} to {tuple(new)}",
-                                    suggestion="make the known sizes divide the number of elements")
+                raise ShapeMismatch(
+                    at="reshape",
+                    why=f"cannot infer -1 reshaping {self.shape} to {tuple(new)}",
+                    suggestion="make the known sizes divide the number of elements",
+                )
             new[new.index(-1)] = self.numel() // known
         shp = _check_shape(new, "reshape")
         if math.prod(shp) != self.numel():
-            raise ShapeMismatch(at="reshape", why=f"cannot reshape {self.shape} ({self.numel()} elements) to {shp}",
-                                suggestion="keep the number of elements equal")
+            raise ShapeMismatch(
+                at="reshape",
+                why=f"cannot reshape {self.shape} ({self.numel()} elements) to {shp}",
+                suggestion="keep the number of elements equal",
+            )
         return Tensor(self.uop.reshape(shp))
 
     def view(self, *shape: Any) -> Tensor:
@@ -629,7 +757,7 @@ class Tensor(TensorNN):
     def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Tensor:
         s = self._resolve_axis(start_dim, what="flatten")
         e = self._resolve_axis(end_dim, what="flatten")
-        return self.reshape(self.shape[:s] + (math.prod(self.shape[s:e + 1]),) + self.shape[e + 1:])
+        return self.reshape(self.shape[:s] + (math.prod(self.shape[s : e + 1]),) + self.shape[e + 1 :])
 
     def unsqueeze(self, dim: int) -> Tensor:
         d = self._resolve_axis(dim, self.ndim + 1, "unsqueeze")
@@ -639,13 +767,14 @@ class Tensor(TensorNN):
         if dim is None:
             return self.reshape(tuple(s for s in self.shape if s != 1) or (1,)) if self.ndim else self
         d = self._resolve_axis(dim, what="squeeze")
-        return self if self.shape[d] != 1 else self.reshape(self.shape[:d] + self.shape[d + 1:])
+        return self if self.shape[d] != 1 else self.reshape(self.shape[:d] + self.shape[d + 1 :])
 
     def permute(self, order: Any, *args: Any) -> Tensor:
         o = tuple(self._resolve_axis(a, what="permute") for a in _argfix((order, *args), "permute"))
         if sorted(o) != list(range(self.ndim)):
-            raise InvalidArgument(at="permute", why=f"{o} is not a permutation of {self.ndim} axes",
-                                  suggestion="list every axis exactly once")
+            raise InvalidArgument(
+                at="permute", why=f"{o} is not a permutation of {self.ndim} axes", suggestion="list every axis exactly once"
+            )
         return Tensor(self.uop.permute(o))
 
     def transpose(self, dim0: int = 1, dim1: int = 0) -> Tensor:
@@ -657,8 +786,11 @@ class Tensor(TensorNN):
     def expand(self, shape: Any, *args: Any) -> Tensor:
         new = [_as_int(s, "expand") for s in _argfix((shape, *args), "expand")]
         if len(new) < self.ndim:
-            raise ShapeMismatch(at="expand", why=f"cannot expand rank {self.ndim} to rank {len(new)}",
-                                suggestion="give at least as many sizes as the tensor has axes")
+            raise ShapeMismatch(
+                at="expand",
+                why=f"cannot expand rank {self.ndim} to rank {len(new)}",
+                suggestion="give at least as many sizes as the tensor has axes",
+            )
         old = (1,) * (len(new) - self.ndim) + self.shape
         new = [o if n == -1 else n for o, n in zip(old, new)]
         shp = _check_shape(new, "expand")
@@ -666,24 +798,36 @@ class Tensor(TensorNN):
             if o != n and o != 1:
                 from egraph_compiler.diagnostics import BroadcastMismatch
 
-                raise BroadcastMismatch(at="expand", why=f"cannot expand {self.shape} to {shp}: only size-1 axes expand",
-                                        suggestion="reshape first, or expand only axes of size 1")
+                raise BroadcastMismatch(
+                    at="expand",
+                    why=f"cannot expand {self.shape} to {shp}: only size-1 axes expand",
+                    suggestion="reshape first, or expand only axes of size 1",
+                )
         return Tensor(self.uop.reshape(old).expand(shp))
 
     def _pairs(self, arg: Any, what: str, default: Any) -> tuple[tuple[int, int], ...]:
         if not isinstance(arg, (tuple, list)):
-            raise InvalidArgument(at=what, why=f"{what} takes a sequence, got {type(arg).__name__}",
-                                  suggestion="pass ((before, after), ...) with one pair (or None) per axis")
+            raise InvalidArgument(
+                at=what,
+                why=f"{what} takes a sequence, got {type(arg).__name__}",
+                suggestion="pass ((before, after), ...) with one pair (or None) per axis",
+            )
         if all(isinstance(a, (int, np.integer)) and not isinstance(a, bool) for a in arg):
             if what != "pad" or len(arg) % 2 or len(arg) // 2 > self.ndim:
-                raise InvalidArgument(at=what, why=f"flat {what} argument {tuple(arg)} does not fit rank {self.ndim}",
-                                      suggestion="pass one (before, after) pair per axis")
+                raise InvalidArgument(
+                    at=what,
+                    why=f"flat {what} argument {tuple(arg)} does not fit rank {self.ndim}",
+                    suggestion="pass one (before, after) pair per axis",
+                )
             flat = [int(a) for a in arg]  # torch style: pairs from the last axis backwards
             pairs = [(flat[i], flat[i + 1]) for i in range(0, len(flat), 2)][::-1]
             arg = [None] * (self.ndim - len(pairs)) + pairs
         if len(arg) != self.ndim:
-            raise InvalidArgument(at=what, why=f"{what} needs {self.ndim} entries (one per axis), got {len(arg)}",
-                                  suggestion="give one pair or None per axis")
+            raise InvalidArgument(
+                at=what,
+                why=f"{what} needs {self.ndim} entries (one per axis), got {len(arg)}",
+                suggestion="give one pair or None per axis",
+            )
         out = []
         for s, p in zip(self.shape, arg):
             if p is None:
@@ -711,8 +855,11 @@ class Tensor(TensorNN):
         pairs = self._pairs(arg, "shrink", lambda s: (0, s))
         for s, (b, e) in zip(self.shape, pairs):
             if not 0 <= b < e <= s:
-                raise InvalidArgument(at="shrink", why=f"shrink {pairs} does not fit shape {self.shape}",
-                                      suggestion="use 0 <= start < end <= size on every axis")
+                raise InvalidArgument(
+                    at="shrink",
+                    why=f"shrink {pairs} does not fit shape {self.shape}",
+                    suggestion="use 0 <= start < end <= size on every axis",
+                )
         return Tensor(self.uop.shrink(pairs))
 
     def flip(self, axis: Any, *args: Any) -> Tensor:
@@ -725,11 +872,14 @@ class Tensor(TensorNN):
             raise InvalidArgument(at="getitem", why="more than one Ellipsis", suggestion="use at most one ...")
         n_real = sum(1 for i in idx if i is not None and i is not Ellipsis)
         if n_real > self.ndim:
-            raise AxisError(at="getitem", why=f"{n_real} indices for a tensor of rank {self.ndim}",
-                            suggestion="index at most one entry per axis")
+            raise AxisError(
+                at="getitem",
+                why=f"{n_real} indices for a tensor of rank {self.ndim}",
+                suggestion="index at most one entry per axis",
+            )
         if Ellipsis in idx:
             k = idx.index(Ellipsis)
-            idx = idx[:k] + (slice(None),) * (self.ndim - n_real) + idx[k + 1:]
+            idx = idx[:k] + (slice(None),) * (self.ndim - n_real) + idx[k + 1 :]
         else:
             idx = idx + (slice(None),) * (self.ndim - n_real)
         shrink, flips, strides, final_shape = [], [], [], []
@@ -744,25 +894,46 @@ class Tensor(TensorNN):
             if isinstance(i, (int, np.integer)) and not isinstance(i, bool):
                 j = int(i) + size if i < 0 else int(i)
                 if not 0 <= j < size:
-                    raise AxisError(at="getitem", why=f"index {i} is out of bounds for axis {axis} of size {size}",
-                                    suggestion=f"use an index in [{-size}, {size - 1}]")
-                shrink.append((j, j + 1)); flips.append(False); strides.append(1)  # noqa: E702
+                    raise AxisError(
+                        at="getitem",
+                        why=f"index {i} is out of bounds for axis {axis} of size {size}",
+                        suggestion=f"use an index in [{-size}, {size - 1}]",
+                    )
+                shrink.append((j, j + 1))
+                flips.append(False)
+                strides.append(1)
             elif isinstance(i, slice):
-                if not all(v is None or (isinstance(v, (int, np.integer)) and not isinstance(v, bool))
-                           for v in (i.start, i.stop, i.step)) or i.step == 0:
-                    raise InvalidArgument(at="getitem", why=f"slice {i} needs int (or None) bounds and a non-zero step",
-                                          suggestion="use slices such as 1:5:2")
+                if (
+                    not all(
+                        v is None or (isinstance(v, (int, np.integer)) and not isinstance(v, bool))
+                        for v in (i.start, i.stop, i.step)
+                    )
+                    or i.step == 0
+                ):
+                    raise InvalidArgument(
+                        at="getitem",
+                        why=f"slice {i} needs int (or None) bounds and a non-zero step",
+                        suggestion="use slices such as 1:5:2",
+                    )
                 start, stop, step = i.indices(size)
                 if len(range(start, stop, step)) == 0:
-                    raise InvalidSize(at="getitem", why=f"slice {i} selects nothing on axis {axis} of size {size}",
-                                      suggestion="select at least one element")
+                    raise InvalidSize(
+                        at="getitem",
+                        why=f"slice {i} selects nothing on axis {axis} of size {size}",
+                        suggestion="select at least one element",
+                    )
                 r = range(start, stop, step)
                 lo, hi = min(r[0], r[-1]), max(r[0], r[-1])
-                shrink.append((lo, hi + 1)); flips.append(step < 0); strides.append(abs(step))  # noqa: E702
+                shrink.append((lo, hi + 1))
+                flips.append(step < 0)
+                strides.append(abs(step))
                 final_shape.append(len(r))
             else:
-                raise InvalidArgument(at="getitem", why=f"unsupported index {i!r}",
-                                      suggestion="use ints, slices, None or ...; use gather() for tensor indices")
+                raise InvalidArgument(
+                    at="getitem",
+                    why=f"unsupported index {i!r}",
+                    suggestion="use ints, slices, None or ...; use gather() for tensor indices",
+                )
             axis += 1
         out = self.shrink(tuple(shrink)) if shrink else self
         if any(flips):
@@ -785,8 +956,11 @@ class Tensor(TensorNN):
             if not isinstance(t, Tensor):
                 raise InvalidArgument(at="cat", why=f"cannot concatenate {type(t).__name__}", suggestion="pass Tensors")
             if t.ndim != self.ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, self.shape)) if i != d):
-                raise ShapeMismatch(at="cat", why=f"shapes {self.shape} and {t.shape} differ off axis {d}",
-                                    suggestion="all tensors must match except along the concatenation axis")
+                raise ShapeMismatch(
+                    at="cat",
+                    why=f"shapes {self.shape} and {t.shape} differ off axis {d}",
+                    suggestion="all tensors must match except along the concatenation axis",
+                )
         dt = ts[0].dtype
         for t in ts[1:]:
             dt = promote(dt, t.dtype)
@@ -883,8 +1057,11 @@ class Tensor(TensorNN):
         a2 = a.reshape(1, a.shape[0]) if a.ndim == 1 else a
         b2 = b.reshape(b.shape[0], 1) if b.ndim == 1 else b
         if a2.shape[-1] != b2.shape[-2]:
-            raise ShapeMismatch(at="matmul", why=f"inner dimensions differ: {a.shape} @ {b.shape}",
-                                suggestion="the last axis of the left operand must equal the second-to-last of the right")
+            raise ShapeMismatch(
+                at="matmul",
+                why=f"inner dimensions differ: {a.shape} @ {b.shape}",
+                suggestion="the last axis of the left operand must equal the second-to-last of the right",
+            )
         m, k, n = a2.shape[-2], a2.shape[-1], b2.shape[-1]
         prod = a2.reshape(*a2.shape[:-2], m, k, 1) * b2.reshape(*b2.shape[:-2], 1, k, n)
         out = prod.sum(-2)

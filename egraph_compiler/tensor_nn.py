@@ -16,7 +16,8 @@ if TYPE_CHECKING:
     from egraph_compiler.tensor import Tensor
 
 
-IM2COL_BELOW_WIDTH = 5   # conv2d outputs narrower than this become an im2col copy and a GEMM
+IM2COL_BELOW_WIDTH = 5  # conv2d outputs narrower than this become an im2col copy and a GEMM
+
 
 def _pair(x: Any, what: str) -> tuple[int, int]:
     if isinstance(x, (tuple, list)):
@@ -42,20 +43,21 @@ def _windows(x: Tensor, axis: int, k: int, stride: int, dilation: int) -> Tensor
         row += n
     reps = -(-(k * row) // n)
     t = x.unsqueeze(axis).expand(*x.shape[:axis], reps, *x.shape[axis:])
-    t = t.reshape(*x.shape[:axis], reps * n, *x.shape[axis + 1:])
+    t = t.reshape(*x.shape[:axis], reps * n, *x.shape[axis + 1 :])
     t = t.shrink(tuple((0, k * row) if i == axis else None for i in range(t.ndim)))
-    t = t.reshape(*x.shape[:axis], k, row, *x.shape[axis + 1:])
+    t = t.reshape(*x.shape[:axis], k, row, *x.shape[axis + 1 :])
     t = t.shrink(tuple((0, out * stride) if i == axis + 1 else None for i in range(t.ndim)))
-    t = t.reshape(*x.shape[:axis], k, out, stride, *x.shape[axis + 1:])
+    t = t.reshape(*x.shape[:axis], k, out, stride, *x.shape[axis + 1 :])
     t = t.shrink(tuple((0, 1) if i == axis + 2 else None for i in range(t.ndim)))
-    t = t.reshape(*x.shape[:axis], k, out, *x.shape[axis + 1:])
+    t = t.reshape(*x.shape[:axis], k, out, *x.shape[axis + 1 :])
     return t.transpose(axis, axis + 1)  # (..., out, k, ...)
 
 
 def _check_matrix(t: Tensor, what: str) -> None:
     if t.ndim < 2:
-        raise ShapeMismatch(at=what, why=f"{what} needs at least 2 dims, got shape {t.shape}",
-                            suggestion="use a (..., rows, cols) tensor")
+        raise ShapeMismatch(
+            at=what, why=f"{what} needs at least 2 dims, got shape {t.shape}", suggestion="use a (..., rows, cols) tensor"
+        )
 
 
 class TensorNN:
@@ -117,16 +119,26 @@ class TensorNN:
 
     # ---- convolution ---------------------------------------------------------------------------
 
-    def conv2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, stride: Any = 1,  # type: ignore[misc]
-               padding: Any = 0, dilation: Any = 1, groups: int = 1) -> Tensor:
+    def conv2d(
+        self: Tensor,
+        weight: Tensor,
+        bias: Tensor | None = None,
+        stride: Any = 1,  # type: ignore[misc]
+        padding: Any = 0,
+        dilation: Any = 1,
+        groups: int = 1,
+    ) -> Tensor:
         """NCHW input, (Cout, Cin/groups, kh, kw) weight; built from pad + movement + mul + reduce."""
         from egraph_compiler.tensor import Tensor
 
         if not isinstance(weight, Tensor) or (bias is not None and not isinstance(bias, Tensor)):
             raise InvalidArgument(at="conv2d", why="weight and bias must be Tensors", suggestion="wrap them in Tensor")
         if self.ndim != 4 or weight.ndim != 4:
-            raise ShapeMismatch(at="conv2d", why=f"expects 4-d input and weight, got {self.shape} and {weight.shape}",
-                                suggestion="use NCHW input and (Cout, Cin/groups, kh, kw) weight")
+            raise ShapeMismatch(
+                at="conv2d",
+                why=f"expects 4-d input and weight, got {self.shape} and {weight.shape}",
+                suggestion="use NCHW input and (Cout, Cin/groups, kh, kw) weight",
+            )
         if not isinstance(groups, int) or isinstance(groups, bool) or groups <= 0:
             raise InvalidArgument(at="conv2d", why=f"groups={groups!r}", suggestion="groups is a positive int")
         (sh, sw), (dh, dw) = _pair(stride, "conv2d stride"), _pair(dilation, "conv2d dilation")
@@ -137,21 +149,30 @@ class TensorNN:
             (pt, pl) = _pair(padding, "conv2d padding")
             pb, pr = pt, pl
         if min(sh, sw, dh, dw) <= 0 or min(pt, pb, pl, pr) < 0:
-            raise InvalidArgument(at="conv2d", why="stride/dilation must be positive and padding non-negative",
-                                  suggestion="check stride, padding and dilation")
+            raise InvalidArgument(
+                at="conv2d",
+                why="stride/dilation must be positive and padding non-negative",
+                suggestion="check stride, padding and dilation",
+            )
         n, cin, _, _ = self.shape
         cout, cin_g, kh, kw = weight.shape
         if cin != cin_g * groups or cout % groups:
-            raise ShapeMismatch(at="conv2d", why=f"input channels {cin} != weight channels {cin_g} x groups {groups}"
-                                f" (or {cout} output channels not divisible by groups)",
-                                suggestion="weight must be (Cout, Cin/groups, kh, kw)")
+            raise ShapeMismatch(
+                at="conv2d",
+                why=f"input channels {cin} != weight channels {cin_g} x groups {groups}"
+                f" (or {cout} output channels not divisible by groups)",
+                suggestion="weight must be (Cout, Cin/groups, kh, kw)",
+            )
         if bias is not None and bias.shape != (cout,):
             raise ShapeMismatch(at="conv2d", why=f"bias shape {bias.shape} != ({cout},)", suggestion="one bias per channel")
         x = self.pad(((0, 0), (0, 0), (pt, pb), (pl, pr)))
         hp, wp = x.shape[2], x.shape[3]
         if hp < dh * (kh - 1) + 1 or wp < dw * (kw - 1) + 1:
-            raise ShapeMismatch(at="conv2d", why=f"padded input {hp}x{wp} is smaller than the dilated kernel",
-                                suggestion="use a smaller kernel or more padding")
+            raise ShapeMismatch(
+                at="conv2d",
+                why=f"padded input {hp}x{wp} is smaller than the dilated kernel",
+                suggestion="use a smaller kernel or more padding",
+            )
         xw = _windows(_windows(x, 2, kh, sh, dh), 4, kw, sw, dw)  # (n, cin, ho, kh, wo, kw)
         ho, wo = xw.shape[2], xw.shape[4]
         g = groups
@@ -171,19 +192,31 @@ class TensorNN:
 
     # ---- attention -----------------------------------------------------------------------------
 
-    def scaled_dot_product_attention(self: Tensor, key: Tensor, value: Tensor,  # type: ignore[misc]
-                                     attn_mask: Tensor | None = None, is_causal: bool = False) -> Tensor:
+    def scaled_dot_product_attention(
+        self: Tensor,
+        key: Tensor,
+        value: Tensor,  # type: ignore[misc]
+        attn_mask: Tensor | None = None,
+        is_causal: bool = False,
+    ) -> Tensor:
         from egraph_compiler.tensor import Tensor
 
         if not all(isinstance(t, Tensor) for t in (key, value)) or not isinstance(attn_mask, (Tensor, type(None))):
-            raise InvalidArgument(at="scaled_dot_product_attention", why="key, value and attn_mask must be Tensors",
-                                  suggestion="wrap them in Tensor")
+            raise InvalidArgument(
+                at="scaled_dot_product_attention",
+                why="key, value and attn_mask must be Tensors",
+                suggestion="wrap them in Tensor",
+            )
         if self.ndim < 2 or key.ndim < 2 or value.ndim < 2:
-            raise ShapeMismatch(at="scaled_dot_product_attention", why="query/key/value need at least 2 dims",
-                                suggestion="use (..., seq, dim) tensors")
+            raise ShapeMismatch(
+                at="scaled_dot_product_attention",
+                why="query/key/value need at least 2 dims",
+                suggestion="use (..., seq, dim) tensors",
+            )
         if is_causal and attn_mask is not None:
-            raise InvalidArgument(at="scaled_dot_product_attention", why="both attn_mask and is_causal given",
-                                  suggestion="pass one of them")
+            raise InvalidArgument(
+                at="scaled_dot_product_attention", why="both attn_mask and is_causal given", suggestion="pass one of them"
+            )
         qk = self.matmul(key.transpose(-2, -1)) * (1.0 / math.sqrt(self.shape[-1]))
         if is_causal:
             lq, lk = qk.shape[-2], qk.shape[-1]
@@ -202,10 +235,10 @@ class TensorNN:
         x = self.transpose(ax, -1) if ax != self.ndim - 1 else self
         n = x.shape[-1]
         lead = x.shape[:-1]
-        p = x.pad(tuple([None] * (x.ndim - 1) + [(n - 1, 0)]))                      # (..., 2n-1)
+        p = x.pad(tuple([None] * (x.ndim - 1) + [(n - 1, 0)]))  # (..., 2n-1)
         t = p.unsqueeze(-2).expand(*lead, n + 1, 2 * n - 1).reshape(*lead, (n + 1) * (2 * n - 1))
         t = t.shrink(tuple([None] * len(lead) + [(0, 2 * n * n)])).reshape(*lead, n, 2 * n)
-        t = t.shrink(tuple([None] * len(lead) + [None, (0, n)]))                     # (..., n, n) windows
+        t = t.shrink(tuple([None] * len(lead) + [None, (0, n)]))  # (..., n, n) windows
         out = t.sum(-1, dtype=self.dtype if self.dtype.is_float else None)
         return out.transpose(ax, -1) if ax != self.ndim - 1 else out
 
@@ -223,11 +256,14 @@ class TensorNN:
             raise DTypeError(at="gather", why="index must be an integer Tensor", suggestion="cast the index to int32")
         d = self._resolve_axis(dim, what="gather")
         if index.ndim != self.ndim or any(i > s for k, (i, s) in enumerate(zip(index.shape, self.shape)) if k != d):
-            raise ShapeMismatch(at="gather", why=f"index shape {index.shape} does not fit {self.shape} on dim {d}",
-                                suggestion="index must have the same rank and no larger sizes off `dim`")
+            raise ShapeMismatch(
+                at="gather",
+                why=f"index shape {index.shape} does not fit {self.shape} on dim {d}",
+                suggestion="index must have the same rank and no larger sizes off `dim`",
+            )
         x = self.shrink(tuple(None if k == d else (0, i) for k, i in enumerate(index.shape)))
-        x = x.unsqueeze(-1).transpose(-1, d)                 # dim d -> 1, its values along a new last axis
-        mask = index.unsqueeze(-1)._one_hot(self.shape[d])   # index.shape + (n,)
+        x = x.unsqueeze(-1).transpose(-1, d)  # dim d -> 1, its values along a new last axis
+        mask = index.unsqueeze(-1)._one_hot(self.shape[d])  # index.shape + (n,)
         return mask.where(x, 0).sum(-1, dtype=self.dtype)
 
     def scatter_add(self: Tensor, dim: int, index: Tensor, src: Tensor) -> Tensor:  # type: ignore[misc]
@@ -235,19 +271,26 @@ class TensorNN:
         from egraph_compiler.tensor import Tensor
 
         if not isinstance(index, Tensor) or not index.dtype.is_int or not isinstance(src, Tensor):
-            raise DTypeError(at="scatter_add", why="index must be an integer Tensor and src a Tensor",
-                             suggestion="cast the index to int32")
+            raise DTypeError(
+                at="scatter_add", why="index must be an integer Tensor and src a Tensor", suggestion="cast the index to int32"
+            )
         d = self._resolve_axis(dim, what="scatter_add")
-        if index.ndim != self.ndim or src.ndim != self.ndim or any(
-                i > s for k, (i, s) in enumerate(zip(index.shape, src.shape))) or any(
-                i > s for k, (i, s) in enumerate(zip(index.shape, self.shape)) if k != d):
-            raise ShapeMismatch(at="scatter_add", why=f"index {index.shape}, src {src.shape}, self {self.shape} "
-                                "do not fit", suggestion="index must be no larger than src, and than self off `dim`")
+        if (
+            index.ndim != self.ndim
+            or src.ndim != self.ndim
+            or any(i > s for k, (i, s) in enumerate(zip(index.shape, src.shape)))
+            or any(i > s for k, (i, s) in enumerate(zip(index.shape, self.shape)) if k != d)
+        ):
+            raise ShapeMismatch(
+                at="scatter_add",
+                why=f"index {index.shape}, src {src.shape}, self {self.shape} do not fit",
+                suggestion="index must be no larger than src, and than self off `dim`",
+            )
         n = self.shape[d]
         s = src.shrink(tuple((0, i) for i in index.shape)).cast(self.dtype)
-        contrib = index.unsqueeze(-1)._one_hot(n).where(s.unsqueeze(-1), 0)   # index.shape + (n,)
-        summed = contrib.sum(d, keepdim=True, dtype=self.dtype)               # dim d -> 1
-        placed = summed.transpose(d, -1).squeeze(-1)                          # dim d -> n
+        contrib = index.unsqueeze(-1)._one_hot(n).where(s.unsqueeze(-1), 0)  # index.shape + (n,)
+        summed = contrib.sum(d, keepdim=True, dtype=self.dtype)  # dim d -> 1
+        placed = summed.transpose(d, -1).squeeze(-1)  # dim d -> n
         pads = tuple((0, 0) if k == d else (0, self.shape[k] - placed.shape[k]) for k in range(self.ndim))
         return self + placed.pad(pads)
 

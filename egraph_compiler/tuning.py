@@ -35,8 +35,9 @@ def cache_dir() -> Path:
 
 
 def _key(ks: KernelSchedule, target: str) -> str:
-    text = "\n".join([target, platform.machine(), str(os.cpu_count()), ks.best.kernel.render(),
-                      *sorted(c.describe() for c in ks.ranked)])
+    text = "\n".join(
+        [target, platform.machine(), str(os.cpu_count()), ks.best.kernel.render(), *sorted(c.describe() for c in ks.ranked)]
+    )
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
@@ -47,7 +48,8 @@ def _random_inputs(program: Program, seed: int = 0) -> dict[str, np.ndarray]:
         spec = program.buffers[name]
         d = spec.dtype
         out[name] = (rng.integers(0, 8, spec.shape) if d.is_int else rng.random(spec.shape)).astype(
-            np.float32 if d.name == "bfloat16" else d.np)
+            np.float32 if d.name == "bfloat16" else d.np
+        )
     return out
 
 
@@ -64,9 +66,14 @@ def time_program(program: Program, repeats: int = REPEATS) -> float:
     return statistics.median(runs)
 
 
-def tune_schedules(schedules: dict[int, KernelSchedule], chosen: dict[int, ENode], target: str,
-                   assemble: Callable[[dict[int, ENode]], Program], report: Any,
-                   progress: Callable[[str], None] | None = None) -> dict[int, ENode]:
+def tune_schedules(
+    schedules: dict[int, KernelSchedule],
+    chosen: dict[int, ENode],
+    target: str,
+    assemble: Callable[[dict[int, ENode]], Program],
+    report: Any,
+    progress: Callable[[str], None] | None = None,
+) -> dict[int, ENode]:
     """Pick each kernel's schedule by timing; returns the new choice (and records timings in the report)."""
     chosen = dict(chosen)
     store = cache_dir() / "schedules.json"
@@ -89,9 +96,17 @@ def tune_schedules(schedules: dict[int, KernelSchedule], chosen: dict[int, ENode
         best = ks.ranked[min(timings)[1]]
         chosen.update(best.choice)
         cache[key] = learned[key] = best.describe()
-        log.append({"kernel": ks.sink_class, "cached": False, "chosen": best.describe(),
-                    "timings": [{"schedule": ks.ranked[i].describe(), "seconds": t,
-                                 "estimate": ks.ranked[i].estimate.seconds} for t, i in timings]})
+        log.append(
+            {
+                "kernel": ks.sink_class,
+                "cached": False,
+                "chosen": best.describe(),
+                "timings": [
+                    {"schedule": ks.ranked[i].describe(), "seconds": t, "estimate": ks.ranked[i].estimate.seconds}
+                    for t, i in timings
+                ],
+            }
+        )
     if learned:
         try:
             _merge_into_cache(store, learned, report)
@@ -125,7 +140,7 @@ def _merge_into_cache(store: Path, learned: dict[str, str], report: Any) -> None
             import fcntl
 
             fcntl.flock(lock, fcntl.LOCK_EX)
-        except ImportError:   # no fcntl (Windows): the rename still keeps the file whole
+        except ImportError:  # no fcntl (Windows): the rename still keeps the file whole
             pass
         merged = {**_read_cache(store, report), **learned}
         tmp = store.with_suffix(f".{os.getpid()}.tmp")

@@ -60,8 +60,8 @@ def arg_key(arg: Any) -> Any:
     return arg
 
 
-MAX_BYTES = 1 << 62   # a tensor larger than this has byte offsets that int64 index math cannot hold
-_INTERN_LOCK = threading.RLock()   # re-entrant: validating a new node's shape may build others
+MAX_BYTES = 1 << 62  # a tensor larger than this has byte offsets that int64 index math cannot hold
+_INTERN_LOCK = threading.RLock()  # re-entrant: validating a new node's shape may build others
 
 
 def _shape_str(s: Any) -> str:
@@ -81,11 +81,12 @@ class UOp:
         try:
             hit = UOp._interned.get(key)
         except TypeError:
-            raise InvalidArgument(at=op.name, why=f"arg {arg!r} is not hashable",
-                                  suggestion="use tuples, not lists or arrays, in a UOp's arg") from None
+            raise InvalidArgument(
+                at=op.name, why=f"arg {arg!r} is not hashable", suggestion="use tuples, not lists or arrays, in a UOp's arg"
+            ) from None
         if hit is not None:
             return hit
-        with _INTERN_LOCK:   # two threads building the same node get one UOp (identity is equality)
+        with _INTERN_LOCK:  # two threads building the same node get one UOp (identity is equality)
             hit = UOp._interned.get(key)
             if hit is not None:
                 return hit
@@ -99,10 +100,14 @@ class UOp:
         object.__setattr__(self, "dtype", dtype)
         object.__setattr__(self, "src", src)
         object.__setattr__(self, "arg", arg)
-        nbytes = math.prod(self.shape) * max(1, dtype.itemsize)   # computing the shape validates it (a diagnostic)
+        nbytes = math.prod(self.shape) * max(1, dtype.itemsize)  # computing the shape validates it (a diagnostic)
         if nbytes > MAX_BYTES:
-            raise InvalidSize(at=op.name, why=f"a {dtype.name} tensor of shape {self.shape} takes {nbytes} bytes, "
-                              "beyond the 2**62 that 64-bit byte offsets address", suggestion="use smaller shapes")
+            raise InvalidSize(
+                at=op.name,
+                why=f"a {dtype.name} tensor of shape {self.shape} takes {nbytes} bytes, "
+                "beyond the 2**62 that 64-bit byte offsets address",
+                suggestion="use smaller shapes",
+            )
         UOp._interned[key] = self
         return self
 
@@ -132,19 +137,29 @@ class UOp:
     @staticmethod
     def variable(name: str, lo: int, hi: int, dtype: DType | str = dtypes.index) -> UOp:
         if not isinstance(name, str) or not name.isidentifier() or not name.isascii():
-            raise InvalidArgument(at="UOp.variable", why=f"{name!r} is not an ASCII identifier",
-                                  suggestion="use a name like 'x'")
+            raise InvalidArgument(
+                at="UOp.variable", why=f"{name!r} is not an ASCII identifier", suggestion="use a name like 'x'"
+            )
         if not (isinstance(lo, int) and isinstance(hi, int)) or lo > hi:
-            raise InvalidArgument(at=f"UOp.variable({name!r})", why=f"bounds [{lo}, {hi}] are not integers with lo <= hi",
-                                  suggestion="give inclusive integer bounds lo <= hi")
+            raise InvalidArgument(
+                at=f"UOp.variable({name!r})",
+                why=f"bounds [{lo}, {hi}] are not integers with lo <= hi",
+                suggestion="give inclusive integer bounds lo <= hi",
+            )
         return UOp(Ops.DEFINE_VAR, to_dtype(dtype), (), (name, lo, hi))
 
     @staticmethod
     def range(bound: int | UOp, key: Any, axis_type: AxisType = AxisType.LOOP) -> UOp:
-        if not isinstance(bound, (UOp, int, np.integer)) or isinstance(bound, bool) or (
-                not isinstance(bound, UOp) and bound < 0):
-            raise InvalidArgument(at="UOp.range", why=f"bound {bound!r} is not a non-negative int or a UOp",
-                                  suggestion="pass the loop's trip count")
+        if (
+            not isinstance(bound, (UOp, int, np.integer))
+            or isinstance(bound, bool)
+            or (not isinstance(bound, UOp) and bound < 0)
+        ):
+            raise InvalidArgument(
+                at="UOp.range",
+                why=f"bound {bound!r} is not a non-negative int or a UOp",
+                suggestion="pass the loop's trip count",
+            )
         b = bound if isinstance(bound, UOp) else UOp.const(int(bound), dtypes.index)
         return UOp(Ops.RANGE, dtypes.index, (b,), (key, axis_type))
 
@@ -156,8 +171,11 @@ class UOp:
             return x
         if isinstance(x, (bool, int, float, np.number, np.bool_)):
             return UOp.const(x, self.dtype)
-        raise InvalidArgument(at=f"{self.op.name} operand", why=f"cannot combine a UOp with {type(x).__name__}",
-                              suggestion="use a UOp or a python number")
+        raise InvalidArgument(
+            at=f"{self.op.name} operand",
+            why=f"cannot combine a UOp with {type(x).__name__}",
+            suggestion="use a UOp or a python number",
+        )
 
     def alu(self, op: Ops, *others: UOp | ConstLike) -> UOp:
         srcs = (self, *(self._operand(o) for o in others))
@@ -168,39 +186,93 @@ class UOp:
 
     # ---- symbolic API --------------------------------------------------------------------------
 
-    def __add__(self, x: UOp | ConstLike) -> UOp: return self.alu(Ops.ADD, x)
-    def __radd__(self, x: UOp | ConstLike) -> UOp: return self._operand(x).alu(Ops.ADD, self)
-    def __mul__(self, x: UOp | ConstLike) -> UOp: return self.alu(Ops.MUL, x)
-    def __rmul__(self, x: UOp | ConstLike) -> UOp: return self._operand(x).alu(Ops.MUL, self)
-    def __neg__(self) -> UOp: return self.logical_not() if self.dtype.is_bool else self.alu(Ops.MUL, -1)
-    def __sub__(self, x: UOp | ConstLike) -> UOp: return self + (-self._operand(x))
-    def __rsub__(self, x: UOp | ConstLike) -> UOp: return self._operand(x) + (-self)
-    def __floordiv__(self, x: UOp | ConstLike) -> UOp: return self.alu(Ops.IDIV, x)
-    def __rfloordiv__(self, x: UOp | ConstLike) -> UOp: return self._operand(x).alu(Ops.IDIV, self)
-    def __mod__(self, x: UOp | ConstLike) -> UOp: return self.alu(Ops.MOD, x)
-    def __rmod__(self, x: UOp | ConstLike) -> UOp: return self._operand(x).alu(Ops.MOD, self)
-    def __lt__(self, x: UOp | ConstLike) -> UOp: return self.alu(Ops.CMPLT, x)
-    def __gt__(self, x: UOp | ConstLike) -> UOp: return self._operand(x).alu(Ops.CMPLT, self)
-    def __le__(self, x: UOp | ConstLike) -> UOp: return (self > x).logical_not()
-    def __ge__(self, x: UOp | ConstLike) -> UOp: return (self < x).logical_not()
-    def __and__(self, x: UOp | ConstLike) -> UOp: return self.alu(Ops.AND, x)
-    def __rand__(self, x: UOp | ConstLike) -> UOp: return self._operand(x).alu(Ops.AND, self)
-    def __or__(self, x: UOp | ConstLike) -> UOp: return self.alu(Ops.OR, x)
-    def __ror__(self, x: UOp | ConstLike) -> UOp: return self._operand(x).alu(Ops.OR, self)
-    def __xor__(self, x: UOp | ConstLike) -> UOp: return self.alu(Ops.XOR, x)
-    def __rxor__(self, x: UOp | ConstLike) -> UOp: return self._operand(x).alu(Ops.XOR, self)
-    def __lshift__(self, x: UOp | ConstLike) -> UOp: return self.alu(Ops.SHL, x)
-    def __rshift__(self, x: UOp | ConstLike) -> UOp: return self.alu(Ops.SHR, x)
+    def __add__(self, x: UOp | ConstLike) -> UOp:
+        return self.alu(Ops.ADD, x)
+
+    def __radd__(self, x: UOp | ConstLike) -> UOp:
+        return self._operand(x).alu(Ops.ADD, self)
+
+    def __mul__(self, x: UOp | ConstLike) -> UOp:
+        return self.alu(Ops.MUL, x)
+
+    def __rmul__(self, x: UOp | ConstLike) -> UOp:
+        return self._operand(x).alu(Ops.MUL, self)
+
+    def __neg__(self) -> UOp:
+        return self.logical_not() if self.dtype.is_bool else self.alu(Ops.MUL, -1)
+
+    def __sub__(self, x: UOp | ConstLike) -> UOp:
+        return self + (-self._operand(x))
+
+    def __rsub__(self, x: UOp | ConstLike) -> UOp:
+        return self._operand(x) + (-self)
+
+    def __floordiv__(self, x: UOp | ConstLike) -> UOp:
+        return self.alu(Ops.IDIV, x)
+
+    def __rfloordiv__(self, x: UOp | ConstLike) -> UOp:
+        return self._operand(x).alu(Ops.IDIV, self)
+
+    def __mod__(self, x: UOp | ConstLike) -> UOp:
+        return self.alu(Ops.MOD, x)
+
+    def __rmod__(self, x: UOp | ConstLike) -> UOp:
+        return self._operand(x).alu(Ops.MOD, self)
+
+    def __lt__(self, x: UOp | ConstLike) -> UOp:
+        return self.alu(Ops.CMPLT, x)
+
+    def __gt__(self, x: UOp | ConstLike) -> UOp:
+        return self._operand(x).alu(Ops.CMPLT, self)
+
+    def __le__(self, x: UOp | ConstLike) -> UOp:
+        return (self > x).logical_not()
+
+    def __ge__(self, x: UOp | ConstLike) -> UOp:
+        return (self < x).logical_not()
+
+    def __and__(self, x: UOp | ConstLike) -> UOp:
+        return self.alu(Ops.AND, x)
+
+    def __rand__(self, x: UOp | ConstLike) -> UOp:
+        return self._operand(x).alu(Ops.AND, self)
+
+    def __or__(self, x: UOp | ConstLike) -> UOp:
+        return self.alu(Ops.OR, x)
+
+    def __ror__(self, x: UOp | ConstLike) -> UOp:
+        return self._operand(x).alu(Ops.OR, self)
+
+    def __xor__(self, x: UOp | ConstLike) -> UOp:
+        return self.alu(Ops.XOR, x)
+
+    def __rxor__(self, x: UOp | ConstLike) -> UOp:
+        return self._operand(x).alu(Ops.XOR, self)
+
+    def __lshift__(self, x: UOp | ConstLike) -> UOp:
+        return self.alu(Ops.SHL, x)
+
+    def __rshift__(self, x: UOp | ConstLike) -> UOp:
+        return self.alu(Ops.SHR, x)
 
     def __truediv__(self, x: UOp | ConstLike) -> UOp:
         if not self.dtype.is_float:
-            raise DTypeError(at="UOp '/'", why=f"true division of {self.dtype.name} values",
-                             suggestion="use // for integer floor division, or cast to a float dtype")
+            raise DTypeError(
+                at="UOp '/'",
+                why=f"true division of {self.dtype.name} values",
+                suggestion="use // for integer floor division, or cast to a float dtype",
+            )
         return self * self._operand(x).reciprocal()
 
-    def ne(self, x: UOp | ConstLike) -> UOp: return self.alu(Ops.CMPNE, x)
-    def eq(self, x: UOp | ConstLike) -> UOp: return self.ne(x).logical_not()
-    def logical_not(self) -> UOp: return self.alu(Ops.CMPNE, True) if self.dtype.is_bool else self.ne(0).logical_not()
+    def ne(self, x: UOp | ConstLike) -> UOp:
+        return self.alu(Ops.CMPNE, x)
+
+    def eq(self, x: UOp | ConstLike) -> UOp:
+        return self.ne(x).logical_not()
+
+    def logical_not(self) -> UOp:
+        return self.alu(Ops.CMPNE, True) if self.dtype.is_bool else self.ne(0).logical_not()
+
     def where(self, a: UOp | ConstLike, b: UOp | ConstLike) -> UOp:
         if isinstance(a, UOp):
             return self.alu(Ops.WHERE, a, a._operand(b))
@@ -208,8 +280,13 @@ class UOp:
             return self.alu(Ops.WHERE, b._operand(a), b)
         dt = dtypes.default_float if isinstance(a, float) or isinstance(b, float) else dtypes.index
         return self.alu(Ops.WHERE, UOp.const(a, dt), UOp.const(b, dt))
-    def maximum(self, x: UOp | ConstLike) -> UOp: return self.alu(Ops.MAX, x)
-    def minimum(self, x: UOp | ConstLike) -> UOp: return -((-self).maximum(-self._operand(x)))
+
+    def maximum(self, x: UOp | ConstLike) -> UOp:
+        return self.alu(Ops.MAX, x)
+
+    def minimum(self, x: UOp | ConstLike) -> UOp:
+        return -((-self).maximum(-self._operand(x)))
+
     def cast(self, dtype: DType | str) -> UOp:
         dt = to_dtype(dtype)
         if dt == self.dtype:
@@ -217,40 +294,65 @@ class UOp:
         if self.op is Ops.CONST:
             return UOp.const(self.arg, dt)
         return UOp(Ops.CAST, dt, (self,))
+
     def bitcast(self, dtype: DType | str) -> UOp:
         dt = to_dtype(dtype)
         if dt.itemsize != self.dtype.itemsize:
-            raise DTypeError(at="BITCAST", why=f"{self.dtype.name} and {dt.name} have different sizes",
-                             suggestion="bitcast between dtypes of equal size")
+            raise DTypeError(
+                at="BITCAST",
+                why=f"{self.dtype.name} and {dt.name} have different sizes",
+                suggestion="bitcast between dtypes of equal size",
+            )
         return self if dt == self.dtype else UOp(Ops.BITCAST, dt, (self,))
-    def trunc(self) -> UOp: return self.alu(Ops.TRUNC)
-    def reciprocal(self) -> UOp: return self.alu(Ops.RECIP)
-    def exp2(self) -> UOp: return self.alu(Ops.EXP2)
-    def log2(self) -> UOp: return self.alu(Ops.LOG2)
-    def sin(self) -> UOp: return self.alu(Ops.SIN)
-    def cos(self) -> UOp: return self.alu(Ops.COS)
-    def sqrt(self) -> UOp: return self.alu(Ops.SQRT)
+
+    def trunc(self) -> UOp:
+        return self.alu(Ops.TRUNC)
+
+    def reciprocal(self) -> UOp:
+        return self.alu(Ops.RECIP)
+
+    def exp2(self) -> UOp:
+        return self.alu(Ops.EXP2)
+
+    def log2(self) -> UOp:
+        return self.alu(Ops.LOG2)
+
+    def sin(self) -> UOp:
+        return self.alu(Ops.SIN)
+
+    def cos(self) -> UOp:
+        return self.alu(Ops.COS)
+
+    def sqrt(self) -> UOp:
+        return self.alu(Ops.SQRT)
 
     # ---- movement / reduce helpers (tensor level) ----------------------------------------------
 
     def reshape(self, shape: tuple[int, ...]) -> UOp:
         return self if tuple(shape) == self.shape else UOp(Ops.RESHAPE, self.dtype, (self,), tuple(shape))
+
     def expand(self, shape: tuple[int, ...]) -> UOp:
         return self if tuple(shape) == self.shape else UOp(Ops.EXPAND, self.dtype, (self,), tuple(shape))
+
     def permute(self, order: tuple[int, ...]) -> UOp:
         return self if tuple(order) == tuple(range(len(order))) else UOp(Ops.PERMUTE, self.dtype, (self,), tuple(order))
+
     def pad(self, pads: tuple[tuple[int, int], ...]) -> UOp:
         pads = tuple((int(b), int(a)) for b, a in pads)
         return self if all(p == (0, 0) for p in pads) else UOp(Ops.PAD, self.dtype, (self,), pads)
+
     def shrink(self, bounds: tuple[tuple[int, int], ...]) -> UOp:
         bounds = tuple((int(b), int(e)) for b, e in bounds)
         same = all(b == 0 and e == s for (b, e), s in zip(bounds, self.shape)) and len(bounds) == len(self.shape)
         return self if same else UOp(Ops.SHRINK, self.dtype, (self,), bounds)
+
     def flip(self, flags: tuple[bool, ...]) -> UOp:
         return self if not any(flags) else UOp(Ops.FLIP, self.dtype, (self,), tuple(bool(f) for f in flags))
+
     def reduce(self, op: Ops, axes: tuple[int, ...]) -> UOp:
         axes = tuple(sorted(set(axes)))
         return self if not axes else UOp(Ops.REDUCE, self.dtype, (self,), (op, axes))
+
     def contiguous(self) -> UOp:
         return UOp(Ops.CONTIGUOUS, self.dtype, (self,))
 
@@ -383,10 +485,12 @@ def check_placeholder_names(roots: list[UOp]) -> None:
         if u.op is Ops.BUFFER and not u.src:
             first = seen.setdefault(u.arg[0], u)
             if first is not u:
-                raise InvalidArgument(at=f"placeholder {u.arg[0]!r}",
-                                      why=f"two different inputs share the name: {first.dtype.name}"
-                                          f"{list(first.arg[1])} and {u.dtype.name}{list(u.arg[1])}",
-                                      suggestion="give each Tensor.empty its own name (or use the same tensor twice)")
+                raise InvalidArgument(
+                    at=f"placeholder {u.arg[0]!r}",
+                    why=f"two different inputs share the name: {first.dtype.name}"
+                    f"{list(first.arg[1])} and {u.dtype.name}{list(u.arg[1])}",
+                    suggestion="give each Tensor.empty its own name (or use the same tensor twice)",
+                )
 
 
 @lru_cache(maxsize=256)
@@ -453,7 +557,7 @@ def pretty(root: UOp, max_lines: int = 60) -> str:
     ids = {u: i for i, u in enumerate(order)}
     lines = [f"%{ids[u]} = {_node_line(u, [f'%{ids[s]}' for s in u.src])}" for u in order]
     if len(lines) > max_lines:
-        lines = lines[: max_lines // 2] + [f"... {len(lines) - max_lines} more ..."] + lines[-max_lines // 2:]
+        lines = lines[: max_lines // 2] + [f"... {len(lines) - max_lines} more ..."] + lines[-max_lines // 2 :]
     return "\n".join(lines)
 
 

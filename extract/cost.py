@@ -18,10 +18,33 @@ from egraph_compiler.schema import EGG_TO_OP
 INF = math.inf
 
 OP_COSTS: dict[Ops, float] = {
-    Ops.CONST: 1, Ops.DEFINE_VAR: 1, Ops.RANGE: 1, Ops.SPECIAL: 1,
-    Ops.ADD: 2, Ops.MUL: 3, Ops.MAX: 2, Ops.CMPLT: 2, Ops.CMPNE: 2, Ops.AND: 2, Ops.OR: 2, Ops.XOR: 2,
-    Ops.SHL: 2, Ops.SHR: 2, Ops.WHERE: 3, Ops.CAST: 2, Ops.BITCAST: 1, Ops.TRUNC: 3,
-    Ops.IDIV: 10, Ops.MOD: 10, Ops.RECIP: 8, Ops.FDIV: 8, Ops.EXP2: 20, Ops.LOG2: 20, Ops.SIN: 20, Ops.COS: 20, Ops.SQRT: 12,
+    Ops.CONST: 1,
+    Ops.DEFINE_VAR: 1,
+    Ops.RANGE: 1,
+    Ops.SPECIAL: 1,
+    Ops.ADD: 2,
+    Ops.MUL: 3,
+    Ops.MAX: 2,
+    Ops.CMPLT: 2,
+    Ops.CMPNE: 2,
+    Ops.AND: 2,
+    Ops.OR: 2,
+    Ops.XOR: 2,
+    Ops.SHL: 2,
+    Ops.SHR: 2,
+    Ops.WHERE: 3,
+    Ops.CAST: 2,
+    Ops.BITCAST: 1,
+    Ops.TRUNC: 3,
+    Ops.IDIV: 10,
+    Ops.MOD: 10,
+    Ops.RECIP: 8,
+    Ops.FDIV: 8,
+    Ops.EXP2: 20,
+    Ops.LOG2: 20,
+    Ops.SIN: 20,
+    Ops.COS: 20,
+    Ops.SQRT: 12,
 }
 
 

@@ -23,8 +23,8 @@ class NodeCost(Protocol):
 @dataclass
 class Choice:
     node: ENode
-    cost: float                      # total cost of the sub-DAG
-    dag: dict[int, float]            # e-class -> cost of its chosen node, for every class in the sub-DAG
+    cost: float  # total cost of the sub-DAG
+    dag: dict[int, float]  # e-class -> cost of its chosen node, for every class in the sub-DAG
 
 
 @dataclass
@@ -87,9 +87,11 @@ def extract(view: EGraphView, model: NodeCost, max_visits: int = 200) -> Extract
                     extra.update((x, v) for x, v in best[k].dag.items() if x not in base)
             total = (best[big].cost if big is not None else 0.0) + sum(extra.values()) + nc
             size = len(base) + len(extra) + 1
-            better = cur is None or total < cur.cost - 1e-12 or (
-                abs(total - cur.cost) <= 1e-12 and cur.node is not n
-                and (size, _key(n)) < (len(cur.dag), _key(cur.node)))
+            better = (
+                cur is None
+                or total < cur.cost - 1e-12
+                or (abs(total - cur.cost) <= 1e-12 and cur.node is not n and (size, _key(n)) < (len(cur.dag), _key(cur.node)))
+            )
             if better:
                 dag = dict(base)
                 dag.update(extra)

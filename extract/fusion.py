@@ -55,11 +55,11 @@ from egraph_compiler.extract.view import EGraphView, ENode
 from egraph_compiler.program import canonical_kernel
 from egraph_compiler.uop import UOp
 
-NOISE = 0.001         # a fusion must save this fraction of the estimate of the kernels it changes
-RECHECK = 0.3        # a trial the quick ranking rejects (or, on big kernels, keeps) by less than this: ranked in full
+NOISE = 0.001  # a fusion must save this fraction of the estimate of the kernels it changes
+RECHECK = 0.3  # a trial the quick ranking rejects (or, on big kernels, keeps) by less than this: ranked in full
 VERIFY_ABOVE_S = 1e-3  # kernels estimated above this whose quick win is narrow (below RECHECK) are ranked in full
-MAX_PAIRED = 6        # buffers of one kernel tried in pairs (when no single fusion pays)
-BATCH_ABOVE = 128     # with more buffers than this, single fusions are tried in doubling batches
+MAX_PAIRED = 6  # buffers of one kernel tried in pairs (when no single fusion pays)
+BATCH_ABOVE = 128  # with more buffers than this, single fusions are tried in doubling batches
 
 
 @dataclass(frozen=True)
@@ -138,11 +138,16 @@ class Decision:
     label: str
     bytes: int
     fused: bool
-    saving_s: float     # estimated seconds the fusion saves (negative: it would cost)
+    saving_s: float  # estimated seconds the fusion saves (negative: it would cost)
 
     def to_dict(self) -> dict[str, object]:
-        return {"buffer": self.buffer, "tensor": self.label, "bytes": self.bytes,
-                "decision": "fused" if self.fused else "materialized", "saving_s": self.saving_s}
+        return {
+            "buffer": self.buffer,
+            "tensor": self.label,
+            "bytes": self.bytes,
+            "decision": "fused" if self.fused else "materialized",
+            "saving_s": self.saving_s,
+        }
 
 
 @dataclass
@@ -156,13 +161,26 @@ class FusionResult:
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, object]:
-        return {"baseline_s": self.baseline_s, "chosen_s": self.chosen_s, "materialized": self.materialized,
-                "decisions": [d.to_dict() for d in self.decisions], "notes": self.notes}
+        return {
+            "baseline_s": self.baseline_s,
+            "chosen_s": self.chosen_s,
+            "materialized": self.materialized,
+            "decisions": [d.to_dict() for d in self.decisions],
+            "notes": self.notes,
+        }
 
 
 class _Search:
-    def __init__(self, view: EGraphView, ex: Extraction, roots: list[int], decode: Decode, model: CostModel,
-                 candidates: dict[str, tuple[str, int]], barriers: set[str]) -> None:
+    def __init__(
+        self,
+        view: EGraphView,
+        ex: Extraction,
+        roots: list[int],
+        decode: Decode,
+        model: CostModel,
+        candidates: dict[str, tuple[str, int]],
+        barriers: set[str],
+    ) -> None:
         # trials re-rank kernels, mostly into the same loop nests, and a model's repeated layers give the same
         # kernels over other buffers
         estimates: dict[UOp, KernelEstimate] = {}
@@ -176,11 +194,11 @@ class _Search:
         self.view, self.ex, self.roots, self.decode = view, ex, roots, decode
         self.model = replace(model, estimate=remembered)
         self.offers = offers(view)
-        self.order = [n for n in [*sorted(barriers), *candidates] if n in self.offers]   # load preference order
+        self.order = [n for n in [*sorted(barriers), *candidates] if n in self.offers]  # load preference order
         self.barriers = barriers
         self.name_of_after = {o.after: o.name for o in self.offers.values()}
         self._choice: tuple[frozenset[str], dict[int, ENode]] | None = None
-        self.rankings: dict[tuple[int, frozenset[str], bool], KernelSchedule] = {}   # (sink, loads, quick?)
+        self.rankings: dict[tuple[int, frozenset[str], bool], KernelSchedule] = {}  # (sink, loads, quick?)
         self.floors: dict[tuple[int, frozenset[str]], float] = {}
         self.kernels: dict[tuple[int, frozenset[str]], UOp | None] = {}
         self.decoded: dict[tuple[int, frozenset[str]], dict[tuple[int, ...], Candidate | None]] = {}  # by rank_kernel
@@ -221,8 +239,9 @@ class _Search:
                 stack.extend(term_children(self.view, n))
         return frozenset(loaded)
 
-    def program(self, mat: frozenset[str], known: dict[int, frozenset[str]] | None = None,
-                changed: set[str] = frozenset()) -> dict[int, frozenset[str]] | None:  # type: ignore[assignment]
+    def program(
+        self, mat: frozenset[str], known: dict[int, frozenset[str]] | None = None, changed: set[str] = frozenset()
+    ) -> dict[int, frozenset[str]] | None:  # type: ignore[assignment]
         """Every kernel of the program under `mat`: SINK class -> buffers it loads; None when the kernels would
         depend on each other in a cycle. `known`/`changed`: the kernels of a program that materialized
         `changed` too (only those that loaded one of them are walked again)."""
@@ -238,7 +257,7 @@ class _Search:
             else:
                 loaded = self.loaded(sink, ch)
             kernels[sink] = loaded
-            stack.extend(self.offers[b].sink for b in sorted(loaded))   # sets of names: their order is per-process
+            stack.extend(self.offers[b].sink for b in sorted(loaded))  # sets of names: their order is per-process
         return None if _cyclic(kernels, self.offers) else kernels
 
     def kernel(self, sink: int, loaded: frozenset[str], mat: frozenset[str]) -> UOp | None:
@@ -260,13 +279,15 @@ class _Search:
         kernel = self.kernel(sink, loaded, mat)
         shape = None if kernel is None or space.shape is None else (canonical_kernel(kernel), frozenset(space.shape))
         # a full ranking of the shape serves any request; a quick one serves only quick ones
-        donor = None if shape is None else self.donors.get((shape, False)) or (
-            self.donors.get((shape, True)) if quick else None)
-        top = 1 if quick else REPLAYED   # a trial needs the best estimate alone
+        donor = (
+            None if shape is None else self.donors.get((shape, False)) or (self.donors.get((shape, True)) if quick else None)
+        )
+        top = 1 if quick else REPLAYED  # a trial needs the best estimate alone
         ks = None if donor is None else rank_like(ex, sink, self.decode, self.model, space, *donor, top)
         if ks is None:
-            ks = rank_kernel(self.view, ex, sink, self.decode, self.model, quick, space,
-                             self.decoded.setdefault((sink, loaded), {}))
+            ks = rank_kernel(
+                self.view, ex, sink, self.decode, self.model, quick, space, self.decoded.setdefault((sink, loaded), {})
+            )
             if shape is not None:
                 self.donors.setdefault((shape, quick), (ks, space))
         self.rankings[(sink, loaded, quick)] = ks
@@ -292,7 +313,7 @@ class _Search:
 
 def _cyclic(kernels: dict[int, frozenset[str]], offs: dict[str, Offer]) -> bool:
     """Do the kernels (SINK class -> buffers loaded) depend on each other in a cycle?"""
-    state: dict[int, int] = {}   # 1: on the path, 2: done
+    state: dict[int, int] = {}  # 1: on the path, 2: done
 
     for start in kernels:
         if start in state:
@@ -314,9 +335,18 @@ def _cyclic(kernels: dict[int, frozenset[str]], offs: dict[str, Offer]) -> bool:
     return False
 
 
-def choose_fusion(view: EGraphView, ex: Extraction, roots: list[int], decode: Decode, model: CostModel,
-                  candidates: dict[str, tuple[str, int]], barriers: set[str], time_budget: float,
-                  progress: Callable[[str], None] | None = None, deadline: float | None = None) -> FusionResult:
+def choose_fusion(
+    view: EGraphView,
+    ex: Extraction,
+    roots: list[int],
+    decode: Decode,
+    model: CostModel,
+    candidates: dict[str, tuple[str, int]],
+    barriers: set[str],
+    time_budget: float,
+    progress: Callable[[str], None] | None = None,
+    deadline: float | None = None,
+) -> FusionResult:
     """The materialized buffers and every kernel's schedules, from the baseline by estimated savings.
 
     candidates: buffer name -> (a label for the report, bytes) for each intermediate that may be fused;
@@ -327,7 +357,7 @@ def choose_fusion(view: EGraphView, ex: Extraction, roots: list[int], decode: De
     notes: list[str] = []
     mat = frozenset(n for n in candidates if n in s.offers)
     kernels = s.program(mat)
-    while kernels is None and mat:   # a cycle through values the e-graph proved equal: drop the newest
+    while kernels is None and mat:  # a cycle through values the e-graph proved equal: drop the newest
         mat = frozenset(sorted(mat, key=list(candidates).index)[:-1])
         kernels = s.program(mat)
         notes.append("a materialization that would make kernels read each other was left out")
@@ -354,11 +384,11 @@ def choose_fusion(view: EGraphView, ex: Extraction, roots: list[int], decode: De
         # the work alone (a GEMM recomputed for every element of its consumer) rules most losing trials out unranked
         after = s.floor(changed, trial_mat)
         saving, keep, ranked = before - after, False, after <= before * (1 + NOISE)
-        for quick in (True, False) if ranked else ():   # a near miss on the quick ranking is ranked again in full
+        for quick in (True, False) if ranked else ():  # a near miss on the quick ranking is ranked again in full
             trial_costs.update(s.cost(changed, trial_mat, quick=quick))
             after = sum(trial_costs[k] for k in changed)
             keep = math.isfinite(after) and before - after > NOISE * before
-            if keep and not quick:   # ... and a win in full is confirmed against the replaced kernels in full
+            if keep and not quick:  # ... and a win in full is confirmed against the replaced kernels in full
                 costs.update((k, min(costs[k], v)) for k, v in s.cost(replaced, mat).items())
                 before = sum(costs[k] for k in replaced)
                 keep = before - after > NOISE * before
@@ -371,11 +401,13 @@ def choose_fusion(view: EGraphView, ex: Extraction, roots: list[int], decode: De
         for b in group:
             decisions[b] = Decision(b, candidates[b][0], candidates[b][1], keep, saving)
         if progress is not None:
-            names = ' + '.join(group) if len(group) <= 4 else f"{len(group)} buffers ({group[0]} ... {group[-1]})"
-            labels = ', '.join(candidates[b][0] for b in group) if len(group) <= 4 else "a batch"
-            progress(f"fusion: {names} ({labels}) "
-                     f"{'fused' if keep else 'kept'}: {before * 1e3:.3f} -> {'' if ranked else 'at least '}"
-                     f"{after * 1e3:.3f} ms")
+            names = " + ".join(group) if len(group) <= 4 else f"{len(group)} buffers ({group[0]} ... {group[-1]})"
+            labels = ", ".join(candidates[b][0] for b in group) if len(group) <= 4 else "a batch"
+            progress(
+                f"fusion: {names} ({labels}) "
+                f"{'fused' if keep else 'kept'}: {before * 1e3:.3f} -> {'' if ranked else 'at least '}"
+                f"{after * 1e3:.3f} ms"
+            )
         if keep:
             mat, kernels, costs = trial_mat, trial, trial_costs
         return keep
@@ -393,8 +425,11 @@ def choose_fusion(view: EGraphView, ex: Extraction, roots: list[int], decode: De
         weight = {b: candidates[b][1] * (1 + used[b]) for b in used if b in mat}
         if size == 1:
             return [(b,) for b in sorted(weight, key=lambda b: (-weight[b], order[b]))]
-        pairs = {tuple(sorted(p)) for loaded in kernels.values()
-                 for p in itertools.combinations(sorted(b for b in loaded if b in weight)[:MAX_PAIRED], 2)}
+        pairs = {
+            tuple(sorted(p))
+            for loaded in kernels.values()
+            for p in itertools.combinations(sorted(b for b in loaded if b in weight)[:MAX_PAIRED], 2)
+        }
         return sorted(pairs, key=lambda p: (-sum(weight[b] for b in p), [order[b] for b in p]))  # type: ignore[return-value]
 
     def live(b: str) -> bool:
@@ -413,7 +448,7 @@ def choose_fusion(view: EGraphView, ex: Extraction, roots: list[int], decode: De
                 budget_hit = True
                 break
             if batch > 1:
-                chunk = tuple(g[0] for g in todo[i:i + batch] if live(g[0]))
+                chunk = tuple(g[0] for g in todo[i : i + batch] if live(g[0]))
                 if len(chunk) > 1 and attempt(chunk):
                     improved, i, batch = True, i + batch, 2 * batch
                 else:
@@ -423,21 +458,24 @@ def choose_fusion(view: EGraphView, ex: Extraction, roots: list[int], decode: De
             i += 1
             if not all(map(live, group)):
                 continue
-            if attempt(group):   # the pass goes on with the new program; the next pass retries the rest
+            if attempt(group):  # the pass goes on with the new program; the next pass retries the rest
                 improved = True
                 if size > 1:
                     break
                 batch = 2 if batching else 1
         size = 1 if improved else size + 1
     if budget_hit:
-        notes.append(f"the fusion search stopped at its time budget ({time_budget:g} s); the best program found "
-                     "so far is used")
+        notes.append(f"the fusion search stopped at its time budget ({time_budget:g} s); the best program found so far is used")
     # the kept program's kernels ranked in full: a full ranking contains every quick one's candidates' region
     # and is kept only where it is no worse, so the chosen estimate stays below the baseline's
     past = deadline is not None and time.perf_counter() > deadline
     full = costs if past else s.cost(kernels, mat)
-    scheds = {k: s.rankings.get((k, kernels[k], full[k] > costs[k])) or s.rankings.get((k, kernels[k], True))
-              or s.rankings[(k, kernels[k], False)] for k in kernels}
+    scheds = {
+        k: s.rankings.get((k, kernels[k], full[k] > costs[k]))
+        or s.rankings.get((k, kernels[k], True))
+        or s.rankings[(k, kernels[k], False)]
+        for k in kernels
+    }
     if past:
         notes.append("the time limit was reached: kernels ranked quickly in the fusion search keep that ranking")
     chosen = sum(min(full[k], costs[k]) for k in kernels)
@@ -445,8 +483,15 @@ def choose_fusion(view: EGraphView, ex: Extraction, roots: list[int], decode: De
     for b in candidates:
         if b in s.offers and b not in decisions and b in mat and any(b in v for v in kernels.values()):
             decisions[b] = Decision(b, candidates[b][0], candidates[b][1], False, math.nan)
-    return FusionResult(choice, scheds, baseline, chosen, list(decisions.values()),
-                        sorted(b for b in mat if any(b in v for v in kernels.values())), notes)
+    return FusionResult(
+        choice,
+        scheds,
+        baseline,
+        chosen,
+        list(decisions.values()),
+        sorted(b for b in mat if any(b in v for v in kernels.values())),
+        notes,
+    )
 
 
 __all__ = ["Decision", "FusionResult", "Offer", "choose_fusion", "offers"]

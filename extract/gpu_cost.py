@@ -56,23 +56,45 @@ from egraph_compiler.ops import AxisType, Ops
 from egraph_compiler.program import Kernel, buffer_of, value_nodes
 from egraph_compiler.uop import UOp
 
-FREE = (Ops.CONST, Ops.RANGE, Ops.DEFINE_VAR, Ops.BUFFER, Ops.INDEX, Ops.AFTER, Ops.END, Ops.SINK, Ops.REDUCE,
-        Ops.VECTORIZE, Ops.GEP, Ops.BITCAST)
+FREE = (
+    Ops.CONST,
+    Ops.RANGE,
+    Ops.DEFINE_VAR,
+    Ops.BUFFER,
+    Ops.INDEX,
+    Ops.AFTER,
+    Ops.END,
+    Ops.SINK,
+    Ops.REDUCE,
+    Ops.VECTORIZE,
+    Ops.GEP,
+    Ops.BITCAST,
+)
 # lane-cycles per thread-level operation; one lane-cycle = a float add/mul on one of the SM's fp32 lanes
-LANE_CYCLES = {Ops.IDIV: 8.0, Ops.MOD: 8.0, Ops.CAST: 2.0, Ops.LOAD: 4.0, Ops.STORE: 4.0,  # LSU: 32 lanes/SM
-               Ops.RECIP: 8.0, Ops.SQRT: 8.0, Ops.EXP2: 8.0, Ops.LOG2: 8.0, Ops.SIN: 8.0}  # SFU: 16 lanes/SM
-ADD_LATENCY = 4.0        # cycles before a dependent FADD/FFMA can issue
-TREE_STEP = 40.0         # one level of a shared-memory tree: load, op, store, __syncthreads
-SHUFFLE_STEP = 30.0      # one __shfl_xor_sync level of a warp butterfly and its op
-MMA_CYCLES = 32.0        # one m16n16k16 load_matrix_sync pair + mma_sync, issued back to back by one warp
-DRAM_LATENCY = 600.0     # cycles for a load that misses L2, under load
-MLP = 4                  # loads in flight per warp (nvcc unrolls a reduce loop by 4)
+LANE_CYCLES = {
+    Ops.IDIV: 8.0,
+    Ops.MOD: 8.0,
+    Ops.CAST: 2.0,
+    Ops.LOAD: 4.0,
+    Ops.STORE: 4.0,  # LSU: 32 lanes/SM
+    Ops.RECIP: 8.0,
+    Ops.SQRT: 8.0,
+    Ops.EXP2: 8.0,
+    Ops.LOG2: 8.0,
+    Ops.SIN: 8.0,
+}  # SFU: 16 lanes/SM
+ADD_LATENCY = 4.0  # cycles before a dependent FADD/FFMA can issue
+TREE_STEP = 40.0  # one level of a shared-memory tree: load, op, store, __syncthreads
+SHUFFLE_STEP = 30.0  # one __shfl_xor_sync level of a warp butterfly and its op
+MMA_CYCLES = 32.0  # one m16n16k16 load_matrix_sync pair + mma_sync, issued back to back by one warp
+DRAM_LATENCY = 600.0  # cycles for a load that misses L2, under load
+MLP = 4  # loads in flight per warp (nvcc unrolls a reduce loop by 4)
 L1_BYTES_PER_CLOCK = 128
 L2_BYTES_PER_CLOCK = 32  # per SM: L2 -> SM bandwidth (H100: ~7 TB/s over 132 SMs at 1.75 GHz)
 MAX_BLOCKS_PER_SM = 32
-HBM_EFFICIENCY = 0.9     # a streaming copy reaches ~90% of the HBM peak
+HBM_EFFICIENCY = 0.9  # a streaming copy reaches ~90% of the HBM peak
 SECTOR = 32
-SUSTAINED_CLOCK = 0.9   # of the boost clock a device reports
+SUSTAINED_CLOCK = 0.9  # of the boost clock a device reports
 
 
 @dataclass(frozen=True)
@@ -86,8 +108,8 @@ class GPUMachine:
     warp_size: int = 32
     max_threads_per_sm: int = 2048
     max_threads_per_block: int = 1024
-    shared_mem_per_block: int = 227 << 10   # opt-in maximum; static arrays are limited to 48 KiB
-    fp32_tflops: float = 60.0               # 132 SMs x 128 lanes x 2 (FMA) x 1.75 GHz
+    shared_mem_per_block: int = 227 << 10  # opt-in maximum; static arrays are limited to 48 KiB
+    fp32_tflops: float = 60.0  # 132 SMs x 128 lanes x 2 (FMA) x 1.75 GHz
     fp16_tc_tflops: float = 989.0
     hbm_gbps: float = 3350.0
     l2_bytes: int = 50 << 20
@@ -112,13 +134,13 @@ class GPUMachine:
                 m = from_properties(p, m)
         except Exception:  # no CuPy, no driver or no device: an H100 is as good a guess as any
             pass
-        env = {f.name: os.environ[f"EGC_GPU_{f.name.upper()}"] for f in fields(m)
-               if f"EGC_GPU_{f.name.upper()}" in os.environ}
+        env = {f.name: os.environ[f"EGC_GPU_{f.name.upper()}"] for f in fields(m) if f"EGC_GPU_{f.name.upper()}" in os.environ}
         return replace(m, **{k: type(getattr(m, k))(float(v)) for k, v in env.items()})
 
 
 def from_properties(p: dict[str, object], m: GPUMachine = GPUMachine()) -> GPUMachine:
     """A GPUMachine from cudaDeviceProp fields (CuPy's getDeviceProperties); what is missing comes from m."""
+
     def get(key: str, default: float) -> float:
         v = p.get(key)
         return float(v) if isinstance(v, (int, float)) and v > 0 else float(default)
@@ -127,19 +149,24 @@ def from_properties(p: dict[str, object], m: GPUMachine = GPUMachine()) -> GPUMa
     # clockRate (kHz) is the top boost clock; under sustained load the SMs run ~10% below it
     ghz = get("clockRate", 0) / 1e6 * SUSTAINED_CLOCK or m.clock_ghz
     sms = int(get("multiProcessorCount", m.sms))
-    lanes = 64 if cc in ((7, 0), (7, 2), (7, 5), (8, 0)) else 128    # fp32 lanes per SM
+    lanes = 64 if cc in ((7, 0), (7, 2), (7, 5), (8, 0)) else 128  # fp32 lanes per SM
     # dense fp16 tensor-core FMAs per SM per clock: Volta/Turing, A100, Hopper, Blackwell; consumer parts 512
     tc = 512 if cc[0] < 8 else 1024 if cc == (8, 0) else 2048 if cc[0] == 9 else 4096 if cc[0] == 10 else 512
     hbm = get("memoryClockRate", 0) * 1e3 * 2 * get("memoryBusWidth", 0) / 8 / 1e9 or m.hbm_gbps  # kHz, DDR, bits
     known = "clockRate" in p and "major" in p
-    return GPUMachine(sms=sms, warp_size=int(get("warpSize", m.warp_size)),
-                      max_threads_per_sm=int(get("maxThreadsPerMultiProcessor", m.max_threads_per_sm)),
-                      max_threads_per_block=int(get("maxThreadsPerBlock", m.max_threads_per_block)),
-                      shared_mem_per_block=int(get("sharedMemPerBlockOptin", get("sharedMemPerBlock",
-                                                                                  m.shared_mem_per_block))),
-                      fp32_tflops=sms * lanes * 2 * ghz / 1e3 if known else m.fp32_tflops * sms / m.sms,
-                      fp16_tc_tflops=sms * tc * 2 * ghz / 1e3 if known else m.fp16_tc_tflops * sms / m.sms, hbm_gbps=hbm,
-                      l2_bytes=int(get("l2CacheSize", m.l2_bytes)), launch_us=m.launch_us, clock_ghz=ghz)
+    return GPUMachine(
+        sms=sms,
+        warp_size=int(get("warpSize", m.warp_size)),
+        max_threads_per_sm=int(get("maxThreadsPerMultiProcessor", m.max_threads_per_sm)),
+        max_threads_per_block=int(get("maxThreadsPerBlock", m.max_threads_per_block)),
+        shared_mem_per_block=int(get("sharedMemPerBlockOptin", get("sharedMemPerBlock", m.shared_mem_per_block))),
+        fp32_tflops=sms * lanes * 2 * ghz / 1e3 if known else m.fp32_tflops * sms / m.sms,
+        fp16_tc_tflops=sms * tc * 2 * ghz / 1e3 if known else m.fp16_tc_tflops * sms / m.sms,
+        hbm_gbps=hbm,
+        l2_bytes=int(get("l2CacheSize", m.l2_bytes)),
+        launch_us=m.launch_us,
+        clock_ghz=ghz,
+    )
 
 
 def _bound(r: UOp) -> int:
@@ -148,7 +175,7 @@ def _bound(r: UOp) -> int:
 
 def _lane_cycles(u: UOp) -> float:
     if u.op is Ops.ADD and u.dtype.is_float and any(s.op is Ops.MUL for s in u.src):
-        return 0.0   # fused with the MUL into one FFMA
+        return 0.0  # fused with the MUL into one FFMA
     c = LANE_CYCLES.get(u.op, 1.0)
     if u.dtype is dtypes.float64:
         c *= 2.0
@@ -162,19 +189,19 @@ class _Thread:
 
     def __init__(self, r: _Renderer, shared: SharedBlock | None = None) -> None:
         self.r = r
-        self.shared = shared         # how the block shares block-uniform REDUCEs (None: it does not)
+        self.shared = shared  # how the block shares block-uniform REDUCEs (None: it does not)
         self.lane = self.instr = self.chain = 0.0
         self.smem = 0
-        self.tc_steps = 0.0          # a TC item: k steps of 16, MMAs per k step,
-        self.tc_mmas = 0             # fragment bytes a warp reads per k step (L1 or shared memory)
-        self.tc_frag_bytes = 0.0     # and bytes it brings from L2 per k step (its share of a staged block tile)
+        self.tc_steps = 0.0  # a TC item: k steps of 16, MMAs per k step,
+        self.tc_mmas = 0  # fragment bytes a warp reads per k step (L1 or shared memory)
+        self.tc_frag_bytes = 0.0  # and bytes it brings from L2 per k step (its share of a staged block tile)
         self.tc_l2_bytes = 0.0
         # (LOAD/STORE, runs per thread, innermost loop, vector access: (lane range, elements) or None,
         #  the ranges a warp's lanes step through when not the item's thread ranges: a block-shared REDUCE's)
         self.accesses: list[tuple[UOp, float, UOp | None, tuple[UOp, int] | None, list[UOp] | None]] = []
-        self.lanes: list[UOp] = []   # UPCAST END ranges the renderer expands into lanes
-        self.spread: list[UOp] | None = None   # inside a block-shared REDUCE: its ranges, spread over the threads
-        self.reduced: set[UOp] = set()         # REDUCEs counted (one nested in another's body is hoisted: once)
+        self.lanes: list[UOp] = []  # UPCAST END ranges the renderer expands into lanes
+        self.spread: list[UOp] | None = None  # inside a block-shared REDUCE: its ranges, spread over the threads
+        self.reduced: set[UOp] = set()  # REDUCEs counted (one nested in another's body is hoisted: once)
 
     def copies(self, u: UOp) -> int:
         """How many lane copies of u the renderer emits (one per value of the lanes it depends on)."""
@@ -221,9 +248,9 @@ class _Thread:
 
     def reduce(self, u: UOp, loops: list[UOp], trips: list[float]) -> None:
         depth = self.place(u, loops)
-        own = [x for x in u.src[1:] if x.op is Ops.RANGE]   # a constant there is a range of one: no loop
+        own = [x for x in u.src[1:] if x.op is Ops.RANGE]  # a constant there is a range of one: no loop
         group = [x for x in own if x.arg[1] is AxisType.GROUP_REDUCE]
-        inner, t = loops[:depth] + [x for x in own if x not in group], trips[:depth + 1]
+        inner, t = loops[:depth] + [x for x in own if x not in group], trips[: depth + 1]
         # a block-uniform REDUCE is shared by the block's threads (backends.cuda block_combine): each takes every
         # threads-th iteration, then a shuffle butterfly and the warps' partials through shared memory
         # (not inside another shared loop, where the trip count differs between threads)
@@ -241,7 +268,7 @@ class _Thread:
         copies = self.copies(u)
         self.lane += t[-1] * copies * (0.0 if fused else 1.0)
         self.instr += t[-1] * copies
-        self.chain += t[-1] * ADD_LATENCY   # each add waits for the previous one; lane copies interleave
+        self.chain += t[-1] * ADD_LATENCY  # each add waits for the previous one; lane copies interleave
         if shared is not None:
             warps = shared.threads // 32
             self.chain += trips[depth] * (5 * SHUFFLE_STEP + (2 * TREE_STEP if warps > 1 else 0.0))
@@ -271,7 +298,7 @@ def _sectors(access: UOp, lanes: list[UOp], n_lanes: int, vec: tuple[UOp, int] |
                 if r not in coef:
                     coef[r] = stride(idx, r)
                 s = coef[r]
-                if s is None:       # not affine in a thread index: a gather, one sector per lane
+                if s is None:  # not affine in a thread index: a gather, one sector per lane
                     return n_lanes, n_lanes
                 off += s * v
         offsets += [off + e for e in range(vec[1] if vec else 1)]
@@ -310,7 +337,7 @@ def estimate_gpu(kernel: UOp, m: GPUMachine | None = None) -> KernelEstimate:
         flat = not (ph.tc or ph.block or ph.group) and split is None
         block_rs = ph.block + ph.group
         total = max(math.prod(_bound(x) for x in it.grid) for it in ph.items)
-        if split is not None:   # the partials launch; the combining one is a launch and a few dependent steps
+        if split is not None:  # the partials launch; the combining one is a launch and a few dependent steps
             threads, blocks, ok = split.block.threads, split.outputs * split.block.parts, True
             est.overhead_s += m.launch_us * 1e-6 + (DRAM_LATENCY + 5 * SHUFFLE_STEP + 2 * TREE_STEP) / hz
             est.notes.append(f"phase {k}: its REDUCE split over {split.block.parts} blocks per output")
@@ -333,10 +360,9 @@ def estimate_gpu(kernel: UOp, m: GPUMachine | None = None) -> KernelEstimate:
         smem = sum(w.smem for w in works)
         if smem > min(_STATIC_SMEM, m.shared_mem_per_block):
             return _invalid(est, f"phase {k}: {smem} bytes of static shared memory")
-        per_sm = max(1, min(m.max_threads_per_sm // (warps * 32), MAX_BLOCKS_PER_SM,
-                            m.shared_mem_per_block // max(smem, 1)))
+        per_sm = max(1, min(m.max_threads_per_sm // (warps * 32), MAX_BLOCKS_PER_SM, m.shared_mem_per_block // max(smem, 1)))
         ln = _Launch()
-        dram: dict[UOp, float] = {}   # buffer -> bytes it moves
+        dram: dict[UOp, float] = {}  # buffer -> bytes it moves
         for it, w in zip(ph.items, works):
             nb = -(-math.prod(_bound(x) for x in it.grid) // threads) if flat else blocks
             rounds, waves = -(-nb // m.sms), -(-nb // (m.sms * per_sm))
@@ -344,8 +370,11 @@ def estimate_gpu(kernel: UOp, m: GPUMachine | None = None) -> KernelEstimate:
             n_lanes = min(32, threads, math.prod(_bound(x) for x in lanes) if flat else threads)
             sector_bytes = 0.0
             for u, runs, inner, vec, spread in w.accesses:
-                sectors, distinct = (_sectors(u, spread, min(32, math.prod(_bound(x) for x in spread)), vec)
-                                     if spread else _sectors(u, lanes, n_lanes, vec))
+                sectors, distinct = (
+                    _sectors(u, spread, min(32, math.prod(_bound(x) for x in spread)), vec)
+                    if spread
+                    else _sectors(u, lanes, n_lanes, vec)
+                )
                 sector_bytes += runs * sectors * SECTOR
                 ln.req_bytes += runs * sectors * SECTOR
                 ln.reqs += runs
@@ -358,10 +387,10 @@ def estimate_gpu(kernel: UOp, m: GPUMachine | None = None) -> KernelEstimate:
                 reuse = sectors == 1 or (s is not None and abs(s) * size < SECTOR)
                 waste = sectors * SECTOR / (distinct * size) if nbytes > m.l2_bytes and not reuse else 1.0
                 dram[b] = max(dram.get(b, 0.0), nbytes * max(1.0, waste))
-            if it.tc is not None:   # fragments through L1/shared memory, block tiles (or fragments) from L2
+            if it.tc is not None:  # fragments through L1/shared memory, block tiles (or fragments) from L2
                 sector_bytes += w.tc_steps * (w.tc_frag_bytes + w.tc_l2_bytes)
                 ln.l2_s += rounds * warps * w.tc_steps * w.tc_l2_bytes / (L2_BYTES_PER_CLOCK * hz)
-                ln.compute_s += rounds * warps * w.tc_steps * w.tc_mmas * 2 * 16 ** 3 / (m.fp16_tc_tflops * 1e12 / m.sms)
+                ln.compute_s += rounds * warps * w.tc_steps * w.tc_mmas * 2 * 16**3 / (m.fp16_tc_tflops * 1e12 / m.sms)
                 for b in (it.tc.a[0], it.tc.b[0]):
                     dram[b] = max(dram.get(b, 0.0), b.arg[1][0] * b.dtype.itemsize)
             ln.compute_s += rounds * warps * 32 * w.lane / (lanes_per_clock * hz)
@@ -390,8 +419,7 @@ def renders_on_cuda(kernel: UOp) -> bool:
     """Does the CUDA renderer emit the kernel? Rules the estimate does not model are checked only in emission (a
     group reduction left under a data-dependent branch)."""
     try:
-        _Renderer(Kernel.from_ast("k", kernel if kernel.op is Ops.SINK else UOp(Ops.SINK, dtypes.void, (kernel,))))\
-            .render()
+        _Renderer(Kernel.from_ast("k", kernel if kernel.op is Ops.SINK else UOp(Ops.SINK, dtypes.void, (kernel,)))).render()
     except CompilerError:
         return False
     return True
@@ -407,9 +435,14 @@ def _item(r: _Renderer, it: _Item, ph: _Phase, shared: SharedBlock | None) -> _T
         trips.append(trips[-1] * _bound(x))
     if it.tc is None:
         w.visit(it.store, loops, trips)
-        w.smem = math.prod(_bound(x) for x in ph.block + ph.group) * sum(  # one tree array per group reduce
-            8 if u.dtype.itemsize == 8 else 4 for u in it.store.toposort()
-            if u.op is Ops.REDUCE and any(x in ph.group for x in u.src[1:]))
+        w.smem = (
+            math.prod(_bound(x) for x in ph.block + ph.group)
+            * sum(  # one tree array per group reduce
+                8 if u.dtype.itemsize == 8 else 4
+                for u in it.store.toposort()
+                if u.op is Ops.REDUCE and any(x in ph.group for x in u.src[1:])
+            )
+        )
         return w
     tc = it.tc
     warps = math.prod(_bound(x) for x in ph.block)
@@ -419,10 +452,10 @@ def _item(r: _Renderer, it: _Item, ph: _Phase, shared: SharedBlock | None) -> _T
     w.tc_mmas = math.prod(_bound(x) for x in tc.ups)
     w.tc_frag_bytes = sum(frags) * tile
     stage = r.tc_stage(it, tc)
-    if stage is None:   # every warp loads its own fragments from global memory
+    if stage is None:  # every warp loads its own fragments from global memory
         w.tc_l2_bytes = w.tc_frag_bytes
         w.chain += w.tc_steps * (MMA_CYCLES + 4 * w.tc_mmas)
-    else:               # the block's tiles are copied once (16 bytes per thread and copy), waited for once a stage
+    else:  # the block's tiles are copied once (16 bytes per thread and copy), waited for once a stage
         copies = stage.ks * sum(16 * math.prod(_bound(x) for x in op.tiles) * 2 for op in (stage.a, stage.b))
         w.tc_l2_bytes = copies * 16 / stage.ks / warps
         w.instr += w.tc_steps * copies / stage.ks / (32 * warps) * 8

@@ -33,9 +33,9 @@ Footprint = frozenset[int]
 class CPUParams:
     """Machine figures the cost model uses (cost unit: one scalar add)."""
 
-    kernel_overhead: float = 20_000.0   # launch + thread-pool sync, in adds
-    byte_cost: float = 0.5              # per byte loaded or stored
-    store_extra: float = 1.0            # a store also costs a read-for-ownership
+    kernel_overhead: float = 20_000.0  # launch + thread-pool sync, in adds
+    byte_cost: float = 0.5  # per byte loaded or stored
+    store_extra: float = 1.0  # a store also costs a read-for-ownership
 
 
 def ulist(view: EGraphView, c: int) -> list[int]:
@@ -69,8 +69,9 @@ def range_bounds(view: EGraphView) -> dict[int, int]:
     return out
 
 
-def footprints(view: EGraphView, bounds: dict[int, int], unextractable: set[str] | frozenset[str] = frozenset(),
-               max_passes: int = 64) -> dict[int, Footprint]:
+def footprints(
+    view: EGraphView, bounds: dict[int, int], unextractable: set[str] | frozenset[str] = frozenset(), max_passes: int = 64
+) -> dict[int, Footprint]:
     """Free ranges of every class (smallest trip product over its extractable nodes), to a fixed point. A node
     that contains its own class (`r + 0` in a RANGE's class) can never be extracted and says nothing about the
     class's ranges, and neither does an unextractable helper: both are skipped. A pass re-evaluates only
@@ -131,7 +132,7 @@ class KernelCost:
     view: EGraphView
     unextractable: set[str] = field(default_factory=set)
     params: CPUParams = field(default_factory=CPUParams)
-    loads_from: frozenset[str] | None = None   # if given, a load from another kernel's buffer is extractable only
+    loads_from: frozenset[str] | None = None  # if given, a load from another kernel's buffer is extractable only
     #                                            for these buffers: every other value is computed inline (the fusion
     #                                            search decides what to materialize, extract/fusion.py)
 

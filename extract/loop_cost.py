@@ -54,17 +54,47 @@ from egraph_compiler.uop import UOp
 
 UNROLLED = (AxisType.UPCAST, AxisType.UNROLL)
 # cycles per scalar operation (throughput on a modern x86 core); anything else costs DEFAULT_OP
-OP_CYCLES = {Ops.ADD: 0.5, Ops.MUL: 0.5, Ops.MAX: 0.5, Ops.CMPLT: 0.5, Ops.CMPNE: 0.5, Ops.WHERE: 0.5,
-             Ops.AND: 0.5, Ops.OR: 0.5, Ops.XOR: 0.5, Ops.CAST: 1.0, Ops.IDIV: 20.0, Ops.MOD: 20.0,
-             Ops.RECIP: 4.0, Ops.FDIV: 4.0, Ops.SQRT: 6.0, Ops.EXP2: 14.0, Ops.LOG2: 10.0, Ops.SIN: 20.0, Ops.COS: 20.0,
-             Ops.LOAD: 0.5, Ops.STORE: 1.0}
-FREE = (Ops.CONST, Ops.RANGE, Ops.DEFINE_VAR, Ops.BUFFER, Ops.INDEX, Ops.AFTER, Ops.END, Ops.SINK, Ops.REDUCE,
-        Ops.VECTORIZE, Ops.GEP)
+OP_CYCLES = {
+    Ops.ADD: 0.5,
+    Ops.MUL: 0.5,
+    Ops.MAX: 0.5,
+    Ops.CMPLT: 0.5,
+    Ops.CMPNE: 0.5,
+    Ops.WHERE: 0.5,
+    Ops.AND: 0.5,
+    Ops.OR: 0.5,
+    Ops.XOR: 0.5,
+    Ops.CAST: 1.0,
+    Ops.IDIV: 20.0,
+    Ops.MOD: 20.0,
+    Ops.RECIP: 4.0,
+    Ops.FDIV: 4.0,
+    Ops.SQRT: 6.0,
+    Ops.EXP2: 14.0,
+    Ops.LOG2: 10.0,
+    Ops.SIN: 20.0,
+    Ops.COS: 20.0,
+    Ops.LOAD: 0.5,
+    Ops.STORE: 1.0,
+}
+FREE = (
+    Ops.CONST,
+    Ops.RANGE,
+    Ops.DEFINE_VAR,
+    Ops.BUFFER,
+    Ops.INDEX,
+    Ops.AFTER,
+    Ops.END,
+    Ops.SINK,
+    Ops.REDUCE,
+    Ops.VECTORIZE,
+    Ops.GEP,
+)
 DEFAULT_OP = 1.0
 # math calls stay one scalar call per element: neither the loop nor the SLP vectorizer widens them here. EXP2 is
 # not one: the backend renders it inline (about 28 vector instructions), and it vectorizes like arithmetic
 SCALAR_MATH = (Ops.LOG2, Ops.SIN, Ops.COS)
-GATE_CYCLES = 2.0          # the branch (or select) around a gated load
+GATE_CYCLES = 2.0  # the branch (or select) around a gated load
 # a load of one element (a broadcast operand, a gathered lane) issues a little slower than a vector load. Measured
 # on Zen 4, 3x3 convolution 64 -> 64 channels at 56x56: one broadcast weight per 8-lane FMA (17 loads and 16 FMAs
 # a step) ran 15% slower than one broadcast pixel per 16-lane FMA (9 loads, 16 FMAs of twice the width), where
@@ -77,19 +107,19 @@ SCALAR_LOAD_EXTRA = 0.05
 # one more 768-byte row statistic kept in a buffer); 0.3 made the T=128 block 8% slower
 OVERLAP_MISS = 0.15
 CODE_SIZE = {Ops.EXP2: 30}  # scalar instructions one copy of an op renders to (else 1)
-LINE = 64                  # bytes in a cache line
+LINE = 64  # bytes in a cache line
 # the share of a cache a loop nest's footprint may fill before it counts as not fitting (associativity and the
 # data the model does not see: stores, the stack, other buffers' partial lines)
 CACHE_FILL = {1: 0.5, 2: 0.75}
-ADD_LATENCY = 4.0          # cycles before a dependent add can start
-SPILL_CYCLES = 4.0         # reload + spill of one accumulator vector per iteration
+ADD_LATENCY = 4.0  # cycles before a dependent add can start
+SPILL_CYCLES = 4.0  # reload + spill of one accumulator vector per iteration
 LOOP_VECTOR_INTERLEAVE = 2  # LLVM interleaves a vectorized loop: two vectors in flight per iteration
-LOOP_CYCLES = 1.0          # increment, compare, branch
+LOOP_CYCLES = 1.0  # increment, compare, branch
 AUTO_PARALLEL_MIN_WORK = 1 << 16
-PAGE = 4096                # bytes
-PAGE_STEP_CYCLES = 8.0     # a stall beside the ports when a load steps a page per loop iteration (an unpacked
+PAGE = 4096  # bytes
+PAGE_STEP_CYCLES = 8.0  # a stall beside the ports when a load steps a page per loop iteration (an unpacked
 #                            GEMM B column: 512x1024 @ 1024x4096 ran ~6-8 cycles a k step slower than packed)
-MAX_UNROLLED = 512         # product of a kernel's UPCAST/UNROLL bounds
+MAX_UNROLLED = 512  # product of a kernel's UPCAST/UNROLL bounds
 
 
 @dataclass(frozen=True)
@@ -97,18 +127,18 @@ class CPUMachine:
     """What the estimate needs of the CPU: read from llvmlite's host description, bandwidth from a config."""
 
     cores: int = 2
-    simd_bytes: int = 32           # AVX2: 32, AVX-512: 64
+    simd_bytes: int = 32  # AVX2: 32, AVX-512: 64
     vector_regs: int = 16
     ghz: float = 3.0
-    mem_gbps: float = 12.0         # DRAM streaming bandwidth of one core (overridable: EGC_MEM_GBPS)
-    mem_gbps_all: float = 20.0     # ... of all cores together (EGC_MEM_GBPS_ALL)
-    l1_bytes: int = 32 << 10       # data cache of one core, per level (sysfs)
-    l1_ways: int = 8               # ... and the L1's associativity (sysfs)
+    mem_gbps: float = 12.0  # DRAM streaming bandwidth of one core (overridable: EGC_MEM_GBPS)
+    mem_gbps_all: float = 20.0  # ... of all cores together (EGC_MEM_GBPS_ALL)
+    l1_bytes: int = 32 << 10  # data cache of one core, per level (sysfs)
+    l1_ways: int = 8  # ... and the L1's associativity (sysfs)
     l2_bytes: int = 1 << 20
-    l2_bytes_per_cycle: float = 32.0   # sustained L2 -> L1 fill rate of one core
-    launch_us: float = 5.0         # thread-pool hand-off and call overhead per kernel
-    cpu: str = "generic"           # the CPU code is generated for (CPUTarget.describe)
-    fma_per_cycle: int = 2         # full-width FMA vectors a core issues a cycle (1 on Zen 4's AVX-512)
+    l2_bytes_per_cycle: float = 32.0  # sustained L2 -> L1 fill rate of one core
+    launch_us: float = 5.0  # thread-pool hand-off and call overhead per kernel
+    cpu: str = "generic"  # the CPU code is generated for (CPUTarget.describe)
+    fma_per_cycle: int = 2  # full-width FMA vectors a core issues a cycle (1 on Zen 4's AVX-512)
 
     @staticmethod
     def host() -> CPUMachine:
@@ -120,18 +150,26 @@ class CPUMachine:
         """The machine model of code generated for `cpu` and run on this host: the CPU's vector width and
         registers, the host's cores and caches (sysfs), bandwidth from a config."""
         caches, ways = _sysfs_caches(), _sysfs_caches("ways_of_associativity")
-        return CPUMachine(cores=os.cpu_count() or 1, simd_bytes=cpu.simd_bytes, vector_regs=cpu.vector_regs,
-                          mem_gbps=float(os.environ.get("EGC_MEM_GBPS", CPUMachine.mem_gbps)),
-                          mem_gbps_all=float(os.environ.get("EGC_MEM_GBPS_ALL", CPUMachine.mem_gbps_all)),
-                          l1_bytes=caches.get(1, CPUMachine.l1_bytes),
-                          l1_ways=ways.get(1, CPUMachine.l1_ways), l2_bytes=caches.get(2, CPUMachine.l2_bytes),
-                          cpu=cpu.describe(), fma_per_cycle=cpu.fma_vectors_per_cycle)
+        return CPUMachine(
+            cores=os.cpu_count() or 1,
+            simd_bytes=cpu.simd_bytes,
+            vector_regs=cpu.vector_regs,
+            mem_gbps=float(os.environ.get("EGC_MEM_GBPS", CPUMachine.mem_gbps)),
+            mem_gbps_all=float(os.environ.get("EGC_MEM_GBPS_ALL", CPUMachine.mem_gbps_all)),
+            l1_bytes=caches.get(1, CPUMachine.l1_bytes),
+            l1_ways=ways.get(1, CPUMachine.l1_ways),
+            l2_bytes=caches.get(2, CPUMachine.l2_bytes),
+            cpu=cpu.describe(),
+            fma_per_cycle=cpu.fma_vectors_per_cycle,
+        )
 
     def describe(self) -> str:
-        return (f"{self.cpu}: {self.cores} cores, {self.simd_bytes * 8}-bit vectors x {self.vector_regs}, "
-                f"{self.fma_per_cycle} FMA/cycle, "
-                f"L1 {self.l1_bytes >> 10} KiB {self.l1_ways}-way, L2 {self.l2_bytes >> 10} KiB, {self.ghz:g} GHz, "
-                f"memory {self.mem_gbps:g} GB/s per core, {self.mem_gbps_all:g} GB/s all")
+        return (
+            f"{self.cpu}: {self.cores} cores, {self.simd_bytes * 8}-bit vectors x {self.vector_regs}, "
+            f"{self.fma_per_cycle} FMA/cycle, "
+            f"L1 {self.l1_bytes >> 10} KiB {self.l1_ways}-way, L2 {self.l2_bytes >> 10} KiB, {self.ghz:g} GHz, "
+            f"memory {self.mem_gbps:g} GB/s per core, {self.mem_gbps_all:g} GB/s all"
+        )
 
     def lanes(self, itemsize: int) -> int:
         return max(1, self.simd_bytes // max(1, itemsize))
@@ -183,11 +221,11 @@ class KernelEstimate:
     overhead_s: float = 0.0
     cycles: float = 0.0
     bytes: int = 0
-    l1_misses: float = 0.0     # cache lines one core fills into L1, and into L2 (the cache model above)
+    l1_misses: float = 0.0  # cache lines one core fills into L1, and into L2 (the cache model above)
     l2_misses: float = 0.0
     parallel: int = 1
     spills: bool = False
-    code: float = 0.0          # scalar instructions the backend emits before vectorizing (compile time grows with it)
+    code: float = 0.0  # scalar instructions the backend emits before vectorizing (compile time grows with it)
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, object]:
@@ -216,18 +254,18 @@ class _Walk:
         self.m = m
         self.cycles = 0.0
         self.load_cycles = 0.0  # cycles of the load ports, which issue beside the arithmetic
-        self.conflicts = 0.0    # L1 misses of unrolled copies that overfill one cache set
-        self.stalls = 0.0       # cycles the loop waits and neither the loads nor the arithmetic issue
+        self.conflicts = 0.0  # L1 misses of unrolled copies that overfill one cache set
+        self.stalls = 0.0  # cycles the loop waits and neither the loads nor the arithmetic issue
         self.loop_cycles = 0.0
         self.spills = False
         self.group_parallel = 1
-        self.scalar_depth = 0   # inside a nested REDUCE with unrolled accumulators: copies are not packed
+        self.scalar_depth = 0  # inside a nested REDUCE with unrolled accumulators: copies are not packed
         self.ranges: dict[UOp, frozenset[UOp]] = {}
-        self.loads: list[tuple[UOp, tuple[UOp, ...], int]] = []   # (LOAD, its loops, how many it runs inside)
+        self.loads: list[tuple[UOp, tuple[UOp, ...], int]] = []  # (LOAD, its loops, how many it runs inside)
         self.code = 0.0
-        self.contiguous: frozenset[UOp] = frozenset()   # the item's unrolled ranges its store steps by 1 along
-        self.strided: frozenset[UOp] = frozenset()      # ... and those it steps along by more (or non-linearly)
-        self.vec: UOp | None = None   # inside a REDUCE that keeps its accumulators along another range than those
+        self.contiguous: frozenset[UOp] = frozenset()  # the item's unrolled ranges its store steps by 1 along
+        self.strided: frozenset[UOp] = frozenset()  # ... and those it steps along by more (or non-linearly)
+        self.vec: UOp | None = None  # inside a REDUCE that keeps its accumulators along another range than those
 
     def deps(self, u: UOp) -> frozenset[UOp]:
         """Ranges u depends on (a REDUCE's own ranges are bound inside it)."""
@@ -258,8 +296,15 @@ class _Walk:
             self.loop_cycles += trips[-1] * LOOP_CYCLES / per_iteration
         self.visit(value, loops, trips, frozenset(unrolled), vector_loop=True)
 
-    def visit(self, root: UOp, loops: list[UOp], trips: list[int], unrolled: frozenset[UOp],
-              vector_loop: bool, in_reduce: bool = False) -> None:
+    def visit(
+        self,
+        root: UOp,
+        loops: list[UOp],
+        trips: list[int],
+        unrolled: frozenset[UOp],
+        vector_loop: bool,
+        in_reduce: bool = False,
+    ) -> None:
         """Charge every node under root not below a REDUCE (those are visited with the REDUCE's loops).
         `in_reduce`: root is a REDUCE's body, so a REDUCE found here is nested in another one."""
         for u in value_nodes(root):
@@ -285,15 +330,16 @@ class _Walk:
         store steps over by more pack poorly (counted one a vector); copies of ranges the store does not see
         (partial sums) pack fully."""
         d = self.deps(u)
-        if self.vec is not None:   # one vector of copies along the accumulators' range; the others one each
+        if self.vec is not None:  # one vector of copies along the accumulators' range; the others one each
             return _width(_bound(self.vec), lanes) if self.vec in d else 1
         along = [r for r in d if r in self.contiguous]
         if along:
             return _width(math.prod(_bound(r) for r in along), lanes)
         return 1 if d & self.strided else lanes
 
-    def charge(self, u: UOp, loops: list[UOp], trips: list[int], unrolled: frozenset[UOp],
-               vector_loop: bool, scalar: bool = False) -> None:
+    def charge(
+        self, u: UOp, loops: list[UOp], trips: list[int], unrolled: frozenset[UOp], vector_loop: bool, scalar: bool = False
+    ) -> None:
         if u.op in FREE:
             return
         depth = self.place(u, loops, unrolled)
@@ -312,7 +358,7 @@ class _Walk:
         lanes = self.m.lanes(itemsize)
         per = OP_CYCLES.get(u.op, DEFAULT_OP)
         vectorizes = u.op not in SCALAR_MATH
-        width = self.packed(u, lanes)   # copies one vector instruction covers
+        width = self.packed(u, lanes)  # copies one vector instruction covers
         if u.op in (Ops.LOAD, Ops.STORE):
             idx = u.src[0]
             lin = idx.src[1] if idx.op is Ops.INDEX and len(idx.src) > 1 else None
@@ -321,7 +367,7 @@ class _Walk:
             along = unr if self.vec is None else [self.vec] if self.vec in unr else []
             runs = [_width(_bound(r), lanes) for r in along if lin is not None and stride(lin, r) == 1]
             vectorizes = lin is not None and not gated and (not unr or bool(runs))
-            width = max(runs, default=lanes)   # one vector per contiguous run; other copies are more loads
+            width = max(runs, default=lanes)  # one vector per contiguous run; other copies are more loads
             if gated:  # a branch around every copy: neither vectorized nor cheap
                 per += GATE_CYCLES
             if u.op is Ops.LOAD:
@@ -352,36 +398,39 @@ class _Walk:
         two halves (Zen 4: a GEMM tile of 16 zmm accumulators measured no faster than 16 ymm ones)."""
         return 2 / self.m.fma_per_cycle if nbytes > 32 else 1.0
 
-    def reduce(self, u: UOp, loops: list[UOp], trips: list[int], unrolled: frozenset[UOp],
-               nested: bool = False) -> None:
+    def reduce(self, u: UOp, loops: list[UOp], trips: list[int], unrolled: frozenset[UOp], nested: bool = False) -> None:
         """A REDUCE nested in another REDUCE's body whose accumulators are copies of unrolled ranges runs as
         scalar code, one chain per copy (measured: a fused pair of dense layers, 16x32, ran 12x slower than
         when its copies were priced as vectors): its accumulators and body are not packed."""
         depth = self.place(u, loops, unrolled)
         own = [r for r in u.src[1:] if r.op is Ops.RANGE]
         inner_loops = loops[:depth] + [r for r in own if not _unrolled(r)]
-        inner_trips = trips[:depth + 1]
+        inner_trips = trips[: depth + 1]
         for r in inner_loops[depth:]:
             inner_trips.append(inner_trips[-1] * _bound(r))
             self.loop_cycles += inner_trips[-1] * LOOP_CYCLES
-        acc = self.copies(u)   # one accumulator per copy of the unrolled ranges around it; its own add up in order
+        acc = self.copies(u)  # one accumulator per copy of the unrolled ranges around it; its own add up in order
         scalar = nested and acc > 1
         outer_vec, vec = self.vec, None
         float_acc = not scalar and vector_accumulators(u)
-        if float_acc:   # the backend's accumulators: along this range, or one scalar per copy
+        if float_acc:  # the backend's accumulators: along this range, or one scalar per copy
             outer = sorted((r for r in self.deps(u) if _unrolled(r)), key=lambda r: r in self.contiguous)
             vec = accumulator_axis(u, outer, self.contiguous, self.m.lanes(u.dtype.itemsize))
             if vec is not None and vec not in self.contiguous:
                 self.vec = vec
-        vectors = acc if scalar or (float_acc and vec is None) else math.ceil(
-            acc / self.packed(u, self.m.lanes(max(1, u.dtype.itemsize))) - 1e-9)
+        vectors = (
+            acc
+            if scalar or (float_acc and vec is None)
+            else math.ceil(acc / self.packed(u, self.m.lanes(max(1, u.dtype.itemsize))) - 1e-9)
+        )
         chain = math.prod(_bound(r) for r in own if _unrolled(r))
         before, before_loads, before_stalls = self.cycles + self.loop_cycles, self.load_cycles, self.stalls
         # a strict-FP reduction loop is not vectorized by LLVM: its body runs one element per iteration
         self.scalar_depth += scalar
         body_before = self.cycles
-        self.visit(u.src[0], inner_loops, inner_trips, unrolled | {r for r in own if _unrolled(r)},
-                   vector_loop=False, in_reduce=True)
+        self.visit(
+            u.src[0], inner_loops, inner_trips, unrolled | {r for r in own if _unrolled(r)}, vector_loop=False, in_reduce=True
+        )
         self.scalar_depth -= scalar
         self.vec = outer_vec
         # the accumulating adds: one per accumulator vector and own unrolled copy (none for a float sum of products:
@@ -394,7 +443,7 @@ class _Walk:
         # scalar chains of a nested REDUCE wait on it whatever the body: LLVM shuffles their copies in and out of
         # vectors around each add (the fused pair of dense layers above)
         self.cycles += adds + (latency if scalar else max(0.0, latency - (self.cycles - body_before + adds)))
-        if vectors > self.m.vector_regs // 2:   # with operands needing the other half: accumulators spill
+        if vectors > self.m.vector_regs // 2:  # with operands needing the other half: accumulators spill
             self.spills = True
             self.cycles += inner_trips[-1] * vectors * SPILL_CYCLES
         group = math.prod(_bound(r) for r in own if r.arg[1] is AxisType.GROUP_REDUCE)
@@ -425,8 +474,9 @@ class _Lines:
         if load not in self.strides:
             idx = load.src[0]
             lin = idx.src[1] if idx.op is Ops.INDEX and len(idx.src) > 1 else None
-            self.strides[load] = {r: None if lin is None or (st := stride(lin, r)) is None else abs(st)
-                                  for r in self.w.deps(load)}
+            self.strides[load] = {
+                r: None if lin is None or (st := stride(lin, r)) is None else abs(st) for r in self.w.deps(load)
+            }
         return self.strides[load]
 
     def __call__(self, load: UOp, inside: frozenset[UOp]) -> float:
@@ -468,8 +518,7 @@ def _misses(w: _Walk, loads: list[tuple[UOp, tuple[UOp, ...], int]], capacity: f
         """Bytes every load inside the loops `prefix` touches in one run of what is inside them."""
         if prefix not in foot:
             n = len(prefix)
-            foot[prefix] = LINE * sum(lines(y, inside(ly, n, w.deps(y))) for y, ly, dy in loads
-                                      if ly[:n] == prefix and dy >= n)
+            foot[prefix] = LINE * sum(lines(y, inside(ly, n, w.deps(y))) for y, ly, dy in loads if ly[:n] == prefix and dy >= n)
         return foot[prefix]
 
     total = 0.0
@@ -484,7 +533,7 @@ def _misses(w: _Walk, loads: list[tuple[UOp, tuple[UOp, ...], int]], capacity: f
                 st = lines.stride_of(x).get(r)
                 share = 1.0 if st is None else min(1.0, st * max(1, x.dtype.itemsize) / LINE)
                 misses = max(misses, misses * lines.size(r) * share)
-            elif footprint(lx[:level + 1]) > capacity:
+            elif footprint(lx[: level + 1]) > capacity:
                 misses *= lines.size(r)
         total += misses
     return total
@@ -520,7 +569,7 @@ def work_floor(kernel: UOp, m: CPUMachine | None = None) -> float:
         nonlocal cycles
         for u in value_nodes(root):
             runs = set(w.deps(u))
-            for own, domain in enclosing:   # innermost first: its domain holds the ranges of the ones around it
+            for own, domain in enclosing:  # innermost first: its domain holds the ranges of the ones around it
                 if runs & own:
                     runs |= domain
             if u.op is Ops.REDUCE:
@@ -540,7 +589,7 @@ def estimate(kernel: UOp, m: CPUMachine | None = None) -> KernelEstimate:
     w = _Walk(m)
     est = KernelEstimate()
     nbytes = 0
-    cache_s = 0.0   # per core: the slices run side by side
+    cache_s = 0.0  # per core: the slices run side by side
     for item in kernel.src if kernel.op is Ops.SINK else (kernel,):
         ranges: list[UOp] = []
         st = item
@@ -554,14 +603,14 @@ def estimate(kernel: UOp, m: CPUMachine | None = None) -> KernelEstimate:
         w.item(st, loops, [r for r in ranges if _unrolled(r)])
         # the backend's auto-parallel rule counts every range under the store, the reduce ranges too
         work = math.prod(_bound(r) for r in st.toposort() if r.op is Ops.RANGE)
-        thread = [r for r in loops if r.arg[1] is AxisType.THREAD]   # a THREAD split is parallel at any size
+        thread = [r for r in loops if r.arg[1] is AxisType.THREAD]  # a THREAD split is parallel at any size
         split = thread[0] if thread else loops[0] if loops and work >= AUTO_PARALLEL_MIN_WORK else None
         par = min(m.cores, _bound(split)) if split is not None else 1
         est.parallel = max(est.parallel, par)
         # the load ports and the arithmetic issue side by side: the busier of them sets the pace
         busy = max(w.cycles + w.loop_cycles - before, w.load_cycles - before_loads) + w.stalls - before_stalls
         est.compute_s += busy / (m.ghz * 1e9 * par)
-        share = {split: -(-_bound(split) // par)} if split is not None else {}   # one core's slice
+        share = {split: -(-_bound(split) // par)} if split is not None else {}  # one core's slice
         lines = _Lines(w, share)
         l1 = _misses(w, w.loads[first:], m.l1_bytes * CACHE_FILL[1], lines) + (w.conflicts - before_conflicts) / par
         l2 = _misses(w, w.loads[first:], m.l2_bytes * CACHE_FILL[2], lines)

@@ -37,10 +37,10 @@ Estimator = Callable[[UOp], KernelEstimate]
 # starting from and filling `memo` (e-class -> UOp)
 Decode = Callable[[int, Callable[[int], ENode], dict[int, UOp]], UOp]
 MAX_COMBINATIONS = 96
-QUICK_COMBINATIONS = 24   # a quick ranking (a fusion trial) enumerates fewer combinations ...
-CODE_TIE = 0.05           # schedules estimated within 5% of the best: the one with the least code is chosen
-DESCENT_ROUNDS = 3        # ... and runs one round of coordinate descent, not three
-REPLAYED = 8              # a kernel shaped like one ranked before: its best schedules are tried, no others
+QUICK_COMBINATIONS = 24  # a quick ranking (a fusion trial) enumerates fewer combinations ...
+CODE_TIE = 0.05  # schedules estimated within 5% of the best: the one with the least code is chosen
+DESCENT_ROUNDS = 3  # ... and runs one round of coordinate descent, not three
+REPLAYED = 8  # a kernel shaped like one ranked before: its best schedules are tried, no others
 
 
 class _Either:
@@ -69,8 +69,8 @@ class Overridden:
 
 @dataclass
 class Candidate:
-    choice: dict[int, ENode]          # schedule class -> its binder node
-    kernel: UOp                       # decoded, split ranges bound
+    choice: dict[int, ENode]  # schedule class -> its binder node
+    kernel: UOp  # decoded, split ranges bound
     estimate: KernelEstimate
 
     def describe(self) -> str:
@@ -80,7 +80,7 @@ class Candidate:
 @dataclass
 class KernelSchedule:
     sink_class: int
-    ranked: list[Candidate] = field(default_factory=list)   # best first
+    ranked: list[Candidate] = field(default_factory=list)  # best first
 
     @property
     def best(self) -> Candidate:
@@ -92,7 +92,7 @@ def describe_schedule(kernel: UOp) -> str:
     kernel behind an AFTER is not part of this one)."""
     parts: list[str] = []
     seen: set[UOp] = set()
-    stack = [kernel]   # depth first, sources in order (a loop, not recursion: a chain of 1,000 ops is deep)
+    stack = [kernel]  # depth first, sources in order (a loop, not recursion: a chain of 1,000 ops is deep)
     while stack:
         u = stack.pop()
         if u in seen:
@@ -105,8 +105,9 @@ def describe_schedule(kernel: UOp) -> str:
     return " ".join(parts)
 
 
-def _walk_kernel(view: EGraphView, ex: Extraction, sink: int,
-                 nodes_of: Callable[[int], list[ENode]]) -> Iterator[tuple[int, list[ENode]]]:
+def _walk_kernel(
+    view: EGraphView, ex: Extraction, sink: int, nodes_of: Callable[[int], list[ENode]]
+) -> Iterator[tuple[int, list[ENode]]]:
     """Each e-class of the kernel at `sink` once (not crossing into other kernels), with the nodes `nodes_of` gives
     it: their children are visited next."""
     seen: set[int] = set()
@@ -124,9 +125,10 @@ def _walk_kernel(view: EGraphView, ex: Extraction, sink: int,
 
 def schedule_classes(view: EGraphView, ex: Extraction, sink: int) -> list[int]:
     """Classes with several binders reachable from a kernel's SINK class, not crossing into other kernels."""
+
     def nodes_of(c: int) -> list[ENode]:
         chosen = ex.node(c)
-        if chosen.fn not in BINDERS:   # e.g. a REDUCE's value the fusion search loads from its own kernel
+        if chosen.fn not in BINDERS:  # e.g. a REDUCE's value the fusion search loads from its own kernel
             return [chosen]
         binders = [n for n in view.nodes.get(c, []) if n.fn in BINDERS]
         return binders if len(binders) > 1 else [chosen]
@@ -150,8 +152,9 @@ def _children_in_kernel(view: EGraphView, ex: Extraction | Overridden, n: ENode)
     return [first.args[0].id] if first.fn == "UCons" else []
 
 
-def _reachable(view: EGraphView, ex: Extraction, roots: list[int],
-               children: Callable[[ENode], list[int]] | None = None) -> Iterator[tuple[int, ENode]]:
+def _reachable(
+    view: EGraphView, ex: Extraction, roots: list[int], children: Callable[[ENode], list[int]] | None = None
+) -> Iterator[tuple[int, ENode]]:
     """(e-class, chosen e-node) of every class reachable from `roots` through chosen nodes, each once."""
     seen: set[int] = set()
     stack = list(roots)
@@ -179,10 +182,10 @@ class CostModel:
 
     estimate: Estimator
     max_unrolled: int | None = None
-    renders: Callable[[UOp], bool] | None = None   # does the backend render it (checked on the best few only)
+    renders: Callable[[UOp], bool] | None = None  # does the backend render it (checked on the best few only)
     roofline: Callable[[float, float], float] | None = None
-    machine: str = ""    # the machine model, in words (for reports and benchmarks)
-    floor: Callable[[UOp], float] | None = None   # a lower bound of the estimate, whatever the schedule (seconds)
+    machine: str = ""  # the machine model, in words (for reports and benchmarks)
+    floor: Callable[[UOp], float] | None = None  # a lower bound of the estimate, whatever the schedule (seconds)
 
 
 def cost_model_for(target: str, cpu: CPUTarget | None = None) -> CostModel:
@@ -191,15 +194,22 @@ def cost_model_for(target: str, cpu: CPUTarget | None = None) -> CostModel:
         from egraph_compiler.extract.gpu_cost import GPUMachine, estimate_gpu, renders_on_cuda
 
         gpu = GPUMachine.device()
-        return CostModel(lambda k: estimate_gpu(k, gpu), renders=renders_on_cuda,
-                         roofline=lambda f, b: max(f / (gpu.fp32_tflops * 1e12), b / (gpu.hbm_gbps * 1e9))
-                         + gpu.launch_us * 1e-6, machine=str(gpu))
+        return CostModel(
+            lambda k: estimate_gpu(k, gpu),
+            renders=renders_on_cuda,
+            roofline=lambda f, b: max(f / (gpu.fp32_tflops * 1e12), b / (gpu.hbm_gbps * 1e9)) + gpu.launch_us * 1e-6,
+            machine=str(gpu),
+        )
     machine = CPUMachine.for_cpu(cpu or host_cpu())
     # the reference target interprets kernels with numpy: the CPU estimate still ranks its choices, but its
     # distance from the CPU roofline says nothing about a slow program
-    return CostModel(lambda k: estimate(k, machine), MAX_UNROLLED,
-                     roofline=machine.roofline if target == "llvm" else None, machine=machine.describe(),
-                     floor=lambda k: work_floor(k, machine))
+    return CostModel(
+        lambda k: estimate(k, machine),
+        MAX_UNROLLED,
+        roofline=machine.roofline if target == "llvm" else None,
+        machine=machine.describe(),
+        floor=lambda k: work_floor(k, machine),
+    )
 
 
 def _unrolled(view: EGraphView, ex: Extraction, sink: int, choice: dict[int, ENode]) -> int:
@@ -256,13 +266,16 @@ class ScheduleSpace:
 
     def __init__(self, view: EGraphView, ex: Extraction | Overridden, sink: int) -> None:
         offered = {c: [n for n in view.nodes[c] if n.fn in BINDERS] for c in schedule_classes(view, ex, sink)}
-        self.alts = {c: ns for c, ns in offered.items()   # every binder's parts extractable
-                     if all(math.isfinite(ex.cost(k)) for n in ns for k in view.children(n))}
+        self.alts = {
+            c: ns
+            for c, ns in offered.items()  # every binder's parts extractable
+            if all(math.isfinite(ex.cost(k)) for n in ns for k in view.children(n))
+        }
         users: dict[int, set[int]] = {}
         of_class: dict[int, int] = {}
-        of_node: dict[int, int] = {}     # id(binder) -> hash
+        of_node: dict[int, int] = {}  # id(binder) -> hash
         cyclic = False
-        open_: set[int] = set()          # expanded, not finished: the current path (the stack is LIFO)
+        open_: set[int] = set()  # expanded, not finished: the current path (the stack is LIFO)
         # a kernel with no choice to make has one shape of schedules (none), whatever its classes
         stack: list[tuple[int, bool]] = [(sink, False)] if self.alts else []
         while stack:
@@ -333,8 +346,9 @@ def tie_winner(estimates: list[KernelEstimate]) -> int:
     return min(near, key=lambda i: (estimates[i].code, estimates[i].seconds))
 
 
-def _decoder(ex: Extraction | Overridden, sink: int, decode: Decode, model: CostModel,
-             variant: set[int]) -> Callable[[dict[int, ENode]], Candidate | None]:
+def _decoder(
+    ex: Extraction | Overridden, sink: int, decode: Decode, model: CostModel, variant: set[int]
+) -> Callable[[dict[int, ENode]], Candidate | None]:
     """Decode and estimate the kernel under a choice of its schedule classes (None: a part is unextractable).
     The classes no choice changes are decoded once, for every candidate."""
     shared: dict[int, UOp] = {}
@@ -360,15 +374,22 @@ def _ranked(sink: int, found: list[Candidate], model: CostModel) -> KernelSchedu
     ranked = list(unique.values())
     if ranked:
         ranked.insert(0, ranked.pop(tie_winner([c.estimate for c in ranked])))
-    if model.renders is not None:   # the best candidates the backend cannot render go last
+    if model.renders is not None:  # the best candidates the backend cannot render go last
         ok = next((i for i, c in enumerate(ranked) if model.renders(c.kernel)), 0)
         ranked = ranked[ok:] + ranked[:ok]
     return KernelSchedule(sink, ranked)
 
 
-def rank_kernel(view: EGraphView, ex: Extraction | Overridden, sink: int, decode: Decode,
-                model: CostModel, quick: bool = False, space: ScheduleSpace | None = None,
-                evaluated: dict[tuple[int, ...], Candidate | None] | None = None) -> KernelSchedule:
+def rank_kernel(
+    view: EGraphView,
+    ex: Extraction | Overridden,
+    sink: int,
+    decode: Decode,
+    model: CostModel,
+    quick: bool = False,
+    space: ScheduleSpace | None = None,
+    evaluated: dict[tuple[int, ...], Candidate | None] | None = None,
+) -> KernelSchedule:
     """The kernel's schedules ranked by estimate. `quick` (fusion trials): every combination only up to
     QUICK_COMBINATIONS, else one round of coordinate descent from the extraction's choice. `evaluated`: the
     candidates decoded so far, by their binders (coordinate descent comes back to the same choices, and a full
@@ -378,7 +399,7 @@ def rank_kernel(view: EGraphView, ex: Extraction | Overridden, sink: int, decode
     evaluated = {} if evaluated is None else evaluated
     too_unrolled: set[tuple[int, ...]] = set()
     candidate = _decoder(ex, sink, decode, model, space.variant)
-    if not alts:   # the extraction's loop nest is the only one
+    if not alts:  # the extraction's loop nest is the only one
         if () not in evaluated:
             evaluated[()] = candidate({})
         return _ranked(sink, [c for c in [evaluated[()]] if c is not None], model)
@@ -391,8 +412,11 @@ def rank_kernel(view: EGraphView, ex: Extraction | Overridden, sink: int, decode
             own[id(n)] = _own_unrolled(view, ex, n)
         return own[id(n)]
 
-    fixed = math.prod(own_unrolled(ex.node(c)) for c, _ in _walk_kernel(view, ex, sink, lambda c: alts.get(c) or [
-        ex.node(c)]) if c not in alts and ex.node(c).fn in BINDERS)
+    fixed = math.prod(
+        own_unrolled(ex.node(c))
+        for c, _ in _walk_kernel(view, ex, sink, lambda c: alts.get(c) or [ex.node(c)])
+        if c not in alts and ex.node(c).fn in BINDERS
+    )
 
     def over_limit(choice: dict[int, ENode], key: tuple[int, ...]) -> bool:
         limit = model.max_unrolled
@@ -434,13 +458,21 @@ def rank_kernel(view: EGraphView, ex: Extraction | Overridden, sink: int, decode
                         current = dict(min(tried, key=lambda x: x.estimate.seconds).choice)
                 if current == before:
                     break
-    viable = [c for c in found if math.isfinite(c.estimate.seconds)]   # e.g. not unrolled beyond reason
+    viable = [c for c in found if math.isfinite(c.estimate.seconds)]  # e.g. not unrolled beyond reason
     found = viable or found or [c for c in [evaluate({}, prefilter=False)] if c is not None]
     return _ranked(sink, found, model)
 
 
-def rank_like(ex: Extraction | Overridden, sink: int, decode: Decode, model: CostModel, space: ScheduleSpace,
-              donor: KernelSchedule, donor_space: ScheduleSpace, top: int = REPLAYED) -> KernelSchedule | None:
+def rank_like(
+    ex: Extraction | Overridden,
+    sink: int,
+    decode: Decode,
+    model: CostModel,
+    space: ScheduleSpace,
+    donor: KernelSchedule,
+    donor_space: ScheduleSpace,
+    top: int = REPLAYED,
+) -> KernelSchedule | None:
     """The kernel ranked by replaying the `top` best schedules of a kernel of the same shape (`donor`): each
     is decoded and estimated here, so the ranking is this kernel's own, narrowed to what won there. None where
     a choice has no counterpart here, or none decodes."""
@@ -458,14 +490,13 @@ def rank_like(ex: Extraction | Overridden, sink: int, decode: Decode, model: Cos
 def schedule_report(ks: KernelSchedule, chosen: dict[int, ENode]) -> dict[str, object]:
     """One kernel's schedule decision for the report: the chosen loop nest, its estimate, the best rejected."""
     pick = next((c for c in ks.ranked if all(chosen.get(k) is n for k, n in c.choice.items())), ks.best)
-    shown = {pick.describe()}   # loop nests that differ only in which range is which read the same: show one
+    shown = {pick.describe()}  # loop nests that differ only in which range is which read the same: show one
     rejected = []
     for c in ks.ranked:
         if c.describe() not in shown and len(rejected) < 5:
             shown.add(c.describe())
             rejected.append({"schedule": c.describe(), "estimate": c.estimate.to_dict()})
-    return {"candidates": len(ks.ranked), "chosen": pick.describe(), "estimate": pick.estimate.to_dict(),
-            "rejected": rejected}
+    return {"candidates": len(ks.ranked), "chosen": pick.describe(), "estimate": pick.estimate.to_dict(), "rejected": rejected}
 
 
 def _estimate_cell(est: dict[str, Any]) -> dict[str, Any]:
@@ -482,12 +513,29 @@ def kernel_entry(kernel: Any, schedules: list[dict[str, Any]]) -> dict[str, Any]
         if s["chosen"] == nest:
             entry["schedule"] = nest
             entry["cost"] = _estimate_cell(s["estimate"])
-            entry["alternatives"] = [{"description": r["schedule"], "cost": _estimate_cell(r["estimate"])}
-                                     for r in s["rejected"]]
+            entry["alternatives"] = [
+                {"description": r["schedule"], "cost": _estimate_cell(r["estimate"])} for r in s["rejected"]
+            ]
             break
     return entry
 
 
-__all__ = ["Candidate", "CostModel", "Estimator", "KernelSchedule", "Overridden", "ScheduleSpace", "cost_model_for",
-           "describe_schedule", "extracted_kernel", "kernel_entry", "kernel_sinks", "rank_kernel", "rank_like",
-           "schedule_classes", "schedule_report", "term_children", "tie_winner"]
+__all__ = [
+    "Candidate",
+    "CostModel",
+    "Estimator",
+    "KernelSchedule",
+    "Overridden",
+    "ScheduleSpace",
+    "cost_model_for",
+    "describe_schedule",
+    "extracted_kernel",
+    "kernel_entry",
+    "kernel_sinks",
+    "rank_kernel",
+    "rank_like",
+    "schedule_classes",
+    "schedule_report",
+    "term_children",
+    "tie_winner",
+]

@@ -18,8 +18,8 @@ PRIMITIVE_SORTS = {"i64", "String", "f64", "bool", "Unit"}
 
 @dataclass(frozen=True)
 class ENode:
-    fn: str                      # constructor name
-    args: tuple[Any, ...]        # primitive python values, or ClassRef for e-class children
+    fn: str  # constructor name
+    args: tuple[Any, ...]  # primitive python values, or ClassRef for e-class children
     eclass: int
     sort: str
 
@@ -34,9 +34,9 @@ class ClassRef:
 
 @dataclass
 class EGraphView:
-    nodes: dict[int, list[ENode]] = field(default_factory=dict)     # e-class -> its e-nodes
+    nodes: dict[int, list[ENode]] = field(default_factory=dict)  # e-class -> its e-nodes
     sort_of: dict[int, str] = field(default_factory=dict)
-    lets: dict[str, int] = field(default_factory=dict)              # global binding -> e-class
+    lets: dict[str, int] = field(default_factory=dict)  # global binding -> e-class
     functions: dict[str, dict[tuple[Any, ...], Any]] = field(default_factory=dict)  # analysis tables
 
     @property
@@ -96,7 +96,8 @@ def build_view(eg: bindings.EGraph, constructors: Iterable[str], functions: Iter
         elif name in funs:
             table = view.functions.setdefault(name, {})
             for row in fn.rows:
-                key = tuple(conv(s, v) if s in PRIMITIVE_SORTS else ClassRef(cid(v)).id
-                            for s, v in zip(fn.input_sorts, row.inputs))
+                key = tuple(
+                    conv(s, v) if s in PRIMITIVE_SORTS else ClassRef(cid(v)).id for s, v in zip(fn.input_sorts, row.inputs)
+                )
                 table[key] = conv(fn.output_sort, row.output)
     return view

@@ -61,12 +61,29 @@ def kf(v: float | str, dt: str = "dt") -> str:
     return f"(CONST {dt} (F {v}))"
 
 
-def rewrite(rs: RuleSet, name: str, lhs: str, rhs: str, *, when: tuple[str, ...] | list[str] = (),
-            category: str, doc: str = "", check: str = "z3") -> Rule:
+def rewrite(
+    rs: RuleSet,
+    name: str,
+    lhs: str,
+    rhs: str,
+    *,
+    when: tuple[str, ...] | list[str] = (),
+    category: str,
+    doc: str = "",
+    check: str = "z3",
+) -> Rule:
     """lhs -> rhs (both kept in the e-graph); `when` adds conditions on the match."""
     return rs.add(Rule(name, category, rs.name, (f"(= __e {lhs})", *when), (f"(union __e {rhs})",), doc, check))
 
 
-def rule(rs: RuleSet, name: str, body: list[str] | tuple[str, ...], head: list[str] | tuple[str, ...], *,
-         category: str, doc: str = "", check: str = "z3") -> Rule:
+def rule(
+    rs: RuleSet,
+    name: str,
+    body: list[str] | tuple[str, ...],
+    head: list[str] | tuple[str, ...],
+    *,
+    category: str,
+    doc: str = "",
+    check: str = "z3",
+) -> Rule:
     return rs.add(Rule(name, category, rs.name, tuple(body), tuple(head), doc, check))

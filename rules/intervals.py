@@ -20,13 +20,14 @@ def wildcards(sp: OpSpec) -> str:
     """Pattern variables for every field of an op's constructor after the dtype."""
     return " ".join(f"_f{i}" for i in range(len(constructor_fields(sp)) - 1))
 
+
 DECLARATIONS = """
 (function lo (U) i64 :merge (max old new))
 (function hi (U) i64 :merge (min old new))
 (function dtype-of (U) String :merge old)
 """
 
-ADD_BOUND = 1 << 61        # |x| below this: sums of two cannot overflow i64
+ADD_BOUND = 1 << 61  # |x| below this: sums of two cannot overflow i64
 MUL_BOUND = 3_037_000_499  # floor(sqrt(2**63 - 1)): products of two cannot overflow
 
 
@@ -60,92 +61,227 @@ def _set(e: str, lo: str, hi: str) -> list[str]:
 def build() -> RuleSet:
     rs = RuleSet("analysis")
     for sp in OP_TABLE.values():
-        rule(rs, f"dtype-{sp.egg_name.lower()}", [f"(= e ({sp.egg_name} dt {wildcards(sp)}))"], ["(set (dtype-of e) dt)"],
-             category="dtype", check="structural")
+        rule(
+            rs,
+            f"dtype-{sp.egg_name.lower()}",
+            [f"(= e ({sp.egg_name} dt {wildcards(sp)}))"],
+            ["(set (dtype-of e) dt)"],
+            category="dtype",
+            check="structural",
+        )
     c = "interval"
     rule(rs, "bounds-const", ["(= e (CONST dt (I v)))", "(dt-intlike dt)"], _set("e", "v", "v"), category=c)
     rule(rs, "bounds-variable", ["(= e (DEFINE_VAR dt name a b))"], _set("e", "a", "b"), category=c)
-    rule(rs, "bounds-range", [f"(= e (RANGE dt key at {k('n', 'dn')}))", "(> n 0)"], _set("e", "0", "(- n 1)"),
-         category=c)
-    rule(rs, "bounds-special", [f"(= e (SPECIAL dt name {k('n', 'dn')}))", "(> n 0)"], _set("e", "0", "(- n 1)"),
-         category=c)
+    rule(rs, "bounds-range", [f"(= e (RANGE dt key at {k('n', 'dn')}))", "(> n 0)"], _set("e", "0", "(- n 1)"), category=c)
+    rule(rs, "bounds-special", [f"(= e (SPECIAL dt name {k('n', 'dn')}))", "(> n 0)"], _set("e", "0", "(- n 1)"), category=c)
     for op in ("LOAD", "CAST", "BITCAST"):
         fields = "src" if op != "LOAD" else "srcs"
-        rule(rs, f"bounds-dtype-{op.lower()}", [f"(= e ({op} dt {fields}))", "(dt-intlike dt)",
-                                               "(= mn (dt-min dt))", "(= mx (dt-max dt))", '(!= dt "index")'],
-             _set("e", "mn", "mx"), category=c, doc="a fixed-width value lies in its dtype's range")
+        rule(
+            rs,
+            f"bounds-dtype-{op.lower()}",
+            [f"(= e ({op} dt {fields}))", "(dt-intlike dt)", "(= mn (dt-min dt))", "(= mx (dt-max dt))", '(!= dt "index")'],
+            _set("e", "mn", "mx"),
+            category=c,
+            doc="a fixed-width value lies in its dtype's range",
+        )
     rule(rs, "bounds-cmplt-bool", ["(= e (CMPLT dt a b))"], _set("e", "0", "1"), category=c)
     rule(rs, "bounds-cmpne-bool", ["(= e (CMPNE dt a b))"], _set("e", "0", "1"), category=c)
 
-    rule(rs, "bounds-add", ["(= e (ADD dt a b))", *bounds_of("a", "b"), *small("la", "ha", "lb", "hb"),
-                            *in_dtype("(+ la lb)", "(+ ha hb)")], _set("e", "(+ la lb)", "(+ ha hb)"), category=c)
+    rule(
+        rs,
+        "bounds-add",
+        ["(= e (ADD dt a b))", *bounds_of("a", "b"), *small("la", "ha", "lb", "hb"), *in_dtype("(+ la lb)", "(+ ha hb)")],
+        _set("e", "(+ la lb)", "(+ ha hb)"),
+        category=c,
+    )
     corners = ["(* la lb)", "(* la hb)", "(* ha lb)", "(* ha hb)"]
     lo_c = f"(min (min {corners[0]} {corners[1]}) (min {corners[2]} {corners[3]}))"
     hi_c = f"(max (max {corners[0]} {corners[1]}) (max {corners[2]} {corners[3]}))"
-    rule(rs, "bounds-mul", ["(= e (MUL dt a b))", *bounds_of("a", "b"), *small("la", "ha", "lb", "hb", bound=MUL_BOUND),
-                            *in_dtype(lo_c, hi_c)], _set("e", lo_c, hi_c), category=c)
-    rule(rs, "bounds-max", ["(= e (MAX dt a b))", *bounds_of("a", "b")], _set("e", "(max la lb)", "(max ha hb)"),
-         category=c)
+    rule(
+        rs,
+        "bounds-mul",
+        ["(= e (MUL dt a b))", *bounds_of("a", "b"), *small("la", "ha", "lb", "hb", bound=MUL_BOUND), *in_dtype(lo_c, hi_c)],
+        _set("e", lo_c, hi_c),
+        category=c,
+    )
+    rule(rs, "bounds-max", ["(= e (MAX dt a b))", *bounds_of("a", "b")], _set("e", "(max la lb)", "(max ha hb)"), category=c)
     # floor division by a positive constant is monotone in the numerator
-    rule(rs, "bounds-idiv-pos", [f"(= e (IDIV dt a {k('q')}))", "(> q 0)", *bounds_of("a"), *small("la", "ha")],
-         _set("e", floordiv("la", "q"), floordiv("ha", "q")), category=c)
-    rule(rs, "bounds-idiv-neg", [f"(= e (IDIV dt a {k('q')}))", "(< q 0)", *bounds_of("a"), *small("la", "ha", "q"),
-                                 *in_dtype(floordiv("(- 0 ha)", "(- 0 q)"), floordiv("(- 0 la)", "(- 0 q)"))],
-         _set("e", floordiv("(- 0 ha)", "(- 0 q)"), floordiv("(- 0 la)", "(- 0 q)")), category=c)
+    rule(
+        rs,
+        "bounds-idiv-pos",
+        [f"(= e (IDIV dt a {k('q')}))", "(> q 0)", *bounds_of("a"), *small("la", "ha")],
+        _set("e", floordiv("la", "q"), floordiv("ha", "q")),
+        category=c,
+    )
+    rule(
+        rs,
+        "bounds-idiv-neg",
+        [
+            f"(= e (IDIV dt a {k('q')}))",
+            "(< q 0)",
+            *bounds_of("a"),
+            *small("la", "ha", "q"),
+            *in_dtype(floordiv("(- 0 ha)", "(- 0 q)"), floordiv("(- 0 la)", "(- 0 q)")),
+        ],
+        _set("e", floordiv("(- 0 ha)", "(- 0 q)"), floordiv("(- 0 la)", "(- 0 q)")),
+        category=c,
+    )
     # a positive divisor range: the extremes are at the corners
-    rule(rs, "bounds-idiv-var", ["(= e (IDIV dt a b))", *bounds_of("a", "b"), "(> lb 0)", *small("la", "ha", "hb")],
-         _set("e", f"(min {floordiv('la', 'lb')} {floordiv('la', 'hb')})",
-              f"(max {floordiv('ha', 'lb')} {floordiv('ha', 'hb')})"), category=c)
+    rule(
+        rs,
+        "bounds-idiv-var",
+        ["(= e (IDIV dt a b))", *bounds_of("a", "b"), "(> lb 0)", *small("la", "ha", "hb")],
+        _set(
+            "e", f"(min {floordiv('la', 'lb')} {floordiv('la', 'hb')})", f"(max {floordiv('ha', 'lb')} {floordiv('ha', 'hb')})"
+        ),
+        category=c,
+    )
     # a negative divisor range: floor(x/d) = floor(-x / -d)
     neg_lo = f"(min {floordiv('(- 0 ha)', '(- 0 hb)')} {floordiv('(- 0 ha)', '(- 0 lb)')})"
     neg_hi = f"(max {floordiv('(- 0 la)', '(- 0 hb)')} {floordiv('(- 0 la)', '(- 0 lb)')})"
-    rule(rs, "bounds-idiv-var-neg", ["(= e (IDIV dt a b))", *bounds_of("a", "b"), "(< hb 0)", *small("la", "ha", "lb"),
-                                     *in_dtype(neg_lo, neg_hi)], _set("e", neg_lo, neg_hi), category=c,
-         doc="at fixed width INT_MIN // -1 wraps, so the bound must fit the dtype")
+    rule(
+        rs,
+        "bounds-idiv-var-neg",
+        ["(= e (IDIV dt a b))", *bounds_of("a", "b"), "(< hb 0)", *small("la", "ha", "lb"), *in_dtype(neg_lo, neg_hi)],
+        _set("e", neg_lo, neg_hi),
+        category=c,
+        doc="at fixed width INT_MIN // -1 wraps, so the bound must fit the dtype",
+    )
     rule(rs, "bounds-mod-pos", [f"(= e (MOD dt a {k('q')}))", "(> q 0)"], _set("e", "0", "(- q 1)"), category=c)
-    rule(rs, "bounds-mod-neg", [f"(= e (MOD dt a {k('q')}))", "(< q 0)", *small("q")], _set("e", "(+ q 1)", "0"),
-         category=c)
-    rule(rs, "bounds-mod-nonneg", [f"(= e (MOD dt a {k('q')}))", "(> q 0)", *bounds_of("a"), "(>= la 0)"],
-         _set("e", "0", "(min ha (- q 1))"), category=c)
-    rule(rs, "bounds-mod-one-period", [f"(= e (MOD dt a {k('q')}))", "(> q 0)", *bounds_of("a"), *small("la", "ha"),
-                                       f"(= {floordiv('la', 'q')} {floordiv('ha', 'q')})"],
-         _set("e", floormod("la", "q"), floormod("ha", "q")), category=c)
-    rule(rs, "bounds-mod-var", ["(= e (MOD dt a b))", *bounds_of("a", "b"), "(> lb 0)", "(>= la 0)"],
-         _set("e", "0", "(min ha (- hb 1))"), category=c)
-    rule(rs, "bounds-cmplt-true", ["(= e (CMPLT dt a b))", *bounds_of("a", "b"), "(< ha lb)"], _set("e", "1", "1"),
-         category=c)
-    rule(rs, "bounds-cmplt-false", ["(= e (CMPLT dt a b))", *bounds_of("a", "b"), "(>= la hb)"], _set("e", "0", "0"),
-         category=c)
-    rule(rs, "bounds-cmpne-true-lt", ["(= e (CMPNE dt a b))", *bounds_of("a", "b"), "(< ha lb)"],
-         _set("e", "1", "1"), category=c)
-    rule(rs, "bounds-cmpne-true-gt", ["(= e (CMPNE dt a b))", *bounds_of("a", "b"), "(< hb la)"],
-         _set("e", "1", "1"), category=c)
-    rule(rs, "bounds-cmpne-false", ["(= e (CMPNE dt a b))", *bounds_of("a", "b"), "(= la ha)", "(= lb hb)",
-                                    "(= la lb)"], _set("e", "0", "0"), category=c)
-    rule(rs, "bounds-where", ["(= e (WHERE dt p a b))", *bounds_of("a", "b")], _set("e", "(min la lb)", "(max ha hb)"),
-         category=c)
-    rule(rs, "bounds-where-true", ["(= e (WHERE dt p a b))", "(= lp (lo p))", "(>= lp 1)", *bounds_of("a")],
-         _set("e", "la", "ha"), category=c)
-    rule(rs, "bounds-where-false", ["(= e (WHERE dt p a b))", "(= hp (hi p))", "(<= hp 0)", *bounds_of("b")],
-         _set("e", "lb", "hb"), category=c)
-    rule(rs, "bounds-and-bool", ["(= e (AND dt a b))", "(dt-bool dt)", *bounds_of("a", "b")],
-         _set("e", "(min la lb)", "(min ha hb)"), category=c)
-    rule(rs, "bounds-or-bool", ["(= e (OR dt a b))", "(dt-bool dt)", *bounds_of("a", "b")],
-         _set("e", "(max la lb)", "(max ha hb)"), category=c)
-    rule(rs, "bounds-and-nonneg", ["(= e (AND dt a b))", "(dt-int dt)", *bounds_of("b"), "(>= lb 0)"],
-         _set("e", "0", "hb"), category=c, doc="x & y with y >= 0 lies in [0, y]")
-    rule(rs, "bounds-shr-const", [f"(= e (SHR dt a {k('s')}))", "(>= s 0)", "(< s 62)", "(= bits (dt-bits dt))",
-                                  "(< s bits)", *bounds_of("a"),
-                                  *small("la", "ha")],
-         _set("e", floordiv("la", "(<< 1 s)"), floordiv("ha", "(<< 1 s)")), category=c)
-    rule(rs, "bounds-shl-const", [f"(= e (SHL dt a {k('s')}))", "(>= s 0)", "(< s 30)", "(= bits (dt-bits dt))",
-                                  "(< s bits)", *bounds_of("a"),
-                                  *small("la", "ha", bound=1 << 30), *in_dtype("(* la (<< 1 s))", "(* ha (<< 1 s))")],
-         _set("e", "(* la (<< 1 s))", "(* ha (<< 1 s))"), category=c)
-    rule(rs, "bounds-cast-int", ["(= e (CAST dt a))", "(dt-int dt)", *bounds_of("a"), *in_dtype("la", "ha")],
-         _set("e", "la", "ha"), category=c, doc="an integer cast that cannot wrap keeps the bounds")
-    rule(rs, "bounds-cast-bool-true", ["(= e (CAST dt a))", "(dt-bool dt)", *bounds_of("a"), "(> la 0)"],
-         _set("e", "1", "1"), category=c)
+    rule(rs, "bounds-mod-neg", [f"(= e (MOD dt a {k('q')}))", "(< q 0)", *small("q")], _set("e", "(+ q 1)", "0"), category=c)
+    rule(
+        rs,
+        "bounds-mod-nonneg",
+        [f"(= e (MOD dt a {k('q')}))", "(> q 0)", *bounds_of("a"), "(>= la 0)"],
+        _set("e", "0", "(min ha (- q 1))"),
+        category=c,
+    )
+    rule(
+        rs,
+        "bounds-mod-one-period",
+        [
+            f"(= e (MOD dt a {k('q')}))",
+            "(> q 0)",
+            *bounds_of("a"),
+            *small("la", "ha"),
+            f"(= {floordiv('la', 'q')} {floordiv('ha', 'q')})",
+        ],
+        _set("e", floormod("la", "q"), floormod("ha", "q")),
+        category=c,
+    )
+    rule(
+        rs,
+        "bounds-mod-var",
+        ["(= e (MOD dt a b))", *bounds_of("a", "b"), "(> lb 0)", "(>= la 0)"],
+        _set("e", "0", "(min ha (- hb 1))"),
+        category=c,
+    )
+    rule(rs, "bounds-cmplt-true", ["(= e (CMPLT dt a b))", *bounds_of("a", "b"), "(< ha lb)"], _set("e", "1", "1"), category=c)
+    rule(
+        rs, "bounds-cmplt-false", ["(= e (CMPLT dt a b))", *bounds_of("a", "b"), "(>= la hb)"], _set("e", "0", "0"), category=c
+    )
+    rule(
+        rs, "bounds-cmpne-true-lt", ["(= e (CMPNE dt a b))", *bounds_of("a", "b"), "(< ha lb)"], _set("e", "1", "1"), category=c
+    )
+    rule(
+        rs, "bounds-cmpne-true-gt", ["(= e (CMPNE dt a b))", *bounds_of("a", "b"), "(< hb la)"], _set("e", "1", "1"), category=c
+    )
+    rule(
+        rs,
+        "bounds-cmpne-false",
+        ["(= e (CMPNE dt a b))", *bounds_of("a", "b"), "(= la ha)", "(= lb hb)", "(= la lb)"],
+        _set("e", "0", "0"),
+        category=c,
+    )
+    rule(
+        rs,
+        "bounds-where",
+        ["(= e (WHERE dt p a b))", *bounds_of("a", "b")],
+        _set("e", "(min la lb)", "(max ha hb)"),
+        category=c,
+    )
+    rule(
+        rs,
+        "bounds-where-true",
+        ["(= e (WHERE dt p a b))", "(= lp (lo p))", "(>= lp 1)", *bounds_of("a")],
+        _set("e", "la", "ha"),
+        category=c,
+    )
+    rule(
+        rs,
+        "bounds-where-false",
+        ["(= e (WHERE dt p a b))", "(= hp (hi p))", "(<= hp 0)", *bounds_of("b")],
+        _set("e", "lb", "hb"),
+        category=c,
+    )
+    rule(
+        rs,
+        "bounds-and-bool",
+        ["(= e (AND dt a b))", "(dt-bool dt)", *bounds_of("a", "b")],
+        _set("e", "(min la lb)", "(min ha hb)"),
+        category=c,
+    )
+    rule(
+        rs,
+        "bounds-or-bool",
+        ["(= e (OR dt a b))", "(dt-bool dt)", *bounds_of("a", "b")],
+        _set("e", "(max la lb)", "(max ha hb)"),
+        category=c,
+    )
+    rule(
+        rs,
+        "bounds-and-nonneg",
+        ["(= e (AND dt a b))", "(dt-int dt)", *bounds_of("b"), "(>= lb 0)"],
+        _set("e", "0", "hb"),
+        category=c,
+        doc="x & y with y >= 0 lies in [0, y]",
+    )
+    rule(
+        rs,
+        "bounds-shr-const",
+        [
+            f"(= e (SHR dt a {k('s')}))",
+            "(>= s 0)",
+            "(< s 62)",
+            "(= bits (dt-bits dt))",
+            "(< s bits)",
+            *bounds_of("a"),
+            *small("la", "ha"),
+        ],
+        _set("e", floordiv("la", "(<< 1 s)"), floordiv("ha", "(<< 1 s)")),
+        category=c,
+    )
+    rule(
+        rs,
+        "bounds-shl-const",
+        [
+            f"(= e (SHL dt a {k('s')}))",
+            "(>= s 0)",
+            "(< s 30)",
+            "(= bits (dt-bits dt))",
+            "(< s bits)",
+            *bounds_of("a"),
+            *small("la", "ha", bound=1 << 30),
+            *in_dtype("(* la (<< 1 s))", "(* ha (<< 1 s))"),
+        ],
+        _set("e", "(* la (<< 1 s))", "(* ha (<< 1 s))"),
+        category=c,
+    )
+    rule(
+        rs,
+        "bounds-cast-int",
+        ["(= e (CAST dt a))", "(dt-int dt)", *bounds_of("a"), *in_dtype("la", "ha")],
+        _set("e", "la", "ha"),
+        category=c,
+        doc="an integer cast that cannot wrap keeps the bounds",
+    )
+    rule(
+        rs,
+        "bounds-cast-bool-true",
+        ["(= e (CAST dt a))", "(dt-bool dt)", *bounds_of("a"), "(> la 0)"],
+        _set("e", "1", "1"),
+        category=c,
+    )
     rule(rs, "bounds-cast-bool", ["(= e (CAST dt a))", "(dt-bool dt)"], _set("e", "0", "1"), category=c)
     return rs
 

@@ -60,8 +60,13 @@ def ik(v: str | int) -> str:
 
 def can_be_index(sp: OpSpec) -> bool:
     """Whether the op's dtype rule allows an index-typed result (not float-only, bool-only or void)."""
-    return getattr(sp.dtype_rule, "__name__", "") not in ("_dt_float_unary", "_dt_float_binary", "_dt_cmp", "_dt_bool",
-                                                              "_dt_void")
+    return getattr(sp.dtype_rule, "__name__", "") not in (
+        "_dt_float_unary",
+        "_dt_float_binary",
+        "_dt_cmp",
+        "_dt_bool",
+        "_dt_void",
+    )
 
 
 def atom_ops() -> list[OpSpec]:
@@ -75,103 +80,221 @@ def build() -> RuleSet:
     # ---- forms of each e-class --------------------------------------------------------------------
     rule(rs, "lin-const", [f"(= e {ik('v')})"], ["(set (lin e 2) (L (TNil) v))", "(set (lvl e) 2)"], category=c)
     for sp in atom_ops():
-        rule(rs, f"lin-atom-{sp.egg_name.lower()}", [f"(= e ({sp.egg_name} {IX} {wildcards(sp)}))"],
-             ["(set (lin e 0) (L (TCons e 1 (TNil)) 0))", "(set (lvl e) 0)"], category=c)
-    rule(rs, "lin-add", [f"(= e (ADD {IX} a b))", "(= pa (lvl a))", "(= (L ta ka) (lin a pa))", "(= pb (lvl b))",
-                         "(= (L tb kb) (lin b pb))", *small("ka", "kb")],
-         ["(set (lin e 1) (L (tmerge ta tb) (+ ka kb)))", "(set (lvl e) 1)"], category=c)
-    rule(rs, "lin-scale", [f"(= e (MUL {IX} a {ik('q')}))", "(!= q 0)", "(= pa (lvl a))", "(= (L ta ka) (lin a pa))",
-                           *small("q", "ka", bound=COEF_BOUND)],
-         ["(set (lin e 1) (L (tscale ta q) (* ka q)))", "(set (lvl e) 1)"], category=c)
-    rule(rs, "lin-scale-left", [f"(= e (MUL {IX} {ik('q')} a))", "(!= q 0)", "(= pa (lvl a))",
-                                "(= (L ta ka) (lin a pa))", *small("q", "ka", bound=COEF_BOUND)],
-         ["(set (lin e 1) (L (tscale ta q) (* ka q)))", "(set (lvl e) 1)"], category=c)
-    rule(rs, "lin-scale-zero", [f"(= e (MUL {IX} a {ik(0)}))"], ["(set (lin e 2) (L (TNil) 0))", "(set (lvl e) 2)"],
-         category=c)
+        rule(
+            rs,
+            f"lin-atom-{sp.egg_name.lower()}",
+            [f"(= e ({sp.egg_name} {IX} {wildcards(sp)}))"],
+            ["(set (lin e 0) (L (TCons e 1 (TNil)) 0))", "(set (lvl e) 0)"],
+            category=c,
+        )
+    rule(
+        rs,
+        "lin-add",
+        [
+            f"(= e (ADD {IX} a b))",
+            "(= pa (lvl a))",
+            "(= (L ta ka) (lin a pa))",
+            "(= pb (lvl b))",
+            "(= (L tb kb) (lin b pb))",
+            *small("ka", "kb"),
+        ],
+        ["(set (lin e 1) (L (tmerge ta tb) (+ ka kb)))", "(set (lvl e) 1)"],
+        category=c,
+    )
+    rule(
+        rs,
+        "lin-scale",
+        [
+            f"(= e (MUL {IX} a {ik('q')}))",
+            "(!= q 0)",
+            "(= pa (lvl a))",
+            "(= (L ta ka) (lin a pa))",
+            *small("q", "ka", bound=COEF_BOUND),
+        ],
+        ["(set (lin e 1) (L (tscale ta q) (* ka q)))", "(set (lvl e) 1)"],
+        category=c,
+    )
+    rule(
+        rs,
+        "lin-scale-left",
+        [
+            f"(= e (MUL {IX} {ik('q')} a))",
+            "(!= q 0)",
+            "(= pa (lvl a))",
+            "(= (L ta ka) (lin a pa))",
+            *small("q", "ka", bound=COEF_BOUND),
+        ],
+        ["(set (lin e 1) (L (tscale ta q) (* ka q)))", "(set (lvl e) 1)"],
+        category=c,
+    )
+    rule(rs, "lin-scale-zero", [f"(= e (MUL {IX} a {ik(0)}))"], ["(set (lin e 2) (L (TNil) 0))", "(set (lvl e) 2)"], category=c)
     # ---- sorted merge / scale of term lists --------------------------------------------------------
     rewrite(rs, "tmerge-nil-left", "(tmerge (TNil) t)", "t", category=c)
     rewrite(rs, "tmerge-nil-right", "(tmerge t (TNil))", "t", category=c)
-    rule(rs, "tmerge-same-atom", ["(= m (tmerge (TCons a p ra) (TCons a q rb)))", "(!= (+ p q) 0)",
-                                  *small("p", "q", bound=COEF_BOUND)],
-         ["(union m (TCons a (+ p q) (tmerge ra rb)))"], category=c)
-    rule(rs, "tmerge-cancel", ["(= m (tmerge (TCons a p ra) (TCons a q rb)))", "(= (+ p q) 0)"],
-         ["(union m (tmerge ra rb))"], category=c)
-    rule(rs, "tmerge-left-first", ["(= m (tmerge (TCons a p ra) (TCons b q rb)))", "(!= a b)",
-                                   "(= b (ordering-max a b))"],
-         ["(union m (TCons a p (tmerge ra (TCons b q rb))))"], category=c)
-    rule(rs, "tmerge-right-first", ["(= m (tmerge (TCons a p ra) (TCons b q rb)))", "(!= a b)",
-                                    "(= a (ordering-max a b))"],
-         ["(union m (TCons b q (tmerge (TCons a p ra) rb)))"], category=c)
+    rule(
+        rs,
+        "tmerge-same-atom",
+        ["(= m (tmerge (TCons a p ra) (TCons a q rb)))", "(!= (+ p q) 0)", *small("p", "q", bound=COEF_BOUND)],
+        ["(union m (TCons a (+ p q) (tmerge ra rb)))"],
+        category=c,
+    )
+    rule(
+        rs,
+        "tmerge-cancel",
+        ["(= m (tmerge (TCons a p ra) (TCons a q rb)))", "(= (+ p q) 0)"],
+        ["(union m (tmerge ra rb))"],
+        category=c,
+    )
+    rule(
+        rs,
+        "tmerge-left-first",
+        ["(= m (tmerge (TCons a p ra) (TCons b q rb)))", "(!= a b)", "(= b (ordering-max a b))"],
+        ["(union m (TCons a p (tmerge ra (TCons b q rb))))"],
+        category=c,
+    )
+    rule(
+        rs,
+        "tmerge-right-first",
+        ["(= m (tmerge (TCons a p ra) (TCons b q rb)))", "(!= a b)", "(= a (ordering-max a b))"],
+        ["(union m (TCons b q (tmerge (TCons a p ra) rb)))"],
+        category=c,
+    )
     rewrite(rs, "tscale-nil", "(tscale (TNil) q)", "(TNil)", category=c)
-    rule(rs, "tscale-cons", ["(= x (tscale (TCons a p r) q))", *small("p", "q", bound=COEF_BOUND)],
-         ["(union x (TCons a (* p q) (tscale r q)))"], category=c)
+    rule(
+        rs,
+        "tscale-cons",
+        ["(= x (tscale (TCons a p r) q))", *small("p", "q", bound=COEF_BOUND)],
+        ["(union x (TCons a (* p q) (tscale r q)))"],
+        category=c,
+    )
     # ---- rebuilding a sum from a form (the canonical expression of the class) ----------------------
     rule(rs, "lin-rebuild", ["(= p (lvl e))", "(= l (lin e p))"], ["(union e (ToU l))"], category=c)
     rewrite(rs, "rebuild-no-const", "(ToU (L t 0))", "(ToT t)", category=c)
-    rule(rs, "rebuild-const", ["(= e (ToU (L t q)))", "(!= q 0)"], [f"(union e (ADD {IX} (ToT t) {ik('q')}))"],
-         category=c)
+    rule(rs, "rebuild-const", ["(= e (ToU (L t q)))", "(!= q 0)"], [f"(union e (ADD {IX} (ToT t) {ik('q')}))"], category=c)
     rewrite(rs, "rebuild-empty", "(ToT (TNil))", ik(0), category=c)
     rewrite(rs, "rebuild-one", "(ToT (TCons a 1 (TNil)))", "a", category=c)
-    rule(rs, "rebuild-scaled", ["(= e (ToT (TCons a q (TNil))))", "(!= q 1)"], [f"(union e (MUL {IX} a {ik('q')}))"],
-         category=c)
-    rule(rs, "rebuild-sum", ["(= e (ToT (TCons a 1 (TCons b q r))))"],
-         [f"(union e (ADD {IX} (ToT (TCons b q r)) a))"], category=c)
-    rule(rs, "rebuild-scaled-sum", ["(= e (ToT (TCons a p (TCons b q r))))", "(!= p 1)"],
-         [f"(union e (ADD {IX} (ToT (TCons b q r)) (MUL {IX} a {ik('p')})))"], category=c)
+    rule(
+        rs, "rebuild-scaled", ["(= e (ToT (TCons a q (TNil))))", "(!= q 1)"], [f"(union e (MUL {IX} a {ik('q')}))"], category=c
+    )
+    rule(
+        rs,
+        "rebuild-sum",
+        ["(= e (ToT (TCons a 1 (TCons b q r))))"],
+        [f"(union e (ADD {IX} (ToT (TCons b q r)) a))"],
+        category=c,
+    )
+    rule(
+        rs,
+        "rebuild-scaled-sum",
+        ["(= e (ToT (TCons a p (TCons b q r))))", "(!= p 1)"],
+        [f"(union e (ADD {IX} (ToT (TCons b q r)) (MUL {IX} a {ik('p')})))"],
+        category=c,
+    )
     # ---- term membership (for pattern search inside a sum) ------------------------------------------
     rule(rs, "has-term-head", ["(= t (TCons a p r))"], ["(has-term t a p)"], category=c, check="structural")
-    rule(rs, "has-term-tail", ["(= t (TCons a p r))", "(has-term r b q)"], ["(has-term t b q)"], category=c,
-         check="structural")
+    rule(rs, "has-term-tail", ["(= t (TCons a p r))", "(has-term r b q)"], ["(has-term t b q)"], category=c, check="structural")
     # ---- division of term lists ------------------------------------------------------------------
     # tsplit(T, c, mode) = TS(Q, R, c) with value(T) = c*value(Q) + value(R). The pair carries c: its value is
     # (c*Q + R, c), so hash-consing only ever shares a pair between splits of equal terms by the same divisor.
     # Modes choose which part of each coefficient p goes to Q: 0 = all of p when c divides it, else none;
     # 1 = floor(p/c); 2 = round(p/c).
     rewrite(rs, "tsplit-nil", "(tsplit (TNil) q m)", "(TS (TNil) (TNil) q)", category=c)
-    rule(rs, "tsplit-request", ["(= x (tsplit (TCons a p r) q m))"], ["(tsplit r q m)"], category=c,
-         check="structural")
+    rule(rs, "tsplit-request", ["(= x (tsplit (TCons a p r) q m))"], ["(tsplit r q m)"], category=c, check="structural")
     step = ["(= x (tsplit (TCons a p r) q m))", "(= (TS qs rs q) (tsplit r q m))", "(> q 0)", *small("p", "q")]
     rule(rs, "tsplit-divisible", [*step, "(= 0 (% p q))"], ["(union x (TS (TCons a (/ p q) qs) rs q))"], category=c)
     rule(rs, "tsplit-keep", [*step, "(= m 0)", "(!= 0 (% p q))"], ["(union x (TS qs (TCons a p rs) q))"], category=c)
     for mode, name, quot in ((1, "floor", floordiv("p", "q")), (2, "nearest", floordiv("(+ (* 2 p) q)", "(* 2 q)"))):
-        rule(rs, f"tsplit-{name}", [*step, f"(= m {mode})", "(!= 0 (% p q))", f"(= d {quot})", "(!= d 0)"],
-             ["(union x (TS (TCons a d qs) (TCons a (- p (* d q)) rs) q))"], category=c)
-        rule(rs, f"tsplit-{name}-small", [*step, f"(= m {mode})", "(!= 0 (% p q))", f"(= 0 {quot})"],
-             ["(union x (TS qs (TCons a p rs) q))"], category=c)
+        rule(
+            rs,
+            f"tsplit-{name}",
+            [*step, f"(= m {mode})", "(!= 0 (% p q))", f"(= d {quot})", "(!= d 0)"],
+            ["(union x (TS (TCons a d qs) (TCons a (- p (* d q)) rs) q))"],
+            category=c,
+        )
+        rule(
+            rs,
+            f"tsplit-{name}-small",
+            [*step, f"(= m {mode})", "(!= 0 (% p q))", f"(= 0 {quot})"],
+            ["(union x (TS qs (TCons a p rs) q))"],
+            category=c,
+        )
     rewrite(rs, "tdivexact-nil", "(tdivexact (TNil) g)", "(TNil)", category=c)
-    rule(rs, "tdivexact-cons", ["(= x (tdivexact (TCons a p r) g))", "(> g 0)", "(= 0 (% p g))"],
-         ["(union x (TCons a (/ p g) (tdivexact r g)))"], category=c)
+    rule(
+        rs,
+        "tdivexact-cons",
+        ["(= x (tdivexact (TCons a p r) g))", "(> g 0)", "(= 0 (% p g))"],
+        ["(union x (TCons a (/ p g) (tdivexact r g)))"],
+        category=c,
+    )
     # factors of index products (found through nesting, without associativity/commutativity rules)
     rule(rs, "factor-left", [f"(= m (MUL {IX} a b))"], ["(has-factor m a)"], category=c, check="structural")
     rule(rs, "factor-right", [f"(= m (MUL {IX} a b))"], ["(has-factor m b)"], category=c, check="structural")
-    rule(rs, "factor-nested", [f"(= m (MUL {IX} a b))", "(has-factor a f)"], ["(has-factor m f)"], category=c,
-         check="structural")
-    rule(rs, "factor-nested-right", [f"(= m (MUL {IX} a b))", "(has-factor b f)"], ["(has-factor m f)"], category=c,
-         check="structural")
+    rule(
+        rs, "factor-nested", [f"(= m (MUL {IX} a b))", "(has-factor a f)"], ["(has-factor m f)"], category=c, check="structural"
+    )
+    rule(
+        rs,
+        "factor-nested-right",
+        [f"(= m (MUL {IX} a b))", "(has-factor b f)"],
+        ["(has-factor m f)"],
+        category=c,
+        check="structural",
+    )
     # pdiv(m, f) = m / f for a product m with factor f
     rewrite(rs, "pdiv-left", f"(pdiv (MUL {IX} f b) f)", "b", category=c)
     rewrite(rs, "pdiv-right", f"(pdiv (MUL {IX} a f) f)", "a", category=c)
-    rule(rs, "pdiv-nested-left", ["(= x (pdiv m f))", f"(= m (MUL {IX} a b))", "(has-factor a f)"],
-         [f"(union x (MUL {IX} (pdiv a f) b))"], category=c)
-    rule(rs, "pdiv-nested-right", ["(= x (pdiv m f))", f"(= m (MUL {IX} a b))", "(has-factor b f)"],
-         [f"(union x (MUL {IX} a (pdiv b f)))"], category=c)
+    rule(
+        rs,
+        "pdiv-nested-left",
+        ["(= x (pdiv m f))", f"(= m (MUL {IX} a b))", "(has-factor a f)"],
+        [f"(union x (MUL {IX} (pdiv a f) b))"],
+        category=c,
+    )
+    rule(
+        rs,
+        "pdiv-nested-right",
+        ["(= x (pdiv m f))", f"(= m (MUL {IX} a b))", "(has-factor b f)"],
+        [f"(union x (MUL {IX} a (pdiv b f)))"],
+        category=c,
+    )
     # tdivsym(T, f): every atom of T divided by its factor f
     rewrite(rs, "tdivsym-nil", "(tdivsym (TNil) f)", "(TNil)", category=c)
-    rule(rs, "tdivsym-cons", ["(= x (tdivsym (TCons a p r) f))", "(has-factor a f)"],
-         ["(union x (TCons (pdiv a f) p (tdivsym r f)))"], category=c)
-    rule(rs, "tdivsym-self", ["(= x (tdivsym (TCons f p r) f))"], [f"(union x (TCons {ik(1)} p (tdivsym r f)))"],
-         category=c)
+    rule(
+        rs,
+        "tdivsym-cons",
+        ["(= x (tdivsym (TCons a p r) f))", "(has-factor a f)"],
+        ["(union x (TCons (pdiv a f) p (tdivsym r f)))"],
+        category=c,
+    )
+    rule(rs, "tdivsym-self", ["(= x (tdivsym (TCons f p r) f))"], [f"(union x (TCons {ik(1)} p (tdivsym r f)))"], category=c)
     # ---- gcd of coefficients (Euclid, on demand) --------------------------------------------------
     rule(rs, "gcd-base", ["(want-gcd a 0)"], ["(set (gcd a 0) a)"], category=c, check="structural")
     rule(rs, "gcd-step", ["(want-gcd a b)", "(> b 0)"], ["(want-gcd b (% a b))"], category=c, check="structural")
-    rule(rs, "gcd-result", ["(want-gcd a b)", "(> b 0)", "(= g (gcd b (% a b)))"], ["(set (gcd a b) g)"],
-         category=c, check="structural")
-    rule(rs, "tgcd-one", ["(= t (TCons a p (TNil)))", *small("p")], ["(set (tgcd t) (abs p))"], category=c,
-         check="structural")
-    rule(rs, "tgcd-request", ["(= t (TCons a p r))", "(= g (tgcd r))", *small("p")], ["(want-gcd (abs p) g)"],
-         category=c, check="structural")
-    rule(rs, "tgcd-cons", ["(= t (TCons a p r))", "(= g (tgcd r))", *small("p"), "(= h (gcd (abs p) g))"],
-         ["(set (tgcd t) h)"], category=c, check="structural")
+    rule(
+        rs,
+        "gcd-result",
+        ["(want-gcd a b)", "(> b 0)", "(= g (gcd b (% a b)))"],
+        ["(set (gcd a b) g)"],
+        category=c,
+        check="structural",
+    )
+    rule(rs, "tgcd-one", ["(= t (TCons a p (TNil)))", *small("p")], ["(set (tgcd t) (abs p))"], category=c, check="structural")
+    rule(
+        rs,
+        "tgcd-request",
+        ["(= t (TCons a p r))", "(= g (tgcd r))", *small("p")],
+        ["(want-gcd (abs p) g)"],
+        category=c,
+        check="structural",
+    )
+    rule(
+        rs,
+        "tgcd-cons",
+        ["(= t (TCons a p r))", "(= g (tgcd r))", *small("p"), "(= h (gcd (abs p) g))"],
+        ["(set (tgcd t) h)"],
+        category=c,
+        check="structural",
+    )
     return rs
 
 

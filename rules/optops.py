@@ -58,8 +58,8 @@ from egraph_compiler.rules.dsl import RuleSet, rule
 
 IX = '"index"'
 GROUP_MIN = 1 << 16  # a reduce shorter than this is not worth a thread hand-off
-MAX_POSITION = 4   # ranges after the 4th of one loop nest are not split (kernels here have at most 4-5 axes)
-TC_TILE = 16       # the WMMA tile (m16n16k16) the CUDA backend renders
+MAX_POSITION = 4  # ranges after the 4th of one loop nest are not split (kernels here have at most 4-5 axes)
+TC_TILE = 16  # the WMMA tile (m16n16k16) the CUDA backend renders
 # TC block shapes tried: (warps along m, warps along n, tiles per warp along m, along n); 64x64 to 128x128 outputs
 TC_BLOCKS = ((1, 1, 2, 2), (2, 2, 2, 2), (2, 2, 4, 4), (2, 4, 4, 2), (4, 2, 2, 4))
 
@@ -71,10 +71,14 @@ DECLARATIONS = """
 """
 
 # name, binder op, the AxisType letter of the ranges it splits, the inner part's AxisType, rangeify's key constructor
-SPLITS = (("upcast", "END", "L", "u", "RKOut"), ("local", "END", "L", "l", "RKOut"),
-          ("unroll", "REDUCE", "R", "r", "RKRed"), ("group-threads", "REDUCE", "R", "G", "RKRed"))
+SPLITS = (
+    ("upcast", "END", "L", "u", "RKOut"),
+    ("local", "END", "L", "l", "RKOut"),
+    ("unroll", "REDUCE", "R", "r", "RKRed"),
+    ("group-threads", "REDUCE", "R", "G", "RKRed"),
+)
 PADS = (("upcast", "END", "u"), ("local", "END", "l"), ("unroll", "REDUCE", "r"), ("group-threads", "REDUCE", "G"))
-PADDED_REDUCES = {"ADD": "(F 0.0)", "MAX": "(F -inf)"}   # the identity of each float reduce op
+PADDED_REDUCES = {"ADD": "(F 0.0)", "MAX": "(F -inf)"}  # the identity of each float reduce op
 
 
 def ik(v: str | int) -> str:
@@ -94,15 +98,16 @@ def _binder(binder: str, body: str, ranges: str, op: str = "op") -> str:
 
 def _parts(key: str, outer: str, inner: str, outer_bound: str = "(/ n f)") -> list[str]:
     """Actions making the outer part `ro` and the inner part `ri` (bound f) of a split keyed `(key part)`."""
-    return [f'(let ro (RANGE {IX} ({key} 0) "{outer}" {ik(outer_bound)}))',
-            f'(let ri (RANGE {IX} ({key} 1) "{inner}" {ik("f")}))']
+    return [
+        f'(let ro (RANGE {IX} ({key} 0) "{outer}" {ik(outer_bound)}))',
+        f'(let ri (RANGE {IX} ({key} 1) "{inner}" {ik("f")}))',
+    ]
 
 
-SPLIT_IDENTITY = f"(union r (ADD {IX} (MUL {IX} ro {ik('f')}) ri))"   # r == outer*f + inner
+SPLIT_IDENTITY = f"(union r (ADD {IX} (MUL {IX} ro {ik('f')}) ri))"  # r == outer*f + inner
 
 
-def _split_rule(rs: RuleSet, name: str, binder: str, kind: str, inner: str, keyc: str, pos: int,
-                odd: bool = False) -> None:
+def _split_rule(rs: RuleSet, name: str, binder: str, kind: str, inner: str, keyc: str, pos: int, odd: bool = False) -> None:
     """Split the range at position `pos` of the binder's range list (after its body). `odd`: the factors of
     kind `<inner>-odd`, tried only on ranges that 8 does not divide (a row of 28 pixels: 7 or 14). Never the
     whole range: its outer part of one iteration is 0, so the inner part is proved equal to the range itself
@@ -111,14 +116,24 @@ def _split_rule(rs: RuleSet, name: str, binder: str, kind: str, inner: str, keyc
     e = _binder(binder, "body", _nest(before, "(UCons r rest)"))
     e_new = _binder(binder, "body", _nest(before, "(UCons ro (UCons ri rest))"))
     fact = [f'(split-factor "{inner}-odd" f)', "(!= (% n 8) 0)"] if odd else [f'(split-factor "{inner}" f)']
-    rule(rs, f"split-{name}{'-odd' if odd else ''}-{pos}",
-         [f"(= e {e})", f'(= r (RANGE {IX} key "{kind}" (CONST {IX} (I n))))', f"(= key ({keyc} t k))",
-          *fact, "(< f n)", "(= (% n f) 0)"],
-         [*_parts("RKSplit key f", kind, inner), SPLIT_IDENTITY, f"(union e {e_new})"],
-         category="optops", check="structural",
-         doc=f"range {pos} of a {binder} split by f: outer part keeps its AxisType, inner part becomes "
-             f"{name.upper()} (r == outer*f + inner, proved in tests/test_optops.py)"
-             + ("; for ranges 8 does not divide" if odd else ""))
+    rule(
+        rs,
+        f"split-{name}{'-odd' if odd else ''}-{pos}",
+        [
+            f"(= e {e})",
+            f'(= r (RANGE {IX} key "{kind}" (CONST {IX} (I n))))',
+            f"(= key ({keyc} t k))",
+            *fact,
+            "(< f n)",
+            "(= (% n f) 0)",
+        ],
+        [*_parts("RKSplit key f", kind, inner), SPLIT_IDENTITY, f"(union e {e_new})"],
+        category="optops",
+        check="structural",
+        doc=f"range {pos} of a {binder} split by f: outer part keeps its AxisType, inner part becomes "
+        f"{name.upper()} (r == outer*f + inner, proved in tests/test_optops.py)"
+        + ("; for ranges 8 does not divide" if odd else ""),
+    )
 
 
 def _padto_rule(rs: RuleSet, name: str, binder: str, inner: str, pos: int, op: str = "") -> None:
@@ -128,76 +143,132 @@ def _padto_rule(rs: RuleSet, name: str, binder: str, inner: str, pos: int, op: s
     quoted_op = f'"{op}"'
     valid = f'(CMPLT "bool" (ADD {IX} (MUL {IX} ro {ik("f")}) ri) {ik("n")})'
     ranges, ranges_new = _nest(before, "(UCons r rest)"), _nest(before, "(UCons ro (UCons ri rest))")
-    guards = [f'(= r (RANGE {IX} key "{kind}" (CONST {IX} (I n))))', f"(= key ({keyc} t k))",
-              f'(split-factor "pad-{inner}" f)', "(< f (* 2 n))", "(!= (% n f) 0)"]
-    if binder == "END":   # the store of a padded iteration is skipped (its loads run under the gate too)
+    guards = [
+        f'(= r (RANGE {IX} key "{kind}" (CONST {IX} (I n))))',
+        f"(= key ({keyc} t k))",
+        f'(split-factor "pad-{inner}" f)',
+        "(< f (* 2 n))",
+        "(!= (% n f) 0)",
+    ]
+    if binder == "END":  # the store of a padded iteration is skipped (its loads run under the gate too)
         # an ungated store, or one a padding of another range already gates (both ranges of a tile padded)
         for suffix, gate, both in (("", "", valid), ("-gated", " (UCons g (UNil))", f'(AND "bool" g {valid})')):
             body = f"(STORE sd (UCons i (UCons v{gate or ' (UNil)'})))"
             masked = f"(STORE sd (UCons i (UCons v (UCons {both} (UNil)))))"
-            rule(rs, f"padto-{name}-{pos}{suffix}", [f"(= e (END d (UCons {body} {ranges})))", *guards],
-                 ["(let np (* (/ (+ n (- f 1)) f) f))", *_parts("RKPad key f", kind, inner, "(/ np f)"),
-                  f"(union e {_binder(binder, masked, ranges_new, quoted_op)})"],
-                 category="optops", check="structural",
-                 doc=f"Padto: range {pos} of an END padded to a multiple of f and split (inner part "
-                     f"{name.upper()}); padded iterations skip the store{' (AND its gate)' if suffix else ''}")
+            rule(
+                rs,
+                f"padto-{name}-{pos}{suffix}",
+                [f"(= e (END d (UCons {body} {ranges})))", *guards],
+                [
+                    "(let np (* (/ (+ n (- f 1)) f) f))",
+                    *_parts("RKPad key f", kind, inner, "(/ np f)"),
+                    f"(union e {_binder(binder, masked, ranges_new, quoted_op)})",
+                ],
+                category="optops",
+                check="structural",
+                doc=f"Padto: range {pos} of an END padded to a multiple of f and split (inner part "
+                f"{name.upper()}); padded iterations skip the store{' (AND its gate)' if suffix else ''}",
+            )
         return
     # a REDUCE: a padded iteration adds the identity
     guards = [f"(= e {_binder(binder, 'body', ranges, quoted_op)})", *guards, "(dt-float d)"]
     masked = f"(WHERE d {valid} body (CONST d {PADDED_REDUCES[op]}))"
-    rule(rs, f"padto-{name}-{op.lower()}-{pos}", guards,
-         ["(let np (* (/ (+ n (- f 1)) f) f))", *_parts("RKPad key f", kind, inner, "(/ np f)"),
-          f"(union e {_binder(binder, masked, ranges_new, quoted_op)})"],
-         category="optops", check="structural",
-         doc=f"Padto: range {pos} of a {binder} padded to a multiple of f and split (inner part "
-             f"{name.upper()}); padded iterations add the identity")
+    rule(
+        rs,
+        f"padto-{name}-{op.lower()}-{pos}",
+        guards,
+        [
+            "(let np (* (/ (+ n (- f 1)) f) f))",
+            *_parts("RKPad key f", kind, inner, "(/ np f)"),
+            f"(union e {_binder(binder, masked, ranges_new, quoted_op)})",
+        ],
+        category="optops",
+        check="structural",
+        doc=f"Padto: range {pos} of a {binder} padded to a multiple of f and split (inner part "
+        f"{name.upper()}); padded iterations add the identity",
+    )
 
 
 def _accumulate_rule(rs: RuleSet, pos: int, key_pattern: str, suffix: str) -> None:
     """A reduce over r becomes a reduce over the UPCAST part of partial reduces over the outer part: f
     independent accumulators instead of one dependency chain (a reassociation: float sums change by rounding)."""
     before = [f"x{i}" for i in range(pos)]
-    rule(rs, f"split-accumulate-{pos}{suffix}",
-         [f"(= e (REDUCE d op ax (UCons body {_nest(before, '(UCons r rest)')})))",
-          f'(= r (RANGE {IX} key "R" (CONST {IX} (I n))))', f"(= key {key_pattern})",
-          '(split-factor "acc" f)', "(< f n)", "(= (% n f) 0)"],
-         [*_parts("RKSplit key f", "R", "u"), SPLIT_IDENTITY,
-          f"(union e (REDUCE d op ax (UCons (REDUCE d op ax (UCons body {_nest(before, '(UCons ro rest)')})) "
-          "(UCons ri (UNil)))))"],
-         category="optops", check="structural",
-         doc="f partial accumulators (UPCAST) over the outer part, combined after the loop")
+    rule(
+        rs,
+        f"split-accumulate-{pos}{suffix}",
+        [
+            f"(= e (REDUCE d op ax (UCons body {_nest(before, '(UCons r rest)')})))",
+            f'(= r (RANGE {IX} key "R" (CONST {IX} (I n))))',
+            f"(= key {key_pattern})",
+            '(split-factor "acc" f)',
+            "(< f n)",
+            "(= (% n f) 0)",
+        ],
+        [
+            *_parts("RKSplit key f", "R", "u"),
+            SPLIT_IDENTITY,
+            f"(union e (REDUCE d op ax (UCons (REDUCE d op ax (UCons body {_nest(before, '(UCons ro rest)')})) "
+            "(UCons ri (UNil)))))",
+        ],
+        category="optops",
+        check="structural",
+        doc="f partial accumulators (UPCAST) over the outer part, combined after the loop",
+    )
 
 
 def _top_split_rule(rs: RuleSet, name: str, binder: str, outer: str, factor_kind: str, doc: str) -> None:
     """Split the first range of a binder into `g` outer slices (the factor is the outer part's bound: the spec's
     "top" split) of type `outer`; the inner part keeps the parent's AxisType."""
     kind, keyc = ("L", "RKOut") if binder == "END" else ("R", "RKRed")
-    whole = binder == "REDUCE"   # a group reduce splits a reduce over one range only
+    whole = binder == "REDUCE"  # a group reduce splits a reduce over one range only
     tail = "(UNil)" if whole else "rest"
     e = _binder(binder, "body", f"(UCons r {tail})")
-    if whole:   # the slices' partial reduces, combined over the group range
+    if whole:  # the slices' partial reduces, combined over the group range
         e_new = "(REDUCE d op ax (UCons (REDUCE d op ax (UCons body (UCons ro (UNil)))) (UCons rg (UNil))))"
     else:
         e_new = _binder(binder, "body", f"(UCons rg (UCons ro {tail}))")
-    rule(rs, name,
-         [f"(= e {e})", f'(= r (RANGE {IX} key "{kind}" (CONST {IX} (I n))))', f"(= key ({keyc} t k))",
-          f'(split-factor "{factor_kind}" g)', f"(>= n {GROUP_MIN if whole else 2} )", "(< g n)", "(= (% n g) 0)"],
-         ["(let f (/ n g))",
-          f'(let rg (RANGE {IX} (RKSplit key f 0) "{outer}" {ik("g")}))',
-          f'(let ro (RANGE {IX} (RKSplit key f 1) "{kind}" {ik("f")}))',
-          f"(union r (ADD {IX} (MUL {IX} rg {ik('f')}) ro))",
-          f"(union e {e_new})"],
-         category="optops", check="structural", doc=doc)
+    rule(
+        rs,
+        name,
+        [
+            f"(= e {e})",
+            f'(= r (RANGE {IX} key "{kind}" (CONST {IX} (I n))))',
+            f"(= key ({keyc} t k))",
+            f'(split-factor "{factor_kind}" g)',
+            f"(>= n {GROUP_MIN if whole else 2} )",
+            "(< g n)",
+            "(= (% n g) 0)",
+        ],
+        [
+            "(let f (/ n g))",
+            f'(let rg (RANGE {IX} (RKSplit key f 0) "{outer}" {ik("g")}))',
+            f'(let ro (RANGE {IX} (RKSplit key f 1) "{kind}" {ik("f")}))',
+            f"(union r (ADD {IX} (MUL {IX} rg {ik('f')}) ro))",
+            f"(union e {e_new})",
+        ],
+        category="optops",
+        check="structural",
+        doc=doc,
+    )
 
 
 def _swap_rule(rs: RuleSet) -> None:
-    rule(rs, "swap-0",
-         ["(= e (END d (UCons body (UCons a (UCons b rest)))))",
-          f'(= a (RANGE {IX} ka "L" na))', f'(= b (RANGE {IX} kb "L" nb))', "(= ka (RKOut ta ia))",
-          "(= kb (RKOut tb ib))", '(split-factor "swap" 1)'],
-         ["(union e (END d (UCons body (UCons b (UCons a rest)))))"],
-         category="optops", check="structural",
-         doc="Swap: the two outermost output ranges of a loop nest trade places (which one is innermost)")
+    rule(
+        rs,
+        "swap-0",
+        [
+            "(= e (END d (UCons body (UCons a (UCons b rest)))))",
+            f'(= a (RANGE {IX} ka "L" na))',
+            f'(= b (RANGE {IX} kb "L" nb))',
+            "(= ka (RKOut ta ia))",
+            "(= kb (RKOut tb ib))",
+            '(split-factor "swap" 1)',
+        ],
+        ["(union e (END d (UCons body (UCons b (UCons a rest)))))"],
+        category="optops",
+        check="structural",
+        doc="Swap: the two outermost output ranges of a loop nest trade places (which one is innermost)",
+    )
 
 
 def _tc_rules(rs: RuleSet) -> None:
@@ -207,36 +278,75 @@ def _tc_rules(rs: RuleSet) -> None:
     The tiled reduce is not unioned with the plain one: its value is rebuilt up to the store (`tc-value v v2`:
     v with the reduce replaced by its tiled twin, through an elementwise epilogue), so the tiled loop nest owns
     its reduce and the extractor picks the two together."""
-    tiles = {p: (f'(let {p}o (RANGE {IX} (RKSplit k{p} {TC_TILE} 0) "{t}" {ik(f"(/ n{p} {TC_TILE})")}))',
-                 f'(let {p}i (RANGE {IX} (RKSplit k{p} {TC_TILE} 1) "{ti}" {ik(TC_TILE)}))',
-                 f"(union {p} (ADD {IX} (MUL {IX} {p}o {ik(TC_TILE)}) {p}i))")
-             for p, t, ti in (("m", "L", "w"), ("n", "L", "w"), ("k", "R", "r"))}
+    tiles = {
+        p: (
+            f'(let {p}o (RANGE {IX} (RKSplit k{p} {TC_TILE} 0) "{t}" {ik(f"(/ n{p} {TC_TILE})")}))',
+            f'(let {p}i (RANGE {IX} (RKSplit k{p} {TC_TILE} 1) "{ti}" {ik(TC_TILE)}))',
+            f"(union {p} (ADD {IX} (MUL {IX} {p}o {ik(TC_TILE)}) {p}i))",
+        )
+        for p, t, ti in (("m", "L", "w"), ("n", "L", "w"), ("k", "R", "r"))
+    }
     for d in ("float16", "bfloat16"):
-        rule(rs, f"tc-reduce-{d}",
-             ['(= red (REDUCE "float32" "ADD" ax (UCons body (UCons k (UNil)))))',
-              '(= body (MUL "float32" (CAST "float32" la) (CAST "float32" lb)))',
-              f'(= la (LOAD "{d}" sa))', f'(= lb (LOAD "{d}" sb))', '(split-factor "tc" 16)',
-              f'(= k (RANGE {IX} kk "R" (CONST {IX} (I nk))))', "(= kk (RKRed tk ak))", f"(= (% nk {TC_TILE}) 0)"],
-             [*tiles["k"], '(tc-value red (REDUCE "float32" "ADD" ax (UCons body (UCons ko (UCons ki (UNil))))))'],
-             category="optops", check="structural",
-             doc=f"a {d} x {d} -> float32 dot product a tensor core can compute, over k in steps of 16 (UNROLL)")
+        rule(
+            rs,
+            f"tc-reduce-{d}",
+            [
+                '(= red (REDUCE "float32" "ADD" ax (UCons body (UCons k (UNil)))))',
+                '(= body (MUL "float32" (CAST "float32" la) (CAST "float32" lb)))',
+                f'(= la (LOAD "{d}" sa))',
+                f'(= lb (LOAD "{d}" sb))',
+                '(split-factor "tc" 16)',
+                f'(= k (RANGE {IX} kk "R" (CONST {IX} (I nk))))',
+                "(= kk (RKRed tk ak))",
+                f"(= (% nk {TC_TILE}) 0)",
+            ],
+            [*tiles["k"], '(tc-value red (REDUCE "float32" "ADD" ax (UCons body (UCons ko (UCons ki (UNil))))))'],
+            category="optops",
+            check="structural",
+            doc=f"a {d} x {d} -> float32 dot product a tensor core can compute, over k in steps of 16 (UNROLL)",
+        )
     # the stored value may wrap the reduce in an elementwise epilogue (bias, activation, cast)
-    for op, args in (("CAST", "x"), ("ADD", "x y"), ("ADD", "y x"), ("MUL", "x y"), ("MUL", "y x"),
-                     ("MAX", "x y"), ("MAX", "y x")):
-        rule(rs, f"tc-epilogue-{op.lower()}-{args.index('x') // 2}",
-             [f"(= v ({op} dv {args}))", "(tc-value x x2)"], [f"(tc-value v ({op} dv {args.replace('x', 'x2')}))"],
-             category="optops", check="structural", doc=f"a {op} of a tensor-core result, computed from the tiles")
-    rule(rs, "tc",
-         ["(= e (END d (UCons (STORE sd (UCons i (UCons v (UNil)))) (UCons m (UCons n (UNil))))))",
-          "(tc-value v v2)",
-          f'(= m (RANGE {IX} km "L" (CONST {IX} (I nm))))', "(= km (RKOut tm am))",
-          f'(= n (RANGE {IX} kn "L" (CONST {IX} (I nn))))', "(= kn (RKOut tn an))",
-          f"(= (% nm {TC_TILE}) 0)", f"(= (% nn {TC_TILE}) 0)"],
-         [*tiles["m"], *tiles["n"],
-          "(union e (END d (UCons (STORE sd (UCons i (UCons v2 (UNil)))) "
-          "(UCons mo (UCons no (UCons mi (UCons ni (UNil))))))))"],
-         category="optops", check="structural",
-         doc="TC: 16x16 output tiles, one per warp (WARP ranges), storing the tiled reduce's value")
+    for op, args in (
+        ("CAST", "x"),
+        ("ADD", "x y"),
+        ("ADD", "y x"),
+        ("MUL", "x y"),
+        ("MUL", "y x"),
+        ("MAX", "x y"),
+        ("MAX", "y x"),
+    ):
+        rule(
+            rs,
+            f"tc-epilogue-{op.lower()}-{args.index('x') // 2}",
+            [f"(= v ({op} dv {args}))", "(tc-value x x2)"],
+            [f"(tc-value v ({op} dv {args.replace('x', 'x2')}))"],
+            category="optops",
+            check="structural",
+            doc=f"a {op} of a tensor-core result, computed from the tiles",
+        )
+    rule(
+        rs,
+        "tc",
+        [
+            "(= e (END d (UCons (STORE sd (UCons i (UCons v (UNil)))) (UCons m (UCons n (UNil))))))",
+            "(tc-value v v2)",
+            f'(= m (RANGE {IX} km "L" (CONST {IX} (I nm))))',
+            "(= km (RKOut tm am))",
+            f'(= n (RANGE {IX} kn "L" (CONST {IX} (I nn))))',
+            "(= kn (RKOut tn an))",
+            f"(= (% nm {TC_TILE}) 0)",
+            f"(= (% nn {TC_TILE}) 0)",
+        ],
+        [
+            *tiles["m"],
+            *tiles["n"],
+            "(union e (END d (UCons (STORE sd (UCons i (UCons v2 (UNil)))) "
+            "(UCons mo (UCons no (UCons mi (UCons ni (UNil))))))))",
+        ],
+        category="optops",
+        check="structural",
+        doc="TC: 16x16 output tiles, one per warp (WARP ranges), storing the tiled reduce's value",
+    )
     for shape in TC_BLOCKS:
         _tc_block_rule(rs, *shape)
 
@@ -249,27 +359,42 @@ def _tc_block_rule(rs: RuleSet, wm: int, wn: int, um: int, un: int) -> None:
     outer, local, upcast = [], [], []
     for p, w, u in (("m", wm, um), ("n", wn, un)):
         f, key = w * u, f"(RKSplit k{p}o {w * u} 1)"
-        kind = "L" if w > 1 and u > 1 else "l" if w > 1 else "u"   # "L": split again below, never bound
-        acts += [f'(let {p}b (RANGE {IX} (RKSplit k{p}o {f} 0) "L" {ik(f"(/ n{p}o {f})")}))',
-                 f'(let {p}t (RANGE {IX} {key} "{kind}" {ik(f)}))',
-                 f"(union {p}o (ADD {IX} (MUL {IX} {p}b {ik(f)}) {p}t))"]
+        kind = "L" if w > 1 and u > 1 else "l" if w > 1 else "u"  # "L": split again below, never bound
+        acts += [
+            f'(let {p}b (RANGE {IX} (RKSplit k{p}o {f} 0) "L" {ik(f"(/ n{p}o {f})")}))',
+            f'(let {p}t (RANGE {IX} {key} "{kind}" {ik(f)}))',
+            f"(union {p}o (ADD {IX} (MUL {IX} {p}b {ik(f)}) {p}t))",
+        ]
         outer.append(f"{p}b")
-        if kind == "L":   # warps (LOCAL) x tiles per warp (UPCAST)
-            acts += [f'(let {p}l (RANGE {IX} (RKSplit {key} {u} 0) "l" {ik(w)}))',
-                     f'(let {p}u (RANGE {IX} (RKSplit {key} {u} 1) "u" {ik(u)}))',
-                     f"(union {p}t (ADD {IX} (MUL {IX} {p}l {ik(u)}) {p}u))"]
+        if kind == "L":  # warps (LOCAL) x tiles per warp (UPCAST)
+            acts += [
+                f'(let {p}l (RANGE {IX} (RKSplit {key} {u} 0) "l" {ik(w)}))',
+                f'(let {p}u (RANGE {IX} (RKSplit {key} {u} 1) "u" {ik(u)}))',
+                f"(union {p}t (ADD {IX} (MUL {IX} {p}l {ik(u)}) {p}u))",
+            ]
         local += [f"{p}l" if kind == "L" else f"{p}t"] if w > 1 else []
         upcast += [f"{p}u" if kind == "L" else f"{p}t"] if u > 1 else []
     ranges = _nest([*outer, *local, *upcast, "mi", "ni"], "(UNil)")
-    rule(rs, f"tc-block-{wm}x{wn}-{um}x{un}",
-         [f"(= e (END d (UCons st {_nest(['mo', 'no', 'mi', 'ni'], '(UNil)')})))",
-          f'(= mi (RANGE {IX} kmi "w" {ik(TC_TILE)}))', f'(= ni (RANGE {IX} kni "w" {ik(TC_TILE)}))',
-          f'(= mo (RANGE {IX} kmo "L" (CONST {IX} (I nmo))))', f'(= no (RANGE {IX} kno "L" (CONST {IX} (I nno))))',
-          f"(= kmo (RKSplit km {TC_TILE} 0))", f"(= kno (RKSplit kn {TC_TILE} 0))", '(split-factor "tc" 16)',
-          f"(= (% nmo {wm * um}) 0)", f"(= (% nno {wn * un}) 0)"],
-         [*acts, f"(union e (END d (UCons st {ranges})))"],
-         category="optops", check="structural",
-         doc=f"TC blocks of {wm}x{wn} warps (LOCAL), each computing {um}x{un} tiles (UPCAST)")
+    rule(
+        rs,
+        f"tc-block-{wm}x{wn}-{um}x{un}",
+        [
+            f"(= e (END d (UCons st {_nest(['mo', 'no', 'mi', 'ni'], '(UNil)')})))",
+            f'(= mi (RANGE {IX} kmi "w" {ik(TC_TILE)}))',
+            f'(= ni (RANGE {IX} kni "w" {ik(TC_TILE)}))',
+            f'(= mo (RANGE {IX} kmo "L" (CONST {IX} (I nmo))))',
+            f'(= no (RANGE {IX} kno "L" (CONST {IX} (I nno))))',
+            f"(= kmo (RKSplit km {TC_TILE} 0))",
+            f"(= kno (RKSplit kn {TC_TILE} 0))",
+            '(split-factor "tc" 16)',
+            f"(= (% nmo {wm * um}) 0)",
+            f"(= (% nno {wn * un}) 0)",
+        ],
+        [*acts, f"(union e (END d (UCons st {ranges})))"],
+        category="optops",
+        check="structural",
+        doc=f"TC blocks of {wm}x{wn} warps (LOCAL), each computing {um}x{un} tiles (UPCAST)",
+    )
 
 
 def build() -> dict[str, RuleSet]:
@@ -296,16 +421,23 @@ def build() -> dict[str, RuleSet]:
         _accumulate_rule(rs("acc"), pos, "(RKRed t k)", "")
     # the slice of a group reduce gets accumulators too
     _accumulate_rule(rs("acc"), 0, "(RKSplit kk ff 1)", "-slice")
-    _top_split_rule(rs("group"), "split-group", "REDUCE", "G", "group",
-                    "GROUP_REDUCE: g slices of the reduce run on g cores, partials combined in order")
-    _top_split_rule(rs("thread"), "split-thread", "END", "t", "thread",
-                    "THREAD: the outermost output range in g slices, one per core")
+    _top_split_rule(
+        rs("group"),
+        "split-group",
+        "REDUCE",
+        "G",
+        "group",
+        "GROUP_REDUCE: g slices of the reduce run on g cores, partials combined in order",
+    )
+    _top_split_rule(
+        rs("thread"), "split-thread", "END", "t", "thread", "THREAD: the outermost output range in g slices, one per core"
+    )
     _swap_rule(rs("swap"))
     _tc_rules(rs("tc"))
     return by_kind
 
 
-OPTOPS = build()   # factor kind -> its rules
+OPTOPS = build()  # factor kind -> its rules
 RULES = [r for rs in OPTOPS.values() for r in rs.rules]
 
 # Factors tried per target (kinds: the new part's AxisType letter, "acc" partial accumulators, "pad-<letter>"
@@ -321,7 +453,7 @@ SPLIT_FACTORS: dict[str, dict[str, tuple[int, ...]]] = {
     "cuda": {"l": (64, 256), "G": (256,), "u": (4,), "pad-l": (256,), "pad-G": (256,), "swap": (1,), "tc": (16,)},
     "reference": {},
 }
-BLOCK_KINDS = ("l", "G", "pad-l", "pad-G", "tc")   # what Nolocals leaves out: no workgroup dims
+BLOCK_KINDS = ("l", "G", "pad-l", "pad-G", "tc")  # what Nolocals leaves out: no workgroup dims
 
 
 def target_kinds(target: str, nolocals: bool = False) -> dict[str, tuple[int, ...]]:

@@ -55,7 +55,7 @@ def parse_sexprs(text: str) -> list[SExpr]:
         if not m or m.end() == pos:
             if text[pos:].strip() == "":
                 break
-            raise ValueError(f"cannot parse near {text[pos:pos + 30]!r}")
+            raise ValueError(f"cannot parse near {text[pos : pos + 30]!r}")
         pos = m.end()
         comment, lp, rp, s, atom = m.groups()
         if comment:
@@ -81,6 +81,7 @@ def _atom(a: str) -> SExpr:
 
 
 # ---- signatures of constructors, functions and relations -----------------------------------------
+
 
 @dataclass
 class Signatures:
@@ -119,8 +120,11 @@ def signatures(*declarations: str) -> Signatures:
 INT_DOMAIN = (dtypes.index, dtypes.int8, dtypes.uint8)
 ALL_DOMAIN = (*INT_DOMAIN, dtypes.bool, dtypes.float32)
 DT_RELATIONS = {
-    "dt-int": lambda d: d.is_int, "dt-bool": lambda d: d.is_bool, "dt-intlike": lambda d: d.is_int or d.is_bool,
-    "dt-float": lambda d: d.is_float, "dt-signed": lambda d: d.kind == "i",
+    "dt-int": lambda d: d.is_int,
+    "dt-bool": lambda d: d.is_bool,
+    "dt-intlike": lambda d: d.is_int or d.is_bool,
+    "dt-float": lambda d: d.is_float,
+    "dt-signed": lambda d: d.kind == "i",
     "dt-unsigned": lambda d: d.kind == "u",
 }
 
@@ -148,15 +152,25 @@ _DT_RULE_KIND = {}
 def _dt_kind(op: Ops) -> str:
     if op not in _DT_RULE_KIND:
         name = getattr(OP_TABLE[op].dtype_rule, "__name__", "")
-        _DT_RULE_KIND[op] = {"_dt_cmp": "cmp", "_dt_where": "where", "_dt_given": "given", "_dt_bool": "bool",
-                             "_dt_index": "index", "_dt_void": "void"}.get(name, "same")
+        _DT_RULE_KIND[op] = {
+            "_dt_cmp": "cmp",
+            "_dt_where": "where",
+            "_dt_given": "given",
+            "_dt_bool": "bool",
+            "_dt_index": "index",
+            "_dt_void": "void",
+        }.get(name, "same")
     return _DT_RULE_KIND[op]
 
 
 def _dt_allowed(op: Ops) -> Any:
     name = getattr(OP_TABLE[op].dtype_rule, "__name__", "")
-    return {"_dt_int": lambda d: d.is_int, "_dt_int_or_bool": lambda d: d.is_int or d.is_bool,
-            "_dt_float_unary": lambda d: d.is_float, "_dt_float_binary": lambda d: d.is_float}.get(name)
+    return {
+        "_dt_int": lambda d: d.is_int,
+        "_dt_int_or_bool": lambda d: d.is_int or d.is_bool,
+        "_dt_float_unary": lambda d: d.is_float,
+        "_dt_float_binary": lambda d: d.is_float,
+    }.get(name)
 
 
 class Typing:
@@ -167,7 +181,7 @@ class Typing:
         self.uf = _UF()
         self.fixed: dict[str, DType] = {}
         self.filters: dict[str, list[Any]] = {}
-        self.sorts: dict[str, str] = {}      # variable -> sort
+        self.sorts: dict[str, str] = {}  # variable -> sort
         self.counter = itertools.count()
 
     def slot_of_var(self, v: str) -> str:
@@ -239,7 +253,7 @@ class Typing:
         if isinstance(t[1], str):
             self.note_sort(t[1], "String")
         nargs = len(ARG_FIELDS[sp.arg])
-        for a, s in zip(t[2:2 + nargs], fields[1:1 + nargs]):
+        for a, s in zip(t[2 : 2 + nargs], fields[1 : 1 + nargs]):
             if s == "Val" and isinstance(a, list):
                 if a[0] == "I":
                     self.filt(node, lambda d: not d.is_float)
@@ -248,7 +262,7 @@ class Typing:
                 self.term(a[1], "i64" if a[0] == "I" else "f64")
             else:
                 self.term(a, s)
-        srcs = [self.term(a, s) for a, s in zip(t[2 + nargs:], fields[1 + nargs:])]
+        srcs = [self.term(a, s) for a, s in zip(t[2 + nargs :], fields[1 + nargs :])]
         kind = _dt_kind(op)
         if (allowed := _dt_allowed(op)) is not None:
             self.filt(node, allowed)
@@ -354,6 +368,7 @@ class Typing:
 
 # ---- Z3 semantics --------------------------------------------------------------------------------
 
+
 class Unsupported(Exception):  # noqa: N818 - a verdict, not an error
     pass
 
@@ -371,7 +386,7 @@ class Z3Model:
         self.assumptions: list[Any] = []
         self.goals: list[Any] = []
         self.fresh_n = itertools.count()
-        self.specs: dict[str, tuple[str, list[Any]]] = {}   # variable bound to a spec-defined helper
+        self.specs: dict[str, tuple[str, list[Any]]] = {}  # variable bound to a spec-defined helper
         self.memo_opaque: dict[str, Any] = {}
         self.bv = False  # integers as bit-vectors of their width (index: 64), for bitwise identities
 
@@ -421,8 +436,7 @@ class Z3Model:
     def in_range(self, i: Any, d: DType) -> Any:
         if d.is_bool:
             return self.z3.And(i >= 0, i <= 1)
-        return self.z3.And(i >= int(d.min), i <= int(min(d.max, (1 << 63) - 1)) if d is not dtypes.uint64 else
-                           i <= int(d.max))
+        return self.z3.And(i >= int(d.min), i <= int(min(d.max, (1 << 63) - 1)) if d is not dtypes.uint64 else i <= int(d.max))
 
     def sym(self, v: str, sort: str) -> Any:
         if v not in self.syms:
@@ -581,8 +595,8 @@ class Z3Model:
         sp = OP_TABLE[op]
         d = self.node_dtype(t)
         nargs = len(ARG_FIELDS[sp.arg])
-        fields = t[2:2 + nargs]
-        srcs = t[2 + nargs:]
+        fields = t[2 : 2 + nargs]
+        srcs = t[2 + nargs :]
         if op is Ops.CONST:
             val = fields[0]
             if not (isinstance(val, list) and val[0] == "I"):
@@ -712,8 +726,14 @@ def alu(m: Z3Model, op: Ops, d: DType, sd: list[DType], xs: list[Any]) -> Any:
         return z3.And(z3.Not(a), b) if sd[0].is_bool else a < b
     a, b = (xs + [None])[:2]
     if d.is_bool:
-        table = {Ops.AND: lambda: z3.And(a, b), Ops.OR: lambda: z3.Or(a, b), Ops.XOR: lambda: z3.Xor(a, b),
-                 Ops.MAX: lambda: z3.Or(a, b), Ops.ADD: lambda: z3.Or(a, b), Ops.MUL: lambda: z3.And(a, b)}
+        table = {
+            Ops.AND: lambda: z3.And(a, b),
+            Ops.OR: lambda: z3.Or(a, b),
+            Ops.XOR: lambda: z3.Xor(a, b),
+            Ops.MAX: lambda: z3.Or(a, b),
+            Ops.ADD: lambda: z3.Or(a, b),
+            Ops.MUL: lambda: z3.And(a, b),
+        }
         if op in table:
             return table[op]()
         raise Unsupported(f"{op} on bool")
@@ -769,10 +789,11 @@ def bv_alu(z3: Any, op: Ops, signed: bool, bits: int, a: Any, b: Any) -> Any:
 
 # ---- driver --------------------------------------------------------------------------------------
 
+
 @dataclass
 class ProofResult:
     rule: str
-    status: str                  # "proved", "proved-bounded", "failed", "unknown", "skipped"
+    status: str  # "proved", "proved-bounded", "failed", "unknown", "skipped"
     detail: str = ""
     dtypes_checked: list[str] = field(default_factory=list)
 
@@ -801,9 +822,19 @@ def _py_prim(t: SExpr, env: dict[str, int]) -> int | None:
             a, b = xs
             q = abs(a) // abs(b) * (1 if (a >= 0) == (b > 0) else -1)
             return q if h == "/" else a - b * q
-        ops = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b, "min": min, "max": max,
-               "abs": abs, "<<": lambda a, b: a << b, ">>": lambda a, b: a >> b, "&": lambda a, b: a & b,
-               "|": lambda a, b: a | b, "^": lambda a, b: a ^ b}
+        ops = {
+            "+": lambda a, b: a + b,
+            "-": lambda a, b: a - b,
+            "*": lambda a, b: a * b,
+            "min": min,
+            "max": max,
+            "abs": abs,
+            "<<": lambda a, b: a << b,
+            ">>": lambda a, b: a >> b,
+            "&": lambda a, b: a & b,
+            "|": lambda a, b: a | b,
+            "^": lambda a, b: a ^ b,
+        }
         return ops[h](*xs) if h in ops else None
     except (ZeroDivisionError, ValueError):
         return None
@@ -832,8 +863,15 @@ def _leaf_symbols(t: SExpr) -> set[str]:
 def _premises_over(body: list[SExpr], names: list[str]) -> list[SExpr]:
     """The facts of `body` that `_py_premises_hold` can decide from values of `names` alone; it skips all others
     (a side that reads any other symbol evaluates to None), so checking only these gives the same verdict."""
-    return [f for f in body if isinstance(f, list) and f and f[0] in ("<", "<=", ">", ">=", "!=", "=") and len(f) == 3
-            and _leaf_symbols(f) <= set(names)]
+    return [
+        f
+        for f in body
+        if isinstance(f, list)
+        and f
+        and f[0] in ("<", "<=", ">", ">=", "!=", "=")
+        and len(f) == 3
+        and _leaf_symbols(f) <= set(names)
+    ]
 
 
 def _pattern_constants(body: list[SExpr]) -> list[str]:
@@ -895,8 +933,15 @@ def _solve(assumptions: list[Any], goals: list[Any], timeout_ms: int) -> tuple[s
     return ("unsat" if res == z3.unsat else "sat" if res == z3.sat else "unknown"), (s.model() if res == z3.sat else None)
 
 
-def _model(rule: Rule, typing: Typing, assign: dict[str, DType], sig: Signatures, body: list[SExpr],
-           head: list[SExpr], bv: bool = False) -> Z3Model:
+def _model(
+    rule: Rule,
+    typing: Typing,
+    assign: dict[str, DType],
+    sig: Signatures,
+    body: list[SExpr],
+    head: list[SExpr],
+    bv: bool = False,
+) -> Z3Model:
     m = Z3Model(rule, typing, assign, sig)
     m.bv = bv
     for f in body:
@@ -906,8 +951,7 @@ def _model(rule: Rule, typing: Typing, assign: dict[str, DType], sig: Signatures
     return m
 
 
-def prove_rule(rule: Rule, sig: Signatures, timeout_ms: int = 1_000, domain: tuple[DType, ...] = ALL_DOMAIN
-               ) -> ProofResult:
+def prove_rule(rule: Rule, sig: Signatures, timeout_ms: int = 1_000, domain: tuple[DType, ...] = ALL_DOMAIN) -> ProofResult:
     import z3
 
     _fresh_context()
@@ -993,6 +1037,7 @@ def prove_rule(rule: Rule, sig: Signatures, timeout_ms: int = 1_000, domain: tup
 
 # ---- float rules: random evaluation --------------------------------------------------------------
 
+
 def check_float_rule(rule: Rule, sig: Signatures, samples: int = 400, seed: int = 0) -> ProofResult:
     """Evaluate lhs and rhs of a float rule on random float32 inputs (specials included); compare within rounding."""
     rng = np.random.default_rng(seed)
@@ -1013,6 +1058,7 @@ def check_float_rule(rule: Rule, sig: Signatures, samples: int = 400, seed: int 
                 else:
                     env[name] = np.float32(rng.choice(specials) if rng.random() < 0.3 else rng.standard_normal() * 10)
             return env[name]
+
         try:
             if not all(_fcond(f, val) for f in body if f[0] != "=" or f[1] != "__e"):
                 continue
@@ -1043,8 +1089,7 @@ def _fprim(x: SExpr, val: Any) -> Any:
     if isinstance(x, list):
         op, *args = x
         vs = [_fprim(a, val) for a in args]
-        fns = {"+": lambda a, b: a + b, "*": lambda a, b: a * b, "/": lambda a, b: a / b, "max": max,
-               "to-f64": float}
+        fns = {"+": lambda a, b: a + b, "*": lambda a, b: a * b, "/": lambda a, b: a / b, "max": max, "to-f64": float}
         if op in fns:
             with np.errstate(all="ignore"):
                 return fns[op](*vs)
@@ -1064,7 +1109,7 @@ def _feval(t: SExpr, val: Any) -> Any:
         sp = OP_TABLE[op]
         if not sp.is_alu or getattr(sp.dtype_rule, "__name__", "") in ("_dt_int", "_dt_int_or_bool"):
             raise Unsupported(head)  # not a float op: the rule has no float instance
-        xs = [np.asarray(_feval(s, val), np.float32) for s in t[2 + len(ARG_FIELDS[sp.arg]):]]
+        xs = [np.asarray(_feval(s, val), np.float32) for s in t[2 + len(ARG_FIELDS[sp.arg]) :]]
         dt = dtypes.bool if op in (Ops.CMPLT, Ops.CMPNE) else dtypes.float32
         return sp.ref(*xs, dt)
     raise Unsupported(head)

@@ -73,12 +73,29 @@ DECLARATIONS = """
 (relation is-shape (IL))
 (function prod (IL) i64 :merge old)
 (function zero (String) Val :merge old)
-""" + "\n".join(f'(set (zero "{d.name}") {"(F 0.0)" if d.is_float else "(I 0)"})'
-                for d in ALL_DTYPES if d.name != "void")
+""" + "\n".join(f'(set (zero "{d.name}") {"(F 0.0)" if d.is_float else "(I 0)"})' for d in ALL_DTYPES if d.name != "void")
 
-HELPERS = ("At", "Flat", "Regroup", "TakeL", "DropL", "Append", "Unflat", "Bcast", "Offs", "PadIx", "PadValid",
-           "FlipIx", "Pick", "Get", "RedIx", "RedRanges", "OutRanges", "OutIx",
-           "KernelOf")
+HELPERS = (
+    "At",
+    "Flat",
+    "Regroup",
+    "TakeL",
+    "DropL",
+    "Append",
+    "Unflat",
+    "Bcast",
+    "Offs",
+    "PadIx",
+    "PadValid",
+    "FlipIx",
+    "Pick",
+    "Get",
+    "RedIx",
+    "RedRanges",
+    "OutRanges",
+    "OutIx",
+    "KernelOf",
+)
 
 
 def ik(v: str | int) -> str:
@@ -105,83 +122,226 @@ def _distribute(rs: RuleSet) -> None:
             continue
         n = sp.arity[0]
         xs = [f"x{i}" for i in range(n)]
-        rewrite(rs, f"at-{sp.egg_name.lower()}", f"(At ({sp.egg_name} d {' '.join(xs)}) idx g)",
-                f"({sp.egg_name} d {' '.join(f'(At {x} idx g)' for x in xs)})", category="elementwise",
-                check="structural")
+        rewrite(
+            rs,
+            f"at-{sp.egg_name.lower()}",
+            f"(At ({sp.egg_name} d {' '.join(xs)}) idx g)",
+            f"({sp.egg_name} d {' '.join(f'(At {x} idx g)' for x in xs)})",
+            category="elementwise",
+            check="structural",
+        )
     for sp in OP_TABLE.values():
         if sp.category is Category.MARKER and sp.op is not Ops.CONTIGUOUS:
-            rewrite(rs, f"at-{sp.egg_name.lower()}", f"(At ({sp.egg_name} d x) idx g)", "(At x idx g)",
-                    category="marker", check="structural")
+            rewrite(
+                rs,
+                f"at-{sp.egg_name.lower()}",
+                f"(At ({sp.egg_name} d x) idx g)",
+                "(At x idx g)",
+                category="marker",
+                check="structural",
+            )
     # CONTIGUOUS is a barrier: its value is computed only in its own kernel (at its own output ranges); every
     # other read loads its buffer (`materialize`). A scalar one has no buffer and no ranges: it is a plain marker.
-    rule(rs, "at-contiguous-own", ["(= e (At t rs g))", "(= t (CONTIGUOUS d x))", "(= rs (OutIx t s k))"],
-         ["(union e (At x rs g))"], category="marker", check="structural",
-         doc="a CONTIGUOUS value is computed in its own kernel only")
-    rewrite(rs, "at-contiguous-scalar", "(At (CONTIGUOUS d x) (UNil) g)", "(At x (UNil) g)", category="marker",
-            check="structural", doc="a scalar CONTIGUOUS has no buffer of its own")
+    rule(
+        rs,
+        "at-contiguous-own",
+        ["(= e (At t rs g))", "(= t (CONTIGUOUS d x))", "(= rs (OutIx t s k))"],
+        ["(union e (At x rs g))"],
+        category="marker",
+        check="structural",
+        doc="a CONTIGUOUS value is computed in its own kernel only",
+    )
+    rewrite(
+        rs,
+        "at-contiguous-scalar",
+        "(At (CONTIGUOUS d x) (UNil) g)",
+        "(At x (UNil) g)",
+        category="marker",
+        check="structural",
+        doc="a scalar CONTIGUOUS has no buffer of its own",
+    )
 
 
 def _index_helpers(rs: RuleSet) -> None:
     c = "index-helper"
     rule(rs, "shape-tail", ["(is-shape (ICons n s))"], ["(is-shape s)"], category=c, check="structural")
     rule(rs, "prod-nil", ["(is-shape l)", "(= l (INil))"], ["(set (prod l) 1)"], category=c, check="structural")
-    rule(rs, "prod-cons", ["(is-shape l)", "(= l (ICons n s))", "(= p (prod s))"], ["(set (prod l) (* n p))"],
-         category=c, check="structural")
-    rule(rs, "flat-step", ["(= e (Flat l (ICons n s)))", "(= l (UCons i r))", "(= p (prod s))"],
-         [f'(union e (ADD {IX} (MUL {IX} i {ik("p")}) (Flat r s)))'], category=c, check="structural",
-         doc="row-major linearization: sum of index times stride")
+    rule(
+        rs,
+        "prod-cons",
+        ["(is-shape l)", "(= l (ICons n s))", "(= p (prod s))"],
+        ["(set (prod l) (* n p))"],
+        category=c,
+        check="structural",
+    )
+    rule(
+        rs,
+        "flat-step",
+        ["(= e (Flat l (ICons n s)))", "(= l (UCons i r))", "(= p (prod s))"],
+        [f"(union e (ADD {IX} (MUL {IX} i {ik('p')}) (Flat r s)))"],
+        category=c,
+        check="structural",
+        doc="row-major linearization: sum of index times stride",
+    )
     rewrite(rs, "flat-end", "(Flat (UNil) (INil))", ik(0), category=c, check="structural")
-    rule(rs, "unflat-step", ["(= e (Unflat x (ICons n s)))", "(= p (prod s))", "(> p 1)"],
-         [f'(union e (UCons (MOD {IX} (IDIV {IX} x {ik("p")}) {ik("n")}) (Unflat x s)))'], category=c,
-         check="structural", doc="axis k of a linear index: (x // stride_k) % n_k")
-    rule(rs, "unflat-last", ["(= e (Unflat x (ICons n s)))", "(= p (prod s))", "(= p 1)"],
-         [f'(union e (UCons (MOD {IX} x {ik("n")}) (Unflat x s)))'], category=c, check="structural")
+    rule(
+        rs,
+        "unflat-step",
+        ["(= e (Unflat x (ICons n s)))", "(= p (prod s))", "(> p 1)"],
+        [f"(union e (UCons (MOD {IX} (IDIV {IX} x {ik('p')}) {ik('n')}) (Unflat x s)))"],
+        category=c,
+        check="structural",
+        doc="axis k of a linear index: (x // stride_k) % n_k",
+    )
+    rule(
+        rs,
+        "unflat-last",
+        ["(= e (Unflat x (ICons n s)))", "(= p (prod s))", "(= p 1)"],
+        [f"(union e (UCons (MOD {IX} x {ik('n')}) (Unflat x s)))"],
+        category=c,
+        check="structural",
+    )
     rewrite(rs, "unflat-end", "(Unflat x (INil))", "(UNil)", category=c, check="structural")
-    rule(rs, "bcast-one", ["(= e (Bcast l (ICons 1 s)))", "(= l (UCons i r))"],
-         [f"(union e (UCons {ik(0)} (Bcast r s)))"], category=c, check="structural")
-    rule(rs, "bcast-keep", ["(= e (Bcast l (ICons n s)))", "(!= n 1)", "(= l (UCons i r))"],
-         ["(union e (UCons i (Bcast r s)))"], category=c, check="structural")
+    rule(
+        rs,
+        "bcast-one",
+        ["(= e (Bcast l (ICons 1 s)))", "(= l (UCons i r))"],
+        [f"(union e (UCons {ik(0)} (Bcast r s)))"],
+        category=c,
+        check="structural",
+    )
+    rule(
+        rs,
+        "bcast-keep",
+        ["(= e (Bcast l (ICons n s)))", "(!= n 1)", "(= l (UCons i r))"],
+        ["(union e (UCons i (Bcast r s)))"],
+        category=c,
+        check="structural",
+    )
     rewrite(rs, "bcast-end", "(Bcast l (INil))", "(UNil)", category=c, check="structural")
-    rule(rs, "offs-step", ["(= e (Offs l (ICons a (ICons b p))))", "(= l (UCons i r))"],
-         [f"(union e (UCons (ADD {IX} i {ik('a')}) (Offs r p)))"], category=c, check="structural")
+    rule(
+        rs,
+        "offs-step",
+        ["(= e (Offs l (ICons a (ICons b p))))", "(= l (UCons i r))"],
+        [f"(union e (UCons (ADD {IX} i {ik('a')}) (Offs r p)))"],
+        category=c,
+        check="structural",
+    )
     rewrite(rs, "offs-end", "(Offs l (INil))", "(UNil)", category=c, check="structural")
-    rule(rs, "padix-step", ["(= e (PadIx l (ICons a (ICons b p))))", "(= l (UCons i r))"],
-         [f"(union e (UCons (ADD {IX} i {ik('(- 0 a)')}) (PadIx r p)))"], category=c, check="structural")
+    rule(
+        rs,
+        "padix-step",
+        ["(= e (PadIx l (ICons a (ICons b p))))", "(= l (UCons i r))"],
+        [f"(union e (UCons (ADD {IX} i {ik('(- 0 a)')}) (PadIx r p)))"],
+        category=c,
+        check="structural",
+    )
     rewrite(rs, "padix-end", "(PadIx l (INil))", "(UNil)", category=c, check="structural")
-    rule(rs, "padvalid-step", ["(= e (PadValid l (ICons a (ICons b p)) (ICons n s)))", "(= l (UCons i r))"],
-         [f'(union e (AND "bool" (AND "bool" (CMPLT "bool" {ik("(- a 1)")} i) (CMPLT "bool" i {ik("(+ a n)")})) '
-          "(PadValid r p s)))"], category=c, check="structural", doc="lo <= i < lo + n on every padded axis")
+    rule(
+        rs,
+        "padvalid-step",
+        ["(= e (PadValid l (ICons a (ICons b p)) (ICons n s)))", "(= l (UCons i r))"],
+        [
+            f'(union e (AND "bool" (AND "bool" (CMPLT "bool" {ik("(- a 1)")} i) (CMPLT "bool" i {ik("(+ a n)")})) '
+            "(PadValid r p s)))"
+        ],
+        category=c,
+        check="structural",
+        doc="lo <= i < lo + n on every padded axis",
+    )
     rewrite(rs, "padvalid-end", "(PadValid l (INil) (INil))", TRUE, category=c, check="structural")
-    rule(rs, "flip-step", ["(= e (FlipIx l (ICons 1 f) (ICons n s)))", "(= l (UCons i r))"],
-         [f"(union e (UCons (ADD {IX} {ik('(- n 1)')} (MUL {IX} i {ik(-1)})) (FlipIx r f s)))"], category=c,
-         check="structural")
-    rule(rs, "flip-keep", ["(= e (FlipIx l (ICons 0 f) (ICons n s)))", "(= l (UCons i r))"],
-         ["(union e (UCons i (FlipIx r f s)))"], category=c, check="structural")
+    rule(
+        rs,
+        "flip-step",
+        ["(= e (FlipIx l (ICons 1 f) (ICons n s)))", "(= l (UCons i r))"],
+        [f"(union e (UCons (ADD {IX} {ik('(- n 1)')} (MUL {IX} i {ik(-1)})) (FlipIx r f s)))"],
+        category=c,
+        check="structural",
+    )
+    rule(
+        rs,
+        "flip-keep",
+        ["(= e (FlipIx l (ICons 0 f) (ICons n s)))", "(= l (UCons i r))"],
+        ["(union e (UCons i (FlipIx r f s)))"],
+        category=c,
+        check="structural",
+    )
     rewrite(rs, "flip-end", "(FlipIx l (INil) (INil))", "(UNil)", category=c, check="structural")
     rewrite(rs, "pick-step", "(Pick l (ICons p r))", "(UCons (Get l p) (Pick l r))", category=c, check="structural")
     rewrite(rs, "pick-end", "(Pick l (INil))", "(UNil)", category=c, check="structural")
-    rule(rs, "regroup-keep", ["(= e (Regroup l (GCons (GKeep) rest)))", "(= l (UCons i r))"],
-         ["(union e (UCons i (Regroup r rest)))"], category=c, check="structural", doc="an axis kept as is")
-    rule(rs, "regroup-new-unit", ["(= e (Regroup l (GCons (GNewUnit) rest)))", "(= l (UCons i r))"],
-         ["(union e (Regroup r rest))"], category=c, check="structural", doc="a new size-1 axis indexes nothing")
-    rewrite(rs, "regroup-old-unit", "(Regroup l (GCons (GOldUnit) rest))", f"(UCons {ik(0)} (Regroup l rest))",
-            category=c, check="structural", doc="a dropped size-1 axis is indexed by 0")
-    rewrite(rs, "regroup-mix", "(Regroup l (GCons (GMix nd od) rest))",
-            "(Append (Unflat (Flat (TakeL l nd) nd) od) (Regroup (DropL l nd) rest))", category=c,
-            check="structural", doc="axes that merge or split: flatten the new indices, unflatten with the old sizes")
+    rule(
+        rs,
+        "regroup-keep",
+        ["(= e (Regroup l (GCons (GKeep) rest)))", "(= l (UCons i r))"],
+        ["(union e (UCons i (Regroup r rest)))"],
+        category=c,
+        check="structural",
+        doc="an axis kept as is",
+    )
+    rule(
+        rs,
+        "regroup-new-unit",
+        ["(= e (Regroup l (GCons (GNewUnit) rest)))", "(= l (UCons i r))"],
+        ["(union e (Regroup r rest))"],
+        category=c,
+        check="structural",
+        doc="a new size-1 axis indexes nothing",
+    )
+    rewrite(
+        rs,
+        "regroup-old-unit",
+        "(Regroup l (GCons (GOldUnit) rest))",
+        f"(UCons {ik(0)} (Regroup l rest))",
+        category=c,
+        check="structural",
+        doc="a dropped size-1 axis is indexed by 0",
+    )
+    rewrite(
+        rs,
+        "regroup-mix",
+        "(Regroup l (GCons (GMix nd od) rest))",
+        "(Append (Unflat (Flat (TakeL l nd) nd) od) (Regroup (DropL l nd) rest))",
+        category=c,
+        check="structural",
+        doc="axes that merge or split: flatten the new indices, unflatten with the old sizes",
+    )
     rewrite(rs, "regroup-end", "(Regroup l (GNil))", "(UNil)", category=c, check="structural")
-    rule(rs, "take-step", ["(= e (TakeL l (ICons n s)))", "(= l (UCons i r))"], ["(union e (UCons i (TakeL r s)))"],
-         category=c, check="structural")
+    rule(
+        rs,
+        "take-step",
+        ["(= e (TakeL l (ICons n s)))", "(= l (UCons i r))"],
+        ["(union e (UCons i (TakeL r s)))"],
+        category=c,
+        check="structural",
+    )
     rewrite(rs, "take-end", "(TakeL l (INil))", "(UNil)", category=c, check="structural")
-    rule(rs, "drop-step", ["(= e (DropL l (ICons n s)))", "(= l (UCons i r))"], ["(union e (DropL r s))"],
-         category=c, check="structural")
+    rule(
+        rs,
+        "drop-step",
+        ["(= e (DropL l (ICons n s)))", "(= l (UCons i r))"],
+        ["(union e (DropL r s))"],
+        category=c,
+        check="structural",
+    )
     rewrite(rs, "drop-end", "(DropL l (INil))", "l", category=c, check="structural")
-    rule(rs, "append-step", ["(= e (Append l m))", "(= l (UCons a r))"], ["(union e (UCons a (Append r m)))"],
-         category=c, check="structural")
+    rule(
+        rs,
+        "append-step",
+        ["(= e (Append l m))", "(= l (UCons a r))"],
+        ["(union e (UCons a (Append r m)))"],
+        category=c,
+        check="structural",
+    )
     rewrite(rs, "append-end", "(Append (UNil) m)", "m", category=c, check="structural")
     rule(rs, "get-head", ["(= e (Get l 0))", "(= l (UCons a r))"], ["(union e a)"], category=c, check="structural")
-    rule(rs, "get-tail", ["(= e (Get l k))", "(> k 0)", "(= l (UCons a r))"], ["(union e (Get r (- k 1)))"],
-         category=c, check="structural")
+    rule(
+        rs,
+        "get-tail",
+        ["(= e (Get l k))", "(> k 0)", "(= l (UCons a r))"],
+        ["(union e (Get r (- k 1)))"],
+        category=c,
+        check="structural",
+    )
 
 
 def _range(kind: str, t: str, k: str, n: str) -> str:
@@ -191,83 +351,208 @@ def _range(kind: str, t: str, k: str, n: str) -> str:
 
 def _ranges(rs: RuleSet) -> None:
     c = "range"
-    rule(rs, "redix-range", ["(= e (RedIx l (ICons n s) (ICons 1 f) t k))", "(= l (UCons i r))"],
-         [f"(union e (UCons {_range('R', 't', 'k', 'n')} (RedIx r s f t (+ k 1))))"], category=c, check="structural",
-         doc="a reduced axis is indexed by the reduce range named (t, k)")
-    rule(rs, "redix-keep", ["(= e (RedIx l (ICons n s) (ICons 0 f) t k))", "(= l (UCons i r))"],
-         ["(union e (UCons i (RedIx r s f t (+ k 1))))"], category=c, check="structural")
+    rule(
+        rs,
+        "redix-range",
+        ["(= e (RedIx l (ICons n s) (ICons 1 f) t k))", "(= l (UCons i r))"],
+        [f"(union e (UCons {_range('R', 't', 'k', 'n')} (RedIx r s f t (+ k 1))))"],
+        category=c,
+        check="structural",
+        doc="a reduced axis is indexed by the reduce range named (t, k)",
+    )
+    rule(
+        rs,
+        "redix-keep",
+        ["(= e (RedIx l (ICons n s) (ICons 0 f) t k))", "(= l (UCons i r))"],
+        ["(union e (UCons i (RedIx r s f t (+ k 1))))"],
+        category=c,
+        check="structural",
+    )
     rewrite(rs, "redix-end", "(RedIx l (INil) (INil) t k)", "(UNil)", category=c, check="structural")
-    rule(rs, "redranges-range", ["(= e (RedRanges (ICons n s) (ICons 1 f) t k))"],
-         [f"(union e (UCons {_range('R', 't', 'k', 'n')} (RedRanges s f t (+ k 1))))"], category=c,
-         check="structural")
-    rule(rs, "redranges-skip", ["(= e (RedRanges (ICons n s) (ICons 0 f) t k))"],
-         ["(union e (RedRanges s f t (+ k 1)))"], category=c, check="structural")
+    rule(
+        rs,
+        "redranges-range",
+        ["(= e (RedRanges (ICons n s) (ICons 1 f) t k))"],
+        [f"(union e (UCons {_range('R', 't', 'k', 'n')} (RedRanges s f t (+ k 1))))"],
+        category=c,
+        check="structural",
+    )
+    rule(
+        rs,
+        "redranges-skip",
+        ["(= e (RedRanges (ICons n s) (ICons 0 f) t k))"],
+        ["(union e (RedRanges s f t (+ k 1)))"],
+        category=c,
+        check="structural",
+    )
     rewrite(rs, "redranges-end", "(RedRanges (INil) (INil) t k)", "(UNil)", category=c, check="structural")
     # a kernel loops over its output's axes but a size-1 one, which its index reads as 0: no loop of one trip
     # sits between two others (a materialized reduce keeps its reduced axis), so every loop order is a swap away
-    rule(rs, "outranges-range", ["(= e (OutRanges t (ICons n s) k))", "(!= n 1)"],
-         [f"(union e (UCons {_range('L', 't', 'k', 'n')} (OutRanges t s (+ k 1))))"], category=c,
-         check="structural", doc="output axis k of t's kernel")
-    rewrite(rs, "outranges-unit", "(OutRanges t (ICons 1 s) k)", "(OutRanges t s (+ k 1))", category=c,
-            check="structural", doc="a size-1 output axis needs no loop")
+    rule(
+        rs,
+        "outranges-range",
+        ["(= e (OutRanges t (ICons n s) k))", "(!= n 1)"],
+        [f"(union e (UCons {_range('L', 't', 'k', 'n')} (OutRanges t s (+ k 1))))"],
+        category=c,
+        check="structural",
+        doc="output axis k of t's kernel",
+    )
+    rewrite(
+        rs,
+        "outranges-unit",
+        "(OutRanges t (ICons 1 s) k)",
+        "(OutRanges t s (+ k 1))",
+        category=c,
+        check="structural",
+        doc="a size-1 output axis needs no loop",
+    )
     rewrite(rs, "outranges-end", "(OutRanges t (INil) k)", "(UNil)", category=c, check="structural")
-    rule(rs, "outix-range", ["(= e (OutIx t (ICons n s) k))", "(!= n 1)"],
-         [f"(union e (UCons {_range('L', 't', 'k', 'n')} (OutIx t s (+ k 1))))"], category=c,
-         check="structural", doc="t's kernel indexes output axis k by its range")
-    rewrite(rs, "outix-unit", "(OutIx t (ICons 1 s) k)", f"(UCons {ik(0)} (OutIx t s (+ k 1)))", category=c,
-            check="structural", doc="... and a size-1 axis by 0")
-    rewrite(rs, "outix-end", "(OutIx t (INil) k)", "(UNil)", category=c, check="structural",
-            doc="the index list ends with the shape")
+    rule(
+        rs,
+        "outix-range",
+        ["(= e (OutIx t (ICons n s) k))", "(!= n 1)"],
+        [f"(union e (UCons {_range('L', 't', 'k', 'n')} (OutIx t s (+ k 1))))"],
+        category=c,
+        check="structural",
+        doc="t's kernel indexes output axis k by its range",
+    )
+    rewrite(
+        rs,
+        "outix-unit",
+        "(OutIx t (ICons 1 s) k)",
+        f"(UCons {ik(0)} (OutIx t s (+ k 1)))",
+        category=c,
+        check="structural",
+        doc="... and a size-1 axis by 0",
+    )
+    rewrite(
+        rs,
+        "outix-end",
+        "(OutIx t (INil) k)",
+        "(UNil)",
+        category=c,
+        check="structural",
+        doc="the index list ends with the shape",
+    )
 
 
 def _movement(rs: RuleSet) -> None:
     c = "movement"
     rewrite(rs, "at-const", "(At (CONST d v) idx g)", "(CONST d v)", category=c, check="structural")
-    rewrite(rs, "at-variable", "(At (DEFINE_VAR d nm a b) idx g)", "(DEFINE_VAR d nm a b)", category=c,
-            check="structural")
-    rule(rs, "at-reshape", ["(= e (At t idx g))", "(= t (RESHAPE d new x))", "(= pl (reshape-plan t))"],
-         ["(union e (At x (Regroup idx pl) g))"], category=c, check="structural",
-         doc="per group of axes whose sizes multiply up equally: flatten the new indices, unflatten with the old "
-             "sizes; symbolic rules remove the div/mod")
-    rule(rs, "at-expand", ["(= e (At t idx g))", "(= t (EXPAND d new x))", "(= sx (shape x))"],
-         ["(union e (At x (Bcast idx sx) g))"], category=c, check="structural")
-    rule(rs, "at-permute", ["(= e (At t idx g))", "(= t (PERMUTE d p x))", "(= ip (invperm t))"],
-         ["(union e (At x (Pick idx ip) g))"], category=c, check="structural")
-    rule(rs, "at-flip", ["(= e (At t idx g))", "(= t (FLIP d fl x))", "(= sx (shape x))"],
-         ["(union e (At x (FlipIx idx fl sx) g))"], category=c, check="structural")
-    rule(rs, "at-shrink", ["(= e (At t idx g))", "(= t (SHRINK d pr x))"], ["(union e (At x (Offs idx pr) g))"],
-         category=c, check="structural")
-    rule(rs, "at-pad", ["(= e (At t idx g))", "(= t (PAD d pr x))", "(= sx (shape x))", "(= z (zero d))"],
-         ["(let v (PadValid idx pr sx))",
-          '(union e (WHERE d v (At x (PadIx idx pr) (AND "bool" g v)) (CONST d z)))'],
-         category=c, check="structural", doc="padding reads zero outside; loads inside are gated by validity")
-    rule(rs, "at-reduce", ["(= e (At t idx g))", "(= t (REDUCE d op ax (UCons x (UNil))))", "(= sx (shape x))",
-                           "(= f (rmask t))"],
-         ["(union e (REDUCE d op (INil) (UCons (At x (RedIx idx sx f t 0) g) (RedRanges sx f t 0))))"],
-         category="reduce", check="structural")
-    rule(rs, "at-buffer", ["(= e (At t idx g))", "(= t (BUFFER d nm shp bs))", "(in-buf t b)", "(= z (zero d))"],
-         [f"(union e {load('d', 'b', '(Flat idx shp)', 'g')})"], category="memory", check="structural",
-         doc="a tensor buffer is read through its flat kernel-level buffer")
-    rewrite(rs, "load-ungate", f"(LOAD d (UCons p (UCons a (UCons {TRUE} (UNil)))))", "(LOAD d (UCons p (UNil)))",
-            category="memory", check="structural", doc="a load gated by true needs no gate")
+    rewrite(rs, "at-variable", "(At (DEFINE_VAR d nm a b) idx g)", "(DEFINE_VAR d nm a b)", category=c, check="structural")
+    rule(
+        rs,
+        "at-reshape",
+        ["(= e (At t idx g))", "(= t (RESHAPE d new x))", "(= pl (reshape-plan t))"],
+        ["(union e (At x (Regroup idx pl) g))"],
+        category=c,
+        check="structural",
+        doc="per group of axes whose sizes multiply up equally: flatten the new indices, unflatten with the old "
+        "sizes; symbolic rules remove the div/mod",
+    )
+    rule(
+        rs,
+        "at-expand",
+        ["(= e (At t idx g))", "(= t (EXPAND d new x))", "(= sx (shape x))"],
+        ["(union e (At x (Bcast idx sx) g))"],
+        category=c,
+        check="structural",
+    )
+    rule(
+        rs,
+        "at-permute",
+        ["(= e (At t idx g))", "(= t (PERMUTE d p x))", "(= ip (invperm t))"],
+        ["(union e (At x (Pick idx ip) g))"],
+        category=c,
+        check="structural",
+    )
+    rule(
+        rs,
+        "at-flip",
+        ["(= e (At t idx g))", "(= t (FLIP d fl x))", "(= sx (shape x))"],
+        ["(union e (At x (FlipIx idx fl sx) g))"],
+        category=c,
+        check="structural",
+    )
+    rule(
+        rs,
+        "at-shrink",
+        ["(= e (At t idx g))", "(= t (SHRINK d pr x))"],
+        ["(union e (At x (Offs idx pr) g))"],
+        category=c,
+        check="structural",
+    )
+    rule(
+        rs,
+        "at-pad",
+        ["(= e (At t idx g))", "(= t (PAD d pr x))", "(= sx (shape x))", "(= z (zero d))"],
+        ["(let v (PadValid idx pr sx))", '(union e (WHERE d v (At x (PadIx idx pr) (AND "bool" g v)) (CONST d z)))'],
+        category=c,
+        check="structural",
+        doc="padding reads zero outside; loads inside are gated by validity",
+    )
+    rule(
+        rs,
+        "at-reduce",
+        ["(= e (At t idx g))", "(= t (REDUCE d op ax (UCons x (UNil))))", "(= sx (shape x))", "(= f (rmask t))"],
+        ["(union e (REDUCE d op (INil) (UCons (At x (RedIx idx sx f t 0) g) (RedRanges sx f t 0))))"],
+        category="reduce",
+        check="structural",
+    )
+    rule(
+        rs,
+        "at-buffer",
+        ["(= e (At t idx g))", "(= t (BUFFER d nm shp bs))", "(in-buf t b)", "(= z (zero d))"],
+        [f"(union e {load('d', 'b', '(Flat idx shp)', 'g')})"],
+        category="memory",
+        check="structural",
+        doc="a tensor buffer is read through its flat kernel-level buffer",
+    )
+    rewrite(
+        rs,
+        "load-ungate",
+        f"(LOAD d (UCons p (UCons a (UCons {TRUE} (UNil)))))",
+        "(LOAD d (UCons p (UNil)))",
+        category="memory",
+        check="structural",
+        doc="a load gated by true needs no gate",
+    )
 
 
 def _kernels(rs: RuleSet) -> None:
     c = "fusion"
     index = f"(INDEX d {ul('b', '(Flat ix s)')})"
     store = f"(STORE {VOID} {ul(index, f'(At t ix {TRUE})')})"
-    rule(rs, "kernel-of", ["(= kk (KernelOf t b))", "(= s (shape t))", "(= s (ICons n0 s0))",
-                           "(= b (BUFFER d nm sz bs))"],
-         ["(let ix (OutIx t s 0))", "(let rs (OutRanges t s 0))",
-          f"(union kk (SINK {VOID} {ul(f'(END {VOID} (UCons {store} rs))')}))"],
-         category=c, check="structural", doc="t's kernel: store every element of t into its buffer")
-    rule(rs, "kernel-of-scalar", ["(= kk (KernelOf t b))", "(= s (shape t))", "(= s (INil))",
-                                  "(= b (BUFFER d nm sz bs))"],
-         ["(let ix (UNil))", f"(union kk (SINK {VOID} {ul(store)}))"], category=c, check="structural")
-    rule(rs, "materialize", ["(= e (At t idx g))", "(mat-buf t b)", "(= b (BUFFER d nm sz bs))",
-                             "(= s (shape t))", "(= z (zero d))"],
-         [f"(union e {load('d', '(AFTER d (UCons b (UCons (KernelOf t b) (UNil))))', '(Flat idx s)', 'g')})"],
-         category=c, check="structural", doc="alternative to recomputing t inline: read it from its own kernel's buffer")
+    rule(
+        rs,
+        "kernel-of",
+        ["(= kk (KernelOf t b))", "(= s (shape t))", "(= s (ICons n0 s0))", "(= b (BUFFER d nm sz bs))"],
+        [
+            "(let ix (OutIx t s 0))",
+            "(let rs (OutRanges t s 0))",
+            f"(union kk (SINK {VOID} {ul(f'(END {VOID} (UCons {store} rs))')}))",
+        ],
+        category=c,
+        check="structural",
+        doc="t's kernel: store every element of t into its buffer",
+    )
+    rule(
+        rs,
+        "kernel-of-scalar",
+        ["(= kk (KernelOf t b))", "(= s (shape t))", "(= s (INil))", "(= b (BUFFER d nm sz bs))"],
+        ["(let ix (UNil))", f"(union kk (SINK {VOID} {ul(store)}))"],
+        category=c,
+        check="structural",
+    )
+    rule(
+        rs,
+        "materialize",
+        ["(= e (At t idx g))", "(mat-buf t b)", "(= b (BUFFER d nm sz bs))", "(= s (shape t))", "(= z (zero d))"],
+        [f"(union e {load('d', '(AFTER d (UCons b (UCons (KernelOf t b) (UNil))))', '(Flat idx s)', 'g')})"],
+        category=c,
+        check="structural",
+        doc="alternative to recomputing t inline: read it from its own kernel's buffer",
+    )
 
 
 def build() -> RuleSet:

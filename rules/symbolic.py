@@ -30,13 +30,26 @@ def _wrap(v: str) -> str:
 
 
 def _narrow(vars_: tuple[str, ...]) -> list[str]:
-    return ["(dt-int dt)", "(= bits (dt-bits dt))", "(< bits 64)", "(= mn (dt-min dt))", "(= m (<< 1 bits))",
-            *small(*vars_, bound=1 << 40)]
+    return [
+        "(dt-int dt)",
+        "(= bits (dt-bits dt))",
+        "(< bits 64)",
+        "(= mn (dt-min dt))",
+        "(= m (<< 1 bits))",
+        *small(*vars_, bound=1 << 40),
+    ]
 
 
 def _wide(result: str) -> list[str]:
-    return ["(dt-int dt)", "(= bits (dt-bits dt))", "(= bits 64)", "(= mn (dt-min dt))", "(= mx (dt-max dt))",
-            f"(>= {result} mn)", f"(<= {result} mx)"]
+    return [
+        "(dt-int dt)",
+        "(= bits (dt-bits dt))",
+        "(= bits 64)",
+        "(= mn (dt-min dt))",
+        "(= mx (dt-max dt))",
+        f"(>= {result} mn)",
+        f"(<= {result} mx)",
+    ]
 
 
 def _fold_int(rs: RuleSet, name: str, op: str, result: str, guards: tuple[str, ...] = ()) -> None:
@@ -44,8 +57,14 @@ def _fold_int(rs: RuleSet, name: str, op: str, result: str, guards: tuple[str, .
     lhs = f"({op} dt {k('a')} {k('b')})"
     rewrite(rs, f"fold-{name}", lhs, k(_wrap(result)), when=[*_narrow(("a", "b")), *guards], category="constant-fold")
     bound = MUL_BOUND if op in ("MUL", "SHL") else 1 << 61
-    rewrite(rs, f"fold-{name}-wide", lhs, k(result), when=[*small("a", "b", bound=bound), *guards, *_wide(result)],
-            category="constant-fold")
+    rewrite(
+        rs,
+        f"fold-{name}-wide",
+        lhs,
+        k(result),
+        when=[*small("a", "b", bound=bound), *guards, *_wide(result)],
+        category="constant-fold",
+    )
 
 
 def constant_folding(rs: RuleSet) -> None:
@@ -63,47 +82,106 @@ def constant_folding(rs: RuleSet) -> None:
     _fold_int(rs, "shr", "SHR", "(>> a b)", ("(>= b 0)", "(< b bits)"))
     cf = "constant-fold"
     rewrite(rs, "fold-cmplt-true", f"(CMPLT dt {k('a')} {k('b')})", T, when=["(dt-intlike dt)", "(< a b)"], category=cf)
-    rewrite(rs, "fold-cmplt-false", f"(CMPLT dt {k('a')} {k('b')})", F_, when=["(dt-intlike dt)", "(>= a b)"],
-            category=cf)
-    rewrite(rs, "fold-cmpne-true", f"(CMPNE dt {k('a')} {k('b')})", T, when=["(dt-intlike dt)", "(!= a b)"],
-            category=cf)
-    rewrite(rs, "fold-cmpne-false", f"(CMPNE dt {k('a')} {k('b')})", F_, when=["(dt-intlike dt)", "(= a b)"],
-            category=cf)
+    rewrite(rs, "fold-cmplt-false", f"(CMPLT dt {k('a')} {k('b')})", F_, when=["(dt-intlike dt)", "(>= a b)"], category=cf)
+    rewrite(rs, "fold-cmpne-true", f"(CMPNE dt {k('a')} {k('b')})", T, when=["(dt-intlike dt)", "(!= a b)"], category=cf)
+    rewrite(rs, "fold-cmpne-false", f"(CMPNE dt {k('a')} {k('b')})", F_, when=["(dt-intlike dt)", "(= a b)"], category=cf)
     for name, fn in (("and", "min"), ("or", "max")):
-        rewrite(rs, f"fold-{name}-bool", f"({name.upper()} dt {k('a')} {k('b')})", k(f"({fn} a b)"),
-                when=["(dt-bool dt)"], category=cf)
+        rewrite(
+            rs,
+            f"fold-{name}-bool",
+            f"({name.upper()} dt {k('a')} {k('b')})",
+            k(f"({fn} a b)"),
+            when=["(dt-bool dt)"],
+            category=cf,
+        )
     rewrite(rs, "fold-xor-bool", f"(XOR dt {k('a')} {k('b')})", k("(^ a b)"), when=["(dt-bool dt)"], category=cf)
     rewrite(rs, "fold-where-true", "(WHERE dt (CONST dc (I 1)) a b)", "a", category=cf)
     rewrite(rs, "fold-where-false", "(WHERE dt (CONST dc (I 0)) a b)", "b", category=cf)
     # casts of constants
-    rewrite(rs, "fold-cast-int-narrow", f"(CAST dt {k('a', 'ds')})", k(_wrap("a")),
-            when=["(dt-intlike ds)", *_narrow(("a",))], category=cf)
-    rewrite(rs, "fold-cast-int-wide", f"(CAST dt {k('a', 'ds')})", k("a"),
-            when=["(dt-intlike ds)", *small("a", bound=1 << 62), *_wide("a")], category=cf)
-    rewrite(rs, "fold-cast-to-bool-true", f"(CAST dt {k('a', 'ds')})", k(1), when=["(dt-bool dt)", "(dt-intlike ds)",
-                                                                             "(!= a 0)"], category=cf)
-    rewrite(rs, "fold-cast-to-bool-false", f"(CAST dt {k(0, 'ds')})", k(0), when=["(dt-bool dt)", "(dt-intlike ds)"],
-            category=cf)
-    rewrite(rs, "fold-cast-int-to-float", f"(CAST dt {k('a', 'ds')})", kf("(to-f64 a)"),
-            when=["(dt-float dt)", "(dt-intlike ds)", *small("a", bound=1 << 53)], category=cf, check="float")
+    rewrite(
+        rs,
+        "fold-cast-int-narrow",
+        f"(CAST dt {k('a', 'ds')})",
+        k(_wrap("a")),
+        when=["(dt-intlike ds)", *_narrow(("a",))],
+        category=cf,
+    )
+    rewrite(
+        rs,
+        "fold-cast-int-wide",
+        f"(CAST dt {k('a', 'ds')})",
+        k("a"),
+        when=["(dt-intlike ds)", *small("a", bound=1 << 62), *_wide("a")],
+        category=cf,
+    )
+    rewrite(
+        rs,
+        "fold-cast-to-bool-true",
+        f"(CAST dt {k('a', 'ds')})",
+        k(1),
+        when=["(dt-bool dt)", "(dt-intlike ds)", "(!= a 0)"],
+        category=cf,
+    )
+    rewrite(
+        rs, "fold-cast-to-bool-false", f"(CAST dt {k(0, 'ds')})", k(0), when=["(dt-bool dt)", "(dt-intlike ds)"], category=cf
+    )
+    rewrite(
+        rs,
+        "fold-cast-int-to-float",
+        f"(CAST dt {k('a', 'ds')})",
+        kf("(to-f64 a)"),
+        when=["(dt-float dt)", "(dt-intlike ds)", *small("a", bound=1 << 53)],
+        category=cf,
+        check="float",
+    )
     # float folding (f64 arithmetic; results are rounded to the dtype when decoded) - checked numerically
     ff = "float-fold"
+
     def finite(d: str) -> list[str]:
         return [f"(dt-float {d})", "(<= a inf)", "(<= b inf)", "(>= a -inf)", "(>= b -inf)"]
 
     fin = finite("dt")
     for name, op, fn in (("add", "ADD", "+"), ("mul", "MUL", "*"), ("max", "MAX", "max")):
-        rewrite(rs, f"fold-float-{name}", f"({op} dt {kf('a')} {kf('b')})", kf(f"({fn} a b)"), when=fin, category=ff,
-                check="float")
-    rewrite(rs, "fold-float-cmplt-true", f"(CMPLT dt {kf('a', 'ds')} {kf('b', 'ds')})", T,
-            when=[*finite("ds"), "(< a b)"], category=ff, check="float")
-    rewrite(rs, "fold-float-cmplt-false", f"(CMPLT dt {kf('a', 'ds')} {kf('b', 'ds')})", F_,
-            when=[*finite("ds"), "(>= a b)"], category=ff, check="float")
-    rewrite(rs, "fold-float-div", f"(FDIV dt {kf('a')} {kf('b')})", kf("(/ a b)"),
-            when=[*fin, "(!= b 0.0)"], category=ff, check="float",   # f64's 53 bits: no double rounding to f32
-            doc="a quotient of two finite float constants, the divisor not zero, is a constant")
-    rewrite(rs, "fold-float-recip", f"(RECIP dt {kf('a')})", kf("(/ 1.0 a)"),
-            when=["(dt-float dt)", "(<= a inf)", "(>= a -inf)", "(!= a 0.0)"], category=ff, check="float")
+        rewrite(
+            rs, f"fold-float-{name}", f"({op} dt {kf('a')} {kf('b')})", kf(f"({fn} a b)"), when=fin, category=ff, check="float"
+        )
+    rewrite(
+        rs,
+        "fold-float-cmplt-true",
+        f"(CMPLT dt {kf('a', 'ds')} {kf('b', 'ds')})",
+        T,
+        when=[*finite("ds"), "(< a b)"],
+        category=ff,
+        check="float",
+    )
+    rewrite(
+        rs,
+        "fold-float-cmplt-false",
+        f"(CMPLT dt {kf('a', 'ds')} {kf('b', 'ds')})",
+        F_,
+        when=[*finite("ds"), "(>= a b)"],
+        category=ff,
+        check="float",
+    )
+    rewrite(
+        rs,
+        "fold-float-div",
+        f"(FDIV dt {kf('a')} {kf('b')})",
+        kf("(/ a b)"),
+        when=[*fin, "(!= b 0.0)"],
+        category=ff,
+        check="float",  # f64's 53 bits: no double rounding to f32
+        doc="a quotient of two finite float constants, the divisor not zero, is a constant",
+    )
+    rewrite(
+        rs,
+        "fold-float-recip",
+        f"(RECIP dt {kf('a')})",
+        kf("(/ 1.0 a)"),
+        when=["(dt-float dt)", "(<= a inf)", "(>= a -inf)", "(!= a 0.0)"],
+        category=ff,
+        check="float",
+    )
 
 
 def commutativity(rs: RuleSet) -> None:
@@ -111,8 +189,14 @@ def commutativity(rs: RuleSet) -> None:
     for sp in OP_TABLE.values():
         if sp.commutative:
             guard = [f"(!= dt {IX})"] if sp.egg_name in ("ADD", "MUL") else []
-            rewrite(rs, f"commute-{sp.egg_name.lower()}", f"({sp.egg_name} dt a b)", f"({sp.egg_name} dt b a)",
-                    when=guard, category="canonical")
+            rewrite(
+                rs,
+                f"commute-{sp.egg_name.lower()}",
+                f"({sp.egg_name} dt a b)",
+                f"({sp.egg_name} dt b a)",
+                when=guard,
+                category="canonical",
+            )
 
 
 def products(rs: RuleSet) -> None:
@@ -120,10 +204,22 @@ def products(rs: RuleSet) -> None:
     `has-factor` / `pdiv` (rules/linear.py) instead of associativity and commutativity."""
     c = "canonical"
     nz = ["(!= q 1)", "(!= q 0)"]
-    rewrite(rs, "mul-pull-const-left", f"(MUL {IX} (MUL {IX} a {ik('q')}) b)", f"(MUL {IX} (MUL {IX} a b) {ik('q')})",
-            when=nz, category=c)
-    rewrite(rs, "mul-pull-const-right", f"(MUL {IX} b (MUL {IX} a {ik('q')}))", f"(MUL {IX} (MUL {IX} b a) {ik('q')})",
-            when=nz, category=c)
+    rewrite(
+        rs,
+        "mul-pull-const-left",
+        f"(MUL {IX} (MUL {IX} a {ik('q')}) b)",
+        f"(MUL {IX} (MUL {IX} a b) {ik('q')})",
+        when=nz,
+        category=c,
+    )
+    rewrite(
+        rs,
+        "mul-pull-const-right",
+        f"(MUL {IX} b (MUL {IX} a {ik('q')}))",
+        f"(MUL {IX} (MUL {IX} b a) {ik('q')})",
+        when=nz,
+        category=c,
+    )
     rewrite(rs, "mul-const-to-right", f"(MUL {IX} {ik('q')} a)", f"(MUL {IX} a {ik('q')})", category=c)
 
 
@@ -132,8 +228,15 @@ def identities(rs: RuleSet) -> None:
     ints = ["(dt-int dt)"]
     rewrite(rs, "add-zero", f"(ADD dt x {k(0)})", "x", when=["(dt-intlike dt)"], category=c)
     rewrite(rs, "mul-one", f"(MUL dt x {k(1)})", "x", when=["(dt-intlike dt)"], category=c)
-    rewrite(rs, "mul-zero", f"(MUL dt x {k(0)})", k(0), when=ints, category=c,
-            doc="integers only: for floats x*0 is not 0 when x is inf or NaN")
+    rewrite(
+        rs,
+        "mul-zero",
+        f"(MUL dt x {k(0)})",
+        k(0),
+        when=ints,
+        category=c,
+        doc="integers only: for floats x*0 is not 0 when x is inf or NaN",
+    )
     rewrite(rs, "float-add-zero", f"(ADD dt x {kf('0.0')})", "x", when=["(dt-float dt)"], category=c, check="float")
     rewrite(rs, "float-mul-one", f"(MUL dt x {kf('1.0')})", "x", when=["(dt-float dt)"], category=c, check="float")
     rewrite(rs, "idiv-one", f"(IDIV dt x {k(1)})", "x", when=ints, category=c)
@@ -146,8 +249,15 @@ def identities(rs: RuleSet) -> None:
     rewrite(rs, "xor-self", "(XOR dt x x)", k(0), when=["(dt-intlike dt)"], category=c)
     rewrite(rs, "xor-cancel", "(XOR dt (XOR dt x y) y)", "x", when=["(dt-intlike dt)"], category=c)
     rewrite(rs, "cmplt-self", "(CMPLT dt x x)", F_, category=c, check="z3+float")
-    rewrite(rs, "cmpne-self", "(CMPNE dt x x)", F_, when=["(= dx (dtype-of x))", "(dt-intlike dx)"], category=c,
-            doc="not for floats: NaN != NaN")
+    rewrite(
+        rs,
+        "cmpne-self",
+        "(CMPNE dt x x)",
+        F_,
+        when=["(= dx (dtype-of x))", "(dt-intlike dx)"],
+        category=c,
+        doc="not for floats: NaN != NaN",
+    )
     rewrite(rs, "where-same", "(WHERE dt p x x)", "x", category=c)
     rewrite(rs, "and-zero", f"(AND dt x {k(0)})", k(0), when=["(dt-intlike dt)"], category=c)
     rewrite(rs, "or-zero", f"(OR dt x {k(0)})", "x", when=["(dt-intlike dt)"], category=c)
@@ -159,19 +269,49 @@ def identities(rs: RuleSet) -> None:
     rewrite(rs, "shr-zero", f"(SHR dt x {k(0)})", "x", when=ints, category=c)
     # integer associativity of constants holds exactly under wraparound (index sums use linear forms instead)
     fixed = [*ints, f"(!= dt {IX})"]
-    rewrite(rs, "add-const-assoc", f"(ADD dt (ADD dt x {k('a')}) {k('b')})", f"(ADD dt x (ADD dt {k('a')} {k('b')}))",
-            when=fixed, category="canonical")
-    rewrite(rs, "mul-const-assoc", f"(MUL dt (MUL dt x {k('a')}) {k('b')})", f"(MUL dt x (MUL dt {k('a')} {k('b')}))",
-            when=fixed, category="canonical")
+    rewrite(
+        rs,
+        "add-const-assoc",
+        f"(ADD dt (ADD dt x {k('a')}) {k('b')})",
+        f"(ADD dt x (ADD dt {k('a')} {k('b')}))",
+        when=fixed,
+        category="canonical",
+    )
+    rewrite(
+        rs,
+        "mul-const-assoc",
+        f"(MUL dt (MUL dt x {k('a')}) {k('b')})",
+        f"(MUL dt x (MUL dt {k('a')} {k('b')}))",
+        when=fixed,
+        category="canonical",
+    )
     rewrite(rs, "add-self-int", "(ADD dt x x)", f"(MUL dt x {k(2)})", when=fixed, category=c)
     rewrite(rs, "sub-self-int", f"(ADD dt x (MUL dt x {k(-1)}))", k(0), when=fixed, category=c)
-    rewrite(rs, "shl-to-mul", f"(SHL dt x {k('s')})", f"(MUL dt x (SHL dt {k(1)} {k('s')}))",
-            when=[*ints, "(= bits (dt-bits dt))", "(>= s 0)", "(< s bits)", "(< s 62)"], category=c)
-    rewrite(rs, "shr-to-idiv", f"(SHR dt x {k('s')})", f"(IDIV dt x {k('(<< 1 s)')})",
-            when=[*ints, "(= bits (dt-bits dt))", "(>= s 0)", "(< s bits)", "(< s 62)"], category=c)
+    rewrite(
+        rs,
+        "shl-to-mul",
+        f"(SHL dt x {k('s')})",
+        f"(MUL dt x (SHL dt {k(1)} {k('s')}))",
+        when=[*ints, "(= bits (dt-bits dt))", "(>= s 0)", "(< s bits)", "(< s 62)"],
+        category=c,
+    )
+    rewrite(
+        rs,
+        "shr-to-idiv",
+        f"(SHR dt x {k('s')})",
+        f"(IDIV dt x {k('(<< 1 s)')})",
+        when=[*ints, "(= bits (dt-bits dt))", "(>= s 0)", "(< s bits)", "(< s 62)"],
+        category=c,
+    )
     rewrite(rs, "trunc-int", "(TRUNC dt x)", "x", when=["(dt-intlike dt)"], category=c)
-    rewrite(rs, "max-const-assoc", f"(MAX dt (MAX dt x {k('a')}) {k('b')})", f"(MAX dt x {k('(max a b)')})",
-            when=["(dt-intlike dt)"], category=c)
+    rewrite(
+        rs,
+        "max-const-assoc",
+        f"(MAX dt (MAX dt x {k('a')}) {k('b')})",
+        f"(MAX dt x {k('(max a b)')})",
+        when=["(dt-intlike dt)"],
+        category=c,
+    )
     rewrite(rs, "where-lt-max", "(WHERE dt (CMPLT dc x y) y x)", "(MAX dt x y)", when=["(dt-intlike dt)"], category=c)
     rewrite(rs, "where-gt-max", "(WHERE dt (CMPLT dc y x) x y)", "(MAX dt x y)", when=["(dt-intlike dt)"], category=c)
 
@@ -180,18 +320,36 @@ def bounds_rules(rs: RuleSet) -> None:
     """Anything whose bounds meet is that constant."""
     for sp in OP_TABLE.values():
         if ((sp.is_alu or sp.category is Category.LOAD) and can_be_index(sp)) or sp.op in (Ops.CMPLT, Ops.CMPNE):
-            rule(rs, f"const-from-bounds-{sp.egg_name.lower()}",
-                 [f"(= e ({sp.egg_name} dt {wildcards(sp)}))", "(dt-intlike dt)", "(= l (lo e))", "(= h (hi e))",
-                  "(= l h)"], [f"(union e {k('l')})"], category="interval")
+            rule(
+                rs,
+                f"const-from-bounds-{sp.egg_name.lower()}",
+                [f"(= e ({sp.egg_name} dt {wildcards(sp)}))", "(dt-intlike dt)", "(= l (lo e))", "(= h (hi e))", "(= l h)"],
+                [f"(union e {k('l')})"],
+                category="interval",
+            )
     c = "interval"
     lx = ["(= lx (lo x))", "(= hx (hi x))"]
-    rewrite(rs, "idiv-below-divisor", f"(IDIV dt x {k('q')})", k(0), when=["(dt-int dt)", *lx, "(>= lx 0)", "(< hx q)"],
-            category=c)
-    rewrite(rs, "mod-below-divisor", f"(MOD dt x {k('q')})", "x", when=["(dt-int dt)", *lx, "(>= lx 0)", "(< hx q)"],
-            category=c)
-    rewrite(rs, "mod-one-period", f"(MOD {IX} x {ik('q')})", f"(ADD {IX} x {ik('(- 0 (* q blk))')})",
-            when=["(> q 0)", *lx, *small("lx", "hx"), f"(= blk {floordiv('lx', 'q')})", f"(= blk {floordiv('hx', 'q')})",
-                  *small("blk", "q", bound=MUL_BOUND)], category=c)
+    rewrite(
+        rs, "idiv-below-divisor", f"(IDIV dt x {k('q')})", k(0), when=["(dt-int dt)", *lx, "(>= lx 0)", "(< hx q)"], category=c
+    )
+    rewrite(
+        rs, "mod-below-divisor", f"(MOD dt x {k('q')})", "x", when=["(dt-int dt)", *lx, "(>= lx 0)", "(< hx q)"], category=c
+    )
+    rewrite(
+        rs,
+        "mod-one-period",
+        f"(MOD {IX} x {ik('q')})",
+        f"(ADD {IX} x {ik('(- 0 (* q blk))')})",
+        when=[
+            "(> q 0)",
+            *lx,
+            *small("lx", "hx"),
+            f"(= blk {floordiv('lx', 'q')})",
+            f"(= blk {floordiv('hx', 'q')})",
+            *small("blk", "q", bound=MUL_BOUND),
+        ],
+        category=c,
+    )
     rewrite(rs, "max-left", "(MAX dt a b)", "a", when=["(= la (lo a))", "(= hb (hi b))", "(>= la hb)"], category=c)
     small_x = ["(dt-int dt)", *lx, "(= ld (lo d))", "(>= lx 0)", "(< hx ld)"]
     rewrite(rs, "idiv-below-var-divisor", "(IDIV dt x d)", k(0), when=small_x, category=c)
@@ -205,23 +363,63 @@ def divmod_rules(rs: RuleSet) -> None:
     # nested divisions combine while the combined divisor stays within the dividend's range (beyond it the
     # quotient is a constant anyway, and unbounded nesting would keep making new divisors)
     in_reach = ["(= lx (lo x))", "(= hx (hi x))", *small("lx", "hx", bound=1 << 40), "(<= (* a b) (max hx (- 0 lx)))"]
-    rewrite(rs, "idiv-nested", f"(IDIV dt (IDIV dt x {k('a')}) {k('b')})", f"(IDIV dt x {k('(* a b)')})",
-            when=[*ints, "(> a 0)", "(> b 0)", *small("a", "b", bound=1 << 20), "(= mx (dt-max dt))",
-                  "(<= (* a b) mx)", *in_reach], category=c)
-    rewrite(rs, "idiv-nested-neg", f"(IDIV {IX} (IDIV {IX} x {ik('a')}) {ik('b')})", f"(IDIV {IX} x {ik('(* a b)')})",
-            when=["(< a 0)", "(> b 0)", *small("a", "b", bound=1 << 20), "(= lx (lo x))", "(= hx (hi x))",
-                  *small("lx", "hx", bound=1 << 40), "(<= (- 0 (* a b)) (max hx (- 0 lx)))"], category=c,
-            doc="index only: at fixed width x // -1 can wrap")
-    rewrite(rs, "mod-nested", f"(MOD dt (MOD dt x {k('a')}) {k('b')})", f"(MOD dt x {k('b')})",
-            when=[*ints, "(!= a 0)", "(> b 0)", "(= 0 (% a b))"], category=c)
-    rewrite(rs, "mod-then-idiv", f"(IDIV dt (MOD dt x {k('a')}) {k('b')})",
-            f"(MOD dt (IDIV dt x {k('b')}) {k('(/ a b)')})", when=[*ints, "(> a 0)", "(> b 0)", "(= 0 (% a b))"],
-            category=c)
-    rewrite(rs, "idiv-neg-divisor", f"(IDIV {IX} x {ik('q')})", f"(IDIV {IX} (MUL {IX} x {ik(-1)}) {ik('(- 0 q)')})",
-            when=["(< q 0)", *small("q")], category=c)
-    rewrite(rs, "mod-neg-divisor", f"(MOD {IX} x {ik('q')})",
-            f"(MUL {IX} (MOD {IX} (MUL {IX} x {ik(-1)}) {ik('(- 0 q)')}) {ik(-1)})", when=["(< q 0)", *small("q")],
-            category=c)
+    rewrite(
+        rs,
+        "idiv-nested",
+        f"(IDIV dt (IDIV dt x {k('a')}) {k('b')})",
+        f"(IDIV dt x {k('(* a b)')})",
+        when=[*ints, "(> a 0)", "(> b 0)", *small("a", "b", bound=1 << 20), "(= mx (dt-max dt))", "(<= (* a b) mx)", *in_reach],
+        category=c,
+    )
+    rewrite(
+        rs,
+        "idiv-nested-neg",
+        f"(IDIV {IX} (IDIV {IX} x {ik('a')}) {ik('b')})",
+        f"(IDIV {IX} x {ik('(* a b)')})",
+        when=[
+            "(< a 0)",
+            "(> b 0)",
+            *small("a", "b", bound=1 << 20),
+            "(= lx (lo x))",
+            "(= hx (hi x))",
+            *small("lx", "hx", bound=1 << 40),
+            "(<= (- 0 (* a b)) (max hx (- 0 lx)))",
+        ],
+        category=c,
+        doc="index only: at fixed width x // -1 can wrap",
+    )
+    rewrite(
+        rs,
+        "mod-nested",
+        f"(MOD dt (MOD dt x {k('a')}) {k('b')})",
+        f"(MOD dt x {k('b')})",
+        when=[*ints, "(!= a 0)", "(> b 0)", "(= 0 (% a b))"],
+        category=c,
+    )
+    rewrite(
+        rs,
+        "mod-then-idiv",
+        f"(IDIV dt (MOD dt x {k('a')}) {k('b')})",
+        f"(MOD dt (IDIV dt x {k('b')}) {k('(/ a b)')})",
+        when=[*ints, "(> a 0)", "(> b 0)", "(= 0 (% a b))"],
+        category=c,
+    )
+    rewrite(
+        rs,
+        "idiv-neg-divisor",
+        f"(IDIV {IX} x {ik('q')})",
+        f"(IDIV {IX} (MUL {IX} x {ik(-1)}) {ik('(- 0 q)')})",
+        when=["(< q 0)", *small("q")],
+        category=c,
+    )
+    rewrite(
+        rs,
+        "mod-neg-divisor",
+        f"(MOD {IX} x {ik('q')})",
+        f"(MUL {IX} (MOD {IX} (MUL {IX} x {ik(-1)}) {ik('(- 0 q)')}) {ik(-1)})",
+        when=["(< q 0)", *small("q")],
+        category=c,
+    )
     # on linear forms: S = c*Q + R  =>  S // c = Q + R // c,  S % c = R % c; and when R stays inside one
     # period [c*m, c*(m+1)) by its bounds, S // c = Q + m and S % c = R - c*m
     for mode in (0, 1, 2):
@@ -233,163 +431,486 @@ def divmod_rules(rs: RuleSet) -> None:
             sp = [x.format(op=op) for x in split]
             rule(rs, f"{op.lower()}-split{mode}-request", sp, [f"(tsplit t q {mode})"], category=c, check="structural")
             rule(rs, f"{op.lower()}-split{mode}-remainder", [*sp, *have], [rem], category=c, check="structural")
-        rule(rs, f"idiv-split{mode}", [*[x.format(op="IDIV") for x in split], *have],
-             [f"(union e (ADD {IX} {quo} (IDIV {IX} {rem} {ik('q')})))"], category=c)
-        rule(rs, f"mod-split{mode}", [*[x.format(op="MOD") for x in split], *have],
-             [f"(union e (MOD {IX} {rem} {ik('q')}))"], category=c)
-        period = [f"(= rr {rem})", "(= lr (lo rr))", "(= hr (hi rr))", *small("lr", "hr"),
-                  f"(= per {floordiv('lr', 'q')})", f"(= per {floordiv('hr', 'q')})", *small("per", bound=1 << 30)]
-        rule(rs, f"idiv-one-period{mode}", [*[x.format(op="IDIV") for x in split], *have, *period],
-             [f"(union e (ADD {IX} {quo} {ik('per')}))"], category=c)
-        rule(rs, f"mod-one-period{mode}", [*[x.format(op="MOD") for x in split], *have, *period],
-             [f"(union e (ADD {IX} rr {ik('(- 0 (* q per))')}))"], category=c)
+        rule(
+            rs,
+            f"idiv-split{mode}",
+            [*[x.format(op="IDIV") for x in split], *have],
+            [f"(union e (ADD {IX} {quo} (IDIV {IX} {rem} {ik('q')})))"],
+            category=c,
+        )
+        rule(
+            rs,
+            f"mod-split{mode}",
+            [*[x.format(op="MOD") for x in split], *have],
+            [f"(union e (MOD {IX} {rem} {ik('q')}))"],
+            category=c,
+        )
+        period = [
+            f"(= rr {rem})",
+            "(= lr (lo rr))",
+            "(= hr (hi rr))",
+            *small("lr", "hr"),
+            f"(= per {floordiv('lr', 'q')})",
+            f"(= per {floordiv('hr', 'q')})",
+            *small("per", bound=1 << 30),
+        ]
+        rule(
+            rs,
+            f"idiv-one-period{mode}",
+            [*[x.format(op="IDIV") for x in split], *have, *period],
+            [f"(union e (ADD {IX} {quo} {ik('per')}))"],
+            category=c,
+        )
+        rule(
+            rs,
+            f"mod-one-period{mode}",
+            [*[x.format(op="MOD") for x in split], *have, *period],
+            [f"(union e (ADD {IX} rr {ik('(- 0 (* q per))')}))"],
+            category=c,
+        )
     # common factor g of all coefficients and the divisor: (g*T + k) // (g*m) = (T + k//g) // m, likewise %
-    gcd = ["(> q 1)", *lin_of("s", "t", "k0"), *small("k0", "q"), "(= tg (tgcd t))", "(= g (gcd tg q))", "(> g 1)",
-           "(< g q)", "(= 0 (% q g))"]
-    rule(rs, "divisor-gcd-request", [f"(= e (IDIV {IX} s {ik('q')}))", "(> q 1)", *lin_of("s", "t", "k0"),
-                                     "(= tg (tgcd t))"], ["(want-gcd tg q)"], category=c, check="structural")
-    rule(rs, "mod-gcd-request", [f"(= e (MOD {IX} s {ik('q')}))", "(> q 1)", *lin_of("s", "t", "k0"),
-                                 "(= tg (tgcd t))"], ["(want-gcd tg q)"], category=c, check="structural")
-    rule(rs, "idiv-gcd", [f"(= e (IDIV {IX} s {ik('q')}))", *gcd, "(= d (tdivexact t g))", "(= d (TCons da dk dr))"],
-         [f"(union e (IDIV {IX} (ToU (L d {floordiv('k0', 'g')})) {ik('(/ q g)')}))"], category=c)
-    rule(rs, "mod-gcd", [f"(= e (MOD {IX} s {ik('q')}))", *gcd, "(= d (tdivexact t g))", "(= d (TCons da dk dr))"],
-         [f"(union e (ADD {IX} (MUL {IX} (MOD {IX} (ToU (L d {floordiv('k0', 'g')})) {ik('(/ q g)')}) {ik('g')}) "
-          f"{ik(floormod('k0', 'g'))}))"], category=c)
-    rule(rs, "gcd-divide-request", [f"(= e (IDIV {IX} s {ik('q')}))", *gcd], ["(tdivexact t g)"], category=c,
-         check="structural")
-    rule(rs, "gcd-mod-divide-request", [f"(= e (MOD {IX} s {ik('q')}))", *gcd], ["(tdivexact t g)"], category=c,
-         check="structural")
+    gcd = [
+        "(> q 1)",
+        *lin_of("s", "t", "k0"),
+        *small("k0", "q"),
+        "(= tg (tgcd t))",
+        "(= g (gcd tg q))",
+        "(> g 1)",
+        "(< g q)",
+        "(= 0 (% q g))",
+    ]
+    rule(
+        rs,
+        "divisor-gcd-request",
+        [f"(= e (IDIV {IX} s {ik('q')}))", "(> q 1)", *lin_of("s", "t", "k0"), "(= tg (tgcd t))"],
+        ["(want-gcd tg q)"],
+        category=c,
+        check="structural",
+    )
+    rule(
+        rs,
+        "mod-gcd-request",
+        [f"(= e (MOD {IX} s {ik('q')}))", "(> q 1)", *lin_of("s", "t", "k0"), "(= tg (tgcd t))"],
+        ["(want-gcd tg q)"],
+        category=c,
+        check="structural",
+    )
+    rule(
+        rs,
+        "idiv-gcd",
+        [f"(= e (IDIV {IX} s {ik('q')}))", *gcd, "(= d (tdivexact t g))", "(= d (TCons da dk dr))"],
+        [f"(union e (IDIV {IX} (ToU (L d {floordiv('k0', 'g')})) {ik('(/ q g)')}))"],
+        category=c,
+    )
+    rule(
+        rs,
+        "mod-gcd",
+        [f"(= e (MOD {IX} s {ik('q')}))", *gcd, "(= d (tdivexact t g))", "(= d (TCons da dk dr))"],
+        [
+            f"(union e (ADD {IX} (MUL {IX} (MOD {IX} (ToU (L d {floordiv('k0', 'g')})) {ik('(/ q g)')}) {ik('g')}) "
+            f"{ik(floormod('k0', 'g'))}))"
+        ],
+        category=c,
+    )
+    rule(
+        rs, "gcd-divide-request", [f"(= e (IDIV {IX} s {ik('q')}))", *gcd], ["(tdivexact t g)"], category=c, check="structural"
+    )
+    rule(
+        rs,
+        "gcd-mod-divide-request",
+        [f"(= e (MOD {IX} s {ik('q')}))", *gcd],
+        ["(tdivexact t g)"],
+        category=c,
+        check="structural",
+    )
     # drop a small term: S = g*Q + R with 0 <= R < g and g | c  =>  S // c = Q // (c/g),  S % c = (Q % (c/g))*g + R
     for op in ("IDIV", "MOD"):
-        pick = [f"(= e ({op} {IX} s {ik('q')}))", "(> q 1)", *lin_of("s", "t", "k0"), *small("k0", "q"),
-                "(has-term t a p)", *small("p", bound=1 << 30)]
-        rule(rs, f"{op.lower()}-drop-term-request", pick, ["(tmerge t (TCons a (- 0 p) (TNil)))"], category=c,
-             check="structural")
+        pick = [
+            f"(= e ({op} {IX} s {ik('q')}))",
+            "(> q 1)",
+            *lin_of("s", "t", "k0"),
+            *small("k0", "q"),
+            "(has-term t a p)",
+            *small("p", bound=1 << 30),
+        ]
+        rule(
+            rs, f"{op.lower()}-drop-term-request", pick, ["(tmerge t (TCons a (- 0 p) (TNil)))"], category=c, check="structural"
+        )
         base = [*pick, "(= t2 (tmerge t (TCons a (- 0 p) (TNil))))"]
-        rule(rs, f"{op.lower()}-drop-term-gcd", [*base, "(= tg (tgcd t2))"], ["(want-gcd tg q)"], category=c,
-             check="structural")
-        cond = [*base, "(= tg (tgcd t2))", "(= g (gcd tg q))", "(> g 1)", "(< g q)", "(= 0 (% q g))",
-                "(= kr (% (+ (% k0 g) g) g))"]
-        rule(rs, f"{op.lower()}-drop-term-rest", cond, ["(ToU (L (TCons a p (TNil)) kr))", "(tdivexact t2 g)"],
-             category=c, check="structural")
-        fire = [*cond, "(= rr (ToU (L (TCons a p (TNil)) kr)))", "(= lr (lo rr))", "(= hr (hi rr))", "(>= lr 0)",
-                "(< hr g)", "(= d (tdivexact t2 g))", "(= d (TCons da dk dr))"]
+        rule(
+            rs, f"{op.lower()}-drop-term-gcd", [*base, "(= tg (tgcd t2))"], ["(want-gcd tg q)"], category=c, check="structural"
+        )
+        cond = [
+            *base,
+            "(= tg (tgcd t2))",
+            "(= g (gcd tg q))",
+            "(> g 1)",
+            "(< g q)",
+            "(= 0 (% q g))",
+            "(= kr (% (+ (% k0 g) g) g))",
+        ]
+        rule(
+            rs,
+            f"{op.lower()}-drop-term-rest",
+            cond,
+            ["(ToU (L (TCons a p (TNil)) kr))", "(tdivexact t2 g)"],
+            category=c,
+            check="structural",
+        )
+        fire = [
+            *cond,
+            "(= rr (ToU (L (TCons a p (TNil)) kr)))",
+            "(= lr (lo rr))",
+            "(= hr (hi rr))",
+            "(>= lr 0)",
+            "(< hr g)",
+            "(= d (tdivexact t2 g))",
+            "(= d (TCons da dk dr))",
+        ]
         qpart = f"(ToU (L d {floordiv('(- k0 kr)', 'g')}))"
         if op == "IDIV":
             rule(rs, "idiv-drop-term", fire, [f"(union e (IDIV {IX} {qpart} {ik('(/ q g)')}))"], category=c)
         else:
-            rule(rs, "mod-drop-term", fire, [f"(union e (ADD {IX} (MUL {IX} (MOD {IX} {qpart} {ik('(/ q g)')}) "
-                                             f"{ik('g')}) rr))"], category=c)
+            rule(
+                rs,
+                "mod-drop-term",
+                fire,
+                [f"(union e (ADD {IX} (MUL {IX} (MOD {IX} {qpart} {ik('(/ q g)')}) {ik('g')}) rr))"],
+                category=c,
+            )
     # (x // a) // b == x // (a*b): make the nested form where x // a exists, so recombination can see it
-    rule(rs, "idiv-factor-through", [f"(= e1 (IDIV dt x {k('a')}))", f"(= e2 (IDIV dt x {k('b')}))", "(dt-int dt)",
-                                     "(> a 0)", "(> b a)", "(= 0 (% b a))", "(= lx (lo x))", "(= hx (hi x))",
-                                     *small("lx", "hx", bound=1 << 40), "(<= b (max hx (- 0 lx)))"],
-         [f"(union e2 (IDIV dt e1 {k('(/ b a)')}))"], category=c)
-    rule(rs, "mod-var-quotient-request", [f"(= e (MOD {IX} x y))", "(= ly (lo y))", "(> ly 0)"], [f"(IDIV {IX} x y)"],
-         category=c, check="structural")
-    rule(rs, "mod-var-const-quotient", [f"(= e (MOD {IX} x y))", "(= ly (lo y))", "(> ly 0)",
-                                        f"(= dq (IDIV {IX} x y))", "(= lq (lo dq))",
-                                        "(= hq (hi dq))", "(= lq hq)", *small("lq", bound=1 << 30)],
-         [f"(union e (ADD {IX} x (MUL {IX} y {ik('(- 0 lq)')})))"], category=c, doc="x % y == x - y*(x//y)")
-    rule(rs, "idiv-plus-through", [f"(= e (IDIV {IX} s {ik('b')}))", "(> b 0)", "(= ps (lvl s))",
-                                   "(= (L (TCons x 1 (TNil)) k0) (lin s ps))", f"(= dv (IDIV {IX} x {ik('a')}))",
-                                   "(> a 1)", "(< a b)", "(= 0 (% b a))", "(= 0 (% k0 a))", *small("k0", bound=1 << 40)],
-         [f"(union e (IDIV {IX} (ADD {IX} dv {ik('(/ k0 a)')}) {ik('(/ b a)')}))"], category=c,
-         doc="(x + k*a) // (a*b) == (x//a + k) // b where x//a exists")
+    rule(
+        rs,
+        "idiv-factor-through",
+        [
+            f"(= e1 (IDIV dt x {k('a')}))",
+            f"(= e2 (IDIV dt x {k('b')}))",
+            "(dt-int dt)",
+            "(> a 0)",
+            "(> b a)",
+            "(= 0 (% b a))",
+            "(= lx (lo x))",
+            "(= hx (hi x))",
+            *small("lx", "hx", bound=1 << 40),
+            "(<= b (max hx (- 0 lx)))",
+        ],
+        [f"(union e2 (IDIV dt e1 {k('(/ b a)')}))"],
+        category=c,
+    )
+    rule(
+        rs,
+        "mod-var-quotient-request",
+        [f"(= e (MOD {IX} x y))", "(= ly (lo y))", "(> ly 0)"],
+        [f"(IDIV {IX} x y)"],
+        category=c,
+        check="structural",
+    )
+    rule(
+        rs,
+        "mod-var-const-quotient",
+        [
+            f"(= e (MOD {IX} x y))",
+            "(= ly (lo y))",
+            "(> ly 0)",
+            f"(= dq (IDIV {IX} x y))",
+            "(= lq (lo dq))",
+            "(= hq (hi dq))",
+            "(= lq hq)",
+            *small("lq", bound=1 << 30),
+        ],
+        [f"(union e (ADD {IX} x (MUL {IX} y {ik('(- 0 lq)')})))"],
+        category=c,
+        doc="x % y == x - y*(x//y)",
+    )
+    rule(
+        rs,
+        "idiv-plus-through",
+        [
+            f"(= e (IDIV {IX} s {ik('b')}))",
+            "(> b 0)",
+            "(= ps (lvl s))",
+            "(= (L (TCons x 1 (TNil)) k0) (lin s ps))",
+            f"(= dv (IDIV {IX} x {ik('a')}))",
+            "(> a 1)",
+            "(< a b)",
+            "(= 0 (% b a))",
+            "(= 0 (% k0 a))",
+            *small("k0", bound=1 << 40),
+        ],
+        [f"(union e (IDIV {IX} (ADD {IX} dv {ik('(/ k0 a)')}) {ik('(/ b a)')}))"],
+        category=c,
+        doc="(x + k*a) // (a*b) == (x//a + k) // b where x//a exists",
+    )
     # a symbolic factor f of every term and of the divisor cancels: (f*X) // (K*f*Y) == X // (K*Y), f != 0
     for name, div in (("product", "(has-factor dv f)"), ("factor", "(= dv f)")):
-        sym = [f"(= e (IDIV {IX} s dd))", *lin_of("s", "t", "k0"), "(= k0 0)", "(= pdd (lvl dd))",
-               "(= (L (TCons dv kd (TNil)) 0) (lin dd pdd))", div, "(= lf (lo f))", "(= hf (hi f))"]
+        sym = [
+            f"(= e (IDIV {IX} s dd))",
+            *lin_of("s", "t", "k0"),
+            "(= k0 0)",
+            "(= pdd (lvl dd))",
+            "(= (L (TCons dv kd (TNil)) 0) (lin dd pdd))",
+            div,
+            "(= lf (lo f))",
+            "(= hf (hi f))",
+        ]
         rule(rs, f"idiv-cancel-{name}-request", sym, ["(tdivsym t f)"], category=c, check="structural")
         quot = "(ToU (L (TCons (pdiv dv f) kd (TNil)) 0))" if name == "product" else ik("kd")
         for sign, cnd in (("pos", "(> lf 0)"), ("neg", "(< hf 0)")):
-            rule(rs, f"idiv-cancel-{name}-{sign}", [*sym, cnd, "(= d (tdivsym t f))", "(= d (TCons da dk dr))"],
-                 [f"(union e (IDIV {IX} (ToU (L d 0)) {quot}))"], category=c)
-    rule(rs, "idiv-of-idiv-plus", [f"(= e (IDIV {IX} s {ik('b')}))", "(> b 0)", "(= ps (lvl s))",
-                                   "(= (L (TCons dv 1 (TNil)) k0) (lin s ps))", f"(= dv (IDIV {IX} x {ik('a')}))",
-                                   "(> a 0)", *small("a", "b", "k0", bound=1 << 30)],
-         [f"(union e (IDIV {IX} (ADD {IX} x {ik('(* k0 a)')}) {ik('(* a b)')}))"], category=c,
-         doc="(x//a + k)//b == (x + k*a)//(a*b)")
+            rule(
+                rs,
+                f"idiv-cancel-{name}-{sign}",
+                [*sym, cnd, "(= d (tdivsym t f))", "(= d (TCons da dk dr))"],
+                [f"(union e (IDIV {IX} (ToU (L d 0)) {quot}))"],
+                category=c,
+            )
+    rule(
+        rs,
+        "idiv-of-idiv-plus",
+        [
+            f"(= e (IDIV {IX} s {ik('b')}))",
+            "(> b 0)",
+            "(= ps (lvl s))",
+            "(= (L (TCons dv 1 (TNil)) k0) (lin s ps))",
+            f"(= dv (IDIV {IX} x {ik('a')}))",
+            "(> a 0)",
+            *small("a", "b", "k0", bound=1 << 30),
+        ],
+        [f"(union e (IDIV {IX} (ADD {IX} x {ik('(* k0 a)')}) {ik('(* a b)')}))"],
+        category=c,
+        doc="(x//a + k)//b == (x + k*a)//(a*b)",
+    )
     # a symbolic divisor K*D that divides a term: (D*x*p + R) // (K*D) == x*(p/K) + R // (K*D) when K | p, D != 0
-    dvs = ["(= pdd (lvl dd))", "(= (L (TCons dv kd (TNil)) 0) (lin dd pdd))", "(> kd 0)", "(= ld (lo dv))",
-           "(= hd (hi dv))"]
+    dvs = ["(= pdd (lvl dd))", "(= (L (TCons dv kd (TNil)) 0) (lin dd pdd))", "(> kd 0)", "(= ld (lo dv))", "(= hd (hi dv))"]
     sym = [*lin_of("s", "t", "k0"), "(has-term t m p)", "(has-factor m dv)", *dvs, "(= 0 (% p kd))"]
     rest = "(ToU (L (tmerge t (TCons m (- 0 p) (TNil))) k0))"
     for sign, cnd in (("pos", "(> ld 0)"), ("neg", "(< hd 0)")):
-        rule(rs, f"idiv-symbolic-factor-{sign}", [f"(= e (IDIV {IX} s dd))", *sym, cnd],
-             [f"(union e (ADD {IX} (MUL {IX} (pdiv m dv) {ik('(/ p kd)')}) (IDIV {IX} {rest} dd)))"], category=c)
-        rule(rs, f"mod-symbolic-factor-{sign}", [f"(= e (MOD {IX} s dd))", *sym, cnd],
-             [f"(union e (MOD {IX} {rest} dd))"], category=c)
+        rule(
+            rs,
+            f"idiv-symbolic-factor-{sign}",
+            [f"(= e (IDIV {IX} s dd))", *sym, cnd],
+            [f"(union e (ADD {IX} (MUL {IX} (pdiv m dv) {ik('(/ p kd)')}) (IDIV {IX} {rest} dd)))"],
+            category=c,
+        )
+        rule(
+            rs,
+            f"mod-symbolic-factor-{sign}",
+            [f"(= e (MOD {IX} s dd))", *sym, cnd],
+            [f"(union e (MOD {IX} {rest} dd))"],
+            category=c,
+        )
     # a constant factor shared by every coefficient and a symbolic divisor K*D: (g*X) // (g*K'*D) == X // (K'*D)
     gsym = [f"(= e (IDIV {IX} s dd))", *lin_of("s", "t", "k0"), *dvs, "(> kd 1)", "(= tg (tgcd t))"]
     rule(rs, "idiv-symbolic-gcd-request", gsym, ["(want-gcd tg kd)"], category=c, check="structural")
     gfire = [*gsym, "(= g (gcd tg kd))", "(> g 1)", "(= 0 (% k0 g))", "(= 0 (% kd g))"]
     rule(rs, "idiv-symbolic-gcd-divide", gfire, ["(tdivexact t g)"], category=c, check="structural")
-    rule(rs, "idiv-symbolic-gcd", [*gfire, "(= d (tdivexact t g))", "(= d (TCons da dk dr))"],
-         [f"(union e (IDIV {IX} (ToU (L d (/ k0 g))) (ToU (L (TCons dv (/ kd g) (TNil)) 0))))"], category=c)
+    rule(
+        rs,
+        "idiv-symbolic-gcd",
+        [*gfire, "(= d (tdivexact t g))", "(= d (TCons da dk dr))"],
+        [f"(union e (IDIV {IX} (ToU (L d (/ k0 g))) (ToU (L (TCons dv (/ kd g) (TNil)) 0))))"],
+        category=c,
+    )
     # (x // c) * c*m + (x % c) * m  ->  x * m   (anywhere in a sum)
-    rule(rs, "divmod-recombine",
-         [*lin_of("e", "t", "k0"), "(has-term t dv cd)", f"(= dv (IDIV {IX} x {ik('q')}))", "(has-term t md cm)",
-          f"(= md (MOD {IX} x {ik('q')}))", "(> q 0)", *small("cm", "q", bound=MUL_BOUND), "(= cd (* cm q))"],
-         ["(union e (ToU (L (tmerge t (tmerge (TCons dv (- 0 cd) (TNil)) (tmerge (TCons md (- 0 cm) (TNil)) "
-          "(TCons x cm (TNil))))) k0)))"], category=c)
+    rule(
+        rs,
+        "divmod-recombine",
+        [
+            *lin_of("e", "t", "k0"),
+            "(has-term t dv cd)",
+            f"(= dv (IDIV {IX} x {ik('q')}))",
+            "(has-term t md cm)",
+            f"(= md (MOD {IX} x {ik('q')}))",
+            "(> q 0)",
+            *small("cm", "q", bound=MUL_BOUND),
+            "(= cd (* cm q))",
+        ],
+        [
+            "(union e (ToU (L (tmerge t (tmerge (TCons dv (- 0 cd) (TNil)) (tmerge (TCons md (- 0 cm) (TNil)) "
+            "(TCons x cm (TNil))))) k0)))"
+        ],
+        category=c,
+    )
     # x%a + ((x//a)%b)*a == x%(a*b), anywhere in a sum, with any common multiplier
-    rule(rs, "mod-recombine",
-         [*lin_of("e", "t", "k0"), "(has-term t m1 c1)", f"(= m1 (MOD {IX} x {ik('a')}))", "(has-term t m2 c2)",
-          f"(= m2 (MOD {IX} (IDIV {IX} x {ik('a')}) {ik('b')}))", "(> a 0)", "(> b 0)",
-          *small("c1", "a", "b", bound=1 << 30), "(= c2 (* c1 a))"],
-         ["(union e (ToU (L (tmerge t (tmerge (TCons m1 (- 0 c1) (TNil)) (tmerge (TCons m2 (- 0 c2) (TNil)) "
-          f"(TCons (MOD {IX} x {ik('(* a b)')}) c1 (TNil))))) k0)))"], category=c)
+    rule(
+        rs,
+        "mod-recombine",
+        [
+            *lin_of("e", "t", "k0"),
+            "(has-term t m1 c1)",
+            f"(= m1 (MOD {IX} x {ik('a')}))",
+            "(has-term t m2 c2)",
+            f"(= m2 (MOD {IX} (IDIV {IX} x {ik('a')}) {ik('b')}))",
+            "(> a 0)",
+            "(> b 0)",
+            *small("c1", "a", "b", bound=1 << 30),
+            "(= c2 (* c1 a))",
+        ],
+        [
+            "(union e (ToU (L (tmerge t (tmerge (TCons m1 (- 0 c1) (TNil)) (tmerge (TCons m2 (- 0 c2) (TNil)) "
+            f"(TCons (MOD {IX} x {ik('(* a b)')}) c1 (TNil))))) k0)))"
+        ],
+        category=c,
+    )
 
 
 def compare_rules(rs: RuleSet) -> None:
     c = "compare"
     # S + k0 < c  <=>  S < c - k0;  g*T < c  <=>  T < ceil(c / g)
-    rule(rs, "lt-move-const", [f"(= e (CMPLT dt s {ik('q')}))", *lin_of("s", "t", "k0"), "(!= k0 0)",
-                               *small("k0", "q")],
-         [f"(union e (CMPLT dt (ToT t) {ik('(- q k0)')}))"], category=c)
-    rule(rs, "gt-move-const", [f"(= e (CMPLT dt {ik('q')} s))", *lin_of("s", "t", "k0"), "(!= k0 0)",
-                               *small("k0", "q")],
-         [f"(union e (CMPLT dt {ik('(- q k0)')} (ToT t)))"], category=c)
-    rule(rs, "lt-gcd-request", [f"(= e (CMPLT dt s {ik('q')}))", *lin_of("s", "t", "k0"), "(= tg (tgcd t))",
-                                "(> tg 1)"], ["(tdivexact t tg)"], category=c, check="structural")
-    rule(rs, "lt-gcd", [f"(= e (CMPLT dt s {ik('q')}))", *lin_of("s", "t", "k0"), "(= k0 0)", "(= g (tgcd t))",
-                        "(> g 1)", *small("q", "g"), "(= d (tdivexact t g))", "(= d (TCons da dk dr))"],
-         [f"(union e (CMPLT dt (ToT d) {ik(floordiv('(+ q (- g 1))', 'g'))}))"], category=c)
-    rule(rs, "gt-gcd-request", [f"(= e (CMPLT dt {ik('q')} s))", *lin_of("s", "t", "k0"), "(= tg (tgcd t))",
-                                "(> tg 1)"], ["(tdivexact t tg)"], category=c, check="structural")
-    rule(rs, "gt-gcd", [f"(= e (CMPLT dt {ik('q')} s))", *lin_of("s", "t", "k0"), "(= k0 0)", "(= g (tgcd t))",
-                        "(> g 1)", *small("q", "g"), "(= d (tdivexact t g))", "(= d (TCons da dk dr))"],
-         [f"(union e (CMPLT dt {ik(floordiv('q', 'g'))} (ToT d)))"], category=c)
-    rewrite(rs, "lt-both-negated", f"(CMPLT dt (MUL {IX} x {ik(-1)}) (MUL {IX} y {ik(-1)}))", "(CMPLT dt y x)",
-            category=c)
+    rule(
+        rs,
+        "lt-move-const",
+        [f"(= e (CMPLT dt s {ik('q')}))", *lin_of("s", "t", "k0"), "(!= k0 0)", *small("k0", "q")],
+        [f"(union e (CMPLT dt (ToT t) {ik('(- q k0)')}))"],
+        category=c,
+    )
+    rule(
+        rs,
+        "gt-move-const",
+        [f"(= e (CMPLT dt {ik('q')} s))", *lin_of("s", "t", "k0"), "(!= k0 0)", *small("k0", "q")],
+        [f"(union e (CMPLT dt {ik('(- q k0)')} (ToT t)))"],
+        category=c,
+    )
+    rule(
+        rs,
+        "lt-gcd-request",
+        [f"(= e (CMPLT dt s {ik('q')}))", *lin_of("s", "t", "k0"), "(= tg (tgcd t))", "(> tg 1)"],
+        ["(tdivexact t tg)"],
+        category=c,
+        check="structural",
+    )
+    rule(
+        rs,
+        "lt-gcd",
+        [
+            f"(= e (CMPLT dt s {ik('q')}))",
+            *lin_of("s", "t", "k0"),
+            "(= k0 0)",
+            "(= g (tgcd t))",
+            "(> g 1)",
+            *small("q", "g"),
+            "(= d (tdivexact t g))",
+            "(= d (TCons da dk dr))",
+        ],
+        [f"(union e (CMPLT dt (ToT d) {ik(floordiv('(+ q (- g 1))', 'g'))}))"],
+        category=c,
+    )
+    rule(
+        rs,
+        "gt-gcd-request",
+        [f"(= e (CMPLT dt {ik('q')} s))", *lin_of("s", "t", "k0"), "(= tg (tgcd t))", "(> tg 1)"],
+        ["(tdivexact t tg)"],
+        category=c,
+        check="structural",
+    )
+    rule(
+        rs,
+        "gt-gcd",
+        [
+            f"(= e (CMPLT dt {ik('q')} s))",
+            *lin_of("s", "t", "k0"),
+            "(= k0 0)",
+            "(= g (tgcd t))",
+            "(> g 1)",
+            *small("q", "g"),
+            "(= d (tdivexact t g))",
+            "(= d (TCons da dk dr))",
+        ],
+        [f"(union e (CMPLT dt {ik(floordiv('q', 'g'))} (ToT d)))"],
+        category=c,
+    )
+    rewrite(rs, "lt-both-negated", f"(CMPLT dt (MUL {IX} x {ik(-1)}) (MUL {IX} y {ik(-1)}))", "(CMPLT dt y x)", category=c)
     # S < c with S = g*Q + R, 0 <= R < g and g | c  <=>  Q < c/g
-    pick = [f"(= e (CMPLT dt s {ik('q')}))", *lin_of("s", "t", "k0"), *small("k0", "q"), "(has-term t a p)",
-            *small("p", bound=1 << 30)]
+    pick = [
+        f"(= e (CMPLT dt s {ik('q')}))",
+        *lin_of("s", "t", "k0"),
+        *small("k0", "q"),
+        "(has-term t a p)",
+        *small("p", bound=1 << 30),
+    ]
     rule(rs, "lt-drop-term-pick", pick, ["(tmerge t (TCons a (- 0 p) (TNil)))"], category=c, check="structural")
-    base = [*pick, "(= t2 (tmerge t (TCons a (- 0 p) (TNil))))", "(= g (tgcd t2))", "(> g 1)",
-            "(= kr (% (+ (% k0 g) g) g))"]
-    rule(rs, "lt-drop-term-request", base, ["(ToU (L (TCons a p (TNil)) kr))", "(tdivexact t2 g)"], category=c,
-         check="structural")
-    rule(rs, "lt-drop-term", [*base, "(= rr (ToU (L (TCons a p (TNil)) kr)))", "(= lr (lo rr))", "(= hr (hi rr))",
-                              "(>= lr 0)", "(< hr g)", "(= cq (+ (- q k0) kr))", "(= 0 (% cq g))",
-                              "(= d (tdivexact t2 g))", "(= d (TCons da dk dr))"],
-         [f"(union e (CMPLT dt (ToT d) {ik('(/ cq g)')}))"], category=c)
-    rewrite(rs, "lt-negated", f"(CMPLT dt (MUL {IX} x {ik(-1)}) {ik('q')})", f"(CMPLT dt {ik('(- 0 q)')} x)",
-            when=small("q"), category=c)
-    rewrite(rs, "gt-negated", f"(CMPLT dt {ik('q')} (MUL {IX} x {ik(-1)}))", f"(CMPLT dt x {ik('(- 0 q)')})",
-            when=small("q"), category=c)
-    rewrite(rs, "lt-idiv", f"(CMPLT dt (IDIV {IX} x {ik('d')}) {ik('q')})", f"(CMPLT dt x {ik('(* q d)')})",
-            when=["(> d 0)", *small("q", "d", bound=MUL_BOUND)], category=c)
-    rewrite(rs, "gt-idiv", f"(CMPLT dt {ik('q')} (IDIV {IX} x {ik('d')}))", f"(CMPLT dt {ik('(- (* (+ q 1) d) 1)')} x)",
-            when=["(> d 0)", *small("q", "d", bound=MUL_BOUND)], category=c)
-    rule(rs, "ne-move-const", [f"(= e (CMPNE dt s {ik('q')}))", *lin_of("s", "t", "k0"), "(!= k0 0)",
-                               *small("k0", "q")], [f"(union e (CMPNE dt (ToT t) {ik('(- q k0)')}))"], category=c)
+    base = [*pick, "(= t2 (tmerge t (TCons a (- 0 p) (TNil))))", "(= g (tgcd t2))", "(> g 1)", "(= kr (% (+ (% k0 g) g) g))"]
+    rule(
+        rs,
+        "lt-drop-term-request",
+        base,
+        ["(ToU (L (TCons a p (TNil)) kr))", "(tdivexact t2 g)"],
+        category=c,
+        check="structural",
+    )
+    rule(
+        rs,
+        "lt-drop-term",
+        [
+            *base,
+            "(= rr (ToU (L (TCons a p (TNil)) kr)))",
+            "(= lr (lo rr))",
+            "(= hr (hi rr))",
+            "(>= lr 0)",
+            "(< hr g)",
+            "(= cq (+ (- q k0) kr))",
+            "(= 0 (% cq g))",
+            "(= d (tdivexact t2 g))",
+            "(= d (TCons da dk dr))",
+        ],
+        [f"(union e (CMPLT dt (ToT d) {ik('(/ cq g)')}))"],
+        category=c,
+    )
+    rewrite(
+        rs,
+        "lt-negated",
+        f"(CMPLT dt (MUL {IX} x {ik(-1)}) {ik('q')})",
+        f"(CMPLT dt {ik('(- 0 q)')} x)",
+        when=small("q"),
+        category=c,
+    )
+    rewrite(
+        rs,
+        "gt-negated",
+        f"(CMPLT dt {ik('q')} (MUL {IX} x {ik(-1)}))",
+        f"(CMPLT dt x {ik('(- 0 q)')})",
+        when=small("q"),
+        category=c,
+    )
+    rewrite(
+        rs,
+        "lt-idiv",
+        f"(CMPLT dt (IDIV {IX} x {ik('d')}) {ik('q')})",
+        f"(CMPLT dt x {ik('(* q d)')})",
+        when=["(> d 0)", *small("q", "d", bound=MUL_BOUND)],
+        category=c,
+    )
+    rewrite(
+        rs,
+        "gt-idiv",
+        f"(CMPLT dt {ik('q')} (IDIV {IX} x {ik('d')}))",
+        f"(CMPLT dt {ik('(- (* (+ q 1) d) 1)')} x)",
+        when=["(> d 0)", *small("q", "d", bound=MUL_BOUND)],
+        category=c,
+    )
+    rule(
+        rs,
+        "ne-move-const",
+        [f"(= e (CMPNE dt s {ik('q')}))", *lin_of("s", "t", "k0"), "(!= k0 0)", *small("k0", "q")],
+        [f"(union e (CMPNE dt (ToT t) {ik('(- q k0)')}))"],
+        category=c,
+    )
     # negations of comparisons
-    rewrite(rs, "not-lt", f"(CMPNE dt (CMPLT dt x {k('q', 'dx')}) {T})", f"(CMPLT dt {k('(- q 1)', 'dx')} x)",
-            when=["(dt-int dx)", "(= mn (dt-min dx))", "(> q mn)"], category=c)
-    rewrite(rs, "not-gt", f"(CMPNE dt (CMPLT dt {k('q', 'dx')} x) {T})", f"(CMPLT dt x {k('(+ q 1)', 'dx')})",
-            when=["(dt-int dx)", "(= mx (dt-max dx))", "(< q mx)"], category=c)
+    rewrite(
+        rs,
+        "not-lt",
+        f"(CMPNE dt (CMPLT dt x {k('q', 'dx')}) {T})",
+        f"(CMPLT dt {k('(- q 1)', 'dx')} x)",
+        when=["(dt-int dx)", "(= mn (dt-min dx))", "(> q mn)"],
+        category=c,
+    )
+    rewrite(
+        rs,
+        "not-gt",
+        f"(CMPNE dt (CMPLT dt {k('q', 'dx')} x) {T})",
+        f"(CMPLT dt x {k('(+ q 1)', 'dx')})",
+        when=["(dt-int dx)", "(= mx (dt-max dx))", "(< q mx)"],
+        category=c,
+    )
 
 
 def boolean_rules(rs: RuleSet) -> None:
@@ -409,8 +930,14 @@ def where_rules(rs: RuleSet) -> None:
     rewrite(rs, "where-bool-not", f"(WHERE dt p {F_} {T})", f"(CMPNE dt p {T})", category=c)
     rewrite(rs, "where-nested-then", "(WHERE dt p (WHERE dt p a b) c)", "(WHERE dt p a c)", category=c)
     rewrite(rs, "where-nested-else", "(WHERE dt p a (WHERE dt p b c))", "(WHERE dt p a c)", category=c)
-    rewrite(rs, "where-add-merge", "(ADD dt (WHERE dt p a b) (WHERE dt p c d))", "(WHERE dt p (ADD dt a c) (ADD dt b d))",
-            category=c, check="z3+float")
+    rewrite(
+        rs,
+        "where-add-merge",
+        "(ADD dt (WHERE dt p a b) (WHERE dt p c d))",
+        "(WHERE dt p (ADD dt a c) (ADD dt b d))",
+        category=c,
+        check="z3+float",
+    )
 
 
 def where_closure(rs: RuleSet) -> None:
@@ -422,32 +949,82 @@ def where_closure(rs: RuleSet) -> None:
             continue
         n = sp.arity[0]
         for pos in range(n):
+
             def with_arg(x: str, pos: int = pos, n: int = n) -> str:
                 return " ".join(x if i == pos else f"o{i}" for i in range(n))
+
             op = sp.egg_name
             kind = getattr(sp.dtype_rule, "__name__", "")
-            check = ("z3" if kind in ("_dt_int", "_dt_int_or_bool")
-                     else "float" if kind in ("_dt_float_unary", "_dt_float_binary") else "z3+float")
-            rewrite(rs, f"where-then-{op.lower()}{pos}", f"(WHERE dt p ({op} do {with_arg('(WHERE dw p a b)')}) y)",
-                    f"(WHERE dt p ({op} do {with_arg('a')}) y)", category=c, check=check)
-            rewrite(rs, f"where-else-{op.lower()}{pos}", f"(WHERE dt p y ({op} do {with_arg('(WHERE dw p a b)')}))",
-                    f"(WHERE dt p y ({op} do {with_arg('b')}))", category=c, check=check)
+            check = (
+                "z3"
+                if kind in ("_dt_int", "_dt_int_or_bool")
+                else "float"
+                if kind in ("_dt_float_unary", "_dt_float_binary")
+                else "z3+float"
+            )
+            rewrite(
+                rs,
+                f"where-then-{op.lower()}{pos}",
+                f"(WHERE dt p ({op} do {with_arg('(WHERE dw p a b)')}) y)",
+                f"(WHERE dt p ({op} do {with_arg('a')}) y)",
+                category=c,
+                check=check,
+            )
+            rewrite(
+                rs,
+                f"where-else-{op.lower()}{pos}",
+                f"(WHERE dt p y ({op} do {with_arg('(WHERE dw p a b)')}))",
+                f"(WHERE dt p y ({op} do {with_arg('b')}))",
+                category=c,
+                check=check,
+            )
 
 
 def cast_rules(rs: RuleSet) -> None:
     c = "cast"
-    rewrite(rs, "cast-bool-ne-zero", f"(CMPNE dt (CAST di b) {k(0, 'di')})", "b",
-            when=["(dt-int di)", "(= db (dtype-of b))", "(dt-bool db)"], category=c)
-    rewrite(rs, "cast-bool-ne-one", f"(CMPNE dt (CAST di b) {k(1, 'di')})", f"(CMPNE dt b {T})",
-            when=["(dt-int di)", "(= db (dtype-of b))", "(dt-bool db)"], category=c)
-    rewrite(rs, "cast-to-bool", "(CAST dt x)", f"(CMPNE dt x {k(0, 'dx')})",
-            when=["(dt-bool dt)", "(= dx (dtype-of x))", "(dt-int dx)"], category=c)
-    wider = ["(dt-int dt)", "(dt-int dw)", "(= dt (dtype-of x))", "(= bt (dt-bits dt))", "(= bw (dt-bits dw))",
-             "(> bw bt)"]
-    rewrite(rs, "cast-roundtrip-signed", "(CAST dt (CAST dw x))", "x", when=[*wider, "(dt-signed dw)"], category=c,
-            doc="widening to a signed type and back is exact")
-    rewrite(rs, "cast-roundtrip-unsigned", "(CAST dt (CAST dw x))", "x", when=[*wider, "(dt-unsigned dt)"],
-            category=c, doc="an unsigned value survives any wider integer type")
+    rewrite(
+        rs,
+        "cast-bool-ne-zero",
+        f"(CMPNE dt (CAST di b) {k(0, 'di')})",
+        "b",
+        when=["(dt-int di)", "(= db (dtype-of b))", "(dt-bool db)"],
+        category=c,
+    )
+    rewrite(
+        rs,
+        "cast-bool-ne-one",
+        f"(CMPNE dt (CAST di b) {k(1, 'di')})",
+        f"(CMPNE dt b {T})",
+        when=["(dt-int di)", "(= db (dtype-of b))", "(dt-bool db)"],
+        category=c,
+    )
+    rewrite(
+        rs,
+        "cast-to-bool",
+        "(CAST dt x)",
+        f"(CMPNE dt x {k(0, 'dx')})",
+        when=["(dt-bool dt)", "(= dx (dtype-of x))", "(dt-int dx)"],
+        category=c,
+    )
+    wider = ["(dt-int dt)", "(dt-int dw)", "(= dt (dtype-of x))", "(= bt (dt-bits dt))", "(= bw (dt-bits dw))", "(> bw bt)"]
+    rewrite(
+        rs,
+        "cast-roundtrip-signed",
+        "(CAST dt (CAST dw x))",
+        "x",
+        when=[*wider, "(dt-signed dw)"],
+        category=c,
+        doc="widening to a signed type and back is exact",
+    )
+    rewrite(
+        rs,
+        "cast-roundtrip-unsigned",
+        "(CAST dt (CAST dw x))",
+        "x",
+        when=[*wider, "(dt-unsigned dt)"],
+        category=c,
+        doc="an unsigned value survives any wider integer type",
+    )
 
 
 def build() -> RuleSet:

@@ -41,6 +41,7 @@ def rand_array(shape: tuple[int, ...], dtype: Any = np.float32, seed: int = 0, l
 
 # ---- strategies --------------------------------------------------------------------------------
 
+
 def shapes(min_dims: int = 1, max_dims: int = 3, max_side: int = 4) -> st.SearchStrategy[tuple[int, ...]]:
     return st.lists(st.integers(1, max_side), min_size=min_dims, max_size=max_dims).map(tuple)
 
@@ -56,7 +57,7 @@ def arrays(draw: st.DrawFn, shape: tuple[int, ...], dtype: Any = np.float32) -> 
 def broadcastable_pair(draw: st.DrawFn, max_dims: int = 3) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """Two shapes that broadcast: a full shape and a copy with dropped leading axes and some axes set to 1."""
     full = draw(shapes(1, max_dims))
-    other = list(full[draw(st.integers(0, len(full) - 1)):])
+    other = list(full[draw(st.integers(0, len(full) - 1)) :])
     other = [1 if draw(st.booleans()) else s for s in other]
     pair = (full, tuple(other))
     return pair if draw(st.booleans()) else pair[::-1]

@@ -14,14 +14,34 @@ from egraph_compiler.dtypes import DType
 from egraph_compiler.ops import Ops
 from egraph_compiler.uop import toposort
 
-ORACLE_CANDIDATES = [Path(__file__).resolve().parent.parent.parent / "shared" / "oracle" / "tinygrad_symbolic_public.jsonl",
-                     Path(__file__).resolve().parent / "data" / "tinygrad_symbolic_public.jsonl"]
+ORACLE_CANDIDATES = [
+    Path(__file__).resolve().parent.parent.parent / "shared" / "oracle" / "tinygrad_symbolic_public.jsonl",
+    Path(__file__).resolve().parent / "data" / "tinygrad_symbolic_public.jsonl",
+]
 
-DTYPES = {"dtypes.weakint": dtypes.index, "dtypes.bool": dtypes.bool, "dtypes.int": dtypes.int32,
-          "dtypes.uint": dtypes.uint32, "dtypes.float": dtypes.float32, "dtypes.long": dtypes.int64,
-          "dtypes.weakfloat": dtypes.float32}
-BINARY = {"ADD": Ops.ADD, "MUL": Ops.MUL, "FLOORDIV": Ops.IDIV, "FLOORMOD": Ops.MOD, "CMPLT": Ops.CMPLT,
-          "CMPNE": Ops.CMPNE, "MAX": Ops.MAX, "XOR": Ops.XOR, "AND": Ops.AND, "OR": Ops.OR, "SHL": Ops.SHL, "SHR": Ops.SHR}
+DTYPES = {
+    "dtypes.weakint": dtypes.index,
+    "dtypes.bool": dtypes.bool,
+    "dtypes.int": dtypes.int32,
+    "dtypes.uint": dtypes.uint32,
+    "dtypes.float": dtypes.float32,
+    "dtypes.long": dtypes.int64,
+    "dtypes.weakfloat": dtypes.float32,
+}
+BINARY = {
+    "ADD": Ops.ADD,
+    "MUL": Ops.MUL,
+    "FLOORDIV": Ops.IDIV,
+    "FLOORMOD": Ops.MOD,
+    "CMPLT": Ops.CMPLT,
+    "CMPNE": Ops.CMPNE,
+    "MAX": Ops.MAX,
+    "XOR": Ops.XOR,
+    "AND": Ops.AND,
+    "OR": Ops.OR,
+    "SHL": Ops.SHL,
+    "SHR": Ops.SHR,
+}
 
 
 def oracle_path() -> Path | None:
@@ -106,8 +126,10 @@ def tree_size(u: UOp) -> int:
     return sizes[u]
 
 
-_TOKEN = re.compile(r"\.where\(|\.maximum\(|\((?:int|bool|float|uint|long|unsigned int)\)|//|<<|>>|!=|<=|>=|==|"
-                    r"[A-Za-z_][A-Za-z_0-9]*|\d+(?:\.\d+)?|[-+*%<>^&|(),!]")
+_TOKEN = re.compile(
+    r"\.where\(|\.maximum\(|\((?:int|bool|float|uint|long|unsigned int)\)|//|<<|>>|!=|<=|>=|==|"
+    r"[A-Za-z_][A-Za-z_0-9]*|\d+(?:\.\d+)?|[-+*%<>^&|(),!]"
+)
 
 
 def expected_size(s: str) -> int:

@@ -39,8 +39,10 @@ class Outcome:
     problems: list[str] = field(default_factory=list)
 
     def line(self) -> str:
-        return (f"#{self.id}: {self.expr[:80]}  =>  {self.result[:80]}  bounds {self.ours} vs tinygrad {self.theirs}, "
-                f"size {self.sizes[0]} vs {self.sizes[1]}; {', '.join(self.problems)}")
+        return (
+            f"#{self.id}: {self.expr[:80]}  =>  {self.result[:80]}  bounds {self.ours} vs tinygrad {self.theirs}, "
+            f"size {self.sizes[0]} vs {self.sizes[1]}; {', '.join(self.problems)}"
+        )
 
 
 def run_case(case: dict[str, Any]) -> Outcome:
@@ -82,9 +84,10 @@ def run_case(case: dict[str, Any]) -> Outcome:
 def figures(ocs: list[Outcome]) -> str:
     n = len(ocs)
     eq, tight, small = (sum(getattr(o, k) for o in ocs) for k in ("equivalent", "tight", "no_larger"))
-    return (f"tinygrad symbolic oracle: equivalent {eq}/{n}, bounds at least as tight {tight}/{n}, "
-            f"no larger {small}/{n} ({small / n:.1%})")
-
+    return (
+        f"tinygrad symbolic oracle: equivalent {eq}/{n}, bounds at least as tight {tight}/{n}, "
+        f"no larger {small}/{n} ({small / n:.1%})"
+    )
 
 
 RESULTS: dict[int, list[Outcome]] = {}  # chunk -> outcomes, for the figures of all chunks in a serial run

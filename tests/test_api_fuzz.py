@@ -30,8 +30,7 @@ UNARY: dict[str, tuple[Callable[[Tensor], Tensor], Callable[[np.ndarray], np.nda
     "sqrt": (lambda t: t.abs().sqrt(), lambda a: np.sqrt(np.abs(a))),
     "sigmoid": (lambda t: t.sigmoid(), lambda a: 1 / (1 + np.exp(-a))),
     "tanh": (lambda t: t.tanh(), np.tanh),
-    "gelu": (lambda t: t.gelu(),
-             lambda a: 0.5 * a * (1 + np.tanh(math.sqrt(2 / math.pi) * (a + 0.044715 * a ** 3)))),
+    "gelu": (lambda t: t.gelu(), lambda a: 0.5 * a * (1 + np.tanh(math.sqrt(2 / math.pi) * (a + 0.044715 * a**3)))),
     "neg": (lambda t: -t, lambda a: -a),
     "sin": (lambda t: t.sin(), np.sin),
     "square": (lambda t: t.tanh().square(), lambda a: np.tanh(a) ** 2),
@@ -56,8 +55,8 @@ class Program:
         self.draw = draw
         self.inputs: dict[str, np.ndarray] = {}
         self.rng = np.random.default_rng(draw(st.integers(0, 2**16)))
-        self.scale = 1.0   # the largest magnitude any value reached: differences are judged against it
-        self.trace: list[str] = []   # the ops, in words, for a failing example's report
+        self.scale = 1.0  # the largest magnitude any value reached: differences are judged against it
+        self.trace: list[str] = []  # the ops, in words, for a failing example's report
 
     def new_input(self, shape: tuple[int, ...]) -> Pair:
         name = f"in{len(self.inputs)}"
@@ -76,9 +75,28 @@ class Program:
 
     def step(self, cur: Pair, values: list[Pair]) -> Pair:
         t, a = cur
-        kinds = ["unary", "binary", "reduce", "permute", "reshape", "flip", "pad", "shrink", "matmul", "softmax",
-                 "layernorm", "cumsum", "expand", "cat", "clamp", "sum_all", "contiguous", "conv2d", "attention",
-                 "gather"]
+        kinds = [
+            "unary",
+            "binary",
+            "reduce",
+            "permute",
+            "reshape",
+            "flip",
+            "pad",
+            "shrink",
+            "matmul",
+            "softmax",
+            "layernorm",
+            "cumsum",
+            "expand",
+            "cat",
+            "clamp",
+            "sum_all",
+            "contiguous",
+            "conv2d",
+            "attention",
+            "gather",
+        ]
         kind = self.draw(st.sampled_from(kinds))
         if kind == "unary":
             name = self.draw(st.sampled_from(sorted(UNARY)))
@@ -92,7 +110,7 @@ class Program:
             same = [v for v in values if v[1].shape == a.shape]
             if same and self.draw(st.booleans()):
                 ot, oa = self.draw(st.sampled_from(same))
-            else:   # a new input, broadcast along some axes
+            else:  # a new input, broadcast along some axes
                 ot, oa = self.new_input(tuple(1 if self.draw(st.booleans()) else s for s in a.shape))
             self.trace.append(f"with {list(oa.shape)}")
             return (f(t, ot), g(a, oa)) if self.draw(st.booleans()) else (f(ot, t), g(oa, a))
@@ -161,7 +179,7 @@ class Program:
         if kind == "contiguous":
             self.trace.append("contiguous")
             return t.contiguous(), a
-        if kind == "conv2d" and a.ndim == 2:   # the value as one channel of an image
+        if kind == "conv2d" and a.ndim == 2:  # the value as one channel of an image
             (h, w), co = a.shape, self.draw(st.integers(1, 3))
             kh, kw = self.draw(st.integers(1, min(h + 2, 3))), self.draw(st.integers(1, min(w + 2, 3)))
             pad, stride = self.draw(st.integers(0, 1)), self.draw(st.integers(1, 2))
@@ -170,10 +188,10 @@ class Program:
             wt, wa = self.new_input((co, 1, kh, kw))
             self.trace.append(f"conv2d {list(wa.shape)} padding={pad} stride={stride}")
             x = np.pad(a, pad)
-            win = np.lib.stride_tricks.sliding_window_view(x, (kh, kw))[::stride, ::stride]   # (ho, wo, kh, kw)
+            win = np.lib.stride_tricks.sliding_window_view(x, (kh, kw))[::stride, ::stride]  # (ho, wo, kh, kw)
             out = np.einsum("hwij,cij->chw", win, wa[:, 0])
             return t.reshape(1, 1, h, w).conv2d(wt, padding=pad, stride=stride).reshape(out.shape), out
-        if kind == "attention" and a.ndim == 2:   # the value as queries
+        if kind == "attention" and a.ndim == 2:  # the value as queries
             (lq, d), lk, dv = a.shape, self.draw(st.integers(1, 5)), self.draw(st.integers(1, 4))
             causal = self.draw(st.booleans())
             (kt, ka), (vt, va) = self.new_input((lk, d)), self.new_input((lk, dv))
@@ -192,7 +210,7 @@ class Program:
             self.trace.append(f"gather({ax}) {list(shape)}")
             return t.gather(ax, Tensor.empty(shape, dtype="int32", name=name)), np.take_along_axis(a, idx, axis=ax)
         self.trace.append("relu")
-        f, g = UNARY["relu"]   # the op drawn does not fit this shape
+        f, g = UNARY["relu"]  # the op drawn does not fit this shape
         return f(t), g(a)
 
 
@@ -212,11 +230,12 @@ def programs(draw: st.DrawFn) -> tuple[Tensor, np.ndarray, dict[str, np.ndarray]
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(programs())
-def test_random_tensor_programs_match_numpy(case: tuple[Tensor, np.ndarray, dict[str, np.ndarray], float, list[str]],
-                                            ) -> None:
+def test_random_tensor_programs_match_numpy(
+    case: tuple[Tensor, np.ndarray, dict[str, np.ndarray], float, list[str]],
+) -> None:
     t, want, inputs, scale, _ = case
     prog = optimize(t, target="llvm")
-    got = prog(**{k: v for k, v in inputs.items() if k in prog.inputs})   # a value can stop depending on one
+    got = prog(**{k: v for k, v in inputs.items() if k in prog.inputs})  # a value can stop depending on one
     assert got.shape == want.shape
     np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4 * scale)
 
@@ -226,7 +245,7 @@ def test_the_fuzzer_can_fail() -> None:
     x = Tensor.empty((3, 4), dtype="float32", name="in0")
     a = np.random.default_rng(0).uniform(-1, 1, (3, 4)).astype(np.float32)
     got = optimize(x.softmax(-1), target="llvm")(in0=a)
-    wrong: Any = np.exp(a) / np.exp(a).sum(0, keepdims=True)   # softmax over the other axis
+    wrong: Any = np.exp(a) / np.exp(a).sum(0, keepdims=True)  # softmax over the other axis
     assert not np.allclose(got, wrong, rtol=1e-3, atol=1e-4)
 
 
@@ -274,8 +293,9 @@ def int_programs(draw: st.DrawFn) -> tuple[Tensor, np.ndarray, dict[str, np.ndar
             k = draw(st.sampled_from([-7, -3, -1, 2, 3, 8, 32]))
             op = draw(st.sampled_from(["//", "%", "*", "+"]))
             trace.append(f"{op} {k}")
-            t, a = {"//": (t // k, a // k), "%": (t % k, a % k), "*": (t * k, a * np.int32(k)),
-                    "+": (t + k, a + np.int32(k))}[op]
+            t, a = {"//": (t // k, a // k), "%": (t % k, a % k), "*": (t * k, a * np.int32(k)), "+": (t + k, a + np.int32(k))}[
+                op
+            ]
         elif kind == "flip":
             ax = draw(st.integers(0, a.ndim - 1))
             trace.append(f"flip({ax})")

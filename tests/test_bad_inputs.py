@@ -63,19 +63,73 @@ def tensors(max_dims: int = 3) -> st.SearchStrategy[Tensor]:
 
 # Junk argument values: wrong types, odd numbers, sequences, tensors.
 junk = st.recursive(
-    st.one_of(st.integers(-4, 6), st.floats(allow_nan=True, allow_infinity=True), st.none(), st.booleans(),
-              st.text(max_size=4), st.sampled_from(["float32", "int8", "nope", ..., slice(None, None, -1),
-                                                    slice(1, None), slice("a"), object(), np.int64(2)]),
-              tensors(2), st.builds(lambda s: np.zeros(s), shapes(0, 2, 3))),
+    st.one_of(
+        st.integers(-4, 6),
+        st.floats(allow_nan=True, allow_infinity=True),
+        st.none(),
+        st.booleans(),
+        st.text(max_size=4),
+        st.sampled_from(
+            ["float32", "int8", "nope", ..., slice(None, None, -1), slice(1, None), slice("a"), object(), np.int64(2)]
+        ),
+        tensors(2),
+        st.builds(lambda s: np.zeros(s), shapes(0, 2, 3)),
+    ),
     lambda inner: st.one_of(st.lists(inner, max_size=4), st.lists(inner, max_size=4).map(tuple)),
-    max_leaves=6)
+    max_leaves=6,
+)
 
 METHODS: list[str] = [
-    "reshape", "permute", "expand", "pad", "shrink", "flip", "__getitem__", "sum", "max", "min", "mean", "prod",
-    "softmax", "log_softmax", "layernorm", "cumsum", "transpose", "cat", "stack", "matmul", "gather", "scatter_add",
-    "conv2d", "scaled_dot_product_attention", "cast", "where", "maximum", "minimum", "__add__", "__sub__",
-    "__mul__", "__truediv__", "__floordiv__", "__mod__", "__lt__", "__eq__", "__pow__", "__and__", "__lshift__",
-    "unsqueeze", "squeeze", "flatten", "repeat", "__matmul__", "dot", "relu", "exp", "abs", "clip", "tril",
+    "reshape",
+    "permute",
+    "expand",
+    "pad",
+    "shrink",
+    "flip",
+    "__getitem__",
+    "sum",
+    "max",
+    "min",
+    "mean",
+    "prod",
+    "softmax",
+    "log_softmax",
+    "layernorm",
+    "cumsum",
+    "transpose",
+    "cat",
+    "stack",
+    "matmul",
+    "gather",
+    "scatter_add",
+    "conv2d",
+    "scaled_dot_product_attention",
+    "cast",
+    "where",
+    "maximum",
+    "minimum",
+    "__add__",
+    "__sub__",
+    "__mul__",
+    "__truediv__",
+    "__floordiv__",
+    "__mod__",
+    "__lt__",
+    "__eq__",
+    "__pow__",
+    "__and__",
+    "__lshift__",
+    "unsqueeze",
+    "squeeze",
+    "flatten",
+    "repeat",
+    "__matmul__",
+    "dot",
+    "relu",
+    "exp",
+    "abs",
+    "clip",
+    "tril",
 ]
 
 
@@ -84,17 +138,35 @@ def test_tensor_methods_with_junk_arguments_raise_only_diagnostics(t: Tensor, me
     accepted_or_diagnosed(getattr(t, method), *args)
 
 
-@given(tensors(), st.sampled_from(["sum", "max", "mean", "softmax", "cumsum", "conv2d", "pad", "gather"]),
-       st.dictionaries(st.sampled_from(["axis", "keepdim", "dim", "stride", "padding", "dilation", "groups",
-                                        "value", "mode", "bias", "index", "eps"]), junk, max_size=3))
+@given(
+    tensors(),
+    st.sampled_from(["sum", "max", "mean", "softmax", "cumsum", "conv2d", "pad", "gather"]),
+    st.dictionaries(
+        st.sampled_from(
+            ["axis", "keepdim", "dim", "stride", "padding", "dilation", "groups", "value", "mode", "bias", "index", "eps"]
+        ),
+        junk,
+        max_size=3,
+    ),
+)
 def test_tensor_methods_with_junk_keywords_raise_only_diagnostics(t: Tensor, method: str, kw: dict[str, Any]) -> None:
     accepted_or_diagnosed(getattr(t, method), **kw)
 
 
 CONSTRUCTORS: dict[str, Callable[..., Any]] = {
-    "Tensor": Tensor, "empty": Tensor.empty, "zeros": Tensor.zeros, "ones": Tensor.ones, "full": Tensor.full,
-    "arange": Tensor.arange, "rand": Tensor.rand, "randn": Tensor.randn, "eye": Tensor.eye,
-    "const": UOp.const, "variable": UOp.variable, "range": UOp.range, "to_dtype": to_dtype,
+    "Tensor": Tensor,
+    "empty": Tensor.empty,
+    "zeros": Tensor.zeros,
+    "ones": Tensor.ones,
+    "full": Tensor.full,
+    "arange": Tensor.arange,
+    "rand": Tensor.rand,
+    "randn": Tensor.randn,
+    "eye": Tensor.eye,
+    "const": UOp.const,
+    "variable": UOp.variable,
+    "range": UOp.range,
+    "to_dtype": to_dtype,
 }
 
 
@@ -105,13 +177,21 @@ def test_constructors_with_junk_arguments_raise_only_diagnostics(name: str, args
 
 # ---- certainly wrong inputs --------------------------------------------------------------------
 
+
 @given(shapes(1, 3), st.integers(1, 30))
 def test_reshape_to_a_different_size_raises(shape: tuple[int, ...], n: int) -> None:
     t = Tensor.ones(*shape)
     if n != t.numel():
         raises_diagnostic(lambda: t.reshape(n))
-        raises_diagnostic(lambda: t.reshape(n, -1) if t.numel() % n else t.reshape(n, 7, -1) if t.numel() % (7 * n)
-                          else t.reshape(n + 1, -1, 2 * n))
+        raises_diagnostic(
+            lambda: (
+                t.reshape(n, -1)
+                if t.numel() % n
+                else t.reshape(n, 7, -1)
+                if t.numel() % (7 * n)
+                else t.reshape(n + 1, -1, 2 * n)
+            )
+        )
 
 
 @given(shapes(1, 3), st.integers(1, 2))
@@ -121,9 +201,21 @@ def test_axes_out_of_range_raise(shape: tuple[int, ...], beyond: int) -> None:
     for ax in (nd - 1 + beyond, -nd - beyond):
         new_ax = ax + 1 if ax > 0 else ax - 1  # out of range for unsqueeze too
         calls: list[tuple[Callable[..., Any], tuple[Any, ...]]] = [
-            (t.sum, (ax,)), (t.max, (ax,)), (t.mean, ((0, ax),)), (t.softmax, (ax,)), (t.log_softmax, (ax,)),
-            (t.layernorm, (ax,)), (t.flip, (ax,)), (t.cumsum, (ax,)), (t.transpose, (0, ax)), (t.squeeze, (ax,)),
-            (t.unsqueeze, (new_ax,)), (t.min, (ax,)), (t.prod, (ax,)), (t.gather, (ax, idx)), (t.permute, ((ax,) * nd,)),
+            (t.sum, (ax,)),
+            (t.max, (ax,)),
+            (t.mean, ((0, ax),)),
+            (t.softmax, (ax,)),
+            (t.log_softmax, (ax,)),
+            (t.layernorm, (ax,)),
+            (t.flip, (ax,)),
+            (t.cumsum, (ax,)),
+            (t.transpose, (0, ax)),
+            (t.squeeze, (ax,)),
+            (t.unsqueeze, (new_ax,)),
+            (t.min, (ax,)),
+            (t.prod, (ax,)),
+            (t.gather, (ax, idx)),
+            (t.permute, ((ax,) * nd,)),
         ]
         for fn, args in calls:
             raises_diagnostic(lambda fn=fn, args=args: fn(*args))
@@ -133,9 +225,14 @@ def test_axes_out_of_range_raise(shape: tuple[int, ...], beyond: int) -> None:
 @given(shapes(1, 3), st.integers(-3, 0))
 def test_zero_or_negative_sizes_raise(shape: tuple[int, ...], bad: int) -> None:
     bad_shape = (*shape[:-1], bad)
-    for fn in (lambda: Tensor.empty(*bad_shape), lambda: Tensor.zeros(*bad_shape), lambda: Tensor.ones(bad_shape),
-               lambda: Tensor.full(bad_shape, 1.0), lambda: Tensor.rand(*bad_shape),
-               lambda: Tensor(np.zeros((*shape[:-1], 0)))):
+    for fn in (
+        lambda: Tensor.empty(*bad_shape),
+        lambda: Tensor.zeros(*bad_shape),
+        lambda: Tensor.ones(bad_shape),
+        lambda: Tensor.full(bad_shape, 1.0),
+        lambda: Tensor.rand(*bad_shape),
+        lambda: Tensor(np.zeros((*shape[:-1], 0))),
+    ):
         raises_diagnostic(fn)
     if bad != -1:  # -1 means "infer" / "keep" here
         raises_diagnostic(lambda: Tensor.ones(*shape).reshape(*bad_shape))
@@ -146,11 +243,19 @@ def test_zero_or_negative_sizes_raise(shape: tuple[int, ...], bad: int) -> None:
 def test_wrong_shapes_raise(broadcast_fail: tuple[int, int]) -> None:
     n, m = broadcast_fail
     a, b = Tensor.ones(3, n), Tensor.ones(3, m)
-    for fn in (lambda: a + b, lambda: a.maximum(b), lambda: (a < 1).where(a, b), lambda: a @ Tensor.ones(m, 2),
-               lambda: a.cat(Tensor.ones(n + 1, m), dim=0), lambda: a.stack(b), lambda: a.expand(3, n, m),
-               lambda: Tensor.ones(1, n, 5, 5).conv2d(Tensor.ones(2, m, 3, 3)),
-               lambda: Tensor.ones(1, 2, 5, 5).conv2d(Tensor.ones(2, 2, 3, 3), bias=Tensor.ones(n + 2)),
-               lambda: a.scaled_dot_product_attention(b, b), lambda: a.shrink(((0, 3), (0, n + 1)))):
+    for fn in (
+        lambda: a + b,
+        lambda: a.maximum(b),
+        lambda: (a < 1).where(a, b),
+        lambda: a @ Tensor.ones(m, 2),
+        lambda: a.cat(Tensor.ones(n + 1, m), dim=0),
+        lambda: a.stack(b),
+        lambda: a.expand(3, n, m),
+        lambda: Tensor.ones(1, n, 5, 5).conv2d(Tensor.ones(2, m, 3, 3)),
+        lambda: Tensor.ones(1, 2, 5, 5).conv2d(Tensor.ones(2, 2, 3, 3), bias=Tensor.ones(n + 2)),
+        lambda: a.scaled_dot_product_attention(b, b),
+        lambda: a.shrink(((0, 3), (0, n + 1))),
+    ):
         raises_diagnostic(fn)
 
 
@@ -169,21 +274,46 @@ def _known_dtype_names() -> set[str]:
 
 def test_wrong_dtypes_raise() -> None:
     f, i = Tensor.ones(2, 3), Tensor.ones(2, 3, dtype="int32")
-    for fn in (lambda: f & f, lambda: f | 1, lambda: ~f, lambda: f << 1, lambda: i << 1.5, lambda: f.gather(0, f),
-               lambda: f.scatter_add(0, f, f), lambda: Tensor.rand(2, dtype="int32"), lambda: f.bitcast("int8"),
-               lambda: Tensor([True]) - Tensor([False]), lambda: f.cast(None)):
+    for fn in (
+        lambda: f & f,
+        lambda: f | 1,
+        lambda: ~f,
+        lambda: f << 1,
+        lambda: i << 1.5,
+        lambda: f.gather(0, f),
+        lambda: f.scatter_add(0, f, f),
+        lambda: Tensor.rand(2, dtype="int32"),
+        lambda: f.bitcast("int8"),
+        lambda: Tensor([True]) - Tensor([False]),
+        lambda: f.cast(None),
+    ):
         raises_diagnostic(fn)
 
 
-@given(st.one_of(st.text(max_size=3), st.floats(), st.none(), st.lists(st.text(max_size=2), min_size=1, max_size=2),
-                 st.just(object())))
+@given(
+    st.one_of(
+        st.text(max_size=3), st.floats(), st.none(), st.lists(st.text(max_size=2), min_size=1, max_size=2), st.just(object())
+    )
+)
 def test_wrong_argument_types_raise(bad: Any) -> None:
     t = Tensor.ones(2, 3)
-    calls = [lambda: t.reshape(bad, 3), lambda: t.permute(bad, 0), lambda: t.sum((0, bad)), lambda: t.flip(bad),
-             lambda: t.expand(bad, 3), lambda: t.transpose(bad, 0), lambda: Tensor.zeros(bad),
-             lambda: t.pad(((0, bad), (0, 0))), lambda: t.shrink(((0, bad), (0, 3))), lambda: t.max(0, bad),
-             lambda: t.gather(0, bad), lambda: t.unsqueeze(bad), lambda: t.cat(bad), lambda: UOp.variable("x", 0, bad),
-             lambda: Tensor.ones(1, 1, 4, 4).conv2d(Tensor.ones(1, 1, 3, 3), stride=bad)]
+    calls = [
+        lambda: t.reshape(bad, 3),
+        lambda: t.permute(bad, 0),
+        lambda: t.sum((0, bad)),
+        lambda: t.flip(bad),
+        lambda: t.expand(bad, 3),
+        lambda: t.transpose(bad, 0),
+        lambda: Tensor.zeros(bad),
+        lambda: t.pad(((0, bad), (0, 0))),
+        lambda: t.shrink(((0, bad), (0, 3))),
+        lambda: t.max(0, bad),
+        lambda: t.gather(0, bad),
+        lambda: t.unsqueeze(bad),
+        lambda: t.cat(bad),
+        lambda: UOp.variable("x", 0, bad),
+        lambda: Tensor.ones(1, 1, 4, 4).conv2d(Tensor.ones(1, 1, 3, 3), stride=bad),
+    ]
     if not isinstance(bad, float):  # floats are fine operands and constants
         calls += [lambda: t + bad, lambda: UOp.const(bad), lambda: Tensor.arange(bad)]
     if bad is not None:  # None is a new axis, or "pick a name"
@@ -206,6 +336,7 @@ def test_every_diagnostic_has_a_code_kind_and_dict_form() -> None:
 
 # ---- malformed Frontend-IR documents -----------------------------------------------------------
 
+
 @given(st.text(max_size=40))
 def test_random_text_is_rejected_as_malformed(text: str) -> None:
     raises_diagnostic(lambda: load_frontend_ir("{" + text))
@@ -217,10 +348,17 @@ def test_non_document_sources_are_rejected(src: Any) -> None:
 
 
 json_junk = st.recursive(
-    st.one_of(st.none(), st.booleans(), st.integers(-3, 300), st.floats(allow_nan=False), st.text(max_size=5),
-              st.sampled_from(["fp32", "fp16", "A", "B", "C0", "GEMM", "Elementwise", "add", "M", "K"])),
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(-3, 300),
+        st.floats(allow_nan=False),
+        st.text(max_size=5),
+        st.sampled_from(["fp32", "fp16", "A", "B", "C0", "GEMM", "Elementwise", "add", "M", "K"]),
+    ),
     lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=6), inner, max_size=3)),
-    max_leaves=5)
+    max_leaves=5,
+)
 
 
 def _paths(doc: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
@@ -283,7 +421,7 @@ def test_buffers_too_big_to_allocate_are_diagnosed(monkeypatch: pytest.MonkeyPat
     from egraph_compiler import optimize
 
     x = Tensor.empty(1, name="x")
-    prog = optimize(x.expand(2**20, 2**20) * 2, target="llvm")   # a 4 TiB output
+    prog = optimize(x.expand(2**20, 2**20) * 2, target="llvm")  # a 4 TiB output
 
     def refuse(*_: Any) -> Any:
         raise MemoryError("Unable to allocate 4.00 TiB")

@@ -24,8 +24,13 @@ HAVE_TINYGRAD = importlib.util.find_spec("tinygrad") is not None
 @pytest.fixture(scope="module")
 def bench_json(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
     out = tmp_path_factory.mktemp("bench") / "bench.json"
-    proc = subprocess.run([sys.executable, str(RUN), "--quick", "--only", ",".join(CHEAP), "--repeat", "2",
-                           "--json", str(out)], capture_output=True, text=True, timeout=300, check=False)
+    proc = subprocess.run(
+        [sys.executable, str(RUN), "--quick", "--only", ",".join(CHEAP), "--repeat", "2", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert out.is_file(), f"no JSON written (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
     return proc, json.loads(out.read_text())
 
@@ -61,31 +66,41 @@ def test_bench_tinygrad_peer(bench_json: tuple[subprocess.CompletedProcess[str],
 def test_bench_without_tinygrad_says_so(tmp_path: Path) -> None:
     """A Python path where `import tinygrad` finds nothing: the bench still runs, and says tinygrad is missing."""
     blocker = tmp_path / "sitecustomize.py"
-    blocker.write_text("import importlib.abc, sys\n"
-                       "class _NoTinygrad(importlib.abc.MetaPathFinder):\n"
-                       "    def find_spec(self, name, path=None, target=None):\n"
-                       "        if name == 'tinygrad' or name.startswith('tinygrad.'):\n"
-                       "            raise ModuleNotFoundError(name)\n"
-                       "        return None\n"
-                       "sys.meta_path.insert(0, _NoTinygrad())\n")
+    blocker.write_text(
+        "import importlib.abc, sys\n"
+        "class _NoTinygrad(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'tinygrad' or name.startswith('tinygrad.'):\n"
+        "            raise ModuleNotFoundError(name)\n"
+        "        return None\n"
+        "sys.meta_path.insert(0, _NoTinygrad())\n"
+    )
     out = tmp_path / "b.json"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))}
-    proc = subprocess.run([sys.executable, str(RUN), "--quick", "--only", "mul_add", "--repeat", "1", "--json",
-                           str(out)], capture_output=True, text=True, timeout=120, env=env, check=False)
-    assert proc.returncode in (0, 1), proc.stdout + proc.stderr   # 1: ours was wrong, tested above
+    proc = subprocess.run(
+        [sys.executable, str(RUN), "--quick", "--only", "mul_add", "--repeat", "1", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=False,
+    )
+    assert proc.returncode in (0, 1), proc.stdout + proc.stderr  # 1: ours was wrong, tested above
     assert "tinygrad was not installed" in proc.stdout
     doc = json.loads(out.read_text())
     (r,) = doc["results"]
-    assert doc["meta"]["tinygrad"] is None and "tinygrad" not in r["peers"] and r["speedup"] == {
-        "numpy": r["speedup"]["numpy"], "numpy_1t": r["speedup"]["numpy_1t"]}
+    assert (
+        doc["meta"]["tinygrad"] is None
+        and "tinygrad" not in r["peers"]
+        and r["speedup"] == {"numpy": r["speedup"]["numpy"], "numpy_1t": r["speedup"]["numpy_1t"]}
+    )
     assert "geomean speedup over tinygrad" in proc.stdout and "n/a" in proc.stdout
 
 
 def test_bench_list_and_bad_name() -> None:
     proc = subprocess.run([sys.executable, str(RUN), "--list"], capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 0 and "gemm_1024" in proc.stdout and "attention" in proc.stdout
-    proc = subprocess.run([sys.executable, str(RUN), "--only", "nope"], capture_output=True, text=True, timeout=60,
-                          check=False)
+    proc = subprocess.run([sys.executable, str(RUN), "--only", "nope"], capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 2 and "unknown benchmark" in proc.stderr
 
 
@@ -100,8 +115,13 @@ def test_gpu_bench_compile_only_renders_compiles_and_estimates(tmp_path: Path) -
     if find_nvcc() is None:
         pytest.skip("nvcc not found")
     out = tmp_path / "gpu.json"
-    proc = subprocess.run([sys.executable, str(GPU_BENCH), "--quick", "--compile-only", "--only", "softmax,mul_add",
-                           "--json", str(out)], capture_output=True, text=True, timeout=300, check=False)
+    proc = subprocess.run(
+        [sys.executable, str(GPU_BENCH), "--quick", "--compile-only", "--only", "softmax,mul_add", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     doc = json.loads(out.read_text())
     assert [r["name"] for r in doc["results"]] == ["softmax", "mul_add"]
@@ -112,14 +132,24 @@ def test_gpu_bench_compile_only_renders_compiles_and_estimates(tmp_path: Path) -
 
 
 def test_gpu_bench_without_a_gpu_says_what_to_do() -> None:
-    proc = subprocess.run([sys.executable, str(GPU_BENCH), "--quick", "--only", "nothing_matches"],
-                          capture_output=True, text=True, timeout=120, check=False)
+    proc = subprocess.run(
+        [sys.executable, str(GPU_BENCH), "--quick", "--only", "nothing_matches"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 2 and "no program matches" in proc.stderr
     try:
         import cupy  # type: ignore[import-not-found]  # noqa: F401
     except ImportError:
-        proc = subprocess.run([sys.executable, str(GPU_BENCH), "--quick", "--only", "sum"],
-                              capture_output=True, text=True, timeout=120, check=False)
+        proc = subprocess.run(
+            [sys.executable, str(GPU_BENCH), "--quick", "--only", "sum"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
         assert proc.returncode == 2 and "--compile-only" in proc.stderr, proc.stderr
 
 
@@ -130,8 +160,23 @@ def test_kernel_bench_quick_runs_checks_and_names_its_machine(tmp_path: Path) ->
 
     out = tmp_path / "k.json"
     for cpu in ([], ["--cpu", "haswell"]) if host_cpu().isa in ("avx2", "avx512") else ([],):
-        r = subprocess.run([sys.executable, str(ROOT / "bench" / "kernels.py"), "--quick", "--only", "gemm_250,dw",
-                            "--repeat", "2", "--json", str(out), *cpu], capture_output=True, text=True, timeout=600)
+        r = subprocess.run(
+            [
+                sys.executable,
+                str(ROOT / "bench" / "kernels.py"),
+                "--quick",
+                "--only",
+                "gemm_250,dw",
+                "--repeat",
+                "2",
+                "--json",
+                str(out),
+                *cpu,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert r.returncode == 0, r.stdout + r.stderr
         assert "machine model:" in r.stdout and ("haswell" in r.stdout) == bool(cpu)
         rows = json.loads(out.read_text())["rows"]
@@ -142,8 +187,12 @@ def test_calibration_quick_runs_and_summarizes(tmp_path: Path) -> None:
     """bench/calibrate.py: every candidate of two small kernels timed, the estimate's pick and its regret
     printed; regrets are at least 1 by construction (no timing is asserted)."""
     out = tmp_path / "c.json"
-    r = subprocess.run([sys.executable, str(ROOT / "bench" / "calibrate.py"), "--quick", "--limit", "3",
-                        "--repeat", "2", "--json", str(out)], capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "calibrate.py"), "--quick", "--limit", "3", "--repeat", "2", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert "machine model:" in r.stdout and "geomean regret" in r.stdout
     rows = json.loads(out.read_text())["rows"]

@@ -29,10 +29,16 @@ F32 = dtypes.float32
 # y = relu(x + bias): small enough to hand-write its kernel
 SMALL = {
     "signature": {"inputs": [{"tensor": "x"}, {"tensor": "bias"}], "outputs": [{"tensor": "y"}]},
-    "tensors": {"x": {"dtype": "fp32", "shape": [4, 8]}, "bias": {"dtype": "fp32", "shape": [8]},
-                "t": {"dtype": "fp32", "shape": [4, 8]}, "y": {"dtype": "fp32", "shape": [4, 8]}},
-    "graph": [{"op": "Elementwise", "name": "add", "fn": "add", "inputs": ["x", "bias"], "outputs": ["t"]},
-              {"op": "Elementwise", "name": "relu", "fn": "relu", "inputs": ["t"], "outputs": ["y"]}],
+    "tensors": {
+        "x": {"dtype": "fp32", "shape": [4, 8]},
+        "bias": {"dtype": "fp32", "shape": [8]},
+        "t": {"dtype": "fp32", "shape": [4, 8]},
+        "y": {"dtype": "fp32", "shape": [4, 8]},
+    },
+    "graph": [
+        {"op": "Elementwise", "name": "add", "fn": "add", "inputs": ["x", "bias"], "outputs": ["t"]},
+        {"op": "Elementwise", "name": "relu", "fn": "relu", "inputs": ["t"], "outputs": ["y"]},
+    ],
 }
 
 
@@ -56,6 +62,7 @@ def assert_diagnostic(rc: int, err: str, code: str) -> None:
 
 # ---- a stand-in for optimize(): one hand-written reference kernel for SMALL ------------------------------------------
 
+
 def _buf(name: str, n: int) -> UOp:
     return UOp(Ops.BUFFER, F32, (), (name, (n,)))
 
@@ -74,17 +81,31 @@ def small_program(wrong: bool = False) -> Program:
     ast = UOp.build(Ops.SINK, (UOp.build(Ops.END, (st, i, j)),))
     k = Kernel.from_ast("k0_add_relu", ast)
     k.cost = {"flops": 64.0, "bytes": 288.0, "total": 1.5e-9}
-    report = Report(iterations=[IterationStats(0, "rangeify", 40, 20, 0.01, {"at-add": 2}),
-                                IterationStats(1, "rangeify", 55, 24, 0.02, {"at-buffer": 3})],
-                    rule_category={"at-add": "rangeify", "at-buffer": "rangeify"},
-                    rule_ruleset={"at-add": "rangeify", "at-buffer": "rangeify"},
-                    phases={"saturate": 0.03, "extract": 0.01}, stop_reason="saturated", egraph_nodes=55,
-                    egraph_classes=24)
-    report.extra["kernels"] = [{"name": "k0_add_relu", "cost": k.cost,
-                                "alternatives": [{"description": "materialize t", "cost": {"total": 3e-9}}],
-                                "source": "// k0_add_relu\n..."}]
-    bufs = {"x": BufferSpec("x", F32, 32, "input", (4, 8)), "bias": BufferSpec("bias", F32, 8, "input", (8,)),
-            "y": BufferSpec("y", F32, 32, "output", (4, 8))}
+    report = Report(
+        iterations=[
+            IterationStats(0, "rangeify", 40, 20, 0.01, {"at-add": 2}),
+            IterationStats(1, "rangeify", 55, 24, 0.02, {"at-buffer": 3}),
+        ],
+        rule_category={"at-add": "rangeify", "at-buffer": "rangeify"},
+        rule_ruleset={"at-add": "rangeify", "at-buffer": "rangeify"},
+        phases={"saturate": 0.03, "extract": 0.01},
+        stop_reason="saturated",
+        egraph_nodes=55,
+        egraph_classes=24,
+    )
+    report.extra["kernels"] = [
+        {
+            "name": "k0_add_relu",
+            "cost": k.cost,
+            "alternatives": [{"description": "materialize t", "cost": {"total": 3e-9}}],
+            "source": "// k0_add_relu\n...",
+        }
+    ]
+    bufs = {
+        "x": BufferSpec("x", F32, 32, "input", (4, 8)),
+        "bias": BufferSpec("bias", F32, 8, "input", (8,)),
+        "y": BufferSpec("y", F32, 32, "output", (4, 8)),
+    }
     return Program([k], bufs, ["x", "bias"], ["y"], ReferenceBackend(), "reference", report)
 
 
@@ -112,6 +133,7 @@ def fake_optimize(monkeypatch: pytest.MonkeyPatch) -> FakeOptimize:
 
 # ---- help and argument errors -----------------------------------------------------------------------------------------
 
+
 def test_help(capsys: pytest.CaptureFixture[str]) -> None:
     rc, out, _ = egc(capsys, "--help")
     assert rc == 0 and all(c in out for c in ("run", "optimize", "report", "bench"))
@@ -122,11 +144,17 @@ def test_help(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_console_script_help_and_diagnostic(tmp_path: Path) -> None:
     """The installed entry point: `python -m egraph_compiler.cli` behaves like `egc`."""
-    ok = subprocess.run([sys.executable, "-m", "egraph_compiler.cli", "--help"], capture_output=True, text=True,
-                        timeout=120, check=False)
+    ok = subprocess.run(
+        [sys.executable, "-m", "egraph_compiler.cli", "--help"], capture_output=True, text=True, timeout=120, check=False
+    )
     assert ok.returncode == 0 and "usage: egc" in ok.stdout
-    bad = subprocess.run([sys.executable, "-m", "egraph_compiler.cli", "run", str(tmp_path / "none.json")],
-                         capture_output=True, text=True, timeout=120, check=False)
+    bad = subprocess.run(
+        [sys.executable, "-m", "egraph_compiler.cli", "run", str(tmp_path / "none.json")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert bad.returncode == 2 and "E1401" in bad.stderr and "Traceback" not in bad.stderr
 
 
@@ -137,13 +165,18 @@ def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert rc == 2 and "invalid choice" in err
     rc, _, err = egc(capsys, "run", str(GEMM), "--node-limit", "-5")
     assert rc == 2 and "positive" in err and "Traceback" not in err
-    for flag, value, words in (("--seed", "-5", "seed"), ("--rtol", "nan", "tolerance"), ("--atol", "-1", "tolerance"),
-                               ("--atol", "inf", "tolerance")):
+    for flag, value, words in (
+        ("--seed", "-5", "seed"),
+        ("--rtol", "nan", "tolerance"),
+        ("--atol", "-1", "tolerance"),
+        ("--atol", "inf", "tolerance"),
+    ):
         rc, _, err = egc(capsys, "run", str(GEMM), flag, value)
         assert rc == 2 and words in err and "Traceback" not in err, (flag, value, err)
 
 
 # ---- bad input files --------------------------------------------------------------------------------------------------
+
 
 def _unknown_op() -> dict[str, Any]:
     doc = json.loads(json.dumps(SMALL))
@@ -153,13 +186,13 @@ def _unknown_op() -> dict[str, Any]:
 
 def _shape_mismatch() -> dict[str, Any]:
     doc = json.loads(json.dumps(SMALL))
-    doc["tensors"]["bias"]["shape"] = [5]          # (4, 8) + (5,) does not broadcast
+    doc["tensors"]["bias"]["shape"] = [5]  # (4, 8) + (5,) does not broadcast
     return doc
 
 
 def _declared_shape_mismatch() -> dict[str, Any]:
     doc = json.loads(json.dumps(SMALL))
-    doc["tensors"]["y"]["shape"] = [8, 4]          # the node computes (4, 8)
+    doc["tensors"]["y"]["shape"] = [8, 4]  # the node computes (4, 8)
     return doc
 
 
@@ -176,8 +209,9 @@ BAD_FILES = {
 
 @pytest.mark.parametrize("command", [["run", "--check"], ["optimize", "--dump=frontend"], ["report", "-o", "r.html"]])
 @pytest.mark.parametrize("case", sorted(BAD_FILES))
-def test_bad_files_give_diagnostics(case: str, command: list[str], tmp_path: Path,
-                                    capsys: pytest.CaptureFixture[str], fake_optimize: FakeOptimize) -> None:
+def test_bad_files_give_diagnostics(
+    case: str, command: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str], fake_optimize: FakeOptimize
+) -> None:
     doc, code = BAD_FILES[case]
     if doc is None:
         path = str(tmp_path / "does_not_exist.json")
@@ -210,8 +244,10 @@ def test_frontend_and_uops_dumps_need_no_optimizer(capsys: pytest.CaptureFixture
 
 # ---- internal errors --------------------------------------------------------------------------------------------------
 
-def test_internal_error_is_a_diagnostic_not_a_traceback(capsys: pytest.CaptureFixture[str],
-                                                        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+
+def test_internal_error_is_a_diagnostic_not_a_traceback(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     def boom(*a: Any, **k: Any) -> Any:
         raise RuntimeError("something broke deep inside")
 
@@ -224,8 +260,9 @@ def test_internal_error_is_a_diagnostic_not_a_traceback(capsys: pytest.CaptureFi
     assert rc == 3 and "Traceback" in err and "E9000" in err
 
 
-def test_compiler_error_from_optimize(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
-                                      tmp_path: Path) -> None:
+def test_compiler_error_from_optimize(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     from egraph_compiler.diagnostics import BackendUnavailable
 
     def no_gpu(*a: Any, **k: Any) -> Any:
@@ -238,9 +275,25 @@ def test_compiler_error_from_optimize(capsys: pytest.CaptureFixture[str], monkey
 
 # ---- run / check / dumps / report with the stand-in optimizer ---------------------------------------------------------
 
+
 def test_run_check_passes(capsys: pytest.CaptureFixture[str], tmp_path: Path, fake_optimize: FakeOptimize) -> None:
-    rc, out, err = egc(capsys, "run", write_json(tmp_path, SMALL), "--check", "--target", "reference", "--seed", "3",
-                       "--node-limit", "1000", "--iter-limit", "5", "--time-limit", "2.5", "--no-progress")
+    rc, out, err = egc(
+        capsys,
+        "run",
+        write_json(tmp_path, SMALL),
+        "--check",
+        "--target",
+        "reference",
+        "--seed",
+        "3",
+        "--node-limit",
+        "1000",
+        "--iter-limit",
+        "5",
+        "--time-limit",
+        "2.5",
+        "--no-progress",
+    )
     assert rc == 0, out + err
     assert "y: shape (4, 8) dtype float32 min" in out and "mean" in out
     assert "check y: ok: max abs err 0" in out and "check: PASS" in out
@@ -250,10 +303,12 @@ def test_run_check_passes(capsys: pytest.CaptureFixture[str], tmp_path: Path, fa
     assert call["nolocals"] is False and call["tune"] is False
 
 
-def test_nolocals_and_tune_reach_optimize(capsys: pytest.CaptureFixture[str], tmp_path: Path,
-                                          fake_optimize: FakeOptimize) -> None:
-    rc, out, err = egc(capsys, "run", write_json(tmp_path, SMALL), "--target", "reference", "--nolocals", "--tune",
-                       "--no-progress")
+def test_nolocals_and_tune_reach_optimize(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, fake_optimize: FakeOptimize
+) -> None:
+    rc, out, err = egc(
+        capsys, "run", write_json(tmp_path, SMALL), "--target", "reference", "--nolocals", "--tune", "--no-progress"
+    )
     assert rc == 0, out + err
     assert fake_optimize.calls[0]["nolocals"] is True and fake_optimize.calls[0]["tune"] is True
 
@@ -270,12 +325,12 @@ def test_run_with_npz_inputs(capsys: pytest.CaptureFixture[str], tmp_path: Path,
     np.savez(tmp_path / "in.npz", x=x, bias=np.arange(8, dtype=np.float32))
     rc, out, err = egc(capsys, "run", path, "--inputs", str(tmp_path / "in.npz"), "--check")
     assert rc == 0, err
-    assert "min 0 max 6 mean 2.625" in out          # relu(-1 + arange(8)) = 0,0,1,...,6
+    assert "min 0 max 6 mean 2.625" in out  # relu(-1 + arange(8)) = 0,0,1,...,6
     np.savez(tmp_path / "short.npz", x=x)
     calls = len(fake_optimize.calls)
     rc, _, err = egc(capsys, "run", path, "--inputs", str(tmp_path / "short.npz"))
     assert_diagnostic(rc, err, "E1404")
-    assert "bias" in err and len(fake_optimize.calls) == calls    # inputs are checked before optimizing
+    assert "bias" in err and len(fake_optimize.calls) == calls  # inputs are checked before optimizing
     (tmp_path / "junk.npz").write_text("not a zip")
     rc, _, err = egc(capsys, "run", path, "--inputs", str(tmp_path / "junk.npz"))
     assert_diagnostic(rc, err, "E1006")
@@ -307,19 +362,19 @@ def test_optimize_dumps_all(capsys: pytest.CaptureFixture[str], tmp_path: Path, 
     assert rc == 0, err
     for stage in cli.DUMP_STAGES:
         assert f"==== {stage} " in out
-    assert "stop: saturated" in out and "iteration  stage" in out                  # egraph
+    assert "stop: saturated" in out and "iteration  stage" in out  # egraph
     assert "-- kernel k0_add_relu" in out and "flops=64" in out and "rejected: materialize t" in out  # kernels
-    assert "STORE" in out and "// k0_add_relu" in out                                # kernel AST and source
+    assert "STORE" in out and "// k0_add_relu" in out  # kernel AST and source
 
 
-def test_optimize_without_dump_prints_summary(capsys: pytest.CaptureFixture[str], tmp_path: Path,
-                                              fake_optimize: FakeOptimize) -> None:
+def test_optimize_without_dump_prints_summary(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, fake_optimize: FakeOptimize
+) -> None:
     rc, out, _ = egc(capsys, "optimize", write_json(tmp_path, SMALL))
     assert rc == 0 and "1 kernel(s)" in out and "stop: saturated" in out
 
 
-def test_report_writes_html_and_json(capsys: pytest.CaptureFixture[str], tmp_path: Path,
-                                     fake_optimize: FakeOptimize) -> None:
+def test_report_writes_html_and_json(capsys: pytest.CaptureFixture[str], tmp_path: Path, fake_optimize: FakeOptimize) -> None:
     html_path, json_path = tmp_path / "r.html", tmp_path / "r.json"
     rc, _, err = egc(capsys, "report", write_json(tmp_path, SMALL), "-o", str(html_path), "--json", str(json_path))
     assert rc == 0, err
@@ -345,6 +400,7 @@ def test_limit_warning(capsys: pytest.CaptureFixture[str], tmp_path: Path, monke
 
 # ---- bench ------------------------------------------------------------------------------------------------------------
 
+
 def test_bench_dispatch(capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cli, "find_bench", lambda: None)
     rc, _, err = egc(capsys, "bench")
@@ -353,14 +409,24 @@ def test_bench_dispatch(capsys: pytest.CaptureFixture[str], tmp_path: Path, monk
     script = tmp_path / "run.py"
     script.write_text("import sys\nprint('bench args', sys.argv[1:])\nsys.exit(7)\n")
     monkeypatch.setattr(cli, "find_bench", lambda: script)
-    proc = subprocess.run([sys.executable, "-c", "import sys; from egraph_compiler import cli; "
-                           f"cli.find_bench = lambda: __import__('pathlib').Path({str(script)!r}); "
-                           "sys.exit(cli.main(['bench', '--quick', '-k', 'gemm']))"],
-                          capture_output=True, text=True, timeout=120, check=False)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from egraph_compiler import cli; "
+            f"cli.find_bench = lambda: __import__('pathlib').Path({str(script)!r}); "
+            "sys.exit(cli.main(['bench', '--quick', '-k', 'gemm']))",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 7 and "bench args ['--quick', '-k', 'gemm']" in proc.stdout
 
 
 # ---- numerics of --check ---------------------------------------------------------------------------------------------
+
 
 def test_compare() -> None:
     a = np.array([1.0, 2.0, np.nan, np.inf], np.float32)
@@ -375,6 +441,7 @@ def test_compare() -> None:
 
 
 # ---- end to end: these need the real optimize() (egraph_compiler/optimize.py) -----------------------------------------
+
 
 def require_optimize() -> None:
     try:
@@ -401,8 +468,7 @@ def test_e2e_optimize_dump_kernels(capsys: pytest.CaptureFixture[str]) -> None:
 def test_e2e_report(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     require_optimize()
     html_path, json_path = tmp_path / "r.html", tmp_path / "r.json"
-    rc, _, err = egc(capsys, "report", str(GEMM), "-o", str(html_path), "--json", str(json_path),
-                     "--target", "reference")
+    rc, _, err = egc(capsys, "report", str(GEMM), "-o", str(html_path), "--json", str(json_path), "--target", "reference")
     assert rc == 0, err
     page = html_path.read_text()
     assert "Rule firings" in page and "<svg" in page and "Chosen kernels" in page and "GEMM" in page

@@ -73,7 +73,7 @@ def test_haswell_code_has_no_avx512() -> None:
     k = prog.kernels[0]
     assert '"target-cpu"="haswell"' in prog.backend.optimized_ir(k, prog)
     asm = prog.backend.assembly(k, prog)
-    assert "%ymm" in asm and "%zmm" not in asm   # AVX2 vectors, no AVX-512 register
+    assert "%ymm" in asm and "%zmm" not in asm  # AVX2 vectors, no AVX-512 register
     assert "haswell" in prog.report.extra["machine"]
     av = np.random.default_rng(1).standard_normal((64, 48), dtype=np.float32)
     bv = np.random.default_rng(2).standard_normal((48, 80), dtype=np.float32)

@@ -116,15 +116,31 @@ def make_program(case: Case, backend: Any, target: str) -> Program:
 
 def case_inputs(case: Case) -> dict[str, np.ndarray]:
     prog = make_program(case, None, "none")
-    return {name: case.inputs[name] if name in case.inputs else _rand(prog.buffers[name].dtype, prog.buffers[name].size,
-                                                                       seed=17 * k + len(name))
-            for k, name in enumerate(prog.inputs)}
+    return {
+        name: case.inputs[name]
+        if name in case.inputs
+        else _rand(prog.buffers[name].dtype, prog.buffers[name].size, seed=17 * k + len(name))
+        for k, name in enumerate(prog.inputs)
+    }
 
 
 # ---- the cases ---------------------------------------------------------------------------------
 
-ALL_DT = [dtypes.bool, dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64, dtypes.uint8, dtypes.uint16,
-          dtypes.uint32, dtypes.uint64, F16, BF16, F32, dtypes.float64]
+ALL_DT = [
+    dtypes.bool,
+    dtypes.int8,
+    dtypes.int16,
+    dtypes.int32,
+    dtypes.int64,
+    dtypes.uint8,
+    dtypes.uint16,
+    dtypes.uint32,
+    dtypes.uint64,
+    F16,
+    BF16,
+    F32,
+    dtypes.float64,
+]
 N_ALU = 64
 
 
@@ -141,14 +157,22 @@ def alu_case(d: DType) -> Case:
     if d.is_bool:
         binary += [Ops.XOR, Ops.OR, Ops.AND]
     items: list[tuple[str, UOp]] = [(op.name, xv.alu(op, yv)) for op in binary]
-    unary = [Ops.RECIP, Ops.TRUNC, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.COS, Ops.SQRT] if d.is_float else \
-        [Ops.TRUNC] if d.is_int else []
+    unary = (
+        [Ops.RECIP, Ops.TRUNC, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.COS, Ops.SQRT]
+        if d.is_float
+        else [Ops.TRUNC]
+        if d.is_int
+        else []
+    )
     items += [(op.name, xv.alu(op)) for op in unary]
     items.append(("WHERE", (xv < yv).where(xv, yv)))
     items += [(f"CAST_{t.name}", UOp(Ops.CAST, t, (xv,))) for t in ALL_DT if t is not d]
     if not d.is_bool:
-        items += [(f"BITCAST_{t.name}", UOp(Ops.BITCAST, t, (xv,))) for t in ALL_DT
-                  if t is not d and t.itemsize == d.itemsize and not t.is_bool]
+        items += [
+            (f"BITCAST_{t.name}", UOp(Ops.BITCAST, t, (xv,)))
+            for t in ALL_DT
+            if t is not d and t.itemsize == d.itemsize and not t.is_bool
+        ]
     stores = [(store(buf(f"O_{name}", N_ALU, v.dtype), i, v), (i,)) for name, v in items]
     inputs = {"X": _rand(d, N_ALU, 1), "Y": _rand(d, N_ALU, 2)}
     if d is I32:  # wrap-around and floor division of big values
@@ -194,17 +218,25 @@ def nan_max() -> Case:
     i, r, j = rng(8, 0), rng(4, 1, A.REDUCE), rng(2, 2)
     xv = np.array([1, np.nan, -np.inf, 3, np.inf, 0, -1, np.nan], np.float32)
     zv = np.array([np.nan, 2, 5, -np.inf, 1, -0.0, np.nan, np.nan], np.float32)
-    return Case("nan_max", sink((store(y, i, load(x, i).maximum(load(z, i))), (i,)),
-                                (store(ym, j, reduce(load(x, j * 4 + r), r, op=Ops.MAX)), (j,))),
-                {"X": xv, "Z": zv})
+    return Case(
+        "nan_max",
+        sink(
+            (store(y, i, load(x, i).maximum(load(z, i))), (i,)), (store(ym, j, reduce(load(x, j * 4 + r), r, op=Ops.MAX)), (j,))
+        ),
+        {"X": xv, "Z": zv},
+    )
 
 
 def two_reduces() -> Case:
     x, s, q = buf("X", 20), buf("S", 4), buf("Q", 4)
     i, r = rng(4, 0), rng(5, 1, A.REDUCE)
     xi = load(x, i * 5 + r)
-    return Case("two_reduces", sink((store(s, i, reduce(xi, r)), (i,)),
-                                    (store(q, i, reduce(xi * xi, r) - reduce(xi, r)), (i,))), rtol=1e-4, atol=1e-5)
+    return Case(
+        "two_reduces",
+        sink((store(s, i, reduce(xi, r)), (i,)), (store(q, i, reduce(xi * xi, r) - reduce(xi, r)), (i,))),
+        rtol=1e-4,
+        atol=1e-5,
+    )
 
 
 def softmax_rows(rows: int = 5, cols: int = 7, name: str = "softmax_rows") -> Case:
@@ -214,8 +246,7 @@ def softmax_rows(rows: int = 5, cols: int = 7, name: str = "softmax_rows") -> Ca
     r1, r2 = rng(cols, "r1", A.REDUCE), rng(cols, "r2", A.REDUCE)
     mx = reduce(load(x, i * cols + r1), r1, op=Ops.MAX)
     den = reduce((load(x, i * cols + r2) - mx).exp2(), r2)
-    return Case(name, sink((store(y, i * cols + j, (load(x, i * cols + j) - mx).exp2() / den), (i, j))),
-                rtol=1e-4, atol=1e-6)
+    return Case(name, sink((store(y, i * cols + j, (load(x, i * cols + j) - mx).exp2() / den), (i, j))), rtol=1e-4, atol=1e-6)
 
 
 def floor_divmod() -> Case:
@@ -224,10 +255,15 @@ def floor_divmod() -> Case:
     i, k = rng(8, 0), rng(24, 1)
     v = load(src, i)
     three = UOp.const(3, I32)
-    return Case("floor_divmod", sink((store(dst, i, (v // three) * 100 + v % three), (i,)),
-                                     (store(y, k, load(x, (k % 4) * 6 + k // 4)), (k,)),
-                                     (store(t, k, ((k - 11) // 4 * 10 + (k - 11) % 4).cast(F32)), (k,))),
-                {"I": np.array([-7, -6, -1, 0, 1, 5, 9, 100], np.int32)})
+    return Case(
+        "floor_divmod",
+        sink(
+            (store(dst, i, (v // three) * 100 + v % three), (i,)),
+            (store(y, k, load(x, (k % 4) * 6 + k // 4)), (k,)),
+            (store(t, k, ((k - 11) // 4 * 10 + (k - 11) % 4).cast(F32)), (k,)),
+        ),
+        {"I": np.array([-7, -6, -1, 0, 1, 5, 9, 100], np.int32)},
+    )
 
 
 def gated() -> Case:
@@ -237,8 +273,15 @@ def gated() -> Case:
     alt = load(x, i6, c(7.5), i6 < 4)
     wh = (i5 < 4).where(load(x, i5), c(-1.0))
     nested = (i3 < 2).where((i3 < 1).where(load(x, i3), load(x, i3 + 1)), load(x, i3 * 100 - 200))
-    return Case("gated", sink((store(y, i8, pad), (i8,)), (store(y2, i6, alt, gate=(i6 % 2).eq(0)), (i6,)),
-                              (store(y3, i5, wh), (i5,)), (store(y4, i3, nested), (i3,))))
+    return Case(
+        "gated",
+        sink(
+            (store(y, i8, pad), (i8,)),
+            (store(y2, i6, alt, gate=(i6 % 2).eq(0)), (i6,)),
+            (store(y3, i5, wh), (i5,)),
+            (store(y4, i3, nested), (i3,)),
+        ),
+    )
 
 
 def gather() -> Case:
@@ -247,16 +290,19 @@ def gather() -> Case:
     i = rng(6, 0)
     idv = load(ids, i).cast(IDX)
     ok = (load(ids, i) >= 0) & (load(ids, i) < 10)
-    return Case("gather", sink((store(y, i, load(table, idv % 10)), (i,)),
-                               (store(y2, i, load(table, idv, c(-3.0), ok)), (i,))),
-                {"ID": np.array([3, -1, 9, 12, 0, 5], np.int32)})
+    return Case(
+        "gather",
+        sink((store(y, i, load(table, idv % 10)), (i,)), (store(y2, i, load(table, idv, c(-3.0), ok)), (i,))),
+        {"ID": np.array([3, -1, 9, 12, 0, 5], np.int32)},
+    )
 
 
 def group_reduce_sum() -> Case:
     x, y = buf("X", 6 * 80), buf("Y", 6)
     i, jg, jr = rng(6, "i", A.GLOBAL), rng(16, "jg", A.GROUP_REDUCE), rng(5, "jr", A.REDUCE)
-    return Case("group_reduce_sum", sink((store(y, i, reduce(load(x, i * 80 + jr * 16 + jg), jr, jg)), (i,))),
-                rtol=1e-4, atol=1e-4)
+    return Case(
+        "group_reduce_sum", sink((store(y, i, reduce(load(x, i * 80 + jr * 16 + jg), jr, jg)), (i,))), rtol=1e-4, atol=1e-4
+    )
 
 
 def group_reduce_local() -> Case:
@@ -266,9 +312,14 @@ def group_reduce_local() -> Case:
     jg, jr = rng(12, "jg", A.GROUP_REDUCE), rng(3, "jr", A.REDUCE)
     row = g * 4 + loc
     xv = load(x, row * 36 + jr * 12 + jg)
-    return Case("group_reduce_local", sink((store(ymax, row, reduce(xv, jr, jg, op=Ops.MAX)), (g, loc)),
-                                           (store(ysum, row, reduce(xv * 2.0, jr, jg)), (g, loc))),
-                rtol=1e-4, atol=1e-4)
+    return Case(
+        "group_reduce_local",
+        sink(
+            (store(ymax, row, reduce(xv, jr, jg, op=Ops.MAX)), (g, loc)), (store(ysum, row, reduce(xv * 2.0, jr, jg)), (g, loc))
+        ),
+        rtol=1e-4,
+        atol=1e-4,
+    )
 
 
 def globals5(local: bool) -> Case:
@@ -312,11 +363,17 @@ def halves() -> Case:
     i, r, j = rng(32, "i"), rng(8, "r", A.REDUCE), rng(4, "j")
     hv, bv = load(h, i), load(hb, i)
     mixed = reduce(load(hb, j * 8 + r).cast(F32) * load(h, j * 8 + r).cast(F32), r)
-    return Case("halves", sink((store(o1, i, hv * hv + hv / 3.0), (i,)),
-                               (store(o2, j, reduce(load(h, j * 8 + r), r)), (j,)),
-                               (store(o3, i, (bv * bv + hv.cast(BF16)).sqrt()), (i,)),
-                               (store(o4, j, mixed), (j,))),
-                rtol=1e-2, atol=1e-2)
+    return Case(
+        "halves",
+        sink(
+            (store(o1, i, hv * hv + hv / 3.0), (i,)),
+            (store(o2, j, reduce(load(h, j * 8 + r), r)), (j,)),
+            (store(o3, i, (bv * bv + hv.cast(BF16)).sqrt()), (i,)),
+            (store(o4, j, mixed), (j,)),
+        ),
+        rtol=1e-2,
+        atol=1e-2,
+    )
 
 
 def multi_phase() -> Case:
@@ -384,8 +441,9 @@ def group_reduce_gated() -> Case:
     """A group reduction whose store is gated (the gate and the group-leader predicate combine)."""
     x, y = buf("X", 4 * 8), buf("Y", 4)
     i, jg = rng(4, "i", A.GLOBAL), rng(8, "jg", A.GROUP_REDUCE)
-    return Case("group_reduce_gated", sink((store(y, i, reduce(load(x, i * 8 + jg), jg), gate=i < 3), (i,))),
-                rtol=1e-4, atol=1e-5)
+    return Case(
+        "group_reduce_gated", sink((store(y, i, reduce(load(x, i * 8 + jg), jg), gate=i < 3), (i,))), rtol=1e-4, atol=1e-5
+    )
 
 
 def sizes_one_and_zero() -> Case:
@@ -393,18 +451,46 @@ def sizes_one_and_zero() -> Case:
     x, y, z, w = buf("X", 3), buf("Y", 3), buf("Z", 1), buf("W", 4)
     one, three, none = rng(1, "one"), rng(3, "three"), rng(0, "none")
     g1, loc = rng(1, "g1", A.GLOBAL), rng(4, "l", A.LOCAL)
-    return Case("sizes_one_and_zero", sink((store(y, one * 3 + three, load(x, one * 3 + three) + 1.0), (one, three)),
-                                           (store(z, one, load(x, one + 2)), (one,)),
-                                           (store(y, none, load(x, none + 100)), (none,)),
-                                           (store(w, g1 * 4 + loc, loc.cast(F32)), (g1, loc))))
+    return Case(
+        "sizes_one_and_zero",
+        sink(
+            (store(y, one * 3 + three, load(x, one * 3 + three) + 1.0), (one, three)),
+            (store(z, one, load(x, one + 2)), (one,)),
+            (store(y, none, load(x, none + 100)), (none,)),
+            (store(w, g1 * 4 + loc, loc.cast(F32)), (g1, loc)),
+        ),
+    )
 
 
 CASES: list[Case] = [alu_case(d) for d in ALL_DT] + [
-    gemm_loop(), gemm_tiled(), max_reduce_where(), nan_max(), two_reduces(), softmax_rows(), floor_divmod(),
-    gated(), gather(), group_reduce_sum(), group_reduce_local(), globals5(True), globals5(False), big_y(),
-    huge("blocks"), huge("threads"), halves(), multi_phase(), scalar_store(), loops_in_thread(),
-    wmma(F16, False, True), wmma(BF16, True, False), wmma(F16, True, False), wmma_fallback(),
-    local_autogrid(), group_reduce_gated(), sizes_one_and_zero()]
+    gemm_loop(),
+    gemm_tiled(),
+    max_reduce_where(),
+    nan_max(),
+    two_reduces(),
+    softmax_rows(),
+    floor_divmod(),
+    gated(),
+    gather(),
+    group_reduce_sum(),
+    group_reduce_local(),
+    globals5(True),
+    globals5(False),
+    big_y(),
+    huge("blocks"),
+    huge("threads"),
+    halves(),
+    multi_phase(),
+    scalar_store(),
+    loops_in_thread(),
+    wmma(F16, False, True),
+    wmma(BF16, True, False),
+    wmma(F16, True, False),
+    wmma_fallback(),
+    local_autogrid(),
+    group_reduce_gated(),
+    sizes_one_and_zero(),
+]
 RUNNABLE = [cs for cs in CASES if cs.runnable]
 BACKEND = CUDABackend()
 
@@ -414,6 +500,7 @@ def plan_of(case: Case) -> KernelPlan:
 
 
 # ---- (a) rendering, launch plans, nvcc ---------------------------------------------------------
+
 
 @pytest.mark.parametrize("case", CASES, ids=lambda cs: cs.name)
 def test_render_and_launch_limits(case: Case) -> None:
@@ -437,7 +524,7 @@ def test_rendering_features() -> None:
     src = {cs.name: plan_of(cs).source for cs in CASES}
     assert "_egc_idiv<int>" in src["alu_int32"] and "_egc_imod<int>" in src["alu_int32"]
     assert "_egc_idiv" not in src["alu_uint32"].split("#endif")[-1]  # unsigned: truncation is floor
-    assert "(unsigned int)" in src["alu_int32"]                       # signed ADD/MUL wrap around
+    assert "(unsigned int)" in src["alu_int32"]  # signed ADD/MUL wrap around
     fd = src["floor_divmod"]  # index math proven non-negative: plain / and %; possibly negative: floor fix-up
     assert re.search(r"\(\w+%4\)", fd) and re.search(r"\(\w+/4\)", fd) and "_egc_idiv<int>" in fd
     assert "__syncthreads" in src["group_reduce_sum"] and "__shared__" in src["group_reduce_sum"]
@@ -625,10 +712,12 @@ def emulation_source(cases: list[Case]) -> str:
         args = [f"({c_storage_type(dt)}*)a[{k}]" for k, (_, dt) in enumerate(plan.params)]
         args += ["phase"] if plan.phased else []
         threaded = "true" if any(b in plan.source for b in ("__syncthreads", "__syncwarp", "__shfl")) else "false"
-        parts.append(f'extern "C" void egc_run_{plan.name}(void** a, int phase, unsigned gx, unsigned gy, '
-                     f"unsigned gz, unsigned bx, unsigned by, unsigned bz) {{\n"
-                     f"  egc_launch([&] {{ {plan.name}({', '.join(args)}); }}, {{gx, gy, gz}}, {{bx, by, bz}}, "
-                     f"{threaded});\n}}")
+        parts.append(
+            f'extern "C" void egc_run_{plan.name}(void** a, int phase, unsigned gx, unsigned gy, '
+            f"unsigned gz, unsigned bx, unsigned by, unsigned bz) {{\n"
+            f"  egc_launch([&] {{ {plan.name}({', '.join(args)}); }}, {{gx, gy, gz}}, {{bx, by, bz}}, "
+            f"{threaded});\n}}"
+        )
     return "\n".join(parts)
 
 
@@ -706,6 +795,7 @@ def test_emulated_kernels_match_reference(case: Case, emulator: ctypes.CDLL) -> 
 
 
 # ---- (c) on a GPU --------------------------------------------------------------------------------
+
 
 def _gpu_or_skip() -> None:
     try:

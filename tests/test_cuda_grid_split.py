@@ -40,8 +40,9 @@ from egraph_compiler import Ops, dtypes
 from egraph_compiler.dtypes import DType
 
 
-def rows_reduce(name: str, rows: int, n: int, dt: DType, op: Ops = Ops.ADD, epilogue: bool = False,
-                two_ranges: bool = False) -> Case:
+def rows_reduce(
+    name: str, rows: int, n: int, dt: DType, op: Ops = Ops.ADD, epilogue: bool = False, two_ranges: bool = False
+) -> Case:
     """out[i] = op over j of x[i, j] (optionally x[i, j] * 2 - 1, then an epilogue reading a bias)."""
     x, out = buf("X", rows * n, dt), buf("OUT", rows, dt)
     i = rng(rows, "i")
@@ -54,8 +55,12 @@ def rows_reduce(name: str, rows: int, n: int, dt: DType, op: Ops = Ops.ADD, epil
     v = load(x, idx)
     red = reduce(v * c(2, dt) - c(1, dt) if epilogue else v, *rs, op=op)
     val = (red + load(buf("BIAS", rows, dt), i)) * c(3, dt) if epilogue else red
-    return Case(name, sink((store(out, i, val), (i,) if rows > 1 else ())), rtol=2e-2 if dt in (F16, BF16) else 1e-4,
-                atol=2e-2 if dt in (F16, BF16) else 1e-4)
+    return Case(
+        name,
+        sink((store(out, i, val), (i,) if rows > 1 else ())),
+        rtol=2e-2 if dt in (F16, BF16) else 1e-4,
+        atol=2e-2 if dt in (F16, BF16) else 1e-4,
+    )
 
 
 def _scalar_sum(name: str, n: int, dt: DType) -> Case:
@@ -66,7 +71,7 @@ def _scalar_sum(name: str, n: int, dt: DType) -> Case:
 
 SPLIT = [
     _scalar_sum("gs_sum_f32", 1 << 17, F32),
-    _scalar_sum("gs_sum_i32", 1 << 17, I32),   # wraps around like the reference
+    _scalar_sum("gs_sum_i32", 1 << 17, I32),  # wraps around like the reference
     rows_reduce("gs_rows_max_f16", 3, 1 << 16, F16, Ops.MAX, epilogue=True),
     rows_reduce("gs_rows_add_bf16_two", 2, 1 << 16, BF16, two_ranges=True),
     rows_reduce("gs_rows_mul_f64", 2, 1 << 16, dtypes.float64, Ops.MUL),
@@ -81,7 +86,7 @@ def _not_split() -> list[Case]:
     under_where = Case("ns_under_where", sink((store(out, i, (i < 1).where(reduce(load(x, j), j), c(0.0))), (i,))))
     short = rows_reduce("ns_short", 2, 4096, F32)
     cases = [gated, two, under_where, short]
-    for case in cases:   # one thread sums 2^17 floats in order: rounding differs from numpy's pairwise sum
+    for case in cases:  # one thread sums 2^17 floats in order: rounding differs from numpy's pairwise sum
         case.rtol, case.atol = 1e-4, 1e-2
     return cases
 

@@ -26,11 +26,22 @@ from test_cuda_backend import Case, EmulatedCUDABackend, emulation_library
 from egraph_compiler import Tensor, optimize
 from egraph_compiler.program import Program
 
-SHAPES: list[tuple[int, ...]] = [(64, 300), (33, 65), (1000,), (4097,), (7, 1, 33), (1, 257), (2, 3, 64), (16, 16),
-                                 (1,), (128, 128), (5, 1)]
+SHAPES: list[tuple[int, ...]] = [
+    (64, 300),
+    (33, 65),
+    (1000,),
+    (4097,),
+    (7, 1, 33),
+    (1, 257),
+    (2, 3, 64),
+    (16, 16),
+    (1,),
+    (128, 128),
+    (5, 1),
+]
 DTYPES = ["float32", "float32", "float32", "float16", "bfloat16", "float64", "int32", "int8", "uint8", "bool"]
 FLOATS = ("float32", "float16", "bfloat16", "float64")
-MAX_NUMEL = 70_000            # per tensor: keeps the host emulation quick
+MAX_NUMEL = 70_000  # per tensor: keeps the host emulation quick
 MAX_BARRIER_THREADS = 60_000  # kernels with barriers run one std::thread per GPU thread in the emulation
 TOL = {"float16": 2e-2, "bfloat16": 5e-2, "float64": 1e-8}
 
@@ -91,7 +102,7 @@ def random_programs(draw: st.DrawFn) -> RandomProgram:
 
     def bshape(shape: tuple[int, ...]) -> tuple[int, ...]:
         """A shape that broadcasts to `shape`: leading axes dropped, some axes 1."""
-        tail = shape[draw(st.integers(0, len(shape) - 1)):]
+        tail = shape[draw(st.integers(0, len(shape) - 1)) :]
         return tuple(1 if draw(st.booleans()) and draw(st.booleans()) else s for s in tail)
 
     t = new_input(draw(st.sampled_from(SHAPES)), draw(st.sampled_from(DTYPES)))
@@ -217,7 +228,7 @@ def check_on_cuda(program: RandomProgram, log: Callable[[str], None] = print) ->
     if _barrier_threads(prog) > MAX_BARRIER_THREADS:
         log("emulation skipped: too many threads with barriers")
         return
-    tag = f"rp{next(_counter)}"   # kernel names unique to this example's emulation library
+    tag = f"rp{next(_counter)}"  # kernel names unique to this example's emulation library
     prog.kernels = [type(k).from_ast(f"{tag}_{k.name}", k.ast) for k in prog.kernels]
     with emulation_library([Case(k.name, k.ast) for k in prog.kernels]) as lib:
         prog.backend, prog._compiled = EmulatedCUDABackend(lib), None
@@ -233,8 +244,19 @@ def test_random_programs_on_cuda(program: RandomProgram) -> None:
     check_on_cuda(program, note)
 
 
-@pytest.mark.parametrize("name", ["softmax_rows", "sum_4097", "f16_tensor_cores", "int8_divmod", "bool_any",
-                                  "f16_floordiv_const", "bf16_floordiv_const", "group_reduce_in_padded_reduce"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "softmax_rows",
+        "sum_4097",
+        "f16_tensor_cores",
+        "int8_divmod",
+        "bool_any",
+        "f16_floordiv_const",
+        "bf16_floordiv_const",
+        "group_reduce_in_padded_reduce",
+    ],
+)
 def test_gpu_sized_programs_on_cuda(name: str) -> None:
     """A few fixed programs at sizes where the cost model picks GPU schedules (the random ones stay smaller).
 

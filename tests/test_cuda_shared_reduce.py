@@ -48,6 +48,7 @@ def _shared_count(case: Case) -> int:
 
 # ---- kernels that must share -------------------------------------------------------------------------------
 
+
 def flat_softmax() -> Case:
     """Rows on the auto grid (3 blocks of 256 threads, one row each): the max and the sum of the row are shared."""
     return softmax_rows(3, 256, "shared_flat_softmax")
@@ -63,12 +64,18 @@ def local_tails() -> Case:
     r, r2, r3 = rng(200, "r", A.REDUCE), rng(150, "r2", A.REDUCE), rng(130, "r3", A.REDUCE)
     out = g * 64 + l_
     mean = reduce(load(z, g * 200 + r), r) * (1 / 200)
-    big = np.random.default_rng(3).integers(2**30, 2**31 - 1, 450).astype(np.int32)   # the sums wrap around
-    return Case("shared_local_tails", sink(
-        (store(y, out, load(x, out) - mean), (g, l_)),
-        (store(yi, out, reduce(load(w, g * 150 + r2), r2) + out.cast(I32)), (g, l_)),
-        (store(yh, out, reduce(load(h, g * 130 + r3), r3, op=Ops.MAX)), (g, l_))),
-        {"W": big}, rtol=1e-5, atol=1e-5)
+    big = np.random.default_rng(3).integers(2**30, 2**31 - 1, 450).astype(np.int32)  # the sums wrap around
+    return Case(
+        "shared_local_tails",
+        sink(
+            (store(y, out, load(x, out) - mean), (g, l_)),
+            (store(yi, out, reduce(load(w, g * 150 + r2), r2) + out.cast(I32)), (g, l_)),
+            (store(yh, out, reduce(load(h, g * 130 + r3), r3, op=Ops.MAX)), (g, l_)),
+        ),
+        {"W": big},
+        rtol=1e-5,
+        atol=1e-5,
+    )
 
 
 def block_3d() -> Case:
@@ -79,8 +86,7 @@ def block_3d() -> Case:
     x, y = buf("X", 600), buf("Y", 256)
     out = g * 128 + la * 64 + lb * 16 + lc
     total = reduce(load(x, g * 300 + ra * 30 + rb) * 0.5, ra, rb)
-    return Case("shared_block_3d", sink((store(y, out, total + out.cast(F32)), (g, la, lb, lc))), rtol=1e-5,
-                atol=1e-5)
+    return Case("shared_block_3d", sink((store(y, out, total + out.cast(F32)), (g, la, lb, lc))), rtol=1e-5, atol=1e-5)
 
 
 def in_loops() -> Case:
@@ -91,9 +97,15 @@ def in_loops() -> Case:
     x, x2, y, y2 = buf("X", 2 * 128 * 130), buf("X2", 6 * 128), buf("Y", 6 * 64), buf("Y2", 128)
     row = g * 3 + s
     inner = reduce(load(x, (g * 128 + r) * 130 + q), q, op=Ops.MAX)
-    return Case("shared_in_loops", sink(
-        (store(y, row * 64 + l_, reduce(load(x2, row * 128 + r), r) - l_.cast(F32)), (g, s, l_)),
-        (store(y2, g * 64 + l_, reduce(inner, r)), (g, l_))), rtol=1e-5, atol=1e-5)
+    return Case(
+        "shared_in_loops",
+        sink(
+            (store(y, row * 64 + l_, reduce(load(x2, row * 128 + r), r) - l_.cast(F32)), (g, s, l_)),
+            (store(y2, g * 64 + l_, reduce(inner, r)), (g, l_)),
+        ),
+        rtol=1e-5,
+        atol=1e-5,
+    )
 
 
 SHARED = [flat_softmax(), local_tails(), block_3d(), in_loops()]
@@ -102,12 +114,12 @@ EXPECTED = {"shared_flat_softmax": 2, "shared_local_tails": 3, "shared_block_3d"
 
 # ---- kernels that must not ----------------------------------------------------------------------------------
 
+
 def flat_tail() -> Case:
     """300 threads on the auto grid: the last block stops early, so no barrier may be used."""
     i, r = rng(300, "i"), rng(200, "r", A.REDUCE)
     x, y = buf("X", 300), buf("Y", 300)
-    return Case("unshared_flat_tail", sink((store(y, i, load(x, i) + reduce(load(x, r), r)), (i,))),
-                rtol=1e-5, atol=1e-5)
+    return Case("unshared_flat_tail", sink((store(y, i, load(x, i) + reduce(load(x, r), r)), (i,))), rtol=1e-5, atol=1e-5)
 
 
 def thread_dependent() -> Case:
@@ -117,17 +129,24 @@ def thread_dependent() -> Case:
     r, rs = rng(200, "r", A.REDUCE), rng(100, "rs", A.REDUCE)
     x, y, yg, ys, y48 = buf("X", 64 * 200), buf("Y", 64), buf("YG", 64), buf("YS", 64), buf("Y48", 96)
     out = g * 32 + l_
-    return Case("unshared", sink(
-        (store(y, out, reduce(load(x, out * 200 + r), r)), (g, l_)),
-        (store(yg, out, reduce(load(x, g * 200 + r), r), gate=l_ < 7), (g, l_)),
-        (store(ys, out, reduce(load(x, g * 100 + rs), rs)), (g, l_)),
-        (store(y48, g * 48 + l48, reduce(load(x, g * 200 + r), r)), (g, l48))), rtol=1e-5, atol=1e-5)
+    return Case(
+        "unshared",
+        sink(
+            (store(y, out, reduce(load(x, out * 200 + r), r)), (g, l_)),
+            (store(yg, out, reduce(load(x, g * 200 + r), r), gate=l_ < 7), (g, l_)),
+            (store(ys, out, reduce(load(x, g * 100 + rs), rs)), (g, l_)),
+            (store(y48, g * 48 + l48, reduce(load(x, g * 200 + r), r)), (g, l48)),
+        ),
+        rtol=1e-5,
+        atol=1e-5,
+    )
 
 
 UNSHARED = [flat_tail(), thread_dependent()]
 
 
 # ---- a seeded sweep ----------------------------------------------------------------------------------------
+
 
 def sweep_case(k: int, rs: np.random.Generator) -> Case:
     """Blocks of 32..256 threads (LOCAL, or rows on the auto grid), reductions of 128..700 iterations, every op."""
@@ -144,13 +163,19 @@ def sweep_case(k: int, rs: np.random.Generator) -> Case:
     r = rng(n, "r", A.REDUCE)
     v = load(x, g * n + r)
     inputs = {}
-    if op is Ops.MUL:   # products of values near 1 stay finite (integers: +-1)
+    if op is Ops.MUL:  # products of values near 1 stay finite (integers: +-1)
         rv = np.random.default_rng(k)
-        inputs["X"] = (rv.choice([-1, 1], blocks * n) if not d.is_float else
-                       1 + rv.uniform(-0.01, 0.01, blocks * n)).astype(d.np)
+        inputs["X"] = (rv.choice([-1, 1], blocks * n) if not d.is_float else 1 + rv.uniform(-0.01, 0.01, blocks * n)).astype(
+            d.np
+        )
     tol = 2e-2 if d is F16 else 1e-4
-    return Case(f"shared_sweep_{k}_{d.name}_{op.name}_{'flat' if flat else 'local'}{threads}_n{n}",
-                sink((store(y, g * threads + t, reduce(v, r, op=op)), (g, t))), inputs, rtol=tol, atol=tol)
+    return Case(
+        f"shared_sweep_{k}_{d.name}_{op.name}_{'flat' if flat else 'local'}{threads}_n{n}",
+        sink((store(y, g * threads + t, reduce(v, r, op=op)), (g, t))),
+        inputs,
+        rtol=tol,
+        atol=tol,
+    )
 
 
 SWEEP = [sweep_case(k, np.random.default_rng(1000 + k)) for k in range(12)]
@@ -158,6 +183,7 @@ ALL = SHARED + UNSHARED + SWEEP
 
 
 # ---- tests ---------------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("case", SHARED, ids=lambda cs: cs.name)
 def test_block_uniform_reductions_are_shared(case: Case) -> None:
@@ -169,7 +195,7 @@ def test_block_uniform_reductions_are_shared(case: Case) -> None:
 def test_sharing_is_refused_where_it_would_be_wrong() -> None:
     assert _shared_count(flat_tail()) == 0
     assert _shared_count(thread_dependent()) == 0
-    src = BACKEND.plan(in_loops().kernel).source   # the MAX over q runs per thread inside the shared loop over r
+    src = BACKEND.plan(in_loops().kernel).source  # the MAX over q runs per thread inside the shared loop over r
     assert re.search(r"for \(int \w+ = 0; \w+ < 130; \+\+\w+\)", src), src
 
 
@@ -195,7 +221,7 @@ def test_emulation_catches_a_wrong_combine(monkeypatch: pytest.MonkeyPatch) -> N
         return out
 
     monkeypatch.setattr(cuda._Renderer, "block_combine", skip_level)
-    case = Case("mutated_combine", flat_softmax().ast)   # a new name: plans are cached by name and AST
+    case = Case("mutated_combine", flat_softmax().ast)  # a new name: plans are cached by name and AST
     with emulation_library([case]) as lib, pytest.raises(AssertionError):
         compare_with_reference(case, EmulatedCUDABackend(lib), "cuda-emulated")
 
@@ -255,14 +281,17 @@ def test_cuda_programs_with_shared_rows_match_numpy() -> None:
     xc = x - x.mean(-1, keepdims=True)
     programs = {
         "softmax": (lambda t: t["x"].softmax(-1), {"x": x}, _np_softmax(x)),
-        "layernorm": (lambda t: t["x"].layernorm(-1, eps=1e-5), {"x": x},
-                      xc / np.sqrt((xc * xc).mean(-1, keepdims=True) + np.float32(1e-5))),
+        "layernorm": (
+            lambda t: t["x"].layernorm(-1, eps=1e-5),
+            {"x": x},
+            xc / np.sqrt((xc * xc).mean(-1, keepdims=True) + np.float32(1e-5)),
+        ),
         "attention": (lambda t: t["q"].scaled_dot_product_attention(t["k"], t["v"]), {"q": q, "k": k, "v": v}, att),
     }
     progs = {}
     for name, (build, inputs, _) in programs.items():
         prog = optimize(build({n: Tensor.empty(*a.shape, name=n) for n, a in inputs.items()}), target="cuda")
-        if name != "attention":   # attention's rows (128 long, 64-thread blocks): the estimate picks per-thread rows
+        if name != "attention":  # attention's rows (128 long, 64-thread blocks): the estimate picks per-thread rows
             assert "__shfl_xor_sync" in prog.source, name
         prog.kernels = [type(kk).from_ast(f"{name}_{kk.name}", kk.ast) for kk in prog.kernels]
         progs[name] = prog
@@ -280,4 +309,3 @@ def test_gpu_shared_reductions_match_reference() -> None:
     backend = get_backend("cuda")
     for case in ALL:
         compare_with_reference(case, backend, "cuda")
-

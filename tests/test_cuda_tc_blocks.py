@@ -37,10 +37,23 @@ from egraph_compiler import UOp
 from egraph_compiler.dtypes import DType
 
 
-def tc_block(dt: DType, wm: int, wn: int, um: int, un: int, *, a_col: bool = False, b_col: bool = False,
-             k_loops: int = 1, epilogue: bool = False, blocks: tuple[int, int] = (2, 1), kk: int = 64) -> Case:
+def tc_block(
+    dt: DType,
+    wm: int,
+    wn: int,
+    um: int,
+    un: int,
+    *,
+    a_col: bool = False,
+    b_col: bool = False,
+    k_loops: int = 1,
+    epilogue: bool = False,
+    blocks: tuple[int, int] = (2, 1),
+    kk: int = 64,
+) -> Case:
     """out[m, n] = sum_k A[m, k] B[k, n] with m = ((gm*wm + lm)*um + mu)*16 + mw (n likewise): blocks of wm x wn
     warps, each um x un tiles. k_loops=2 splits the k loop into two sequential ranges (no staging then)."""
+
     def side(p: str, g: int, w: int, u: int) -> tuple[UOp, list[UOp], int]:
         gr = rng(g, f"g{p}", A.GLOBAL)
         lr = rng(w, f"l{p}", A.LOCAL) if w > 1 else None
@@ -68,8 +81,10 @@ def tc_block(dt: DType, wm: int, wn: int, um: int, un: int, *, a_col: bool = Fal
     else:
         out, val = buf("C", mm * nn), acc
     ranges = (mrs[0], nrs[0], *mrs[1:-1], *nrs[1:-1], mrs[-1], nrs[-1])
-    name = (f"tcb_{dt.name}_{wm}x{wn}_{um}x{un}{'_acol' if a_col else ''}{'_bcol' if b_col else ''}"
-            f"_k{k_loops}{'_epi' if epilogue else ''}")
+    name = (
+        f"tcb_{dt.name}_{wm}x{wn}_{um}x{un}{'_acol' if a_col else ''}{'_bcol' if b_col else ''}"
+        f"_k{k_loops}{'_epi' if epilogue else ''}"
+    )
     return Case(name, sink((store(out, m * nn + n, val), ranges)), rtol=2e-2, atol=2e-2)
 
 
@@ -110,7 +125,7 @@ def test_emulation_catches_a_read_before_the_copy_lands(monkeypatch: pytest.Monk
 
     line = cuda._Renderer.line
     monkeypatch.setattr(cuda._Renderer, "line", lambda self, s: line(self, s.replace("_egc_cp_wait<1>", "_egc_cp_wait<2>")))
-    case = Case("tcb_wait_too_little", tc_block(F16, 2, 2, 2, 2).ast)   # a fresh name: not a cached plan
+    case = Case("tcb_wait_too_little", tc_block(F16, 2, 2, 2, 2).ast)  # a fresh name: not a cached plan
     with emulation_library([case]) as lib, pytest.raises(AssertionError):
         compare_with_reference(case, EmulatedCUDABackend(lib), "cuda-emulated")
 

@@ -25,17 +25,17 @@ from egraph_compiler.dtypes import DType
 from egraph_compiler.ops import AxisType, Ops
 from egraph_compiler.program import Kernel, Program
 
-UPCASTS = {"u": (4, 8), "l": (16,)}   # register tiles and vector widths, on 16-thread blocks
+UPCASTS = {"u": (4, 8), "l": (16,)}  # register tiles and vector widths, on 16-thread blocks
 
 
-def _upcast_schedules(name: str, build: Any, shapes: dict[str, tuple[tuple[int, ...], str]],
-                      marker: str) -> list[tuple[str, Program]]:
+def _upcast_schedules(
+    name: str, build: Any, shapes: dict[str, tuple[tuple[int, ...], str]], marker: str
+) -> list[tuple[str, Program]]:
     """Every schedule of the program whose source holds `marker` (a vector access), kernels uniquely named."""
     alts: list[tuple[str, Program]] = []
     with pytest.MonkeyPatch.context() as mp:
         mp.setitem(SPLIT_FACTORS, "cuda", UPCASTS)
-        optimize(build(*(Tensor.empty(s, dtype=d, name=n) for n, (s, d) in shapes.items())), target="cuda",
-                 alternatives=alts)
+        optimize(build(*(Tensor.empty(s, dtype=d, name=n) for n, (s, d) in shapes.items())), target="cuda", alternatives=alts)
     out = []
     for j, (desc, prog) in enumerate(alts):
         if marker in prog.source:
@@ -46,12 +46,24 @@ def _upcast_schedules(name: str, build: Any, shapes: dict[str, tuple[tuple[int, 
 
 # name -> (program, inputs, numpy reference, the vector access its upcast schedules must use)
 PROGRAMS: dict[str, tuple[Any, dict[str, tuple[tuple[int, ...], str]], Any, str]] = {
-    "gemm_f32": (lambda a, b: a @ b, {"a": ((32, 40), "float32"), "b": ((40, 64), "float32")},
-                 lambda a, b: a @ b, "make_float4("),
-    "gemm_f16": (lambda a, b: a @ b, {"a": ((16, 24), "float16"), "b": ((24, 64), "float16")},
-                 lambda a, b: (a.astype(np.float32) @ b.astype(np.float32)).astype(np.float16), "uint4"),
-    "axpy_f32": (lambda a, b: a * 3.0 + b, {"a": ((64, 32), "float32"), "b": ((64, 32), "float32")},
-                 lambda a, b: a * np.float32(3) + b, "const float4"),
+    "gemm_f32": (
+        lambda a, b: a @ b,
+        {"a": ((32, 40), "float32"), "b": ((40, 64), "float32")},
+        lambda a, b: a @ b,
+        "make_float4(",
+    ),
+    "gemm_f16": (
+        lambda a, b: a @ b,
+        {"a": ((16, 24), "float16"), "b": ((24, 64), "float16")},
+        lambda a, b: (a.astype(np.float32) @ b.astype(np.float32)).astype(np.float16),
+        "uint4",
+    ),
+    "axpy_f32": (
+        lambda a, b: a * 3.0 + b,
+        {"a": ((64, 32), "float32"), "b": ((64, 32), "float32")},
+        lambda a, b: a * np.float32(3) + b,
+        "const float4",
+    ),
 }
 
 
@@ -103,37 +115,50 @@ def test_vector_schedules_compile_with_nvcc(arch: str, schedules: list[tuple[str
 
 def test_register_tile_shares_loads_across_lanes() -> None:
     """A 4x4 upcast GEMM tile: one loop over k with 16 accumulators, 4 loads of a and one float4 load of b per k."""
-    [(_, prog)] = [(d, p) for d, p in _upcast_schedules("tile", *PROGRAMS["gemm_f32"][:2], "make_float4(")
-                   if d.count("4u") == 2 and "G" not in d and "l" not in d][:1]
+    [(_, prog)] = [
+        (d, p)
+        for d, p in _upcast_schedules("tile", *PROGRAMS["gemm_f32"][:2], "make_float4(")
+        if d.count("4u") == 2 and "G" not in d and "l" not in d
+    ][:1]
     body = prog.source.split("for (int ridx")[1].split("\n  }")[0]
     assert body.count("acc") == 32 and body.count("reinterpret_cast<const float4*>") == 1 and body.count("buf_a[") == 4, body
 
 
 # ---- vector_runs ---------------------------------------------------------------------------------------------------
 
+
 def _range(name: str, n: int) -> UOp:
     return UOp(Ops.RANGE, dtypes.index, (UOp.const(n),), (name, AxisType.LOOP))
 
 
 @settings(max_examples=200, deadline=None)
-@given(coef=st.sampled_from([1, 2, 4, 8, 6, 16]), offsets=st.lists(st.integers(0, 24), min_size=1, max_size=16),
-       dt=st.sampled_from([dtypes.float32, dtypes.float16, dtypes.float64, dtypes.int8]))
+@given(
+    coef=st.sampled_from([1, 2, 4, 8, 6, 16]),
+    offsets=st.lists(st.integers(0, 24), min_size=1, max_size=16),
+    dt=st.sampled_from([dtypes.float32, dtypes.float16, dtypes.float64, dtypes.int8]),
+)
 def test_vector_runs_are_consecutive_and_aligned(coef: int, offsets: list[int], dt: DType) -> None:
     r = _range("r", 8)
     buf = UOp(Ops.BUFFER, dt, (), ("x", (1024,)))
     accesses = [(buf, r * coef + o) for o in offsets]
     runs = vector_runs(accesses)
-    assert sorted(k for run in runs for k in run) == list(range(len(offsets)))   # a partition, nothing lost
+    assert sorted(k for run in runs for k in run) == list(range(len(offsets)))  # a partition, nothing lost
     for run in runs:
         if len(run) == 1:
             continue
         w, first = len(run), offsets[run[0]]
-        assert [offsets[k] for k in run] == list(range(first, first + w))          # consecutive, in order
-        assert w * dt.itemsize in (4, 8, 16) and dt.itemsize in (2, 4, 8)          # fills a vector type
-        assert first % w == 0 and coef % w == 0                                    # aligned for every r
+        assert [offsets[k] for k in run] == list(range(first, first + w))  # consecutive, in order
+        assert w * dt.itemsize in (4, 8, 16) and dt.itemsize in (2, 4, 8)  # fills a vector type
+        assert first % w == 0 and coef % w == 0  # aligned for every r
     # a full aligned block of 16-byte vectors is found whole
-    if coef % 4 == 0 and dt is dtypes.float32 and set(offsets) == set(range(min(offsets), max(offsets) + 1)) \
-            and min(offsets) % 4 == 0 and len(offsets) % 4 == 0 and len(set(offsets)) == len(offsets):
+    if (
+        coef % 4 == 0
+        and dt is dtypes.float32
+        and set(offsets) == set(range(min(offsets), max(offsets) + 1))
+        and min(offsets) % 4 == 0
+        and len(offsets) % 4 == 0
+        and len(set(offsets)) == len(offsets)
+    ):
         assert all(len(run) == 4 for run in runs)
 
 
@@ -146,7 +171,7 @@ def test_misaligned_vector_buffer_is_a_diagnostic(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(cuda, "_import_cupy", lambda: None)
     monkeypatch.setattr(cuda.CUDABackend, "_function", lambda self, cp, plan: lambda *a: launched.append(1))
 
-    class Array:   # what the launch looks at of a CuPy array
+    class Array:  # what the launch looks at of a CuPy array
         def __init__(self, ptr: int) -> None:
             self.data = type("Mem", (), {"ptr": ptr})()
 

@@ -32,9 +32,11 @@ def run(fn: Decomp, xs: list[float] | np.ndarray, dtype: type = np.float32) -> n
 
 def ulp_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Distance in float32 steps (0 for equal values, +-0 equal; NaN vs NaN is 0, NaN vs number is huge)."""
+
     def ordered(x: np.ndarray) -> np.ndarray:
         i = x.astype(np.float32).view(np.int32).astype(np.int64)
         return np.where(i < 0, -(i & 0x7FFFFFFF), i)
+
     a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
     d = np.abs(ordered(a) - ordered(b))
     both_nan = np.isnan(a) & np.isnan(b)
@@ -89,8 +91,9 @@ def test_sin_near_multiples_of_half_pi_keeps_the_reduction_accurate() -> None:
     assert ok.all(), xs[~ok][:5]
 
 
-@pytest.mark.parametrize(("name", "fn", "ref"), [("exp2", exp2, np.exp2), ("log2", log2, np.log2),
-                                                 ("sin", sin, np.sin), ("sqrt", sqrt, np.sqrt)])
+@pytest.mark.parametrize(
+    ("name", "fn", "ref"), [("exp2", exp2, np.exp2), ("log2", log2, np.log2), ("sin", sin, np.sin), ("sqrt", sqrt, np.sqrt)]
+)
 def test_special_values_match_numpy(name: str, fn: Decomp, ref: Callable[[np.ndarray], np.ndarray]) -> None:
     xs = [v for v in SPECIAL if not (name == "sin" and np.isfinite(v) and abs(v) > 1e4)]
     assert_ulps(fn, ref, xs, 4)

@@ -25,8 +25,20 @@ from egraph_compiler.dtypes import (
     weak_scalar_dtype,
 )
 
-NUMPY_BACKED = [dtypes.bool, dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64, dtypes.uint8, dtypes.uint16,
-                dtypes.uint32, dtypes.uint64, dtypes.float16, dtypes.float32, dtypes.float64]
+NUMPY_BACKED = [
+    dtypes.bool,
+    dtypes.int8,
+    dtypes.int16,
+    dtypes.int32,
+    dtypes.int64,
+    dtypes.uint8,
+    dtypes.uint16,
+    dtypes.uint32,
+    dtypes.uint64,
+    dtypes.float16,
+    dtypes.float32,
+    dtypes.float64,
+]
 VALUE_DTYPES = [d for d in ALL_DTYPES if d is not dtypes.void]
 
 
@@ -49,11 +61,23 @@ def test_float_and_bool_ranges() -> None:
     assert (dtypes.index.min, dtypes.index.max) == (-(2**63), 2**63 - 1)
 
 
-@pytest.mark.parametrize(("name", "want"), [
-    ("float32", dtypes.float32), ("fp16", dtypes.float16), ("half", dtypes.float16), ("f32", dtypes.float32),
-    ("dtypes.float", dtypes.float32), ("bf16", dtypes.bfloat16), ("int", dtypes.int32), ("i64", dtypes.int64),
-    ("uint8", dtypes.uint8), ("BOOL", dtypes.bool), ("double", dtypes.float64), ("index", dtypes.index),
-])
+@pytest.mark.parametrize(
+    ("name", "want"),
+    [
+        ("float32", dtypes.float32),
+        ("fp16", dtypes.float16),
+        ("half", dtypes.float16),
+        ("f32", dtypes.float32),
+        ("dtypes.float", dtypes.float32),
+        ("bf16", dtypes.bfloat16),
+        ("int", dtypes.int32),
+        ("i64", dtypes.int64),
+        ("uint8", dtypes.uint8),
+        ("BOOL", dtypes.bool),
+        ("double", dtypes.float64),
+        ("index", dtypes.index),
+    ],
+)
 def test_to_dtype_accepts_names_and_aliases(name: str, want) -> None:
     assert to_dtype(name) is want
 

@@ -28,8 +28,7 @@ from egraph_compiler.pipeline import SimplifyResult, simplify
 from egraph_compiler.report import IterationStats
 from egraph_compiler.uop import toposort
 
-ALL_RULES = {r.name: (rs.name, r.category) for rs in (intervals.ANALYSIS, linear.LINEAR, symbolic.SYMBOLIC)
-             for r in rs.rules}
+ALL_RULES = {r.name: (rs.name, r.category) for rs in (intervals.ANALYSIS, linear.LINEAR, symbolic.SYMBOLIC) for r in rs.rules}
 
 
 def growing_expr() -> UOp:
@@ -69,6 +68,7 @@ def unlimited() -> SimplifyResult:
 
 
 # ---- limits ----------------------------------------------------------------------------------------
+
 
 def test_unlimited_run_grows_then_saturates(unlimited: SimplifyResult) -> None:
     rep = unlimited.report
@@ -131,13 +131,21 @@ def test_limits_are_recorded_and_validated() -> None:
     assert r.report.limits["iter_limit"] == 7
     assert r.report.limits["time_limit"] == 3.5
     x = UOp.variable("x", 0, 5)
-    for bad in ({"node_limt": 5}, {"node_limit": 0}, {"iter_limit": -1}, {"time_limit": True}, {"time_limit": "1"},
-                {"time_limit": float("nan")}, {"search_time": float("nan")}, {"node_limit": 1.5},
-                {"iter_limit": 2.0}):
+    for bad in (
+        {"node_limt": 5},
+        {"node_limit": 0},
+        {"iter_limit": -1},
+        {"time_limit": True},
+        {"time_limit": "1"},
+        {"time_limit": float("nan")},
+        {"search_time": float("nan")},
+        {"node_limit": 1.5},
+        {"iter_limit": 2.0},
+    ):
         with pytest.raises(InvalidArgument):
             simplify(x, **bad)
     assert Limits.make(node_limit=5).node_limit == 5
-    assert Limits.make(node_limit=np.int64(5), time_limit=np.float32(0.5)).node_limit == 5   # numpy numbers
+    assert Limits.make(node_limit=np.int64(5), time_limit=np.float32(0.5)).node_limit == 5  # numpy numbers
 
 
 def test_patience_stops_a_run_whose_result_stopped_improving(unlimited: SimplifyResult) -> None:
@@ -181,6 +189,7 @@ def test_saturating_input_is_not_limited() -> None:
 
 
 # ---- the report ------------------------------------------------------------------------------------
+
 
 def test_report_contents(unlimited: SimplifyResult) -> None:
     rep = unlimited.report
@@ -252,6 +261,7 @@ def test_report_json_roundtrip(unlimited: SimplifyResult) -> None:
 
 # ---- DAG-aware extraction ----------------------------------------------------------------------------
 
+
 class ByName:
     def __init__(self, costs: dict[str, float]) -> None:
         self.costs = costs
@@ -273,7 +283,7 @@ def test_extractor_counts_a_shared_subterm_once() -> None:
     # class 1: big (100), built on class 2
     view = make_view({0: [("pair", (1, 1)), ("leaf150", ())], 1: [("big", (2,))], 2: [("x", ())]})
     ex = extract(view, ByName({"pair": 2, "leaf150": 150, "big": 99, "x": 1}))
-    assert ex.node(0).fn == "pair"      # DAG cost 2 + 99 + 1 = 102; as a tree it would be 2 + 2 * 100 = 202 > 150
+    assert ex.node(0).fn == "pair"  # DAG cost 2 + 99 + 1 = 102; as a tree it would be 2 + 2 * 100 = 202 > 150
     assert ex.cost(0) == 102
     assert ex.cost(1) == 100
     assert ex.dag_cost([0, 1, 2]) == 102
@@ -319,7 +329,7 @@ def test_simplify_cost_is_dag_cost() -> None:
     after = r.report.cost_after
     assert after is not None and after <= dag_before
     assert after == sum(OP_COSTS[n.op] for n in toposort([r.result]))  # the decoded result costs what was reported
-    assert tree_size(r.result) > len(toposort([r.result]))            # ... and it still shares the subterm
+    assert tree_size(r.result) > len(toposort([r.result]))  # ... and it still shares the subterm
     assert_equivalent(u, r)
 
 

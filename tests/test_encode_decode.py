@@ -51,6 +51,7 @@ def check_roundtrip(sess: EGraphSession, roots: list[UOp]) -> None:
 
 # ---- samples -------------------------------------------------------------------------------------
 
+
 def buf(name: str, shape: tuple[int, ...], dt=F32) -> UOp:
     return UOp(Ops.BUFFER, dt, (), (name, shape))
 
@@ -182,8 +183,9 @@ def test_all_samples_in_one_graph(session: EGraphSession) -> None:
 
 
 def test_distinct_nans_and_infinities_stay_apart(session: EGraphSession) -> None:
-    roots = [UOp.const(v, d) for d in (dtypes.float16, dtypes.float32, dtypes.float64)
-             for v in (math.nan, math.inf, -math.inf, 0.0)]
+    roots = [
+        UOp.const(v, d) for d in (dtypes.float16, dtypes.float32, dtypes.float64) for v in (math.nan, math.inf, -math.inf, 0.0)
+    ]
     check_roundtrip(session, roots)
 
 

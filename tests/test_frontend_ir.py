@@ -32,6 +32,7 @@ def _softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
 
 # ---- the examples ------------------------------------------------------------------------------
 
+
 def test_examples_directory_holds_the_three_examples() -> None:
     assert {p.stem for p in EXAMPLES.glob("*.json")} >= {"gemm_bias_relu", "conv3x3_s2_p1", "attention"}
 
@@ -68,8 +69,7 @@ def test_causal_attention_example_matches_numpy() -> None:
 def test_path_string_and_dict_sources_give_the_same_graph() -> None:
     path = EXAMPLES / "gemm_bias_relu.json"
     text = path.read_text()
-    graphs = [load_frontend_ir(path), load_frontend_ir(str(path)), load_frontend_ir(text),
-              load_frontend_ir(json.loads(text))]
+    graphs = [load_frontend_ir(path), load_frontend_ir(str(path)), load_frontend_ir(text), load_frontend_ir(json.loads(text))]
     assert len({id(g.outputs["C2"].uop) for g in graphs}) == 1  # hash-consed: same program, same node
     assert "gemm" in describe(graphs[0]) and "C2" in describe(graphs[0])
 
@@ -83,31 +83,50 @@ def test_node_order_does_not_matter() -> None:
 
 # ---- node semantics ----------------------------------------------------------------------------
 
-def doc_with(nodes: list[dict[str, Any]], tensors: dict[str, Any], inputs: list[str], outputs: list[str],
-             symbols: dict[str, int] | None = None) -> dict[str, Any]:
-    return {"signature": {"inputs": [{"tensor": t} for t in inputs], "outputs": [{"tensor": t} for t in outputs]},
-            "symbols": symbols or {}, "tensors": tensors, "graph": nodes}
+
+def doc_with(
+    nodes: list[dict[str, Any]],
+    tensors: dict[str, Any],
+    inputs: list[str],
+    outputs: list[str],
+    symbols: dict[str, int] | None = None,
+) -> dict[str, Any]:
+    return {
+        "signature": {"inputs": [{"tensor": t} for t in inputs], "outputs": [{"tensor": t} for t in outputs]},
+        "symbols": symbols or {},
+        "tensors": tensors,
+        "graph": nodes,
+    }
 
 
 def test_many_node_kinds_match_numpy() -> None:
     f32 = "fp32"
-    doc = doc_with([
-        {"op": "MatMul", "name": "mm", "inputs": ["X", "W"], "outputs": ["H"],
-         "attrs": {"trans_b": True, "alpha": 0.5}},
-        {"op": "Elementwise", "fn": "gelu", "inputs": ["H"], "outputs": ["G"]},
-        {"op": "LayerNorm", "inputs": ["G", "gamma", "beta"], "outputs": ["L"], "attrs": {"eps": 1e-5}},
-        {"op": "Softmax", "inputs": ["L"], "outputs": ["S"], "attrs": {"axis": -1}},
-        {"op": "Reduce", "inputs": ["S"], "outputs": ["R"], "attrs": {"axes": [0], "keepdim": True}},
-        {"op": "Reduce", "inputs": ["L"], "outputs": ["Mx"], "attrs": {"op": "max", "axes": 1}},
-        {"op": "Transpose", "inputs": ["L"], "outputs": ["T"]},
-        {"op": "Reshape", "inputs": ["T"], "outputs": ["F"], "attrs": {"shape": [-1]}},
-        {"op": "Cast", "inputs": ["F"], "outputs": ["F16"], "attrs": {"to": "fp16"}},
-        {"op": "Elementwise", "fn": "where", "inputs": ["mask", "X", "X2"], "outputs": ["Wh"]},
-    ], {"X": {"dtype": f32, "shape": ["M", "K"]}, "X2": {"dtype": f32, "shape": ["M", "K"]},
-        "mask": {"dtype": "bool", "shape": ["M", "K"]}, "W": {"dtype": f32, "shape": ["N", "K"]},
-        "gamma": {"dtype": f32, "shape": ["N"]}, "beta": {"dtype": f32, "shape": ["N"]},
-        "R": {"dtype": f32, "shape": [1, "N"]}},
-        ["X", "X2", "mask", "W", "gamma", "beta"], ["R", "Mx", "F16", "Wh", "S"], {"M": 3, "K": 5, "N": 4})
+    doc = doc_with(
+        [
+            {"op": "MatMul", "name": "mm", "inputs": ["X", "W"], "outputs": ["H"], "attrs": {"trans_b": True, "alpha": 0.5}},
+            {"op": "Elementwise", "fn": "gelu", "inputs": ["H"], "outputs": ["G"]},
+            {"op": "LayerNorm", "inputs": ["G", "gamma", "beta"], "outputs": ["L"], "attrs": {"eps": 1e-5}},
+            {"op": "Softmax", "inputs": ["L"], "outputs": ["S"], "attrs": {"axis": -1}},
+            {"op": "Reduce", "inputs": ["S"], "outputs": ["R"], "attrs": {"axes": [0], "keepdim": True}},
+            {"op": "Reduce", "inputs": ["L"], "outputs": ["Mx"], "attrs": {"op": "max", "axes": 1}},
+            {"op": "Transpose", "inputs": ["L"], "outputs": ["T"]},
+            {"op": "Reshape", "inputs": ["T"], "outputs": ["F"], "attrs": {"shape": [-1]}},
+            {"op": "Cast", "inputs": ["F"], "outputs": ["F16"], "attrs": {"to": "fp16"}},
+            {"op": "Elementwise", "fn": "where", "inputs": ["mask", "X", "X2"], "outputs": ["Wh"]},
+        ],
+        {
+            "X": {"dtype": f32, "shape": ["M", "K"]},
+            "X2": {"dtype": f32, "shape": ["M", "K"]},
+            "mask": {"dtype": "bool", "shape": ["M", "K"]},
+            "W": {"dtype": f32, "shape": ["N", "K"]},
+            "gamma": {"dtype": f32, "shape": ["N"]},
+            "beta": {"dtype": f32, "shape": ["N"]},
+            "R": {"dtype": f32, "shape": [1, "N"]},
+        },
+        ["X", "X2", "mask", "W", "gamma", "beta"],
+        ["R", "Mx", "F16", "Wh", "S"],
+        {"M": 3, "K": 5, "N": 4},
+    )
     g = load_frontend_ir(doc)
     inp, out = run_graph(g, seed=3)
     x, w = inp["X"].astype(np.float64), inp["W"].astype(np.float64)
@@ -123,15 +142,20 @@ def test_many_node_kinds_match_numpy() -> None:
 
 
 def test_reduce_defaults_to_sum_over_all_axes() -> None:
-    doc = doc_with([{"op": "Reduce", "inputs": ["X"], "outputs": ["Y"]}], {"X": {"dtype": "fp32", "shape": [2, 3]}},
-                   ["X"], ["Y"])
+    doc = doc_with(
+        [{"op": "Reduce", "inputs": ["X"], "outputs": ["Y"]}], {"X": {"dtype": "fp32", "shape": [2, 3]}}, ["X"], ["Y"]
+    )
     inp, out = run_graph(load_frontend_ir(doc))
     check(out["Y"], inp["X"].sum(), **TOL)
 
 
 def test_tensor_names_that_are_not_identifiers_still_run() -> None:
-    doc = doc_with([{"op": "Elementwise", "fn": "relu", "inputs": ["x.0"], "outputs": ["out-1"]}],
-                   {"x.0": {"dtype": "fp32", "shape": [4]}}, ["x.0"], ["out-1"])
+    doc = doc_with(
+        [{"op": "Elementwise", "fn": "relu", "inputs": ["x.0"], "outputs": ["out-1"]}],
+        {"x.0": {"dtype": "fp32", "shape": [4]}},
+        ["x.0"],
+        ["out-1"],
+    )
     g = load_frontend_ir(doc)
     inp, out = run_graph(g)
     check(out["out-1"], np.maximum(next(iter(inp.values())), 0))
@@ -140,10 +164,19 @@ def test_tensor_names_that_are_not_identifiers_still_run() -> None:
 def test_declared_output_dtype_must_match() -> None:
     """A node's computed dtype that differs from the tensor table's is refused (E1004, naming both), not cast
     without a word; a matching declaration runs."""
+
     def doc(c_dtype: str) -> dict[str, Any]:
-        return doc_with([{"op": "Elementwise", "fn": "add", "inputs": ["a", "b"], "outputs": ["c"]}],
-                        {"a": {"dtype": "int32", "shape": [3]}, "b": {"dtype": "int32", "shape": [3]},
-                         "c": {"dtype": c_dtype, "shape": [3]}}, ["a", "b"], ["c"])
+        return doc_with(
+            [{"op": "Elementwise", "fn": "add", "inputs": ["a", "b"], "outputs": ["c"]}],
+            {
+                "a": {"dtype": "int32", "shape": [3]},
+                "b": {"dtype": "int32", "shape": [3]},
+                "c": {"dtype": c_dtype, "shape": [3]},
+            },
+            ["a", "b"],
+            ["c"],
+        )
+
     with pytest.raises(DTypeError, match="computed dtype int32 differs from the declared float16"):
         load_frontend_ir(doc("fp16"))
     inp, out = run_graph(load_frontend_ir(doc("int32")))
@@ -178,8 +211,11 @@ MALFORMED: list[tuple[str, Any, str]] = [
     ("unknown-symbol", mutate(lambda d: d["tensors"]["A"].__setitem__("shape", ["Q", "K"])), "E1401"),
     ("unknown-op", mutate(lambda d: d["graph"][0].__setitem__("op", "FancyGemm")), "E1101"),
     ("unknown-elementwise-fn", mutate(lambda d: d["graph"][2].__setitem__("fn", "swish2")), "E1101"),
-    ("unknown-reduce-op", mutate(lambda d: d["graph"].append(
-        {"op": "Reduce", "inputs": ["C2"], "outputs": ["R"], "attrs": {"op": "median"}})), "E1101"),
+    (
+        "unknown-reduce-op",
+        mutate(lambda d: d["graph"].append({"op": "Reduce", "inputs": ["C2"], "outputs": ["R"], "attrs": {"op": "median"}})),
+        "E1101",
+    ),
     ("unknown-node-input", mutate(lambda d: d["graph"][1].__setitem__("inputs", ["C0", "nope"])), "E1403"),
     ("unknown-signature-input", mutate(lambda d: d["signature"]["inputs"].append({"tensor": "Z"})), "E1403"),
     ("output-never-produced", mutate(lambda d: d["signature"]["outputs"].append({"tensor": "Z"})), "E1403"),

@@ -31,8 +31,9 @@ def E(*shape: int, name: str) -> Tensor:
 
 def _inputs(t: Tensor, seed: int = 0) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
-    return {u.arg[0]: rng.standard_normal(u.arg[1]).astype(np.float32)
-            for u in t.uop.toposort() if u.op is Ops.BUFFER and not u.src}
+    return {
+        u.arg[0]: rng.standard_normal(u.arg[1]).astype(np.float32) for u in t.uop.toposort() if u.op is Ops.BUFFER and not u.src
+    }
 
 
 def _check(t: Tensor, **kw: float) -> None:
@@ -54,12 +55,13 @@ def dense_chain(depth: int, batch: int = 16, width: int = 32) -> Tensor:
 
 # ---- the baseline's buffers ----------------------------------------------------------------------------------------
 
+
 def test_candidates_are_tinygrads_realize_points() -> None:
     """A REDUCE, a multi-consumer value, a value read through a broadcast and a CONTIGUOUS get buffers; a
     single-consumer elementwise value read at its own index does not."""
     x, w = E(8, 16, name="x"), E(16, 4, name="w")
-    h = (x * 2).exp()                      # single consumer, same index: fused into its consumer
-    g = (h + 1).relu()                     # read through the matmul's broadcast: a buffer
+    h = (x * 2).exp()  # single consumer, same index: fused into its consumer
+    g = (h + 1).relu()  # read through the matmul's broadcast: a buffer
     out = (g @ w).contiguous() + 1
     cands = materialization_candidates([out.uop])
     ops = [u.op for u in cands]
@@ -94,6 +96,7 @@ def test_contiguous_is_a_barrier() -> None:
 
 # ---- costs that count recomputation ----------------------------------------------------------------------------------
 
+
 def test_matmul_body_trip_count() -> None:
     """A 16x32 @ 32x32 matmul's reduce body runs 16*32*32 = 16,384 times, and each RANGE class's trip count is its
     bound (a node containing its own class, `r + 0`, says nothing about it)."""
@@ -103,20 +106,20 @@ def test_matmul_body_trip_count() -> None:
         sess.add([t.uop])
         facts = Facts(sess, [t.uop])
         facts.buffer_for(t.uop, "out", "output")
-        facts.cmds.append(f"(let $k (KernelOf {sess.name_of(t.uop)} (BUFFER \"float32\" \"out\" (ICons 512 (INil)) (UNil))))")
+        facts.cmds.append(f'(let $k (KernelOf {sess.name_of(t.uop)} (BUFFER "float32" "out" (ICons 512 (INil)) (UNil))))')
         sess.run_commands("\n".join(facts.cmds))
         sess.saturate([RANGEIFY_STAGE], Limits(), Report())
         view = sess.view()
         model = KernelCost(view, unextractable=sess.unextractable)
+
         def cons(c: int) -> tuple[int, int] | None:
             n = next((n for n in view.nodes[c] if n.fn == "UCons"), None)
             return None if n is None else (n.args[0].id, n.args[1].id)
 
-        bodies = []   # kernel-level REDUCEs: REDUCE(body, RANGE...) (a tensor-level REDUCE has no ranges)
+        bodies = []  # kernel-level REDUCEs: REDUCE(body, RANGE...) (a tensor-level REDUCE has no ranges)
         for ns in view.nodes.values():
             for n in ns:
-                if n.fn == "REDUCE" and (head := cons(n.args[-1].id)) and (rest := cons(head[1])) \
-                        and rest[0] in model.bounds:
+                if n.fn == "REDUCE" and (head := cons(n.args[-1].id)) and (rest := cons(head[1])) and rest[0] in model.bounds:
                     bodies.append(head[0])
         assert bodies
         assert {model.trip(b) for b in bodies} == {16 * 32 * 32}
@@ -164,7 +167,7 @@ def test_repeated_layers_replay_one_ranking(monkeypatch: pytest.MonkeyPatch) -> 
         assert _fusion(prog)[key] == _fusion(full)[key]
     assert [s["chosen"] for s in prog.report.extra["schedules"]] == [s["chosen"] for s in full.report.extra["schedules"]]
     x = _inputs(t)
-    ref = evaluate(t.uop, x)   # six layers grow the values to ~1e4: an element near 0 is a difference of large sums
+    ref = evaluate(t.uop, x)  # six layers grow the values to ~1e4: an element near 0 is a difference of large sums
     np.testing.assert_allclose(prog(**x), ref, rtol=1e-4, atol=1e-5 * np.abs(ref).max())
 
 
@@ -180,6 +183,7 @@ def test_row_reductions_fuse_into_one_kernel(name: str) -> None:
 
 
 # ---- the search ---------------------------------------------------------------------------------------------------
+
 
 def test_decisions_follow_their_estimates() -> None:
     """Every kept fusion saved time by the estimate, every refused one did not save enough; the chosen
@@ -222,7 +226,7 @@ def test_recomputing_a_matmul_is_ruled_out_by_its_work_alone() -> None:
     prog = optimize(t, target="llvm", progress=lambda m: lines.append(m) if isinstance(m, str) else None)
     assert len(prog.kernels) == 2
     assert any("at least" in m and "kept" in m for m in lines), lines
-    x_ = _inputs(t)   # sums of 65,536 products: float32 rounding, relative to values in the hundreds
+    x_ = _inputs(t)  # sums of 65,536 products: float32 rounding, relative to values in the hundreds
     np.testing.assert_allclose(prog(**x_), evaluate(t.uop, x_), rtol=1e-3, atol=1e-2)
 
 
@@ -287,6 +291,7 @@ def test_random_dags_are_correct_and_never_above_the_baseline(data: st.DataObjec
 
 # ---- limits and warnings --------------------------------------------------------------------------------------------
 
+
 def test_many_small_buffers_fuse_in_batches(monkeypatch: pytest.MonkeyPatch) -> None:
     """A graph of hundreds of small ops: one buffer at a time, each trial decodes the growing kernel again
     (quadratic: 190 trials, 17 s at 700 ops); in doubling batches a handful of trials fuse it. (Batches start
@@ -314,7 +319,7 @@ def test_many_small_buffers_fuse_in_batches(monkeypatch: pytest.MonkeyPatch) -> 
     lines: list[str] = []
     prog = optimize(t, target="llvm", progress=lambda m: lines.append(m) if isinstance(m, str) else None)
     trials = [m for m in lines if m.startswith("fusion: ")]
-    assert any("buffers (" in m for m in trials), trials   # a batch was tried
+    assert any("buffers (" in m for m in trials), trials  # a batch was tried
     assert len(trials) < 40
     f = _fusion(prog)
     assert f["chosen_s"] <= f["baseline_s"]
@@ -415,8 +420,17 @@ def test_the_same_graph_gives_the_same_program_in_every_process() -> None:
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
-    outs = [subprocess.run([sys.executable, "-c", _SAME_PROGRAM], cwd=root, capture_output=True, text=True, check=True,
-                           env={**os.environ, "PYTHONHASHSEED": seed}).stdout for seed in ("1", "2")]
+    outs = [
+        subprocess.run(
+            [sys.executable, "-c", _SAME_PROGRAM],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "PYTHONHASHSEED": seed},
+        ).stdout
+        for seed in ("1", "2")
+    ]
     assert outs[0] and outs[0] == outs[1]
 
 
@@ -425,8 +439,11 @@ def test_progress_reports_every_phase() -> None:
     its trials, and decoding (saturation alone was reported; the fusion trials went straight to stderr)."""
     steps: list[object] = []
     lines: list[str] = []
-    optimize((E(8, 12, name="x").softmax(-1) @ E(12, 6, name="y")).relu(), target="llvm",
-             progress=lambda m: lines.append(m) if isinstance(m, str) else steps.append(m))
+    optimize(
+        (E(8, 12, name="x").softmax(-1) @ E(12, 6, name="y")).relu(),
+        target="llvm",
+        progress=lambda m: lines.append(m) if isinstance(m, str) else steps.append(m),
+    )
     assert steps
     for phase in ("extracting:", "fusion search:", "fusion: ", "decoding:"):
         assert any(m.startswith(phase) for m in lines), (phase, lines)

@@ -18,7 +18,7 @@ from egraph_compiler import AxisType, Ops, UOp, dtypes
 from egraph_compiler.diagnostics import UnsupportedOp
 from egraph_compiler.program import Kernel, buffer_of
 
-H100 = GPUMachine()   # fixed, so rankings don't depend on the machine the tests run on
+H100 = GPUMachine()  # fixed, so rankings don't depend on the machine the tests run on
 A = AxisType
 F16 = dtypes.float16
 
@@ -28,6 +28,7 @@ def _hbm_bound(n_bytes: int) -> float:
 
 
 # ---- kernels ---------------------------------------------------------------------------------------------
+
 
 def _sum(n: int, group: int) -> UOp:
     """y[0] = sum(x): one thread (group 1) or one block of `group` threads combined by a shared-memory tree."""
@@ -61,8 +62,7 @@ def _gemm(n: int, threads_on_j: bool) -> UOp:
     unit stride across a warp, A broadcast) or i (A and C strided by n)."""
     a, b, c = buf("A", n * n), buf("B", n * n), buf("C", n * n)
     i, j, k = rng(n, "i"), rng(n, "j"), rng(n, "k", A.REDUCE)
-    return kernel((store(c, i * n + j, reduce(load(a, i * n + k) * load(b, k * n + j), k)),
-                   (i, j) if threads_on_j else (j, i)))
+    return kernel((store(c, i * n + j, reduce(load(a, i * n + k) * load(b, k * n + j), k)), (i, j) if threads_on_j else (j, i)))
 
 
 def _gemm_tile(n: int) -> UOp:
@@ -95,9 +95,13 @@ def _local(threads: int) -> UOp:
 
 # ---- the kernels are programs the renderer and the interpreter accept --------------------------------------
 
+
 def _run(ast: UOp, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    bufs = {u.arg[0]: inputs.get(u.arg[0], np.zeros(u.arg[1][0], np.float32 if u.dtype is dtypes.float32 else u.dtype.np))
-            for u in ast.toposort() if u.op is Ops.BUFFER}
+    bufs = {
+        u.arg[0]: inputs.get(u.arg[0], np.zeros(u.arg[1][0], np.float32 if u.dtype is dtypes.float32 else u.dtype.np))
+        for u in ast.toposort()
+        if u.op is Ops.BUFFER
+    }
     run_kernel(ast, bufs)
     return bufs
 
@@ -109,26 +113,31 @@ SMALL: list[tuple[str, Callable[[], UOp], Callable[[dict[str, np.ndarray]], tupl
     ("rows256", lambda: _row_sum(8, 512, 256), lambda v: ("Y", v["X"].reshape(8, 512).sum(1))),
     ("fma", lambda: _fma(1000), lambda v: ("D", v["A"] * v["B"] + v["C"])),
     ("gemm_j", lambda: _gemm(24, True), lambda v: ("C", (v["A"].reshape(24, 24) @ v["B"].reshape(24, 24)).ravel())),
-    ("gemm_tile", lambda: _gemm_tile(24),
-     lambda v: ("C", (v["A"].reshape(24, 24) @ v["B"].reshape(24, 24)).ravel())),
+    ("gemm_tile", lambda: _gemm_tile(24), lambda v: ("C", (v["A"].reshape(24, 24) @ v["B"].reshape(24, 24)).ravel())),
     ("gemm_i", lambda: _gemm(24, False), lambda v: ("C", (v["A"].reshape(24, 24) @ v["B"].reshape(24, 24)).ravel())),
     ("copy_t", lambda: _copy(16, True), lambda v: ("Y", v["X"].reshape(16, 16).T.ravel())),
     ("local", lambda: _local(8), lambda v: ("Y", v["X"] * 2)),
-    ("gemm16_tc", lambda: _gemm16(32, True),
-     lambda v: ("C", (v["A"].astype(np.float32).reshape(32, 32) @ v["B"].astype(np.float32).reshape(32, 32)).ravel())),
-    ("gemm16", lambda: _gemm16(32, False),
-     lambda v: ("C", (v["A"].astype(np.float32).reshape(32, 32) @ v["B"].astype(np.float32).reshape(32, 32)).ravel())),
+    (
+        "gemm16_tc",
+        lambda: _gemm16(32, True),
+        lambda v: ("C", (v["A"].astype(np.float32).reshape(32, 32) @ v["B"].astype(np.float32).reshape(32, 32)).ravel()),
+    ),
+    (
+        "gemm16",
+        lambda: _gemm16(32, False),
+        lambda v: ("C", (v["A"].astype(np.float32).reshape(32, 32) @ v["B"].astype(np.float32).reshape(32, 32)).ravel()),
+    ),
 ]
 
 
 @pytest.mark.parametrize("build,expect", [(b, e) for _, b, e in SMALL], ids=[n for n, _, _ in SMALL])
-def test_hand_built_kernels_are_valid_programs(build: Callable[[], UOp],
-                                               expect: Callable[[dict[str, np.ndarray]], tuple[str, np.ndarray]]) -> None:
+def test_hand_built_kernels_are_valid_programs(
+    build: Callable[[], UOp], expect: Callable[[dict[str, np.ndarray]], tuple[str, np.ndarray]]
+) -> None:
     ast = build()
     rs = np.random.default_rng(0)
     loaded = {buffer_of(u.src[0]) for u in ast.toposort() if u.op is Ops.LOAD}
-    inputs = {b.arg[0]: rs.standard_normal(b.arg[1][0]).astype(b.dtype.np if b.dtype is F16 else np.float32)
-              for b in loaded}
+    inputs = {b.arg[0]: rs.standard_normal(b.arg[1][0]).astype(b.dtype.np if b.dtype is F16 else np.float32) for b in loaded}
     got = _run(ast, inputs)
     name, want = expect(inputs)
     np.testing.assert_allclose(got[name], want, rtol=1e-3, atol=1e-3)
@@ -140,9 +149,8 @@ def test_big_kernels_render_with_the_launches_the_model_assumes() -> None:
         (lc,) = plan_kernel(Kernel.from_ast("k", ast)).launches
         return lc.grid, lc.block
 
-    partials, combine = plan_kernel(Kernel.from_ast("k", _sum(1 << 24, 1))).launches   # split over the grid
-    assert (partials.grid, partials.block, combine.grid, combine.block) == ((1024, 1, 1), (256, 1, 1), (1, 1, 1),
-                                                                           (256, 1, 1))
+    partials, combine = plan_kernel(Kernel.from_ast("k", _sum(1 << 24, 1))).launches  # split over the grid
+    assert (partials.grid, partials.block, combine.grid, combine.block) == ((1024, 1, 1), (256, 1, 1), (1, 1, 1), (256, 1, 1))
     assert launch(_sum(1 << 24, 256)) == ((1, 1, 1), (256, 1, 1))
     assert launch(_row_sum(4096, 4096, 1)) == ((16, 1, 1), (256, 1, 1))
     assert launch(_row_sum(4096, 4096, 256)) == ((4096, 1, 1), (256, 1, 1))
@@ -154,6 +162,7 @@ def test_big_kernels_render_with_the_launches_the_model_assumes() -> None:
 
 
 # ---- rankings and absolute sanity --------------------------------------------------------------------------
+
 
 def test_a_group_reduce_beats_one_thread_and_a_grid_split_beats_both(monkeypatch: pytest.MonkeyPatch) -> None:
     split, group = estimate_gpu(_sum(1 << 24, 1), H100), estimate_gpu(_sum(1 << 24, 256), H100)
@@ -212,14 +221,14 @@ def test_invalid_launches_are_infinitely_slow() -> None:
         plan_kernel(Kernel.from_ast("k", _local(2048)))
     bad = estimate_gpu(_local(2048), H100)
     assert bad.seconds == math.inf and "2048 threads per block" in bad.notes[-1]
-    n = (2**31 - 1) * 65535 * 256 + 1   # one thread more than a flat 2D grid of 256-thread blocks holds
+    n = (2**31 - 1) * 65535 * 256 + 1  # one thread more than a flat 2D grid of 256-thread blocks holds
     huge = rng(n, "a", A.GLOBAL)
     ast = kernel((store(buf("Y", n), huge, huge.cast(dtypes.float32)), (huge,)))
     with pytest.raises(UnsupportedOp, match="exceed the CUDA grid"):
         plan_kernel(Kernel.from_ast("k", ast))
     over = estimate_gpu(ast, H100)
     assert over.seconds == math.inf and "grid" in over.notes[-1]
-    free = rng(8, "r")   # a stored value over a range no END binds: the renderer refuses it
+    free = rng(8, "r")  # a stored value over a range no END binds: the renderer refuses it
     assert estimate_gpu(kernel((store(buf("Y", 8), free, load(buf("X", 8), free)), ())), H100).seconds == math.inf
 
 
@@ -227,7 +236,7 @@ def test_device_without_a_gpu_is_the_default(monkeypatch: pytest.MonkeyPatch) ->
     import sys
 
     GPUMachine.device.cache_clear()
-    monkeypatch.setitem(sys.modules, "cupy", None)   # import cupy fails, as without CuPy
+    monkeypatch.setitem(sys.modules, "cupy", None)  # import cupy fails, as without CuPy
     try:
         assert GPUMachine.device() == GPUMachine()
         GPUMachine.device.cache_clear()
@@ -241,18 +250,28 @@ def test_device_without_a_gpu_is_the_default(monkeypatch: pytest.MonkeyPatch) ->
 
 def test_h100_properties_give_about_the_defaults() -> None:
     """What CuPy reports for an H100 SXM5 (cudaDeviceProp) comes out within 10% of the documented defaults."""
-    props = {"multiProcessorCount": 132, "maxThreadsPerMultiProcessor": 2048, "maxThreadsPerBlock": 1024,
-             "sharedMemPerBlockOptin": 232448, "l2CacheSize": 50 << 20, "memoryClockRate": 2619000,
-             "memoryBusWidth": 5120, "clockRate": 1980000, "major": 9, "minor": 0, "warpSize": 32}
+    props = {
+        "multiProcessorCount": 132,
+        "maxThreadsPerMultiProcessor": 2048,
+        "maxThreadsPerBlock": 1024,
+        "sharedMemPerBlockOptin": 232448,
+        "l2CacheSize": 50 << 20,
+        "memoryClockRate": 2619000,
+        "memoryBusWidth": 5120,
+        "clockRate": 1980000,
+        "major": 9,
+        "minor": 0,
+        "warpSize": 32,
+    }
     m = from_properties(props)
     for f in ("sms", "max_threads_per_sm", "l2_bytes", "fp32_tflops", "fp16_tc_tflops", "hbm_gbps", "clock_ghz"):
         assert getattr(m, f) == pytest.approx(getattr(H100, f), rel=0.1), f
-    assert from_properties({}) == H100   # nothing known: the defaults
+    assert from_properties({}) == H100  # nothing known: the defaults
 
 
 def _copy(n: int, transpose: bool) -> UOp:
     x, y = buf("X", n * n), buf("Y", n * n)
-    i, j = rng(n, "i"), rng(n, "j")   # j is the innermost thread index
+    i, j = rng(n, "i"), rng(n, "j")  # j is the innermost thread index
     return kernel((store(y, i * n + j, load(x, j * n + i if transpose else i * n + j)), (i, j)))
 
 

@@ -31,6 +31,7 @@ FLOATS = [d for d in ALL if d.is_float]
 
 # ---- kernel builders (the style of test_reference_kernels.py) ------------------------------------
 
+
 def buf(name: str, n: int, dt: DType = F32) -> UOp:
     return UOp(Ops.BUFFER, dt, (), (name, (n,)))
 
@@ -63,8 +64,10 @@ def alu(op: Ops, *src: UOp) -> UOp:
 
 # ---- running one kernel on both backends ---------------------------------------------------------
 
-def run_both(ast: UOp, inputs: dict[str, np.ndarray], backend: LLVMBackend | None = None
-             ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+
+def run_both(
+    ast: UOp, inputs: dict[str, np.ndarray], backend: LLVMBackend | None = None
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """Run the kernel as a Program on LLVM and on the reference; every non-input buffer is an output."""
     specs: dict[str, BufferSpec] = {}
     for u in ast.toposort():
@@ -105,7 +108,7 @@ def values(d: DType, n: int, seed: int, special: bool = True) -> np.ndarray:
     x = r.integers(lo, hi, n, endpoint=True, dtype=np.int64 if d.kind == "i" else np.uint64).astype(d.np)
     x[: n // 2] = r.integers(-9 if d.kind == "i" else 0, 10, n // 2).astype(d.np)
     if special:
-        x[n // 2: n // 2 + 4] = np.array([lo, hi, 0, 1 if d.is_unsigned else -1], dtype=object).astype(d.np)
+        x[n // 2 : n // 2 + 4] = np.array([lo, hi, 0, 1 if d.is_unsigned else -1], dtype=object).astype(d.np)
     return x
 
 
@@ -121,9 +124,12 @@ def elementwise(op: Ops, in_dts: list[DType], n: int = 67, out_dt: DType | None 
 BINARY_ALL = [Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPLT, Ops.CMPNE]
 BINARY_INT = [Ops.IDIV, Ops.MOD, Ops.SHL, Ops.SHR]
 BITWISE = [Ops.XOR, Ops.OR, Ops.AND]
-BINARY_CASES = ([(op, d) for op in BINARY_ALL for d in ALL] + [(op, d) for op in BINARY_INT for d in INTS]
-                + [(Ops.FDIV, d) for d in FLOATS]
-                + [(op, d) for op in BITWISE for d in [*INTS, dtypes.bool]])
+BINARY_CASES = (
+    [(op, d) for op in BINARY_ALL for d in ALL]
+    + [(op, d) for op in BINARY_INT for d in INTS]
+    + [(Ops.FDIV, d) for d in FLOATS]
+    + [(op, d) for op in BITWISE for d in [*INTS, dtypes.bool]]
+)
 
 
 def _name(x: Any) -> str:
@@ -159,8 +165,11 @@ def test_cast(s: DType, d: DType) -> None:
     compare(ast, {names[0]: x}, rtol=max(tol(d), tol(s)))
 
 
-@pytest.mark.parametrize("s,d", [(s, d) for s in ALL for d in ALL if s != d and s.itemsize == d.itemsize
-                                 and not s.is_bool and not d.is_bool], ids=_name)
+@pytest.mark.parametrize(
+    "s,d",
+    [(s, d) for s in ALL for d in ALL if s != d and s.itemsize == d.itemsize and not s.is_bool and not d.is_bool],
+    ids=_name,
+)
 def test_bitcast(s: DType, d: DType) -> None:
     ast, names = elementwise(Ops.BITCAST, [s], out_dt=d)
     compare(ast, {names[0]: values(s, 67, 6, special=not d.is_float)}, rtol=0)
@@ -172,8 +181,7 @@ def test_where(d: DType) -> None:
     compare(ast, {names[0]: values(dtypes.bool, 67, 7), names[1]: values(d, 67, 8), names[2]: values(d, 67, 9)})
 
 
-@pytest.mark.parametrize("d", [dtypes.int8, dtypes.int32, dtypes.int64, dtypes.uint8, dtypes.uint32, dtypes.index],
-                         ids=_name)
+@pytest.mark.parametrize("d", [dtypes.int8, dtypes.int32, dtypes.int64, dtypes.uint8, dtypes.uint32, dtypes.index], ids=_name)
 @pytest.mark.parametrize("c", [1, 2, 8, 7, -1, -2, -8, -7, 0])
 def test_divmod_by_constants(d: DType, c: int) -> None:
     if d.is_unsigned and c < 0:
@@ -193,10 +201,11 @@ def test_divmod_by_positive_ranges() -> None:
     i, j = rng(n, 0), rng(5, 1)
     x = load(buf("x", n, dtypes.int32), i)
     den = (j + 1).cast(dtypes.int32)  # vmin >= 1: no zero guard; x may be negative: floor fix-up
-    ast = kernel((store(buf("q", n * 5, dtypes.int32), i * 5 + j, x // den), (i, j)),
-                 (store(buf("m", n * 5, dtypes.int32), i * 5 + j, x % den), (i, j)))
+    ast = kernel(
+        (store(buf("q", n * 5, dtypes.int32), i * 5 + j, x // den), (i, j)),
+        (store(buf("m", n * 5, dtypes.int32), i * 5 + j, x % den), (i, j)),
+    )
     compare(ast, {"x": values(dtypes.int32, n, 11)}, rtol=0)
-
 
 
 @pytest.mark.parametrize("d", ALL, ids=_name)
@@ -212,7 +221,9 @@ def test_constants_of_every_dtype(d: DType) -> None:
     mine, ref = run_both(ast, {})
     check(mine["Y"], ref["Y"], rtol=0, atol=0)
 
+
 # ---- loops, reductions, memory -------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("fast_math", [False, True])
 def test_gemm_with_reduce(fast_math: bool) -> None:
@@ -225,8 +236,11 @@ def test_gemm_with_reduce(fast_math: bool) -> None:
     check(mine["C"], (av.reshape(m, k) @ bv.reshape(k, n)).reshape(-1), rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("d", [F32, dtypes.float64, dtypes.float16, dtypes.bfloat16, dtypes.int32, dtypes.uint8,
-                               dtypes.int64, dtypes.bool], ids=_name)
+@pytest.mark.parametrize(
+    "d",
+    [F32, dtypes.float64, dtypes.float16, dtypes.bfloat16, dtypes.int32, dtypes.uint8, dtypes.int64, dtypes.bool],
+    ids=_name,
+)
 @pytest.mark.parametrize("op", [Ops.ADD, Ops.MAX, Ops.MUL], ids=_name)
 def test_reduce_ops_and_dtypes(d: DType, op: Ops) -> None:
     rows, cols = 5, 7
@@ -299,15 +313,13 @@ def test_unguarded_load_is_clamped_into_the_buffer() -> None:
     x, y = buf("X", 4), buf("Y", 4)
     i = rng(4, 0)
     idx = load(buf("I", 4, dtypes.int32), i)  # data-dependent index: bounds unknown
-    compare(kernel((store(y, i, load(x, idx)), (i,))), {"X": rand_array((4,), seed=15),
-                                                       "I": np.array([3, 0, 2, 1], np.int32)})
+    compare(kernel((store(y, i, load(x, idx)), (i,))), {"X": rand_array((4,), seed=15), "I": np.array([3, 0, 2, 1], np.int32)})
 
 
 def test_gated_stores() -> None:
     y, y2 = buf("Y", 4), buf("Y2", 6)
     i = rng(6, 0)
-    ast = kernel((store(y, i, i.cast(F32) * 2, gate=i < 4), (i,)),
-                 (store(y2, i, i.cast(F32) + 1.0, gate=(i % 2).eq(0)), (i,)))
+    ast = kernel((store(y, i, i.cast(F32) * 2, gate=i < 4), (i,)), (store(y2, i, i.cast(F32) + 1.0, gate=(i % 2).eq(0)), (i,)))
     mine, ref = run_both(ast, {})
     check(mine["Y"], [0.0, 2.0, 4.0, 6.0])
     check(mine["Y2"], ref["Y2"])
@@ -331,6 +343,7 @@ def test_free_range_becomes_a_loop() -> None:
 
 
 # ---- UPCAST / UNROLL / THREAD ----------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("inner", [1, 3, 5, 8, 13])
 def test_upcast_elementwise_and_out_of_order_end(inner: int) -> None:
@@ -358,8 +371,7 @@ def test_gemm_with_upcast_and_unroll(up: int, unroll: int) -> None:
         assert LLVMBackend().render(Kernel.from_ast("k", ast), None).count("icmp slt i64") == 3
 
 
-@pytest.mark.parametrize("d,op", [(F32, Ops.ADD), (dtypes.float64, Ops.ADD), (F32, Ops.MUL), (F32, Ops.MAX)],
-                         ids=_name)
+@pytest.mark.parametrize("d,op", [(F32, Ops.ADD), (dtypes.float64, Ops.ADD), (F32, Ops.MUL), (F32, Ops.MAX)], ids=_name)
 @pytest.mark.parametrize("swap", [False, True])
 def test_gemm_tile_with_epilogue(d: DType, op: Ops, swap: bool) -> None:
     """A register tile (rows x columns upcast) with a residual epilogue, its column loop nested outside or
@@ -372,10 +384,15 @@ def test_gemm_tile_with_epilogue(d: DType, op: Ops, swap: bool) -> None:
     acc = reduce(load(a, i * kk + k) * load(b, k * n + j), k, op=op)
     ranges = (jo, ju, io, iu) if swap else (io, iu, jo, ju)
     ast = kernel((store(c, i * n + j, load(x, i * n + j) + acc), ranges))
-    scale = 0.5 if op is Ops.MUL else 1.0   # products of 7 normals stay in range
-    compare(ast, {"A": (rand_array((m * kk,), seed=40) * scale).astype(d.np),
-                  "B": (rand_array((kk * n,), seed=41) * scale).astype(d.np),
-                  "X": rand_array((m * n,), seed=42).astype(d.np)})
+    scale = 0.5 if op is Ops.MUL else 1.0  # products of 7 normals stay in range
+    compare(
+        ast,
+        {
+            "A": (rand_array((m * kk,), seed=40) * scale).astype(d.np),
+            "B": (rand_array((kk * n,), seed=41) * scale).astype(d.np),
+            "X": rand_array((m * n,), seed=42).astype(d.np),
+        },
+    )
     vector = f"alloca <{un} x {'double' if d is dtypes.float64 else 'float'}>"
     assert (vector in LLVMBackend().render(Kernel.from_ast("k", ast), None)) == (op is not Ops.MAX)
 
@@ -384,7 +401,7 @@ def test_tile_without_a_contiguous_axis_keeps_scalar_accumulators() -> None:
     m, kk = 8, 5
     a, y = buf("A", m * kk), buf("Y", m * 3)
     iu, k = rng(m, 0, AxisType.UPCAST), rng(kk, 1, AxisType.REDUCE)
-    ast = kernel((store(y, iu * 3, reduce(load(a, iu * kk + k), k)), (iu,)))   # stride 3: not contiguous
+    ast = kernel((store(y, iu * 3, reduce(load(a, iu * kk + k), k)), (iu,)))  # stride 3: not contiguous
     compare(ast, {"A": rand_array((m * kk,), seed=43)})
     assert "alloca <" not in LLVMBackend().render(Kernel.from_ast("k", ast), None)
 
@@ -440,16 +457,23 @@ def scalar_items(*values: UOp) -> UOp:
 
 
 def run_llvm(ast: UOp, inputs: dict[str, np.ndarray], backend: LLVMBackend) -> dict[str, np.ndarray]:
-    specs = {u.arg[0]: BufferSpec(u.arg[0], u.dtype, math.prod(u.arg[1]), "input" if u.arg[0] in inputs else "output",
-                                  tuple(u.arg[1])) for u in ast.toposort() if u.op is Ops.BUFFER}
+    specs = {
+        u.arg[0]: BufferSpec(
+            u.arg[0], u.dtype, math.prod(u.arg[1]), "input" if u.arg[0] in inputs else "output", tuple(u.arg[1])
+        )
+        for u in ast.toposort()
+        if u.op is Ops.BUFFER
+    }
     outs = [n for n, s in specs.items() if s.kind == "output"]
-    prog = Program([Kernel.from_ast("k", ast)], specs, [n for n in specs if n in inputs], outs, backend, backend.name,
-                   single_output=False)
+    prog = Program(
+        [Kernel.from_ast("k", ast)], specs, [n for n in specs if n in inputs], outs, backend, backend.name, single_output=False
+    )
     return dict(zip(outs, prog(**inputs)))
 
 
-def compare_group(ast: UOp, inputs: dict[str, np.ndarray], rtol: float = 1e-4, groups: int | None = 1,
-                  threads: tuple[int, ...] = (1, 2, 3)) -> None:
+def compare_group(
+    ast: UOp, inputs: dict[str, np.ndarray], rtol: float = 1e-4, groups: int | None = 1, threads: tuple[int, ...] = (1, 2, 3)
+) -> None:
     """Against the reference, and bit-identical for every thread count; `groups`: partials functions expected."""
     mine, ref = run_both(ast, inputs, LLVMBackend(threads=threads[0]))
     for name in ref:
@@ -472,8 +496,9 @@ def group_values(d: DType, n: int, seed: int, op: Ops) -> np.ndarray:
     return values(d, n, seed, special=False)
 
 
-@pytest.mark.parametrize("d", [F32, dtypes.float64, dtypes.float16, dtypes.bfloat16, dtypes.int32, dtypes.uint8,
-                               dtypes.bool], ids=_name)
+@pytest.mark.parametrize(
+    "d", [F32, dtypes.float64, dtypes.float16, dtypes.bfloat16, dtypes.int32, dtypes.uint8, dtypes.bool], ids=_name
+)
 @pytest.mark.parametrize("op", [Ops.ADD, Ops.MAX, Ops.MUL], ids=_name)
 def test_group_reduce_ops_and_dtypes(d: DType, op: Ops) -> None:
     t, m = 3, 7  # three groups on two threads
@@ -516,8 +541,8 @@ def test_group_sum_is_vectorized() -> None:
     g, ro, ri = rng(2, "g", G), rng(n // 32, "ro", AxisType.REDUCE), rng(16, "ri", AxisType.UPCAST)
     ast = scalar_items(reduce(reduce(reduce(load(x, g * (n // 2) + ro * 16 + ri), ro), ri), g))
     ir = LLVMBackend(threads=2).optimized_ir(Kernel.from_ast("sum", ast))
-    partials = ir[ir.index("define void @k0_g0"):]
-    assert " x float>" in partials[:partials.index("\n}")]
+    partials = ir[ir.index("define void @k0_g0") :]
+    assert " x float>" in partials[: partials.index("\n}")]
 
 
 def test_group_reduce_with_epilogue_and_two_groups_in_one_item() -> None:
@@ -605,14 +630,14 @@ def test_group_kernel_cache_and_concurrent_calls() -> None:
 
 # ---- storage -------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("d", [dtypes.float16, dtypes.bfloat16], ids=_name)
 def test_half_storage_round_trip_and_arithmetic(d: DType) -> None:
     n = 40
     x, y, z = buf("X", n, d), buf("Y", n, d), buf("Z", n, F32)
     i = rng(n, 0)
     xv = values(d, n, 25)
-    ast = kernel((store(y, i, load(x, i) * load(x, i) + UOp.const(0.3, d)), (i,)),
-                 (store(z, i, load(x, i).cast(F32)), (i,)))
+    ast = kernel((store(y, i, load(x, i) * load(x, i) + UOp.const(0.3, d)), (i,)), (store(z, i, load(x, i).cast(F32)), (i,)))
     mine, ref = run_both(ast, {"X": xv})
     check(mine["Z"], ref["Z"], rtol=0, atol=0)  # loads are exact
     check(mine["Y"], ref["Y"], rtol=tol(d), atol=tol(d))
@@ -626,9 +651,9 @@ def test_half_storage_round_trip_and_arithmetic(d: DType) -> None:
 def test_bf16_stores_round_to_nearest_even() -> None:
     x, y = buf("X", 4), buf("Y", 4, dtypes.bfloat16)
     i = rng(4, 0)
-    xv = np.array([1 + 2 ** -8, 1 + 3 * 2 ** -8, 1 + 2 ** -8 + 2 ** -20, np.nan], np.float32)
+    xv = np.array([1 + 2**-8, 1 + 3 * 2**-8, 1 + 2**-8 + 2**-20, np.nan], np.float32)
     mine, ref = run_both(kernel((store(y, i, load(x, i).cast(dtypes.bfloat16)), (i,))), {"X": xv})
-    check(mine["Y"], [1.0, 1 + 2 ** -6, 1 + 2 ** -7, np.nan], rtol=0, atol=0)
+    check(mine["Y"], [1.0, 1 + 2**-6, 1 + 2**-7, np.nan], rtol=0, atol=0)
     check(mine["Y"], ref["Y"], rtol=0, atol=0)
 
 
@@ -669,7 +694,7 @@ def elementwise_kernels(draw: st.DrawFn) -> tuple[UOp, dict[str, np.ndarray], DT
         sizes = [int(r.src[0].arg) for r in keep]
         idx = UOp.const(0, dtypes.index)
         for q, r in enumerate(keep):
-            idx = idx + r * math.prod(sizes[q + 1:])
+            idx = idx + r * math.prod(sizes[q + 1 :])
         name = f"in{len(inputs)}"
         inputs[name] = values(d, math.prod(sizes), len(inputs), special=False)
         return load(buf(name, math.prod(sizes), d), idx)
@@ -690,7 +715,7 @@ def elementwise_kernels(draw: st.DrawFn) -> tuple[UOp, dict[str, np.ndarray], DT
     value = expr(3)
     flat = UOp.const(0, dtypes.index)
     for k, r in enumerate(ranges):
-        flat = flat + r * math.prod(shape[k + 1:])
+        flat = flat + r * math.prod(shape[k + 1 :])
     order = tuple(draw(st.permutations(ranges)))
     ast = kernel((store(buf("out", math.prod(shape), d), flat, value), order))
     used = {u.arg[0] for u in ast.toposort() if u.op is Ops.BUFFER}
@@ -704,6 +729,7 @@ def test_random_elementwise_kernels(case: tuple[UOp, dict[str, np.ndarray], DTyp
 
 
 # ---- cache and code quality ----------------------------------------------------------------------
+
 
 def test_compiling_an_equal_kernel_twice_does_no_llvm_work() -> None:
     def make(names: tuple[str, str], key: str) -> Kernel:
@@ -732,8 +758,10 @@ def test_inner_loops_are_vectorized() -> None:
     assert " x float>" in LLVMBackend(threads=1).optimized_ir(k)
 
 
-@pytest.mark.skipif("+avx2" not in __import__("llvmlite.binding").binding.get_host_cpu_features().flatten(),
-                    reason="masked loads need AVX2 or AVX-512")
+@pytest.mark.skipif(
+    "+avx2" not in __import__("llvmlite.binding").binding.get_host_cpu_features().flatten(),
+    reason="masked loads need AVX2 or AVX-512",
+)
 def test_padded_loads_become_masked_vector_loads() -> None:
     n = 4096
     x, y = buf("X", n), buf("Y", n + 8)
@@ -747,8 +775,12 @@ def test_padded_loads_become_masked_vector_loads() -> None:
 def test_exp2_is_inline_vectorized_and_within_one_ulp() -> None:
     """EXP2 in float32 is rendered from arithmetic (no libm call), so its loop vectorizes; against numpy in
     float64 it is within one float32 ulp everywhere, subnormal results and the overflow edge included."""
-    v = np.concatenate([np.linspace(-160, 140, 20011), [np.nan, np.inf, -np.inf, 0.0, -0.0, 127.999, 128.0,
-                                                         -126.0, -149.0, -149.5, -150.0, -150.5]]).astype(np.float32)
+    v = np.concatenate(
+        [
+            np.linspace(-160, 140, 20011),
+            [np.nan, np.inf, -np.inf, 0.0, -0.0, 127.999, 128.0, -126.0, -149.0, -149.5, -150.0, -150.5],
+        ]
+    ).astype(np.float32)
     n = v.size
     i = rng(n, 0)
     x, y = buf("X", n), buf("Y", n)
@@ -812,6 +844,7 @@ def test_wrong_buffer_is_a_diagnostic() -> None:
 
 # ---- speed sanity check (a script, not a test) -----------------------------------------------------
 
+
 def _speed() -> None:
     import time
 
@@ -827,26 +860,35 @@ def _speed() -> None:
     n = 1024
     a, b, c = buf("A", n * n), buf("B", n * n), buf("C", n * n)
     rs = np.random.default_rng(0)
-    bufs = {"A": rs.standard_normal(n * n, np.float32), "B": rs.standard_normal(n * n, np.float32),
-            "C": np.zeros(n * n, np.float32)}
+    bufs = {
+        "A": rs.standard_normal(n * n, np.float32),
+        "B": rs.standard_normal(n * n, np.float32),
+        "C": np.zeros(n * n, np.float32),
+    }
     i, j, k = rng(n, 0), rng(n, 1), rng(n, 2, AxisType.REDUCE)
     plain = kernel((store(c, i * n + j, reduce(load(a, i * n + k) * load(b, k * n + j), k)), (i, j)))
     jo, ju = rng(n // 16, 1), rng(16, 3, AxisType.UPCAST)
     jj = jo * 16 + ju
     upcast = kernel((store(c, i * n + jj, reduce(load(a, i * n + k) * load(b, k * n + jj), k)), (i, jo, ju)))
     want = bufs["A"].reshape(n, n) @ bufs["B"].reshape(n, n)
-    for label, ast, fm in [("(i,j,k) strict", plain, False), ("(i,j,k) fast_math", plain, True),
-                           ("(i,j/16,k) upcast 16", upcast, False), ("(i,j/16,k) upcast 16 fm", upcast, True)]:
+    for label, ast, fm in [
+        ("(i,j,k) strict", plain, False),
+        ("(i,j,k) fast_math", plain, True),
+        ("(i,j/16,k) upcast 16", upcast, False),
+        ("(i,j/16,k) upcast 16 fm", upcast, True),
+    ]:
         t0 = time.perf_counter()
         fn = LLVMBackend(fast_math=fm).compile(Kernel.from_ast("gemm", ast), None)
         tc = time.perf_counter() - t0
         t = timed(fn, bufs, reps=1 if label.startswith("(i,j,k)") else 3)
         err = float(np.abs(bufs["C"].reshape(n, n) - want).max())
-        print(f"gemm 1024^3 {label:26s}: {2 * n ** 3 / t / 1e9:7.2f} GFLOP/s ({t * 1e3:.0f} ms, "
-              f"compile {tc * 1e3:.0f} ms, max err {err:.1e})")
+        print(
+            f"gemm 1024^3 {label:26s}: {2 * n**3 / t / 1e9:7.2f} GFLOP/s ({t * 1e3:.0f} ms, "
+            f"compile {tc * 1e3:.0f} ms, max err {err:.1e})"
+        )
     t0 = time.perf_counter()
     _ = bufs["A"].reshape(n, n) @ bufs["B"].reshape(n, n)
-    print(f"numpy matmul: {2 * n ** 3 / (time.perf_counter() - t0) / 1e9:.1f} GFLOP/s")
+    print(f"numpy matmul: {2 * n**3 / (time.perf_counter() - t0) / 1e9:.1f} GFLOP/s")
     m = 1 << 24
     i = rng(m, 0)
     ew = kernel((store(buf("y", m), i, load(buf("a", m), i) * load(buf("b", m), i) + load(buf("c", m), i)), (i,)))

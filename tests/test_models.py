@@ -40,9 +40,24 @@ def test_model_matches_the_reference_interpreter(model: model_defs.Model) -> Non
 @pytest.mark.skipif(not HAVE_TORCH, reason="torch is not installed (pip install -e '.[models]')")
 def test_models_bench_against_torch(tmp_path: Path) -> None:
     out = tmp_path / "models.json"
-    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "models.py"), "--quick", "--no-compile", "--repeat",
-                           "2", "--only", "mlp,dense_chain_2", "--json", str(out)],
-                          capture_output=True, text=True, timeout=600, check=False)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "models.py"),
+            "--quick",
+            "--no-compile",
+            "--repeat",
+            "2",
+            "--only",
+            "mlp,dense_chain_2",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = json.loads(out.read_text())["rows"]
     assert [r["model"] for r in rows] == ["mlp_64x128x256", "dense_chain_2"]
@@ -62,13 +77,15 @@ def test_a_chain_of_small_kernels_runs_as_one_native_call_and_mixes_with_paralle
     big = Tensor.empty(512, 512, name="big")
     h = x
     for w in ws:
-        h = (h @ w).relu().contiguous()   # a kernel each, whatever the fusion search would decide
-    out = h.sum() + (big @ big).sum()   # a parallel GEMM beside the chain
+        h = (h @ w).relu().contiguous()  # a kernel each, whatever the fusion search would decide
+    out = h.sum() + (big @ big).sum()  # a parallel GEMM beside the chain
     prog = optimize(out, target="llvm")
     rng = np.random.default_rng(5)
-    inputs = {"x": rng.standard_normal((16, 32), dtype=np.float32),
-              "big": rng.standard_normal((512, 512), dtype=np.float32) / np.float32(16),
-              **{f"w{i}": rng.standard_normal((32, 32), dtype=np.float32) / np.float32(6) for i in range(4)}}
+    inputs = {
+        "x": rng.standard_normal((16, 32), dtype=np.float32),
+        "big": rng.standard_normal((512, 512), dtype=np.float32) / np.float32(16),
+        **{f"w{i}": rng.standard_normal((32, 32), dtype=np.float32) / np.float32(6) for i in range(4)},
+    }
     runner = prog.backend.runner(prog, prog.compile())
     drivers = [d for d, _ in runner.steps if d is not None]
     assert drivers and len(runner.steps) < len(prog.kernels)
@@ -92,7 +109,7 @@ def test_repeated_calls_reuse_intermediates_and_stay_correct() -> None:
     np.testing.assert_allclose(prog(**x), evaluate(out.uop, x), rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(first, evaluate(out.uop, x), rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(second, evaluate(out.uop, other), rtol=1e-4, atol=1e-4)
-    for v in x.values():   # the same arrays, changed in place: the new values are read
+    for v in x.values():  # the same arrays, changed in place: the new values are read
         v *= np.float32(-0.5)
     np.testing.assert_allclose(prog(**x), evaluate(out.uop, x), rtol=1e-4, atol=1e-4)
 
@@ -101,12 +118,12 @@ def test_a_dropped_output_is_written_again_and_a_kept_one_never() -> None:
     """Outputs of REUSE_OUTPUT_BYTES or more: a call whose result the caller dropped hands its memory to the next
     call (no fresh pages to fault in); a result the caller keeps, or a view of it, is never written again, also
     across threads."""
-    n = 128   # 64 KiB of float32
+    n = 128  # 64 KiB of float32
     assert n * n * 4 >= REUSE_OUTPUT_BYTES
     x = Tensor.empty((n, n), dtype="float32", name="x")
     prog = optimize((x * 2.0).relu(), target="llvm")
     a = np.random.default_rng(0).standard_normal((n, n), dtype=np.float32)
-    address = prog(x=a).__array_interface__["data"][0]   # dropped at once
+    address = prog(x=a).__array_interface__["data"][0]  # dropped at once
     assert prog(x=a).__array_interface__["data"][0] == address
     kept = prog(x=a)
     view = prog(x=a * 2)[3:]

@@ -17,8 +17,13 @@ SPECIAL = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-45, -1e-40, 1.0, -1.0
 @st.composite
 def floats32(draw: st.DrawFn, n: int = 12) -> np.ndarray:
     """Any float32, special values included."""
-    xs = draw(st.lists(st.floats(width=32, allow_nan=True, allow_infinity=True, allow_subnormal=True) |
-                       st.sampled_from(SPECIAL.tolist()), min_size=n, max_size=n))
+    xs = draw(
+        st.lists(
+            st.floats(width=32, allow_nan=True, allow_infinity=True, allow_subnormal=True) | st.sampled_from(SPECIAL.tolist()),
+            min_size=n,
+            max_size=n,
+        )
+    )
     return np.array(xs, np.float32)
 
 
@@ -27,8 +32,14 @@ def _both(t: Tensor, **inputs: np.ndarray) -> list[np.ndarray]:
     return [np.asarray(optimize(t, target="llvm")(**inputs)), np.asarray(evaluate(t.uop, inputs))]
 
 
-CMPS = {"lt": (lambda p, q: p < q), "le": (lambda p, q: p <= q), "gt": (lambda p, q: p > q),
-        "ge": (lambda p, q: p >= q), "eq": (lambda p, q: p == q), "ne": (lambda p, q: p != q)}
+CMPS = {
+    "lt": (lambda p, q: p < q),
+    "le": (lambda p, q: p <= q),
+    "gt": (lambda p, q: p > q),
+    "ge": (lambda p, q: p >= q),
+    "eq": (lambda p, q: p == q),
+    "ne": (lambda p, q: p != q),
+}
 
 
 @pytest.mark.parametrize("op", sorted(CMPS))
@@ -56,7 +67,7 @@ def _ulps(got: np.ndarray, want: np.ndarray) -> np.ndarray:
     g, w = got.astype(np.float32), want.astype(np.float32)
     both_nan = np.isnan(g) & np.isnan(w)
     gi, wi = (v.view(np.int32).astype(np.int64) for v in (g, w))
-    gi, wi = (np.where(v < 0, np.int64(-(2**31)) - v, v) for v in (gi, wi))   # monotone order over the sign
+    gi, wi = (np.where(v < 0, np.int64(-(2**31)) - v, v) for v in (gi, wi))  # monotone order over the sign
     return np.where(both_nan, 0, np.abs(gi - wi))
 
 
@@ -77,8 +88,6 @@ def test_tanh_of_tiny_values_keeps_them() -> None:
         assert _ulps(got, np.tanh(x.astype(np.float64))).max() <= 2, got
 
 
-
-
 @settings(max_examples=15, deadline=None)
 @given(x=floats32())
 def test_sin_and_cos_are_libms_over_the_whole_range(x: np.ndarray) -> None:
@@ -86,7 +95,7 @@ def test_sin_and_cos_are_libms_over_the_whole_range(x: np.ndarray) -> None:
     x = np.concatenate([x, np.array([2.0**31, 1e20, -3e8], np.float32)])
     a = Tensor.empty(x.size, name="a")
     for f, ref in ((Tensor.sin, np.sin), (Tensor.cos, np.cos)):
-        with np.errstate(invalid="ignore"):   # sin/cos of an infinity is NaN
+        with np.errstate(invalid="ignore"):  # sin/cos of an infinity is NaN
             want = ref(x.astype(np.float64)).astype(np.float32)
         for got in _both(f(a), a=x):
             assert _ulps(got, want).max() <= 2, (f, x, got, want)

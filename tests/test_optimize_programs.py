@@ -43,17 +43,25 @@ def _programs() -> dict[str, Build]:
         "strided_slice": lambda: (x()[::2, 1::3], xs),
         "broadcast_add": lambda: (x() + v(), {"x": (8, 12), "v": (12,)}),
         "where_compare": lambda: ((x() > 0).where(x(), x() * 0.1), xs),
-        "int_floordiv_mod": lambda: ((E(8, 12, name="i", dtype="int32") // 3) + (E(8, 12, name="i", dtype="int32") % -5),
-                                     {"i": (8, 12)}),
+        "int_floordiv_mod": lambda: (
+            (E(8, 12, name="i", dtype="int32") // 3) + (E(8, 12, name="i", dtype="int32") % -5),
+            {"i": (8, 12)},
+        ),
         "casts": lambda: ((x() * 100).cast("int32").cast("float32") + x().cast("float16").cast("float32"), xs),
         "shared_intermediate": lambda: ((x().exp() + 1) * (x().exp() - 1), xs),
-        "attention_causal": lambda: (E(2, 6, 8, name="q").scaled_dot_product_attention(
-            E(2, 6, 8, name="k"), E(2, 6, 8, name="w"), is_causal=True), {"q": (2, 6, 8), "k": (2, 6, 8), "w": (2, 6, 8)}),
-        "movement_chain": lambda: (x().permute(1, 0).flip(0).pad(((1, 2), (0, 3))).shrink(((0, 10), (1, 9)))
-                                   .reshape(5, 2, 8), xs),
+        "attention_causal": lambda: (
+            E(2, 6, 8, name="q").scaled_dot_product_attention(E(2, 6, 8, name="k"), E(2, 6, 8, name="w"), is_causal=True),
+            {"q": (2, 6, 8), "k": (2, 6, 8), "w": (2, 6, 8)},
+        ),
+        "movement_chain": lambda: (
+            x().permute(1, 0).flip(0).pad(((1, 2), (0, 3))).shrink(((0, 10), (1, 9))).reshape(5, 2, 8),
+            xs,
+        ),
         "cumsum": lambda: (E(4, 6, name="c").cumsum(1), {"c": (4, 6)}),
-        "conv2d_stride_pad": lambda: (E(1, 2, 7, 7, name="img").conv2d(E(3, 2, 3, 3, name="wt"), stride=2, padding=1),
-                                      {"img": (1, 2, 7, 7), "wt": (3, 2, 3, 3)}),
+        "conv2d_stride_pad": lambda: (
+            E(1, 2, 7, 7, name="img").conv2d(E(3, 2, 3, 3, name="wt"), stride=2, padding=1),
+            {"img": (1, 2, 7, 7), "wt": (3, 2, 3, 3)},
+        ),
     }
 
 
@@ -64,8 +72,11 @@ SLOW = {"movement_chain", "cumsum", "conv2d_stride_pad"}  # general reshapes: th
 def _inputs(shapes: dict[str, tuple[int, ...]], t: Tensor, seed: int = 0) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     dts = {u.arg[0]: u.dtype for u in t.uop.toposort() if u.op is Ops.BUFFER and not u.src}
-    return {n: (rng.integers(-20, 20, s).astype(dts[n].np) if dts[n].is_int else rng.standard_normal(s).astype(np.float32))
-            for n, s in shapes.items() if n in dts}
+    return {
+        n: (rng.integers(-20, 20, s).astype(dts[n].np) if dts[n].is_int else rng.standard_normal(s).astype(np.float32))
+        for n, s in shapes.items()
+        if n in dts
+    }
 
 
 def _check(out: np.ndarray, ref: np.ndarray) -> None:
@@ -94,7 +105,7 @@ def test_gemm_bias_relu_is_one_kernel_with_fused_epilogue() -> None:
     prog = optimize(t, target="reference")
     assert len(prog.kernels) == 1
     ops = {u.op for u in prog.kernels[0].ast.toposort()}
-    assert {Ops.REDUCE, Ops.MAX, Ops.ADD} <= ops   # the bias add and ReLU live in the GEMM's kernel
+    assert {Ops.REDUCE, Ops.MAX, Ops.ADD} <= ops  # the bias add and ReLU live in the GEMM's kernel
 
 
 def test_attention_at_scale_materializes_its_scores() -> None:
@@ -147,8 +158,18 @@ def test_bad_input_is_a_diagnostic() -> None:
         optimize(E(3, name="x"), target="tpu")
 
 
-@pytest.mark.parametrize("old,new", [((4, 5), (20,)), ((5,), (1, 5)), ((2, 6), (3, 4)), ((8, 12), (2, 4, 12)),
-                                     ((1, 5), (5,)), ((2, 3, 4), (6, 1, 4)), ((6,), (2, 3))])
+@pytest.mark.parametrize(
+    "old,new",
+    [
+        ((4, 5), (20,)),
+        ((5,), (1, 5)),
+        ((2, 6), (3, 4)),
+        ((8, 12), (2, 4, 12)),
+        ((1, 5), (5,)),
+        ((2, 3, 4), (6, 1, 4)),
+        ((6,), (2, 3)),
+    ],
+)
 def test_reshape_groups_multiply_up(old: tuple[int, ...], new: tuple[int, ...]) -> None:
     groups = reshape_groups(old, new)
     assert [d for nd, _ in groups for d in nd] == list(new)
@@ -158,6 +179,7 @@ def test_reshape_groups_multiply_up(old: tuple[int, ...], new: tuple[int, ...]) 
 
 # ---- random programs ---------------------------------------------------------------------------------
 
+
 @st.composite
 def random_program(draw: st.DrawFn) -> tuple[Tensor, dict[str, tuple[int, ...]]]:
     a_shape = (draw(st.integers(1, 4)), draw(st.integers(1, 5)))
@@ -165,8 +187,11 @@ def random_program(draw: st.DrawFn) -> tuple[Tensor, dict[str, tuple[int, ...]]]
     b = E(a_shape[1], name="b")
     t = a
     for _ in range(draw(st.integers(1, 4))):
-        op = draw(st.sampled_from(["add_b", "mul", "relu", "exp", "permute", "flip", "pad", "shrink", "sum", "max",
-                                   "expand", "reshape"]))
+        op = draw(
+            st.sampled_from(
+                ["add_b", "mul", "relu", "exp", "permute", "flip", "pad", "shrink", "sum", "max", "expand", "reshape"]
+            )
+        )
         if op == "add_b" and t.shape == a_shape:
             t = t + b
         elif op == "mul":
@@ -205,8 +230,10 @@ def test_random_programs_match_reference(prog_shapes: tuple[Tensor, dict[str, tu
 
 # ---- CUDA source compiles ----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name", ["gemm_bias_relu", "softmax", "attention_causal", "strided_slice",
-                                  "int_floordiv_mod", "casts"])
+
+@pytest.mark.parametrize(
+    "name", ["gemm_bias_relu", "softmax", "attention_causal", "strided_slice", "int_floordiv_mod", "casts"]
+)
 def test_cuda_source_compiles(name: str) -> None:
     from egraph_compiler.backends.cuda import compile_ptx, find_nvcc
 
@@ -225,7 +252,7 @@ def test_tensors_proven_equal_to_an_input_keep_their_own_buffers(target: str) ->
     must still be stored to (and read from) its own buffer, and two outputs that become equal are both written."""
     x = np.arange(1, 7, dtype=np.int32).reshape(2, 3)
     xt = Tensor.empty((2, 3), dtype="int32", name="x")
-    y = xt + 0   # used twice: a materialization candidate equal to the input
+    y = xt + 0  # used twice: a materialization candidate equal to the input
     prog = optimize([xt.maximum(xt), y * y + y, xt * 1], target=target)
     a, b, c = prog(x=x)
     np.testing.assert_array_equal(a, x)

@@ -20,10 +20,11 @@ from test_llvm_backend import buf, kernel, load, reduce, rng, store
 from egraph_compiler import AxisType, Ops, Tensor, UOp, optimize
 from egraph_compiler.program import Program, accumulator_axis, stride
 
-MACHINE = CPUMachine(cores=2, simd_bytes=32, vector_regs=16)   # fixed, so rankings don't depend on the host
+MACHINE = CPUMachine(cores=2, simd_bytes=32, vector_regs=16)  # fixed, so rankings don't depend on the host
 
 
 # ---- soundness of the split ------------------------------------------------------------------------------
+
 
 def test_split_identity_is_a_bijection() -> None:
     """r == outer*f + inner maps [0, n/f) x [0, f) onto [0, n) one to one, with outer == r//f and inner == r%f
@@ -32,8 +33,7 @@ def test_split_identity_is_a_bijection() -> None:
     s = z3.Solver()
     pre = z3.And(f > 0, n > 0, n % f == 0)
     in_parts = z3.And(o >= 0, o < n / f, i >= 0, i < f)
-    s.add(pre, z3.Not(z3.Implies(in_parts, z3.And(o * f + i >= 0, o * f + i < n,
-                                                  (o * f + i) / f == o, (o * f + i) % f == i))))
+    s.add(pre, z3.Not(z3.Implies(in_parts, z3.And(o * f + i >= 0, o * f + i < n, (o * f + i) / f == o, (o * f + i) % f == i))))
     assert s.check() == z3.unsat
     s = z3.Solver()  # onto: every r in [0, n) has parts in range
     s.add(pre, r >= 0, r < n, z3.Not(z3.And(r / f >= 0, r / f < n / f, r % f >= 0, r % f < f)))
@@ -48,6 +48,7 @@ def test_every_split_rule_is_named_and_categorized() -> None:
 
 
 # ---- every schedule is the same program ------------------------------------------------------------------
+
 
 def bound_ranges_ok(ast: UOp) -> list[str]:
     """Independent well-formedness check: every RANGE a value uses is bound by an END around its store or by a
@@ -89,16 +90,21 @@ def _np_softmax(z: np.ndarray) -> np.ndarray:
 
 PROGRAMS: dict[str, tuple[Any, dict[str, tuple[int, ...]], Any]] = {
     "gemm": (lambda a, b: a @ b, {"a": (16, 24), "b": (24, 32)}, lambda a, b: a @ b),
-    "gemm_bias_relu": (lambda a, b, c: (a @ b + c).relu(), {"a": (8, 16), "b": (16, 16), "c": (16,)},
-                       lambda a, b, c: np.maximum(a @ b + c, 0)),
+    "gemm_bias_relu": (
+        lambda a, b, c: (a @ b + c).relu(),
+        {"a": (8, 16), "b": (16, 16), "c": (16,)},
+        lambda a, b, c: np.maximum(a @ b + c, 0),
+    ),
     "row_sum": (lambda a: a.sum(1), {"a": (32, 64)}, lambda a: a.sum(1)),
     "softmax": (lambda a: a.softmax(-1), {"a": (8, 32)}, _np_softmax),
     "elementwise": (lambda a, b: a * b + a, {"a": (4, 64), "b": (4, 64)}, lambda a, b: a * b + a),
     # the same canonical reduce range is bound by several REDUCEs (h @ w2 inlined three times), split in some and
     # not in others: each scope must define its own ranges
-    "mlp_softmax_sum": (lambda x, w1, w2: ((x @ w1).relu() @ w2).softmax().sum(0),
-                        {"x": (4, 6), "w1": (6, 8), "w2": (8, 3)},
-                        lambda x, w1, w2: _np_softmax(np.maximum(x @ w1, 0) @ w2).sum(0)),
+    "mlp_softmax_sum": (
+        lambda x, w1, w2: ((x @ w1).relu() @ w2).softmax().sum(0),
+        {"x": (4, 6), "w1": (6, 8), "w2": (8, 3)},
+        lambda x, w1, w2: _np_softmax(np.maximum(x @ w1, 0) @ w2).sum(0),
+    ),
 }
 
 
@@ -128,8 +134,14 @@ def random_program(draw: st.DrawFn) -> tuple[Any, tuple[int, int], str]:
 
 
 def _numpy_and_tensor(kind: str, a: Any, b: Any) -> Any:
-    return {"ew": lambda: a * b - a, "sum0": lambda: a.sum(0), "sum1": lambda: a.sum(1), "max1": lambda: a.max(1),
-            "matvec": lambda: (a * b).sum(1), "bcast": lambda: a + b[:1]}[kind]()
+    return {
+        "ew": lambda: a * b - a,
+        "sum0": lambda: a.sum(0),
+        "sum1": lambda: a.sum(1),
+        "max1": lambda: a.max(1),
+        "matvec": lambda: (a * b).sum(1),
+        "bcast": lambda: a + b[:1],
+    }[kind]()
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -166,6 +178,7 @@ def test_report_explains_the_schedule_choice() -> None:
 
 # ---- the cost model's ranking ----------------------------------------------------------------------------
 
+
 def _gemm(n: int, up_i: int, up_j: int) -> UOp:
     a, b, c = buf("A", n * n), buf("B", n * n), buf("C", n * n)
     k = rng(n, "k", AxisType.REDUCE)
@@ -181,7 +194,7 @@ def _gemm(n: int, up_i: int, up_j: int) -> UOp:
 def test_cost_model_prefers_a_register_tiled_gemm() -> None:
     plain, tiled = estimate(_gemm(1024, 1, 1), MACHINE), estimate(_gemm(1024, 4, 16), MACHINE)
     assert tiled.seconds < plain.seconds / 4, (tiled, plain)
-    spilling = estimate(_gemm(1024, 16, 64), MACHINE)   # 128 vector accumulators: far more than 16 registers
+    spilling = estimate(_gemm(1024, 16, 64), MACHINE)  # 128 vector accumulators: far more than 16 registers
     assert spilling.spills and spilling.seconds > tiled.seconds
 
 
@@ -192,8 +205,9 @@ def test_cost_model_prices_the_backends_scalar_accumulators() -> None:
     odd, even = _gemm(448, 4, 14), _gemm(448, 4, 16)
     red = next(u for u in odd.toposort() if u.op is Ops.REDUCE)
     store_ = next(u for u in odd.toposort() if u.op is Ops.STORE)
-    tile = sorted((r for r in red.toposort() if r.op is Ops.RANGE and r.arg[1] is AxisType.UPCAST),
-                  key=lambda r: r.src[0].arg == 14)
+    tile = sorted(
+        (r for r in red.toposort() if r.op is Ops.RANGE and r.arg[1] is AxisType.UPCAST), key=lambda r: r.src[0].arg == 14
+    )
     contiguous = frozenset(r for r in tile if stride(store_.src[0].src[1], r) == 1)
     assert accumulator_axis(red, tile, contiguous, MACHINE.lanes(4)) is None
     slow, fast = estimate(odd, MACHINE), estimate(even, MACHINE)
@@ -216,8 +230,7 @@ def _row_reduce_then_scale(n: int, m: int, upcast_rows: int) -> UOp:
 def test_cost_model_ranks_a_hoisted_reduction_above_a_recomputed_one() -> None:
     """Upcasting the rows moves the reduction into the innermost loop (the backend expands upcasts innermost),
     so it is recomputed for every column: the model must see that."""
-    good, bad = estimate(_row_reduce_then_scale(256, 512, 1), MACHINE), estimate(_row_reduce_then_scale(256, 512, 8),
-                                                                                  MACHINE)
+    good, bad = estimate(_row_reduce_then_scale(256, 512, 1), MACHINE), estimate(_row_reduce_then_scale(256, 512, 8), MACHINE)
     assert good.seconds * 10 < bad.seconds, (good, bad)
 
 
@@ -227,8 +240,11 @@ def _window(n: int, kk: int, order: bool) -> UOp:
     m = n + kk - 1
     x, out = buf("X", m * m), buf("O", n * n)
     h, w = rng(n, "h"), rng(n, "w")
-    kh, kw = (rng(kk, "kh", AxisType.REDUCE), rng(kk, "kw", AxisType.REDUCE)) if order else \
-        tuple(reversed((rng(kk, "kw", AxisType.REDUCE), rng(kk, "kh", AxisType.REDUCE))))
+    kh, kw = (
+        (rng(kk, "kh", AxisType.REDUCE), rng(kk, "kw", AxisType.REDUCE))
+        if order
+        else tuple(reversed((rng(kk, "kw", AxisType.REDUCE), rng(kk, "kh", AxisType.REDUCE))))
+    )
     idx = (h + kh) * m + (w + kw) if order else (kw + w) + (kh + h) * m
     return kernel((store(out, h * n + w, reduce(load(x, idx), kh, kw)), (h, w)))
 
@@ -270,7 +286,7 @@ def test_a_kernel_has_no_loop_over_a_size_one_axis() -> None:
     m axis innermost); an output of size-1 axes only has no loop at all."""
     a, b = Tensor.empty((64, 48), dtype="float32", name="a"), Tensor.empty((48, 32), dtype="float32", name="b")
     x = Tensor.empty((1, 40), dtype="float32", name="x")
-    kept = (a.reshape(64, 48, 1) * b.reshape(1, 48, 32)).sum(axis=1, keepdim=True).contiguous()   # (64, 1, 32)
+    kept = (a.reshape(64, 48, 1) * b.reshape(1, 48, 32)).sum(axis=1, keepdim=True).contiguous()  # (64, 1, 32)
     alts: list[tuple[str, Program]] = []
     prog = optimize([kept * 2, x.sum(axis=1, keepdim=True)], target="llvm", alternatives=alts)
 
@@ -326,11 +342,12 @@ def test_tuning_cache_survives_bad_files_and_concurrent_writers(tmp_path: Any, m
         assert any("tuning cache" in n for n in prog.report.notes)
         assert isinstance(json.loads(store.read_text()), dict) and json.loads(store.read_text())
     store.unlink()
-    code = ("import sys; from egraph_compiler import Tensor, optimize; n = int(sys.argv[1]); "
-            "a = Tensor.empty((n, 48), dtype='float32', name='a'); b = Tensor.empty((48, n), dtype='float32', name='b');"
-            " optimize(a @ b, target='llvm', tune=True)")
-    procs = [subprocess.Popen([sys.executable, "-c", code, str(n)], env={**__import__("os").environ})
-             for n in (24, 40)]
+    code = (
+        "import sys; from egraph_compiler import Tensor, optimize; n = int(sys.argv[1]); "
+        "a = Tensor.empty((n, 48), dtype='float32', name='a'); b = Tensor.empty((48, n), dtype='float32', name='b');"
+        " optimize(a @ b, target='llvm', tune=True)"
+    )
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(n)], env={**__import__("os").environ}) for n in (24, 40)]
     assert all(p.wait(timeout=300) == 0 for p in procs)
     assert len(json.loads(store.read_text())) == 2
 

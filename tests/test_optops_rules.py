@@ -26,14 +26,39 @@ from egraph_compiler import Tensor, optimize
 from egraph_compiler.program import Kernel, Program
 
 # every kind of split at a factor small kernels admit ("group": one slice per core on the CPU, here 2)
-ALL_OPTOPS = {"u": (2,), "l": (4,), "r": (2,), "G": (4,), "acc": (4,), "pad-u": (8,), "pad-l": (8,), "pad-r": (8,),
-              "pad-G": (8,), "thread": (2,), "group": (2,), "swap": (1,), "tc": (16,)}
-FAMILIES = ("split-upcast-", "split-local-", "split-unroll-", "split-group-threads-", "split-accumulate-",
-            "split-group", "split-thread", "padto-upcast-", "padto-local-", "padto-unroll-",
-            "padto-group-threads-", "swap-0", "tc")
+ALL_OPTOPS = {
+    "u": (2,),
+    "l": (4,),
+    "r": (2,),
+    "G": (4,),
+    "acc": (4,),
+    "pad-u": (8,),
+    "pad-l": (8,),
+    "pad-r": (8,),
+    "pad-G": (8,),
+    "thread": (2,),
+    "group": (2,),
+    "swap": (1,),
+    "tc": (16,),
+}
+FAMILIES = (
+    "split-upcast-",
+    "split-local-",
+    "split-unroll-",
+    "split-group-threads-",
+    "split-accumulate-",
+    "split-group",
+    "split-thread",
+    "padto-upcast-",
+    "padto-local-",
+    "padto-unroll-",
+    "padto-group-threads-",
+    "swap-0",
+    "tc",
+)
 BENCH_PROGRAMS = Path(__file__).resolve().parent.parent / "bench" / "programs.py"
-MAX_CHECKED = 24   # schedules checked per program (evenly spread over the ranked list)
-BLOCK_KINDS = "lGw"   # LOCAL, GROUP_REDUCE, WARP
+MAX_CHECKED = 24  # schedules checked per program (evenly spread over the ranked list)
+BLOCK_KINDS = "lGw"  # LOCAL, GROUP_REDUCE, WARP
 
 
 @pytest.fixture
@@ -49,13 +74,14 @@ def _softmax(z: np.ndarray) -> np.ndarray:
 
 # name -> (tensor program, input shapes and dtypes, numpy reference)
 PROGRAMS: dict[str, tuple[Any, dict[str, tuple[tuple[int, ...], str]], Any]] = {
-    "gemm_f16_relu": (lambda a, b: (a.cast("float32") @ b.cast("float32")).relu(),
-                      {"a": ((32, 48), "float16"), "b": ((48, 32), "float16")},
-                      lambda a, b: np.maximum(a.astype(np.float32) @ b.astype(np.float32), 0)),
+    "gemm_f16_relu": (
+        lambda a, b: (a.cast("float32") @ b.cast("float32")).relu(),
+        {"a": ((32, 48), "float16"), "b": ((48, 32), "float16")},
+        lambda a, b: np.maximum(a.astype(np.float32) @ b.astype(np.float32), 0),
+    ),
     "softmax_odd": (lambda a: a.softmax(-1), {"a": ((6, 20), "float32")}, _softmax),
     "row_sum_odd": (lambda a: a.sum(1), {"a": ((12, 36), "float32")}, lambda a: a.sum(1)),
-    "ew_odd": (lambda a, b: a * b + a, {"a": ((12, 20), "float32"), "b": ((12, 20), "float32")},
-               lambda a, b: a * b + a),
+    "ew_odd": (lambda a, b: a * b + a, {"a": ((12, 20), "float32"), "b": ((12, 20), "float32")}, lambda a, b: a * b + a),
     "long_sum": (lambda a: a.sum(), {"a": ((1 << 16,), "float32")}, lambda a: a.sum(dtype=np.float64)),
 }
 
@@ -67,10 +93,9 @@ def _inputs(spec: dict[str, tuple[tuple[int, ...], str]]) -> dict[str, np.ndarra
 def _schedules(name: str, target: str) -> tuple[Program, list[tuple[str, Program]]]:
     build, spec, _ = PROGRAMS[name]
     alts: list[tuple[str, Program]] = []
-    prog = optimize(build(*(Tensor.empty(s, dtype=d, name=n) for n, (s, d) in spec.items())), target=target,
-                    alternatives=alts)
-    picked = alts[::max(1, len(alts) // MAX_CHECKED)]
-    for kind in BLOCK_KINDS:   # at least one schedule with each kind of workgroup range, when offered
+    prog = optimize(build(*(Tensor.empty(s, dtype=d, name=n) for n, (s, d) in spec.items())), target=target, alternatives=alts)
+    picked = alts[:: max(1, len(alts) // MAX_CHECKED)]
+    for kind in BLOCK_KINDS:  # at least one schedule with each kind of workgroup range, when offered
         picked += [a for a in alts if _has(a[0], kind) and a not in picked][:1]
     return prog, [("chosen", prog), *picked]
 
@@ -90,10 +115,18 @@ def test_padded_split_covers_the_range_once() -> None:
     n, f, o, i, r = z3.Ints("n f o i r")
     padded = (n + f - 1) / f
     s = z3.Solver()
-    s.add(f > 0, n > 0, z3.Not(z3.Implies(z3.And(o >= 0, o < padded, i >= 0, i < f, o * f + i < n),
-                                           z3.And(o * f + i >= 0, (o * f + i) / f == o, (o * f + i) % f == i))))
+    s.add(
+        f > 0,
+        n > 0,
+        z3.Not(
+            z3.Implies(
+                z3.And(o >= 0, o < padded, i >= 0, i < f, o * f + i < n),
+                z3.And(o * f + i >= 0, (o * f + i) / f == o, (o * f + i) % f == i),
+            )
+        ),
+    )
     assert s.check() == z3.unsat
-    s = z3.Solver()   # onto: every r in [0, n) has parts in the padded ranges
+    s = z3.Solver()  # onto: every r in [0, n) has parts in the padded ranges
     s.add(f > 0, n > 0, r >= 0, r < n, z3.Not(z3.And(r / f < padded, r % f < f, r % f >= 0)))
     assert s.check() == z3.unsat
 
@@ -102,8 +135,12 @@ def test_every_optop_family_fires(all_optops: None) -> None:
     fired: set[str] = set()
     for name in PROGRAMS:
         for target in ("llvm", "cuda"):
-            fired |= set(optimize(PROGRAMS[name][0](*(Tensor.empty(s, dtype=d, name=n) for n, (s, d)
-                                                      in PROGRAMS[name][1].items())), target=target).report.fired_rules)
+            fired |= set(
+                optimize(
+                    PROGRAMS[name][0](*(Tensor.empty(s, dtype=d, name=n) for n, (s, d) in PROGRAMS[name][1].items())),
+                    target=target,
+                ).report.fired_rules
+            )
     missing = [f for f in FAMILIES if not any(r.startswith(f) for r in fired)]
     assert not missing, f"never fired: {missing}"
     assert all(r.name.startswith(FAMILIES) or r.name.startswith("tc-") for r in RULES)
@@ -130,18 +167,22 @@ def random_kernel(draw: st.DrawFn) -> tuple[str, tuple[int, int]]:
     return draw(st.sampled_from(["ew", "sum1", "max1", "sum0", "bcast"])), shape
 
 
-@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                 HealthCheck.function_scoped_fixture])
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(random_kernel())
 def test_random_kernels_every_schedule_matches_numpy(all_optops: None, case: tuple[str, tuple[int, int]]) -> None:
     kind, shape = case
-    ops = {"ew": lambda a, b: a * b - a, "sum1": lambda a, b: a.sum(1), "max1": lambda a, b: a.max(1),
-           "sum0": lambda a, b: (a * b).sum(0), "bcast": lambda a, b: a + b[:1]}[kind]
+    ops = {
+        "ew": lambda a, b: a * b - a,
+        "sum1": lambda a, b: a.sum(1),
+        "max1": lambda a, b: a.max(1),
+        "sum0": lambda a, b: (a * b).sum(0),
+        "bcast": lambda a, b: a + b[:1],
+    }[kind]
     x, y = rand_array(shape, seed=1, lo=-2, hi=2), rand_array(shape, seed=2, lo=-2, hi=2)
     want = ops(x, y)
     alts: list[tuple[str, Program]] = []
     optimize(ops(Tensor.empty(shape, name="a"), Tensor.empty(shape, name="b")), target="llvm", alternatives=alts)
-    for _, p in alts[::max(1, len(alts) // MAX_CHECKED)]:
+    for _, p in alts[:: max(1, len(alts) // MAX_CHECKED)]:
         inputs = {k: v for k, v in {"a": x, "b": y}.items() if k in p.inputs}
         check(p(**inputs), want, rtol=1e-4, atol=1e-4)
         p.backend, p._compiled = get_backend("reference"), None
@@ -211,7 +252,7 @@ def test_benchmark_programs_compile_for_cuda(arch: str) -> None:
     spec = importlib.util.spec_from_file_location("bench_programs", BENCH_PROGRAMS)
     assert spec is not None and spec.loader is not None
     programs = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = programs   # dataclasses look their module up while the class is made
+    sys.modules[spec.name] = programs  # dataclasses look their module up while the class is made
     spec.loader.exec_module(programs)
     kernels: list[Kernel] = []
     for bench in programs.suite():

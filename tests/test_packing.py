@@ -32,8 +32,9 @@ def test_the_packed_view_has_the_same_values(m: int, k: int, n: int, epilogue: b
     (packed,), packs = pack_operands([t.uop])
     assert len(packs) == 1 and packs[0].shape == (n // PANEL, k, PANEL)
     rng = np.random.default_rng(m + k + n)
-    x = {u.arg[0]: rng.standard_normal(u.arg[1]).astype(np.float32)
-         for u in t.uop.toposort() if u.op is Ops.BUFFER and not u.src}
+    x = {
+        u.arg[0]: rng.standard_normal(u.arg[1]).astype(np.float32) for u in t.uop.toposort() if u.op is Ops.BUFFER and not u.src
+    }
     np.testing.assert_allclose(evaluate(packed, x), evaluate(t.uop, x), rtol=1e-5, atol=1e-5)
 
 
@@ -51,7 +52,7 @@ def test_a_long_reduction_reads_a_packed_copy() -> None:
     prog = optimize(t, target="llvm")
     packs = [d for d in prog.report.extra["fusion"]["decisions"] if d["tensor"].startswith("PACK")]
     assert packs
-    if cpu_target().isa == "avx512":   # the AVX2 estimate keeps B as it is (not measured on an AVX2 host)
+    if cpu_target().isa == "avx512":  # the AVX2 estimate keeps B as it is (not measured on an AVX2 host)
         assert packs[0]["decision"] == "materialized"
     rng = np.random.default_rng(1)
     a = rng.standard_normal((512, 2048), dtype=np.float32)
@@ -64,8 +65,14 @@ def _range(i: int, n: int, kind: AxisType = AxisType.LOOP) -> UOp:
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.integers(1, 4), st.sampled_from([2, 4, 8, 16]), st.sampled_from([1, 2, 3, 4, 8, 16]), st.integers(-8, 40),
-       st.sampled_from([4, 8, 16, 32, 48]), st.booleans())
+@given(
+    st.integers(1, 4),
+    st.sampled_from([2, 4, 8, 16]),
+    st.sampled_from([1, 2, 3, 4, 8, 16]),
+    st.integers(-8, 40),
+    st.sampled_from([4, 8, 16, 32, 48]),
+    st.booleans(),
+)
 def test_stride_through_mod_and_div_is_exact(s: int, n: int, outer: int, const: int, c: int, div: bool) -> None:
     """Whenever stride() gives a step for `(outer*o + s*r + const) % c` (or `//`) along r, consecutive values of r
     differ by exactly that step for every value of o: checked by enumeration."""
@@ -75,9 +82,10 @@ def test_stride_through_mod_and_div_is_exact(s: int, n: int, outer: int, const: 
     step = stride(idx, r)
     if step is None:
         return
+
     def val(ov: int, rv: int) -> int:
         v = outer * ov + s * rv + const
-        q = abs(v) // c * (1 if v >= 0 else -1)   # C semantics: truncation toward zero
+        q = abs(v) // c * (1 if v >= 0 else -1)  # C semantics: truncation toward zero
         return q if div else v - q * c
 
     for ov, rv in itertools.product(range(4), range(n - 1)):
@@ -95,12 +103,14 @@ def _channel_vector_reduces(prog: object, lanes: int = 16) -> list[UOp]:
     """The REDUCEs of a program whose accumulators the CPU backend keeps along a range the store does not step by 1
     (a convolution's output channels), for vectors of `lanes` floats."""
     found = []
-    for k in prog.kernels:   # type: ignore[attr-defined]
+    for k in prog.kernels:  # type: ignore[attr-defined]
         for store in (u for u in k.ast.toposort() if u.op is Ops.STORE):
             lin = store.src[0].src[1]
             for red in (u for u in store.toposort() if u.op is Ops.REDUCE):
-                outer = sorted((r for r in ranges_in(red) - set(red.src[1:]) if r.arg[1] is AxisType.UPCAST),
-                               key=lambda r: stride(lin, r) == 1)
+                outer = sorted(
+                    (r for r in ranges_in(red) - set(red.src[1:]) if r.arg[1] is AxisType.UPCAST),
+                    key=lambda r: stride(lin, r) == 1,
+                )
                 contiguous = frozenset(r for r in outer if stride(lin, r) == 1)
                 vec = accumulator_axis(red, outer, contiguous, lanes)
                 if vec is not None and vec not in contiguous:
@@ -116,8 +126,10 @@ def test_a_convolution_weight_gets_a_channel_blocked_view() -> None:
     (packed,), packs = pack_operands([t.uop])
     assert len(packs) == 1 and packs[0].shape == (1, 45, 32)
     rng = np.random.default_rng(3)
-    bufs = {"x": rng.standard_normal((2, 5, 17, 17), dtype=np.float32),
-            "w": rng.standard_normal((32, 5, 3, 3), dtype=np.float32)}
+    bufs = {
+        "x": rng.standard_normal((2, 5, 17, 17), dtype=np.float32),
+        "w": rng.standard_normal((32, 5, 3, 3), dtype=np.float32),
+    }
     np.testing.assert_allclose(evaluate(packed, bufs), evaluate(t.uop, bufs), rtol=1e-5, atol=1e-5)
     for cout, groups in ((24, 1), (32, 2)):
         t = E(1, 4, 12, 12, name="x").conv2d(E(cout, 4 // groups, 3, 3, name="w"), groups=groups)
@@ -125,11 +137,17 @@ def test_a_convolution_weight_gets_a_channel_blocked_view() -> None:
 
 
 @settings(max_examples=6, deadline=None)
-@given(st.sampled_from([1, 2]), st.sampled_from([3, 8, 16]), st.integers(5, 20), st.sampled_from([32, 48, 64]),
-       st.sampled_from([(3, 1, 1), (3, 2, 1), (1, 2, 0), (3, 1, 0)]))
-@example(n=2, cin=16, wo=7, cout=64, conv=(3, 1, 1))   # ResNet's last stage: a row of 7 in a tile of 8
-def test_accumulators_along_output_channels_are_correct(n: int, cin: int, wo: int, cout: int,
-                                                        conv: tuple[int, int, int]) -> None:
+@given(
+    st.sampled_from([1, 2]),
+    st.sampled_from([3, 8, 16]),
+    st.integers(5, 20),
+    st.sampled_from([32, 48, 64]),
+    st.sampled_from([(3, 1, 1), (3, 2, 1), (1, 2, 0), (3, 1, 0)]),
+)
+@example(n=2, cin=16, wo=7, cout=64, conv=(3, 1, 1))  # ResNet's last stage: a row of 7 in a tile of 8
+def test_accumulators_along_output_channels_are_correct(
+    n: int, cin: int, wo: int, cout: int, conv: tuple[int, int, int]
+) -> None:
     """With the weight given channels-last, the schedules that keep a vector of output channels per accumulator
     (program.accumulator_axis) exist, and every one of them computes the convolution (numpy, float64). Outputs
     5 to 20 pixels wide (narrower ones take conv2d's im2col lowering; 5 to 7 pad to one tile of 8)."""
@@ -146,8 +164,13 @@ def test_accumulators_along_output_channels_are_correct(n: int, cin: int, wo: in
     along = [(s, p) for s, p in alts if _channel_vector_reduces(p, cpu_target().simd_bytes // 4)]
     assert along, [s for s, _ in alts]
     for s, p in along[:4]:
-        np.testing.assert_allclose(p(x=x, q=np.ascontiguousarray(w.transpose(1, 2, 3, 0))), want,  # type: ignore[operator]
-                                   rtol=1e-4, atol=1e-4, err_msg=s)
+        np.testing.assert_allclose(
+            p(x=x, q=np.ascontiguousarray(w.transpose(1, 2, 3, 0))),
+            want,  # type: ignore[operator]
+            rtol=1e-4,
+            atol=1e-4,
+            err_msg=s,
+        )
 
 
 def test_a_resnet_convolution_keeps_channels_in_vectors() -> None:
@@ -164,4 +187,3 @@ def test_a_resnet_convolution_keeps_channels_in_vectors() -> None:
     x = rng.standard_normal((2, 128, 28, 28), dtype=np.float32)
     w = rng.standard_normal((128, 128, 3, 3), dtype=np.float32)
     np.testing.assert_allclose(prog(x=x, w=w), _conv_ref(x, w, 1, 1), rtol=1e-3, atol=1e-3)
-

@@ -52,6 +52,7 @@ def red(n: int, key: Any) -> UOp:
 
 # ---- computing kernels -------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("max_elements", [1 << 22, 7, 1])  # also the sliced path for big loop nests
 def test_gemm_kernel_matches_numpy(max_elements: int) -> None:
     m, k, n = 5, 4, 3
@@ -149,6 +150,7 @@ def test_gated_store_writes_only_where_the_gate_holds() -> None:
 
 # ---- bounds checking ---------------------------------------------------------------------------
 
+
 def test_out_of_bounds_load_raises() -> None:
     x, y = buf("X", 4), buf("Y", 5)
     i = loop(5, 0)
@@ -174,8 +176,10 @@ def test_out_of_bounds_inside_a_reduce_raises() -> None:
     x, y = buf("X", 12), buf("Y", 3)
     i, r = loop(3, 0), red(5, 1)
     with pytest.raises(OutOfBounds):
-        run_kernel(kernel((store(y, i, reduce(load(x, i * 4 + r), r)), (i,))),
-                   {"X": np.zeros(12, np.float32), "Y": np.zeros(3, np.float32)})
+        run_kernel(
+            kernel((store(y, i, reduce(load(x, i * 4 + r), r)), (i,))),
+            {"X": np.zeros(12, np.float32), "Y": np.zeros(3, np.float32)},
+        )
 
 
 def test_where_guarded_access_does_not_raise() -> None:

@@ -47,14 +47,22 @@ def tiny_program() -> Program:
     k = Kernel.from_ast("k_double", ast)
     k.cost = {"flops": 8.0, "bytes": 64.0}
     report = Report(stop_reason="iter_limit", limits={"iter_limit": 3}, notes=["stage 'kernel' stopped at its limit"])
-    report.extra["kernels"] = [{"name": "k_double", "cost": k.cost,
-                                "alternatives": [{"description": "x+x instead of x*2", "cost": {"total": 2.0}},
-                                                 {"description": "unroll by 4", "cost": 1.5}]}]
+    report.extra["kernels"] = [
+        {
+            "name": "k_double",
+            "cost": k.cost,
+            "alternatives": [
+                {"description": "x+x instead of x*2", "cost": {"total": 2.0}},
+                {"description": "unroll by 4", "cost": 1.5},
+            ],
+        }
+    ]
     bufs = {"x": BufferSpec("x", f32, 8, "input", (8,)), "y": BufferSpec("y", f32, 8, "output", (8,))}
     return Program([k], bufs, ["x"], ["y"], ReferenceBackend(), "reference", report)
 
 
 # ---- content -----------------------------------------------------------------------------------------------------------
+
 
 def test_page_shows_rules_charts_and_limits(simplified: SimplifyResult, page: str) -> None:
     rep = simplified.report
@@ -64,7 +72,7 @@ def test_page_shows_rules_charts_and_limits(simplified: SimplifyResult, page: st
     for rule in rep.fired_rules[:10]:
         assert f"<td>{rule}</td>" in page
     assert '<table class="sortable rules">' in page
-    assert page.count("<svg") >= 3                                   # rule bars, category bars, growth plot, phases
+    assert page.count("<svg") >= 3  # rule bars, category bars, growth plot, phases
     assert "<polyline" in page and "e-nodes" in page and "e-classes" in page
     assert "Saturation stopped: <b>saturated</b>" in page and "node_limit" in page
     for phase in rep.phases:
@@ -72,7 +80,8 @@ def test_page_shows_rules_charts_and_limits(simplified: SimplifyResult, page: st
     assert page.count("<table") == page.count("</table>")
     assert page.count("<details") == page.count("</details>")
     assert "http://" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "").replace(
-        'xmlns:xlink="http://www.w3.org/1999/xlink"', "")          # self-contained: nothing fetched
+        'xmlns:xlink="http://www.w3.org/1999/xlink"', ""
+    )  # self-contained: nothing fetched
 
 
 def test_embedded_json_is_the_report(simplified: SimplifyResult, page: str) -> None:
@@ -100,7 +109,7 @@ def test_kernels_section_and_escaping() -> None:
     prog.report.iterations = [IterationStats(0, "s", 5, 3, 0.001, {"<script>alert(1)</script>": 2})]
     page = render_html(prog.report, title="kernels", program=prog)
     assert "k_double" in page and "x+x instead of x*2" in page and "total=2" in page and "unroll by 4" in page
-    assert "flops" in page and "STORE" in page and "// k_double" in page      # AST and reference 'source'
+    assert "flops" in page and "STORE" in page and "// k_double" in page  # AST and reference 'source'
     assert "<script>alert(1)</script>" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
     assert "a limit was hit" in page and "stage &#x27;kernel&#x27; stopped" in page
     assert "This report has no e-graph snapshot" in page
@@ -112,6 +121,7 @@ def test_empty_report_renders() -> None:
 
 
 # ---- the DOT snapshot -------------------------------------------------------------------------------------------------
+
 
 def test_snapshot_truncates_and_says_so() -> None:
     from egraph_compiler.egraph import Limits
@@ -142,6 +152,7 @@ def test_snapshot_truncates_and_says_so() -> None:
 
 # ---- headless Chromium ------------------------------------------------------------------------------------------------
 
+
 def _chromium() -> str | None:
     return next((p for p in map(shutil.which, CHROMIUMS) if p), None)
 
@@ -159,9 +170,22 @@ def test_page_loads_in_headless_chromium(page: str, tmp_path: Path) -> None:
     html_file.write_text(page.replace("</body>", SORT_PROBE + "</body>"), encoding="utf-8")
     exe = _chromium()
     assert exe is not None
-    cmd = [exe, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-           "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage", "--enable-logging=stderr",
-           "--v=0", f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom", html_file.as_uri()]
+    cmd = [
+        exe,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--disable-dev-shm-usage",
+        "--enable-logging=stderr",
+        "--v=0",
+        f"--user-data-dir={tmp_path / 'profile'}",
+        "--dump-dom",
+        html_file.as_uri(),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180, check=False)
     console = [ln for ln in proc.stderr.splitlines() if ":CONSOLE" in ln or "Uncaught" in ln]
     assert not console, "console messages:\n" + "\n".join(console)

@@ -64,8 +64,10 @@ def test_structural_rule_has_no_value_meaning(rule: Rule) -> None:
             assert fn not in VALUE_FUNCTIONS, f"{rule.name} sets ({fn} ...): a value claim that must be proved"
             if fn == "dtype-of":  # the dtype of e is the dtype field of a constructor e matched
                 e, dt = args[0], action[2]
-                assert any(f[0] == "=" and f[1] == e and isinstance(f[2], list) and f[2][0] in EGG_TO_OP
-                           and f[2][1] == dt for f in body), f"{rule.name}: dtype-of not read from the node"
+                assert any(
+                    f[0] == "=" and f[1] == e and isinstance(f[2], list) and f[2][0] in EGG_TO_OP and f[2][1] == dt
+                    for f in body
+                ), f"{rule.name}: dtype-of not read from the node"
 
 
 @pytest.mark.parametrize("rule", shard(0), ids=[r.name for r in shard(0)])

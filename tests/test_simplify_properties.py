@@ -199,14 +199,13 @@ def test_affine_divmod_fold_recombines_a_split_range() -> None:
     j = jo * 32 + ji
     assert fold_affine_divmod(j // 32) is jo
     assert fold_affine_divmod(j % 32) is ji
-    straddle = fold_affine_divmod((j + 5) // 32)   # ji + 5 may pass 32: left for the e-graph
+    straddle = fold_affine_divmod((j + 5) // 32)  # ji + 5 may pass 32: left for the e-graph
     assert any(x.op is Ops.IDIV for x in straddle.toposort())
 
 
 @settings(max_examples=60, deadline=None)
 @given(st.integers(-20, 20), st.integers(0, 5), st.integers(1, 12), st.integers(-3, 3), st.integers(0, 2**16))
-def test_a_flat_index_taken_apart_and_put_back_is_the_index(const: int, scale: int, c: int, k: int,
-                                                             seed: int) -> None:
+def test_a_flat_index_taken_apart_and_put_back_is_the_index(const: int, scale: int, c: int, k: int, seed: int) -> None:
     """`(x // c) * (c*k) + (x % c) * k` (a reshape's flat index split into two axes and flattened again, as a
     packed convolution weight is read) folds to `k*x` with no div or mod left, for any integer x (floor division:
     negative values too), and keeps every value."""

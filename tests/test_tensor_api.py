@@ -22,6 +22,7 @@ J = rand_array((3, 4), np.int32, seed=4, lo=1, hi=9)  # non-zero divisors
 
 # ---- creation ----------------------------------------------------------------------------------
 
+
 def test_tensor_from_numpy_list_and_scalar() -> None:
     check(run(Tensor(A)), A, dtype=np.float32)
     check(run(Tensor(I)), I, dtype=np.int32)
@@ -74,9 +75,15 @@ def test_rand_is_uniform_and_reproducible_from_its_seed() -> None:
 # ---- elementwise, promotion, comparisons --------------------------------------------------------
 
 BINARY: list[tuple[str, Callable[[Any, Any], Any]]] = [
-    ("add", lambda p, q: p + q), ("sub", lambda p, q: p - q), ("mul", lambda p, q: p * q),
-    ("lt", lambda p, q: p < q), ("gt", lambda p, q: p > q), ("le", lambda p, q: p <= q),
-    ("ge", lambda p, q: p >= q), ("eq", lambda p, q: p == q), ("ne", lambda p, q: p != q),
+    ("add", lambda p, q: p + q),
+    ("sub", lambda p, q: p - q),
+    ("mul", lambda p, q: p * q),
+    ("lt", lambda p, q: p < q),
+    ("gt", lambda p, q: p > q),
+    ("le", lambda p, q: p <= q),
+    ("ge", lambda p, q: p >= q),
+    ("eq", lambda p, q: p == q),
+    ("ne", lambda p, q: p != q),
 ]
 
 
@@ -103,10 +110,20 @@ def test_division_floor_division_and_modulo() -> None:
     check(run(Tensor(f) % 2), f % 2)
 
 
-@pytest.mark.parametrize(("a", "b"), [
-    (np.int8, np.int16), (np.int8, np.uint8), (np.uint8, np.float16), (np.int32, np.float32), (np.int64, np.uint32),
-    (np.float16, np.float32), (np.bool_, np.int8), (np.uint16, np.int16), (np.int32, np.float64),
-])
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        (np.int8, np.int16),
+        (np.int8, np.uint8),
+        (np.uint8, np.float16),
+        (np.int32, np.float32),
+        (np.int64, np.uint32),
+        (np.float16, np.float32),
+        (np.bool_, np.int8),
+        (np.uint16, np.int16),
+        (np.int32, np.float64),
+    ],
+)
 def test_tensor_tensor_promotion_follows_numpy(a: Any, b: Any) -> None:
     x, y = rand_array((2, 3), a, seed=1), rand_array((2, 3), b, seed=2)
     check(run(Tensor(x) + Tensor(y)), x + y, dtype=np.result_type(a, b))
@@ -205,32 +222,38 @@ def test_cast() -> None:
 X3 = rand_array((2, 3, 4), seed=21)
 
 
-@pytest.mark.parametrize(("name", "fn", "ref"), [
-    ("reshape", lambda t: t.reshape(4, 6), lambda x: x.reshape(4, 6)),
-    ("reshape-1", lambda t: t.reshape(-1, 4), lambda x: x.reshape(-1, 4)),
-    ("reshape-tuple", lambda t: t.reshape((3, -1)), lambda x: x.reshape(3, -1)),
-    ("permute", lambda t: t.permute(2, 0, 1), lambda x: x.transpose(2, 0, 1)),
-    ("transpose", lambda t: t.transpose(0, 2), lambda x: x.swapaxes(0, 2)),
-    ("T", lambda t: t.T, lambda x: x.T),
-    ("expand", lambda t: t[:, :1].expand(2, 5, 4), lambda x: np.broadcast_to(x[:, :1], (2, 5, 4))),
-    ("expand-new-axis", lambda t: t.expand(3, 2, 3, 4), lambda x: np.broadcast_to(x, (3, 2, 3, 4))),
-    ("pad", lambda t: t.pad(((1, 0), (0, 2), (1, 1))), lambda x: np.pad(x, ((1, 0), (0, 2), (1, 1)))),
-    ("pad-value", lambda t: t.pad(((0, 0), (1, 1), (0, 0)), value=-2.0),
-     lambda x: np.pad(x, ((0, 0), (1, 1), (0, 0)), constant_values=-2)),
-    ("shrink", lambda t: t.shrink(((1, 2), (0, 3), (1, 3))), lambda x: x[1:2, 0:3, 1:3]),
-    ("flip", lambda t: t.flip(1), lambda x: np.flip(x, 1)),
-    ("flip-many", lambda t: t.flip((0, -1)), lambda x: np.flip(x, (0, 2))),
-    ("getitem-int", lambda t: t[1], lambda x: x[1]),
-    ("getitem-neg", lambda t: t[-1, -2], lambda x: x[-1, -2]),
-    ("getitem-slices", lambda t: t[:, 1:, ::2], lambda x: x[:, 1:, ::2]),
-    ("getitem-neg-step", lambda t: t[::-1, ::-2, 3:0:-2], lambda x: x[::-1, ::-2, 3:0:-2]),
-    ("getitem-none", lambda t: t[None, 0, None, :, 1], lambda x: x[None, 0, None, :, 1]),
-    ("getitem-ellipsis", lambda t: t[..., 1:3], lambda x: x[..., 1:3]),
-    ("getitem-step3", lambda t: t[:, :, ::3], lambda x: x[:, :, ::3]),
-    ("getitem-scalar", lambda t: t[1, 2, 3], lambda x: x[1, 2, 3]),
-    ("flatten", lambda t: t.flatten(1), lambda x: x.reshape(2, 12)),
-    ("unsqueeze", lambda t: t.unsqueeze(-1), lambda x: x[..., None]),
-])
+@pytest.mark.parametrize(
+    ("name", "fn", "ref"),
+    [
+        ("reshape", lambda t: t.reshape(4, 6), lambda x: x.reshape(4, 6)),
+        ("reshape-1", lambda t: t.reshape(-1, 4), lambda x: x.reshape(-1, 4)),
+        ("reshape-tuple", lambda t: t.reshape((3, -1)), lambda x: x.reshape(3, -1)),
+        ("permute", lambda t: t.permute(2, 0, 1), lambda x: x.transpose(2, 0, 1)),
+        ("transpose", lambda t: t.transpose(0, 2), lambda x: x.swapaxes(0, 2)),
+        ("T", lambda t: t.T, lambda x: x.T),
+        ("expand", lambda t: t[:, :1].expand(2, 5, 4), lambda x: np.broadcast_to(x[:, :1], (2, 5, 4))),
+        ("expand-new-axis", lambda t: t.expand(3, 2, 3, 4), lambda x: np.broadcast_to(x, (3, 2, 3, 4))),
+        ("pad", lambda t: t.pad(((1, 0), (0, 2), (1, 1))), lambda x: np.pad(x, ((1, 0), (0, 2), (1, 1)))),
+        (
+            "pad-value",
+            lambda t: t.pad(((0, 0), (1, 1), (0, 0)), value=-2.0),
+            lambda x: np.pad(x, ((0, 0), (1, 1), (0, 0)), constant_values=-2),
+        ),
+        ("shrink", lambda t: t.shrink(((1, 2), (0, 3), (1, 3))), lambda x: x[1:2, 0:3, 1:3]),
+        ("flip", lambda t: t.flip(1), lambda x: np.flip(x, 1)),
+        ("flip-many", lambda t: t.flip((0, -1)), lambda x: np.flip(x, (0, 2))),
+        ("getitem-int", lambda t: t[1], lambda x: x[1]),
+        ("getitem-neg", lambda t: t[-1, -2], lambda x: x[-1, -2]),
+        ("getitem-slices", lambda t: t[:, 1:, ::2], lambda x: x[:, 1:, ::2]),
+        ("getitem-neg-step", lambda t: t[::-1, ::-2, 3:0:-2], lambda x: x[::-1, ::-2, 3:0:-2]),
+        ("getitem-none", lambda t: t[None, 0, None, :, 1], lambda x: x[None, 0, None, :, 1]),
+        ("getitem-ellipsis", lambda t: t[..., 1:3], lambda x: x[..., 1:3]),
+        ("getitem-step3", lambda t: t[:, :, ::3], lambda x: x[:, :, ::3]),
+        ("getitem-scalar", lambda t: t[1, 2, 3], lambda x: x[1, 2, 3]),
+        ("flatten", lambda t: t.flatten(1), lambda x: x.reshape(2, 12)),
+        ("unsqueeze", lambda t: t.unsqueeze(-1), lambda x: x[..., None]),
+    ],
+)
 def test_movement_matches_numpy(name: str, fn: Callable, ref: Callable) -> None:
     check(run(fn(Tensor(X3))), ref(X3))
 
@@ -247,6 +270,7 @@ def test_cat_and_stack() -> None:
 
 
 # ---- reductions --------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("axis", [None, 0, 1, -1, (0, 2), (0, 1, 2)])
 @pytest.mark.parametrize("keepdim", [False, True])
@@ -274,6 +298,7 @@ def test_reduction_accumulation_dtypes() -> None:
 
 
 # ---- matmul, nn ops ----------------------------------------------------------------------------
+
 
 def test_matmul_dot_and_at_operator() -> None:
     check(run(Tensor(A) @ Tensor(B)), A @ B)
@@ -307,8 +332,9 @@ def test_softmax_log_softmax_layernorm() -> None:
     check(run(t.layernorm(axis=0, eps=1e-3)), (x - mu0) / np.sqrt(var0 + 1e-3), rtol=1e-4, atol=1e-5)
 
 
-def conv2d_ref(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, stride: int, padding: int, dilation: int,
-               groups: int) -> np.ndarray:
+def conv2d_ref(
+    x: np.ndarray, w: np.ndarray, b: np.ndarray | None, stride: int, padding: int, dilation: int, groups: int
+) -> np.ndarray:
     """Direct loops over output positions (float64)."""
     n = x.shape[0]
     cout, cg, kh, kw = w.shape
@@ -320,22 +346,35 @@ def conv2d_ref(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, stride: int, 
         g = o // (cout // groups)
         for i in range(ho):
             for j in range(wo):
-                patch = xp[:, g * cg:(g + 1) * cg, i * stride:i * stride + dilation * (kh - 1) + 1:dilation,
-                           j * stride:j * stride + dilation * (kw - 1) + 1:dilation]
+                patch = xp[
+                    :,
+                    g * cg : (g + 1) * cg,
+                    i * stride : i * stride + dilation * (kh - 1) + 1 : dilation,
+                    j * stride : j * stride + dilation * (kw - 1) + 1 : dilation,
+                ]
                 out[:, o, i, j] = (patch * w[o]).sum((1, 2, 3))
     return out if b is None else out + b.reshape(1, -1, 1, 1)
 
 
-@pytest.mark.parametrize("width", [6, 12])   # outputs narrower than 5 take the im2col + GEMM lowering
-@pytest.mark.parametrize(("stride", "padding", "dilation", "groups", "bias"), [
-    (1, 0, 1, 1, False), (2, 1, 1, 1, True), (1, 2, 2, 1, False), (3, 1, 1, 2, True), (2, 0, 2, 2, False),
-])
-def test_conv2d_matches_direct_convolution(stride: int, padding: int, dilation: int, groups: int, bias: bool,
-                                           width: int) -> None:
+@pytest.mark.parametrize("width", [6, 12])  # outputs narrower than 5 take the im2col + GEMM lowering
+@pytest.mark.parametrize(
+    ("stride", "padding", "dilation", "groups", "bias"),
+    [
+        (1, 0, 1, 1, False),
+        (2, 1, 1, 1, True),
+        (1, 2, 2, 1, False),
+        (3, 1, 1, 2, True),
+        (2, 0, 2, 2, False),
+    ],
+)
+def test_conv2d_matches_direct_convolution(
+    stride: int, padding: int, dilation: int, groups: int, bias: bool, width: int
+) -> None:
     x, w = rand_array((2, 4, 7, width), seed=31), rand_array((6, 4 // groups, 3, 2), seed=32)
     b = rand_array((6,), seed=33) if bias else None
-    got = Tensor(x).conv2d(Tensor(w), None if b is None else Tensor(b), stride=stride, padding=padding,
-                           dilation=dilation, groups=groups)
+    got = Tensor(x).conv2d(
+        Tensor(w), None if b is None else Tensor(b), stride=stride, padding=padding, dilation=dilation, groups=groups
+    )
     check(run(got), conv2d_ref(x, w, b, stride, padding, dilation, groups), rtol=1e-5, atol=1e-5)
 
 
@@ -353,14 +392,13 @@ def test_scaled_dot_product_attention() -> None:
     check(run(Tensor(q).scaled_dot_product_attention(Tensor(k), Tensor(v), is_causal=True)), _sdpa_ref(q, k, v, causal))
     bmask = np.random.default_rng(0).random((5, 6)) < 0.6
     bmask[:, 0] = True
-    check(run(Tensor(q).scaled_dot_product_attention(Tensor(k), Tensor(v), attn_mask=Tensor(bmask))),
-          _sdpa_ref(q, k, v, bmask))
+    check(run(Tensor(q).scaled_dot_product_attention(Tensor(k), Tensor(v), attn_mask=Tensor(bmask))), _sdpa_ref(q, k, v, bmask))
     fmask = rand_array((5, 6), seed=44)
-    check(run(Tensor(q).scaled_dot_product_attention(Tensor(k), Tensor(v), attn_mask=Tensor(fmask))),
-          _sdpa_ref(q, k, v, fmask))
+    check(run(Tensor(q).scaled_dot_product_attention(Tensor(k), Tensor(v), attn_mask=Tensor(fmask))), _sdpa_ref(q, k, v, fmask))
 
 
 # ---- the spec's compositions -------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("axis", [0, 1, -1])
 def test_cumsum(axis: int) -> None:
@@ -420,15 +458,15 @@ def test_inputs_are_never_changed_silently(target: str) -> None:
     i = Tensor.empty(3, dtype="int32", name="i")
     f = Tensor.empty(2, 2, dtype="float32", name="f")
     pi, pf = optimize(i + 1, target=target), optimize(f * 2, target=target)
-    np.testing.assert_array_equal(pi(i=np.array([1, 2, 3], np.int64)), [2, 3, 4])       # exact: accepted
+    np.testing.assert_array_equal(pi(i=np.array([1, 2, 3], np.int64)), [2, 3, 4])  # exact: accepted
     np.testing.assert_array_equal(pf(f=np.array([[1.5, 2], [3, -4]])), [[3, 4], [6, -8]])  # float64, exact
     with pytest.raises(MissingInput, match="exactly") as e:
-        pi(i=np.array([1, 2, 2**40 + 5], np.int64))                                        # would wrap to 5
+        pi(i=np.array([1, 2, 2**40 + 5], np.int64))  # would wrap to 5
     assert "np.asarray" in str(e.value)
     with pytest.raises(MissingInput, match="exactly"):
-        pf(f=np.array([[0.1, 0], [0, 0]]))                                                 # would round
+        pf(f=np.array([[0.1, 0], [0, 0]]))  # would round
     with pytest.raises(MissingInput, match="shape") as e:
-        pf(f=np.zeros(4, np.float32))                                                      # flat: not reshaped
+        pf(f=np.zeros(4, np.float32))  # flat: not reshaped
     assert "reshape" in str(e.value)
 
 
@@ -443,9 +481,13 @@ def test_python_ints_never_wrap_silently() -> None:
     assert lst.dtype is dtypes.int64
     np.testing.assert_array_equal(run(lst), [1, -(2**40)])
     assert Tensor([1, 2]).dtype is dtypes.int32
-    for bad in (lambda: Tensor(2**40, dtype="int32"), lambda: Tensor([0, 300], dtype="int8"),
-                lambda: Tensor(np.array([1, 2], np.int8)) + 300, lambda: Tensor(np.array([1], np.uint8)) - (-1),
-                lambda: Tensor(2**70)):
+    for bad in (
+        lambda: Tensor(2**40, dtype="int32"),
+        lambda: Tensor([0, 300], dtype="int8"),
+        lambda: Tensor(np.array([1, 2], np.int8)) + 300,
+        lambda: Tensor(np.array([1], np.uint8)) - (-1),
+        lambda: Tensor(2**70),
+    ):
         with pytest.raises(DTypeError):
             bad()
     check(run(Tensor(np.array([1, 2], np.int8)) + 100), np.array([101, 102], np.int8), dtype=np.int8)

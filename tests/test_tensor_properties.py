@@ -16,10 +16,17 @@ from egraph_compiler.diagnostics import DTypeError
 INT_DTYPES = [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32]
 ALL_DTYPES = [np.bool_, *INT_DTYPES, np.float16, np.float32, np.float64]
 
-ARITH = {"add": lambda p, q: p + q, "sub": lambda p, q: p - q, "mul": lambda p, q: p * q,
-         "max": lambda p, q: p.maximum(q) if isinstance(p, Tensor) else np.maximum(p, q),
-         "min": lambda p, q: p.minimum(q) if isinstance(p, Tensor) else np.minimum(p, q),
-         "lt": lambda p, q: p < q, "eq": lambda p, q: p == q, "ne": lambda p, q: p != q, "ge": lambda p, q: p >= q}
+ARITH = {
+    "add": lambda p, q: p + q,
+    "sub": lambda p, q: p - q,
+    "mul": lambda p, q: p * q,
+    "max": lambda p, q: p.maximum(q) if isinstance(p, Tensor) else np.maximum(p, q),
+    "min": lambda p, q: p.minimum(q) if isinstance(p, Tensor) else np.minimum(p, q),
+    "lt": lambda p, q: p < q,
+    "eq": lambda p, q: p == q,
+    "ne": lambda p, q: p != q,
+    "ge": lambda p, q: p >= q,
+}
 
 
 @given(broadcastable_pair(), st.sampled_from(sorted(ARITH)), st.sampled_from([np.int32, np.float32]), st.data())
@@ -28,8 +35,12 @@ def test_broadcast_binary_ops_match_numpy(shp: Any, op: str, dt: Any, data: st.D
     check(run(ARITH[op](Tensor(x), Tensor(y))), ARITH[op](x, y), dtype=ARITH[op](x, y).dtype)
 
 
-@given(st.sampled_from(ALL_DTYPES), st.sampled_from(ALL_DTYPES), st.sampled_from(["add", "mul", "lt", "max"]),
-       st.integers(0, 2**16))
+@given(
+    st.sampled_from(ALL_DTYPES),
+    st.sampled_from(ALL_DTYPES),
+    st.sampled_from(["add", "mul", "lt", "max"]),
+    st.integers(0, 2**16),
+)
 def test_random_dtype_pairs_promote_and_compute_like_numpy(a: Any, b: Any, op: str, seed: int) -> None:
     x, y = rand_array((2, 3), a, seed), rand_array((3,), b, seed + 1)
     with np.errstate(all="ignore"):
@@ -54,6 +65,7 @@ def test_python_int_scalars_are_weak_and_wrap_like_numpy(dt: Any, op: str, k: in
 
 
 # ---- movement chains ---------------------------------------------------------------------------
+
 
 @st.composite
 def movement_chain(draw: st.DrawFn, max_ops: int = 5) -> tuple[np.ndarray, list[tuple[str, Any]]]:
@@ -158,13 +170,19 @@ def test_elementwise_after_movement_chains(chain: tuple[np.ndarray, list[tuple[s
 
 # ---- reductions and matmul ---------------------------------------------------------------------
 
+
 @st.composite
 def reduce_case(draw: st.DrawFn) -> tuple[np.ndarray, Any, bool]:
     shape = draw(shapes(1, 4))
     x = draw(arrays(shape, draw(st.sampled_from([np.float32, np.int32, np.int8, np.uint8]))))
     nd = len(shape)
-    axis = draw(st.one_of(st.none(), st.integers(-nd, nd - 1),
-                          st.lists(st.integers(0, nd - 1), min_size=1, max_size=nd, unique=True).map(tuple)))
+    axis = draw(
+        st.one_of(
+            st.none(),
+            st.integers(-nd, nd - 1),
+            st.lists(st.integers(0, nd - 1), min_size=1, max_size=nd, unique=True).map(tuple),
+        )
+    )
     return x, axis, draw(st.booleans())
 
 
@@ -193,7 +211,7 @@ def test_reductions_match_numpy(case: tuple[np.ndarray, Any, bool], op: str) -> 
 def matmul_case(draw: st.DrawFn) -> tuple[np.ndarray, np.ndarray]:
     m, k, n = draw(st.integers(1, 5)), draw(st.integers(1, 5)), draw(st.integers(1, 5))
     batch = draw(shapes(0, 2, 3))
-    a_batch = tuple(1 if draw(st.booleans()) else s for s in batch)[draw(st.integers(0, len(batch))):]
+    a_batch = tuple(1 if draw(st.booleans()) else s for s in batch)[draw(st.integers(0, len(batch))) :]
     a_shape = draw(st.sampled_from([(k,), (*a_batch, m, k)]))
     b_shape = draw(st.sampled_from([(k,), (*batch, k, n)]))
     dt = draw(st.sampled_from([np.float32, np.int32]))

@@ -21,10 +21,13 @@ def _job(i: int) -> bool:
     prog = optimize(out, target="llvm")
     av, bv = rng.standard_normal((rows, 16), dtype=np.float32), rng.standard_normal((16, 4), dtype=np.float32)
     ab = av @ bv
-    want = [np.maximum(ab, 0) + 1, np.exp(ab - ab.max(1, keepdims=True)) / np.exp(ab - ab.max(1, keepdims=True)).sum(
-        1, keepdims=True), av.sum(1) * 2][i % len(kinds)]
+    want = [
+        np.maximum(ab, 0) + 1,
+        np.exp(ab - ab.max(1, keepdims=True)) / np.exp(ab - ab.max(1, keepdims=True)).sum(1, keepdims=True),
+        av.sum(1) * 2,
+    ][i % len(kinds)]
     ok = np.allclose(prog(a=av, b=bv) if i % len(kinds) < 2 else prog(a=av), want, rtol=1e-4, atol=1e-4)
-    realized = (Tensor(av) * float(i)).sum().numpy()   # Tensor.numpy() optimizes through the runtime's cache
+    realized = (Tensor(av) * float(i)).sum().numpy()  # Tensor.numpy() optimizes through the runtime's cache
     return ok and np.allclose(realized, (av * i).sum(), rtol=1e-4, atol=1e-3)
 
 
@@ -32,7 +35,7 @@ def test_optimize_and_run_from_many_threads() -> None:
     with ThreadPoolExecutor(4) as pool:
         results = list(pool.map(_job, range(12)))
     assert all(results), results
-    assert _job(0)   # the process is not poisoned: a later call on this thread works too
+    assert _job(0)  # the process is not poisoned: a later call on this thread works too
 
 
 def test_the_jit_cache_is_bounded_and_evicted_programs_still_run(monkeypatch: object) -> None:
@@ -40,7 +43,7 @@ def test_the_jit_cache_is_bounded_and_evicted_programs_still_run(monkeypatch: ob
     whose module left the cache still runs."""
     from egraph_compiler.backends import llvm
 
-    monkeypatch.setattr(llvm, "MAX_CACHED_MODULES", 3)   # type: ignore[attr-defined]
+    monkeypatch.setattr(llvm, "MAX_CACHED_MODULES", 3)  # type: ignore[attr-defined]
     x = Tensor.empty(5, 7, name="x")
     progs = [optimize(x * float(k) + float(k), target="llvm") for k in range(8)]
     xv = np.arange(35, dtype=np.float32).reshape(5, 7)

@@ -39,6 +39,7 @@ def render_eval(u: UOp, env: Env) -> Any:
 
 # ---- hash-consing and immutability -------------------------------------------------------------
 
+
 def test_structurally_equal_uops_are_the_same_object() -> None:
     x, y = UOp.variable("x", 0, 10), UOp.variable("y", 0, 10)
     assert UOp.variable("x", 0, 10) is x
@@ -207,6 +208,7 @@ def test_movement_uops_check_shapes_at_construction() -> None:
 
 # ---- random integer expressions ----------------------------------------------------------------
 
+
 def _leaf() -> st.SearchStrategy[Expr]:
     var = st.sampled_from(sorted(VARS)).map(lambda n: (V[n], lambda env, n=n: env[n]))
     const = st.integers(-12, 12).map(lambda c: (UOp.const(c), lambda env, c=c: c))
@@ -215,16 +217,22 @@ def _leaf() -> st.SearchStrategy[Expr]:
 
 def _binary(ints: st.SearchStrategy[Expr]) -> st.SearchStrategy[Expr]:
     ops: list[tuple[Callable[[UOp, UOp], UOp], Callable[[Any, Any], Any]]] = [
-        (lambda p, q: p + q, lambda p, q: p + q), (lambda p, q: p - q, lambda p, q: p - q),
-        (lambda p, q: p * q, lambda p, q: p * q), (lambda p, q: p // q, lambda p, q: p // q),
-        (lambda p, q: p % q, lambda p, q: p % q), (lambda p, q: p.maximum(q), max),
-        (lambda p, q: p.minimum(q), min), (lambda p, q: p & q, lambda p, q: p & q),
-        (lambda p, q: p | q, lambda p, q: p | q), (lambda p, q: p ^ q, lambda p, q: p ^ q),
+        (lambda p, q: p + q, lambda p, q: p + q),
+        (lambda p, q: p - q, lambda p, q: p - q),
+        (lambda p, q: p * q, lambda p, q: p * q),
+        (lambda p, q: p // q, lambda p, q: p // q),
+        (lambda p, q: p % q, lambda p, q: p % q),
+        (lambda p, q: p.maximum(q), max),
+        (lambda p, q: p.minimum(q), min),
+        (lambda p, q: p & q, lambda p, q: p & q),
+        (lambda p, q: p | q, lambda p, q: p | q),
+        (lambda p, q: p ^ q, lambda p, q: p ^ q),
     ]
 
     def combine(op: tuple[Callable, Callable], a: Expr, b: Expr) -> Expr:
         (ua, fa), (ub, fb) = a, b
         return op[0](ua, ub), lambda env: op[1](fa(env), fb(env))
+
     return st.builds(combine, st.sampled_from(ops), ints, ints)
 
 
@@ -236,6 +244,7 @@ def _unary(ints: st.SearchStrategy[Expr]) -> st.SearchStrategy[Expr]:
         if left:
             return a[0] << k, lambda env: a[1](env) << k
         return a[0] >> k, lambda env: a[1](env) >> k
+
     return st.one_of(st.builds(neg, ints), st.builds(shift, ints, st.integers(0, 3), st.booleans()))
 
 
@@ -249,6 +258,7 @@ def _bools(ints: st.SearchStrategy[Expr]) -> st.SearchStrategy[Expr]:
         if kind == "eq":
             return ua.eq(ub), lambda env: fa(env) == fb(env)
         return ua >= ub, lambda env: fa(env) >= fb(env)
+
     base = st.builds(cmp, st.sampled_from(["lt", "ne", "eq", "ge"]), ints, ints)
 
     def logic(kind: str, a: Expr, b: Expr) -> Expr:
@@ -260,6 +270,7 @@ def _bools(ints: st.SearchStrategy[Expr]) -> st.SearchStrategy[Expr]:
         if kind == "xor":
             return ua ^ ub, lambda env: fa(env) != fb(env)
         return -ua, lambda env: not fa(env)
+
     return st.one_of(base, st.builds(logic, st.sampled_from(["and", "or", "xor", "not"]), base, base))
 
 
@@ -268,12 +279,15 @@ def _where(ints: st.SearchStrategy[Expr]) -> st.SearchStrategy[Expr]:
         def f(env: Env) -> Any:
             va, vb = a[1](env), b[1](env)  # both branches evaluated, as the rendered where() call does
             return va if c[1](env) else vb
+
         return c[0].where(a[0], b[0]), f
+
     return st.builds(build, _bools(ints), ints, ints)
 
 
 int_exprs: st.SearchStrategy[Expr] = st.recursive(
-    _leaf(), lambda ints: st.one_of(_binary(ints), _unary(ints), _where(ints)), max_leaves=8)
+    _leaf(), lambda ints: st.one_of(_binary(ints), _unary(ints), _where(ints)), max_leaves=8
+)
 assignments = st.fixed_dictionaries({n: st.integers(lo, hi) for n, (lo, hi) in VARS.items()})
 
 
