@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench bench-models bench-kernels bench-calibrate clean
+.PHONY: demo test fuzz lint bench bench-models bench-kernels bench-calibrate clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $$(.ci/find-python) -m venv $(VENV)
@@ -19,6 +19,12 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q -n auto --dist loadfile tests; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
+
+# the nightly-sized fuzz run: 10,000 random programs per property (API fuzz against numpy, random fusion DAGs,
+# tensor properties), each checked against an independent model; hours, not minutes
+fuzz: $(STAMP)
+	HYPOTHESIS_PROFILE=nightly $(PY) -m pytest -q -n auto tests/test_api_fuzz.py tests/test_tensor_properties.py \
+	  tests/test_fusion.py -k "random or fuzz or propert"
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

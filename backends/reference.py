@@ -175,12 +175,40 @@ def _inline_functions(roots: list[UOp]) -> list[UOp]:
 # ---- kernel level ------------------------------------------------------------------------------
 
 
-class _KernelEval:
-    """Evaluates one kernel AST with every RANGE as its own broadcast axis."""
+def range_axes(ast: UOp) -> tuple[dict[UOp, int], int]:
+    """A broadcast axis for every RANGE of a kernel, and how many axes: ranges that can be live at once (the
+    loop ranges, and each REDUCE's ranges with every range around it) get different axes, and the ranges of
+    sibling reductions share one (numpy arrays have at most 32 axes; a kernel of many small reductions has more
+    ranges than that)."""
+    around: dict[UOp, set[UOp]] = {}  # the ranges enclosing each node: loops of its END, reductions it is under
+    loops: set[UOp] = set()
+    for u in reversed(ast.toposort()):  # parents before children
+        ctx = around.get(u, set())
+        for i, s in enumerate(u.src):
+            inner = ctx
+            if u.op is Ops.END and i == 0:
+                loops.update(u.src[1:])
+                inner = ctx | set(u.src[1:])
+            elif u.op is Ops.REDUCE and i == 0:
+                inner = ctx | set(u.src[1:])
+            around.setdefault(s, set()).update(inner)
+    apart: dict[UOp, set[UOp]] = {}  # pairs that need different axes
+    groups = [loops] + [set(u.src[1:]) | around.get(u, set()) for u in around if u.op is Ops.REDUCE]
+    for g in groups:
+        for r in g:
+            apart.setdefault(r, set()).update(g - {r})
+    axis: dict[UOp, int] = {}
+    for r in kernel_ranges(ast):
+        taken = {axis[o] for o in apart.get(r, ()) if o in axis}
+        axis[r] = next(i for i in range(len(taken) + 1) if i not in taken)
+    return axis, max(axis.values(), default=-1) + 1
 
-    def __init__(self, ranges: list[UOp], buffers: Env, fixed: dict[UOp, np.ndarray]) -> None:
-        self.axis = {r: i for i, r in enumerate(ranges)}
-        self.nd = len(ranges)
+
+class _KernelEval:
+    """Evaluates one kernel AST with every RANGE as a broadcast axis (`range_axes`)."""
+
+    def __init__(self, axes: tuple[dict[UOp, int], int], buffers: Env, fixed: dict[UOp, np.ndarray]) -> None:
+        self.axis, self.nd = axes
         self.buffers = buffers
         self.fixed = fixed
         self.memo: dict[tuple[UOp, int], np.ndarray] = {}
@@ -330,6 +358,8 @@ def run_kernel(ast: UOp, buffers: Env, max_elements: int = 1 << 22) -> None:
     if ast.op is not Ops.SINK:
         raise UnsupportedOp(at=ast.op.name, why="a kernel must be rooted at SINK", suggestion="wrap it in SINK(...)")
     ranges = kernel_ranges(ast)
+    axes = range_axes(ast)
+    axis, nd = axes
     for item in ast.src:
         loop = list(item.src[1:]) if item.op is Ops.END else []
         store = item.src[0] if item.op is Ops.END else item
@@ -338,20 +368,25 @@ def run_kernel(ast: UOp, buffers: Env, max_elements: int = 1 << 22) -> None:
             store = store.src[0]
         if store.op is not Ops.STORE:
             raise UnsupportedOp(at=store.op.name, why="expected STORE under END", suggestion="check the kernel AST")
-        total = math.prod(int(r.src[0].arg) for r in ranges) if ranges else 1
+        sizes = [1] * nd  # the largest array the evaluation makes: per axis, its longest range
+        for r in ranges:
+            sizes[axis[r]] = max(sizes[axis[r]], int(r.src[0].arg))
+        total = math.prod(sizes)
         outer = loop[0] if loop else None
+        loop_shape = [1] * nd
+        for r in loop:
+            loop_shape[axis[r]] = int(r.src[0].arg)
         if outer is None or total <= max_elements:
-            ev = _KernelEval(ranges, buffers, {})
-            ev.store(store, tuple(int(r.src[0].arg) if r in loop else 1 for r in ranges))
+            _KernelEval(axes, buffers, {}).store(store, tuple(loop_shape))
             continue
         n = int(outer.src[0].arg)
         step = max(1, n * max_elements // total)
         for lo in range(0, n, step):
             hi = min(n, lo + step)
-            shape = [1] * len(ranges)
-            shape[ranges.index(outer)] = hi - lo
-            ev = _KernelEval(ranges, buffers, {outer: np.arange(lo, hi, dtype=np.int64).reshape(shape)})
-            ev.store(store, tuple((hi - lo) if r is outer else (int(r.src[0].arg) if r in loop else 1) for r in ranges))
+            shape = [1] * nd
+            shape[axis[outer]] = hi - lo
+            ev = _KernelEval(axes, buffers, {outer: np.arange(lo, hi, dtype=np.int64).reshape(shape)})
+            ev.store(store, tuple(hi - lo if i == axis[outer] else n for i, n in enumerate(loop_shape)))
 
 
 class ReferenceBackend:

@@ -241,8 +241,14 @@ class EGraphSession:
         progress: Callable[[IterationStats], None] | None = None,
         count_classes: int = 20_000,
         watch: Sequence[str] = (),
+        deadline: float | None = None,
+        cut_baseline: bool = True,
     ) -> str:
         """Run the stages in order under `limits`; returns (and records) the stop reason.
+
+        `deadline` (a perf_counter time: the caller's time limit for its whole call) stops every stage, the
+        unlimited ones too where `cut_baseline` ("time_ceiling": their result is then incomplete, like at the node
+        ceiling).
 
         Each step saturates the analyses in chunks of ANALYSIS_CHUNK iterations, checking the limits after every
         chunk (an analysis iteration can grow the e-graph as much as a rule step), then runs the stage's rules
@@ -259,8 +265,11 @@ class EGraphSession:
         base = 0  # nodes of the unlimited stages (the baseline): node_limit counts the growth past them
 
         def over_limit(stage: Stage, step_start: int) -> str | None:
+            late = deadline is not None and time.perf_counter() > deadline
             if not stage.limited:
-                return "node_ceiling" if self.size() > BASELINE_CEILING else None
+                return "node_ceiling" if self.size() > BASELINE_CEILING else "time_ceiling" if late and cut_baseline else None
+            if late:
+                return "time_limit"
             nodes = self.size()
             if nodes - base > limits.node_limit:
                 return "node_limit"
@@ -334,7 +343,9 @@ class EGraphSession:
                     else f"it reached its {stage_reason.replace('_', ' ')}"
                 )
                 report.notes.append(f"stage {stage.name!r} stopped because {why}; the result is the best program found so far")
-                cut = stage_reason in ("node_limit", "time_limit", "growth_limit", "node_ceiling")
+                cut = stage_reason in ("node_limit", "time_limit", "growth_limit", "node_ceiling", "time_ceiling")
+                if stage_reason in ("node_ceiling", "time_ceiling"):  # an incomplete baseline: later stages cannot help
+                    break
             if not stage.limited:
                 base, clock = self.size(), time.perf_counter()
         report.add_phase("saturate", time.perf_counter() - start)

@@ -154,6 +154,21 @@ def materialization_candidates(roots: list[UOp]) -> list[UOp]:
     return out
 
 
+def barrier_every_candidate(roots: list[UOp]) -> list[UOp]:
+    """The graph with every materialization candidate, and every output another value reads, behind a
+    CONTIGUOUS barrier: each is computed once in its own kernel and loaded everywhere else, so rangeify grows
+    linearly with the graph (the fallback when inline alternatives outgrow the e-graph)."""
+    wrap = set(materialization_candidates(roots))
+    read = {s for u in toposort(roots) for s in u.src}
+    wrap |= {r for r in roots if r in read and r.shape}
+    out: dict[UOp, UOp] = {}
+    for u in toposort(roots):
+        src = tuple(out[s] for s in u.src)
+        v = u if src == u.src else UOp(u.op, u.dtype, src, u.arg)
+        out[u] = UOp(Ops.CONTIGUOUS, v.dtype, (v,)) if u in wrap and u.op is not Ops.CONTIGUOUS else v
+    return [out[r] for r in roots]
+
+
 # ---- the pipeline ----------------------------------------------------------------------------------
 
 
@@ -333,9 +348,11 @@ def _build(
     alternatives: list[tuple[str, Program]] | None = None,
     nolocals: bool = False,
     deadline: float | None = None,
+    every_barrier: bool = False,
 ) -> Program:
     t0 = time.perf_counter()
     packs: list[UOp] = []
+    given = roots
     if target == "llvm":  # packed copies of GEMM and conv operands: buffers the fusion search may keep
         roots, packs = pack_operands(roots)
     sess = shared_session("kernel", kernel_session)
@@ -369,11 +386,29 @@ def _build(
             kernel_lets[r] = let
         sess.run_commands("\n".join(facts.cmds + optops.split_facts(target, nolocals)))
         report.add_phase("encode", time.perf_counter() - t0)
-        sess.saturate(stages, lim, report, progress)
-        t1 = time.perf_counter()
-        view = sess.view()
-        reg = sess.reg
-        root_classes = {r: view.lets[let[1:]] if let[1:] in view.lets else view.lets[let] for r, let in kernel_lets.items()}
+        # inline alternatives past the ceiling: every candidate gets a buffer (tinygrad's default schedule), and
+        # the graph is built again with nothing to inline across them, which grows linearly
+        reason = sess.saturate(stages, lim, report, progress, deadline=deadline, cut_baseline=not every_barrier)
+        fall_back = reason in ("node_ceiling", "time_ceiling") and not every_barrier
+        if not fall_back:
+            t1 = time.perf_counter()
+            view = sess.view()
+            reg = sess.reg
+            root_classes = {r: view.lets[let[1:]] if let[1:] in view.lets else view.lets[let] for r, let in kernel_lets.items()}
+    if fall_back:
+        why = (
+            f"the e-graph passed {BASELINE_CEILING:,} nodes"
+            if reason == "node_ceiling"
+            else "the time limit was reached before rangeify finished"
+        )
+        report.notes.append(
+            f"{why} offering values inline in every index context that reads them: every materialization candidate "
+            "got its own buffer (the default schedule), and only values with one reader at the same index were fused"
+        )
+        if progress is not None:
+            progress("the inline alternatives outgrew the e-graph: building the default schedule instead")
+        again = barrier_every_candidate(given)
+        return _build(again, names, target, backend, tune, lim, report, progress, alternatives, nolocals, deadline, True)
     if progress is not None:
         progress(f"extracting: {view.num_classes} e-classes, {view.num_nodes} e-nodes")
     attach_snapshot(report, view, roots=list(root_classes.values()), hide=sess.unextractable)

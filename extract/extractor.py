@@ -62,6 +62,7 @@ def extract(view: EGraphView, model: NodeCost, max_visits: int = 200) -> Extract
         for kids in kids_of[c]:
             for k in kids:
                 parents.setdefault(k, set()).add(c)
+    kernels = {c for c, nodes in view.nodes.items() if any(n.fn == "SINK" for n in nodes)}
     queue = deque(view.nodes)
     queued = set(queue)
     budget = max_visits * max(1, len(view.nodes))
@@ -78,12 +79,17 @@ def extract(view: EGraphView, model: NodeCost, max_visits: int = 200) -> Extract
             if any(k not in best or k == c or c in best[k].dag for k in kids):
                 continue
             # the DAG cost: the largest child's DAG plus what the others add (small into large, so a deep
-            # chain does not copy its whole DAG per candidate); the union is built only for a better choice
-            big = max(kids, key=lambda k: len(best[k].dag)) if kids else None
+            # chain does not copy its whole DAG per candidate); the union is built only for a better choice.
+            # Another kernel is one entry at its whole cost: what it computes is not shared with its readers.
+            inner = [k for k in kids if k not in kernels]
+            big = max(inner, key=lambda k: len(best[k].dag)) if inner else None
             base = best[big].dag if big is not None else {}
             extra: dict[int, float] = {}
             for k in kids:
-                if k != big:
+                if k in kernels:
+                    if k not in base:
+                        extra[k] = best[k].cost
+                elif k != big:
                     extra.update((x, v) for x, v in best[k].dag.items() if x not in base)
             total = (best[big].cost if big is not None else 0.0) + sum(extra.values()) + nc
             size = len(base) + len(extra) + 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
@@ -61,3 +62,11 @@ def broadcastable_pair(draw: st.DrawFn, max_dims: int = 3) -> tuple[tuple[int, .
     other = [1 if draw(st.booleans()) else s for s in other]
     pair = (full, tuple(other))
     return pair if draw(st.booleans()) else pair[::-1]
+
+
+def examples(fast: int) -> int:
+    """Hypothesis examples for a property with its own count: `fast` in the default profile, the profile's count
+    under HYPOTHESIS_PROFILE=thorough or nightly (`make fuzz`)."""
+    from hypothesis import settings
+
+    return fast if os.environ.get("HYPOTHESIS_PROFILE", "fast") == "fast" else max(fast, settings.default.max_examples)

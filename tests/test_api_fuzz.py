@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from helpers import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -228,7 +229,7 @@ def programs(draw: st.DrawFn) -> tuple[Tensor, np.ndarray, dict[str, np.ndarray]
     return t, np.asarray(a, dtype=np.float32), p.inputs, p.scale, p.trace
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(programs())
 def test_random_tensor_programs_match_numpy(
     case: tuple[Tensor, np.ndarray, dict[str, np.ndarray], float, list[str]],
@@ -317,7 +318,7 @@ def int_programs(draw: st.DrawFn) -> tuple[Tensor, np.ndarray, dict[str, np.ndar
     return t, np.asarray(a), inputs, trace
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(int_programs())
 def test_random_integer_programs_match_numpy(case: tuple[Tensor, np.ndarray, dict[str, np.ndarray], list[str]]) -> None:
     """Integer semantics as numpy has them: floor division and its remainder for every sign, int32 wraparound."""

@@ -14,6 +14,7 @@ import pytest
 from egraph_compiler.backends.reference import evaluate
 from egraph_compiler.extract.kernel_cost import KernelCost
 from egraph_compiler.extract.schedule import CostModel
+from helpers import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -272,7 +273,7 @@ def _random_dag(draw: st.DrawFn) -> Tensor:
     return vals[-1] if draw(st.booleans()) else vals[-1] + vals[len(vals) // 2]
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(12), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data(), st.booleans())
 def test_random_dags_are_correct_and_never_above_the_baseline(data: st.DataObject, batched: bool) -> None:
     """`batched`: single fusions tried in doubling batches, as graphs with many buffers have them."""
@@ -447,3 +448,64 @@ def test_progress_reports_every_phase() -> None:
     assert steps
     for phase in ("extracting:", "fusion search:", "fusion: ", "decoding:"):
         assert any(m.startswith(phase) for m in lines), (phase, lines)
+
+
+def _shared_reductions(depth: int) -> Tensor:
+    """Each step reads the last through two reductions over different axes: every value is offered inline in a
+    new index context per later reduction, so the inline alternatives grow much faster than the graph."""
+    x, w = E(8, 16, name="x"), E(8, 16, name="w")
+    t = x
+    for _ in range(depth):
+        t = (t * w + t.sum(axis=1, keepdim=True)).relu() - t.max(axis=0, keepdim=True)
+    return t
+
+
+def test_inline_alternatives_past_the_ceiling_give_the_default_schedule(monkeypatch: pytest.MonkeyPatch) -> None:
+    """When offering every value inline outgrows the e-graph's ceiling, optimize builds the graph again with
+    every materialization candidate behind a barrier (linear growth) instead of failing, and says so."""
+    from egraph_compiler import egraph
+
+    t = _shared_reductions(8)
+    monkeypatch.setattr(egraph, "BASELINE_CEILING", 10_000)  # the full graph needs ~19k nodes, the barriers ~3k
+    prog = optimize(t, target="llvm")
+    assert any("default schedule" in n for n in prog.report.notes), prog.report.notes
+    assert len(prog.kernels) >= len(materialization_candidates([t.uop]))
+    v = _inputs(t)
+    np.testing.assert_allclose(prog(**v), evaluate(t.uop, v), rtol=1e-4, atol=1e-4)
+
+
+def _step(k: int, a: Tensor, b: Tensor) -> Tensor:
+    if k == 0:
+        return a + b
+    if k == 1:
+        return a * b
+    if k == 2:
+        return a.sum(axis=1, keepdim=True) + b
+    if k == 3:
+        return (a * 0.5).exp()
+    if k == 4:
+        return a - b.max(axis=0, keepdim=True)
+    if k == 5:
+        return a.relu()
+    return a * 1.5 + 0.25
+
+
+def _wide_random_dag(seed: int, uops: int) -> Tensor:
+    """Elementwise ops, row and column reductions broadcast back, over four (8, 16) inputs; operands mostly from
+    the last few values (deep) and sometimes from anywhere (wide, many readers per value)."""
+    rng = np.random.default_rng(seed)
+    pool = [E(8, 16, name=f"x{i}") for i in range(4)]
+    while len(pool[-1].uop.toposort()) < uops:
+        a = pool[max(0, len(pool) - 1 - int(rng.integers(0, 6)))]
+        b = pool[int(rng.integers(len(pool)))]
+        pool.append(_step(int(rng.integers(0, 7)), a, b))
+    return pool[-1]
+
+
+@pytest.mark.filterwarnings("ignore::egraph_compiler.diagnostics.EstimateWarning")  # ~900 tiny kernels
+def test_a_random_dag_of_2000_uops_compiles_under_default_limits() -> None:
+    t = _wide_random_dag(0, 2000)
+    assert len(t.uop.toposort()) >= 2000
+    prog = optimize(t, target="llvm")
+    v = _inputs(t)
+    np.testing.assert_allclose(prog(**v), evaluate(t.uop, v), rtol=1e-3, atol=1e-3)

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from egraph_compiler.backends.reference import run_kernel
+from egraph_compiler.backends.reference import kernel_ranges, range_axes, run_kernel
 from helpers import check, rand_array
 
 from egraph_compiler import AxisType, Ops, UOp, dtypes
@@ -227,3 +227,29 @@ def test_kernel_must_be_rooted_at_sink() -> None:
     i = loop(2, 0)
     with pytest.raises(UnsupportedOp):
         run_kernel(UOp.build(Ops.END, (store(y, i, i.cast(F32)), i)), {"Y": np.zeros(2, np.float32)})
+
+
+def test_a_kernel_of_more_ranges_than_numpy_has_axes() -> None:
+    """Forty sibling reductions in one kernel: 41 ranges, beyond numpy's 32 axes. Ranges never live at once share
+    an axis (`range_axes`), so the kernel runs (it raised a raw RuntimeError)."""
+    x, y = buf("X", 20), buf("Y", 4)
+    i = loop(4, 0)
+    terms = [reduce(load(x, i * 5 + red(5, k)) * float(k), red(5, k)) for k in range(1, 41)]
+    total = terms[0]
+    for t in terms[1:]:
+        total = total + t
+    xv, yv = rand_array((20,), seed=9), np.zeros(4, np.float32)
+    ast = kernel((store(y, i, total), (i,)))
+    assert len(kernel_ranges(ast)) == 41
+    assert range_axes(ast)[1] == 2
+    run_kernel(ast, {"X": xv, "Y": yv})
+    check(yv, xv.reshape(4, 5).astype(np.float64).sum(1) * sum(range(1, 41)))
+
+
+def test_nested_reductions_keep_apart_axes() -> None:
+    x = buf("X", 24)
+    i, r1, r2 = loop(2, 0), red(3, 1), red(4, 2)
+    inner = reduce(load(x, i * 12 + r1 * 4 + r2), r2)
+    ast = kernel((store(buf("Y", 2), i, reduce(inner * inner, r1)), (i,)))
+    axis, n = range_axes(ast)
+    assert n == 3 and len({axis[i], axis[r1], axis[r2]}) == 3
