@@ -1468,7 +1468,7 @@ def _jit(
 
 
 _CACHE: OrderedDict[str, _Native] = OrderedDict()  # least recently used first
-MAX_CACHED_MODULES = 256
+MAX_CACHED_MODULES = 64  # about 1 MB each (engine and code)
 
 
 def cached_modules() -> int:

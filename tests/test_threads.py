@@ -4,6 +4,8 @@ and sessions keep memory bounded over many calls."""
 
 from __future__ import annotations
 
+import gc
+import os
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -72,3 +74,30 @@ def test_sessions_are_replaced_after_a_bounded_amount_of_work(monkeypatch: pytes
     assert [str(k.ast) for k in again.kernels] == [str(k.ast) for k in first.kernels]
     av, bv = np.ones((16, 24), np.float32), np.ones((24, 8), np.float32)
     np.testing.assert_allclose(again(a=av, b=bv), np.full((16, 8), 1 / 8, np.float32), rtol=1e-6)
+
+
+def _rss_mib() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="reads the resident set size from /proc")
+def test_repeated_optimize_keeps_memory_flat(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Optimizing and running the same graph again and again: after a warm-up (caches filled, the e-graph
+    session replaced a few times), the process's resident memory stays flat (it grew 0.8 MB per optimize)."""
+    from egraph_compiler import pipeline
+
+    monkeypatch.setattr(pipeline, "RECYCLE_AFTER_NODES", 5_000)  # replace sessions often: many cycles per test
+    a = Tensor.empty(16, 24, name="a")
+    out = a.sum(axis=1) * 2.0 + 1.0
+    av = np.ones((16, 24), np.float32)
+
+    def calls(n: int) -> None:
+        for _ in range(n):
+            np.testing.assert_allclose(optimize(out, target="llvm")(a=av), np.full(16, 49.0, np.float32))
+        gc.collect()
+
+    calls(30)
+    before = _rss_mib()
+    calls(60)
+    assert _rss_mib() - before < 4.0, f"resident memory grew {_rss_mib() - before:.1f} MiB over 60 optimize calls"
