@@ -408,6 +408,9 @@ class ReferenceBackend:
 
         return f"// {kernel.name}\n{pretty(kernel.ast, max_lines=400)}"
 
+    def storage_np(self, d: Any) -> np.dtype:
+        return self._buffers.storage_np(d)
+
     def alloc(self, spec: Any) -> np.ndarray:
         return self._buffers.alloc(spec)
 

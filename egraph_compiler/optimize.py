@@ -22,6 +22,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from egraph_compiler import compile_cache
 from egraph_compiler.backends import get_backend
 from egraph_compiler.decode import Decoder
 from egraph_compiler.diagnostics import EstimateWarning, InvalidArgument, OutOfMemory, UnguardedAccess, UnsupportedOp
@@ -185,6 +186,7 @@ def optimize(
     cpu: str | None = None,
     progress: Callable[[IterationStats | str], None] | None = None,
     alternatives: list[tuple[str, Program]] | None = None,
+    cache: bool = True,
 ) -> Program:
     """Optimize a tensor program for `target` ("llvm", "cuda" or "reference"); returns a runnable Program.
 
@@ -200,29 +202,46 @@ def optimize(
     progress: called with every saturation step's IterationStats, then with a line of text per later phase
     (extraction, each fusion trial, tuning, decoding).
     alternatives: a list to receive (schedule, Program) for every ranked schedule of every kernel (the
-    other kernels at their chosen schedule), best first per kernel: for inspection and testing."""
+    other kernels at their chosen schedule), best first per kernel: for inspection and testing.
+    cache: return the program an earlier call built for the same graph structure, options and machine
+    (`compile_cache`; in memory, this process only); False always optimizes afresh."""
+    backend = get_backend(target, cpu)
+    roots, names, single = output_roots(graph)
+    limits = {"node_limit": node_limit, "iter_limit": iter_limit, "time_limit": time_limit, "search_time": search_time}
+    machine = backend.cpu.name if target == "llvm" else target
+    key = (tuple(roots), tuple(names), single, target, machine, tuple(limits.values()), tune, nolocals)
+    try:
+        use_cache = cache and alternatives is None and bool(hash(key) | 1)  # alternatives: built by a search only
+    except TypeError:  # an unhashable limit: _optimize's validation says what is wrong with it
+        use_cache = False
+    if use_cache and (hit := compile_cache.get(key)) is not None:
+        if progress is not None:
+            progress("the compile cache holds this graph's program: no optimization needed")
+        return hit
     collecting = gc.isenabled()
     gc.disable()  # optimize allocates many small objects and frees them at the end: collections would only scan
     try:
-        limits = {"node_limit": node_limit, "iter_limit": iter_limit, "time_limit": time_limit, "search_time": search_time}
-        return _optimize(graph, target, limits, tune, nolocals, progress, alternatives, cpu)
+        prog = _optimize(roots, names, single, backend, target, limits, tune, nolocals, progress, alternatives)
     finally:
         if collecting:
             gc.enable()
+    if use_cache:
+        compile_cache.put(key, prog)
+    return prog
 
 
 def _optimize(
-    graph: Any,
+    roots: list[UOp],
+    names: list[str],
+    single: bool,
+    backend: Any,
     target: str,
     limits: dict[str, float | None],
     tune: bool,
     nolocals: bool,
     progress: Callable[[IterationStats | str], None] | None,
     alternatives: list[tuple[str, Program]] | None,
-    cpu: str | None = None,
 ) -> Program:
-    backend = get_backend(target, cpu)
-    roots, names, single = output_roots(graph)
     # an output that is an input tensor still needs its own buffer (and kernel): a copy
     roots = [UOp(Ops.CONTIGUOUS, r.dtype, (r,)) if r.op is Ops.BUFFER else r for r in _inline(roots)]
     for u in toposort(roots):

@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from egraph_compiler.diagnostics import MissingInput, OutOfMemory
+from egraph_compiler.diagnostics import InvalidArgument, MissingInput, OutOfMemory
 from egraph_compiler.dtypes import DType, bf16_from_bits, bf16_round, compute_np, dtypes
 from egraph_compiler.ops import Ops
 from egraph_compiler.uop import UOp, arg_key
@@ -178,7 +178,15 @@ class Program:
             self._compiled = [self.backend.compile(k, self) for k in self.kernels]
         return self._compiled
 
-    def __call__(self, **inputs: Any) -> Any:
+    def __call__(self, *, out: Any = None, **inputs: Any) -> Any:
+        """Run the program on `inputs` (by placeholder name); returns its output (a tuple for several).
+
+        out: arrays to write the outputs into (one array, or a tuple of one per output): C-contiguous numpy
+        arrays of the output's shape and dtype, not overlapping an input. The call then allocates no output
+        and returns `out`. (A program whose input is named "out" takes that input by this keyword.)"""
+        if "out" in self.inputs and out is not None:
+            inputs, out = {**inputs, "out": out}, None
+        given = self._outputs_into(out, inputs) if out is not None else {}
         compiled = self.compile()
         # intermediates are reused from an earlier call (kernels write every element of what they store): no
         # allocation and no page faults on fresh memory per call; concurrent calls each take their own set
@@ -188,6 +196,8 @@ class Program:
             temps = None
         if self._spare:  # an earlier call's big output buffers, reused once the caller holds no view of them
             temps = {**(temps or {}), **self._free(self._spare.pop())}
+        if given:
+            temps = {**(temps or {}), **given}
         bufs = self._place(inputs, temps)
         if self._runner is None and hasattr(self.backend, "runner"):  # native backends run the kernels in one go
             self._runner = self.backend.runner(self, compiled)
@@ -196,14 +206,72 @@ class Program:
         else:
             for run in compiled:
                 run(bufs)
-        outs = tuple(self.backend.get(self.buffers[n], bufs[n]) for n in self.outputs)
         self._temps.append({n: bufs[n] for n, spec in self.buffers.items() if spec.kind == "intermediate"})
+        if given:
+            arrays = list(out) if isinstance(out, (tuple, list)) else [out]
+            for i, n in enumerate(self.outputs):
+                if not np.may_share_memory(arrays[i], bufs[n]):
+                    arrays[i][...] = bufs[n].reshape(arrays[i].shape)  # the same tensor returned twice
+            return out
+        outs = tuple(self.backend.get(self.buffers[n], bufs[n]) for n in self.outputs)
         big = self._plan[2] if self._plan is not None else ()
         if big:
             self._spare.append({n: bufs[n] for n in big})
         if len(set(self.outputs)) < len(self.outputs):  # one buffer returned twice: two independent arrays
             outs = tuple(o.copy() for o in outs)
         return outs[0] if self.single_output else outs
+
+    def _outputs_into(self, out: Any, inputs: dict[str, Any]) -> dict[str, np.ndarray]:
+        """The caller's output arrays as the kernels' output buffers (flat views), each checked: one per output,
+        the output's shape, its dtype as the kernels store it, C-contiguous, writeable, apart from every input."""
+        arrays = list(out) if isinstance(out, (tuple, list)) else [out]
+        if len(arrays) != len(self.outputs) or (self.single_output and isinstance(out, (tuple, list))):
+            want = "one array" if self.single_output else f"a tuple of {len(self.outputs)} arrays"
+            raise InvalidArgument(at="out=", why=f"the program has {len(self.outputs)} output(s)", suggestion=f"pass {want}")
+        if self._plan is None:
+            self._plan = self._placement()
+        native = {name: nat for name, _, _, nat in self._plan[0]}
+        given: dict[str, np.ndarray] = {}
+        for i, (name, a) in enumerate(zip(self.outputs, arrays)):
+            spec = self.buffers[name]
+            where = f"out[{i}]" if not self.single_output else "out"
+            if native.get(name) is None:
+                raise InvalidArgument(
+                    at=where,
+                    why=f"{spec.dtype.name} outputs are stored as {self.backend.storage_np(spec.dtype)} by this target"
+                    if hasattr(self.backend, "storage_np")
+                    else f"the {self.target} target keeps its buffers off the host",
+                    suggestion="call without out= and copy the result",
+                )
+            ok = (
+                type(a) is np.ndarray
+                and a.dtype == native[name]
+                and a.shape == spec.shape
+                and a.flags.c_contiguous
+                and a.flags.writeable
+            )
+            if not ok:
+                what = type(a).__name__
+                if isinstance(a, np.ndarray):
+                    what = f"a {a.dtype} array of shape {a.shape}" + "".join(
+                        f", {flag}"
+                        for flag, bad in (("not C-contiguous", not a.flags.c_contiguous), ("read-only", not a.flags.writeable))
+                        if bad
+                    )
+                raise InvalidArgument(
+                    at=where,
+                    why=f"got {what}; the output is a C-contiguous, writeable {native[name]} array of shape {spec.shape}",
+                    suggestion=f"allocate it with np.empty({spec.shape}, dtype=np.{native[name]})",
+                )
+            clash = next((k for k, v in inputs.items() if isinstance(v, np.ndarray) and np.may_share_memory(a, v)), None)
+            if clash is not None:
+                raise InvalidArgument(
+                    at=where,
+                    why=f"it overlaps input {clash!r}: kernels read inputs while they write outputs",
+                    suggestion="write into a separate array",
+                )
+            given.setdefault(name, a.reshape(-1))
+        return given
 
     @staticmethod
     def _free(spare: dict[str, Any]) -> dict[str, Any]:

@@ -18,6 +18,7 @@ import pytest
 from egraph_compiler.backends.reference import evaluate
 
 from egraph_compiler import Tensor, optimize
+from egraph_compiler.diagnostics import InvalidArgument
 from egraph_compiler.program import REUSE_OUTPUT_BYTES
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -136,3 +137,36 @@ def test_a_dropped_output_is_written_again_and_a_kept_one_never() -> None:
         results = list(pool.map(lambda k: (k, prog(x=a * k)), range(1, 9)))
     for k, got in results:
         np.testing.assert_array_equal(got, np.maximum(a * 2 * k, 0))
+
+
+@pytest.mark.parametrize("target", ["llvm", "reference"])
+def test_outputs_are_written_into_the_callers_arrays(target: str) -> None:
+    """prog(out=...) writes each output into the given array and returns it (no output allocated); the same
+    tensor returned twice fills both arrays; wrong arrays are diagnostics, never a silent copy."""
+    a, b = Tensor.empty(6, 40, name="a"), Tensor.empty(40, 8, name="b")
+    prod = (a @ b).relu()
+    prog = optimize([prod, prod.sum(axis=1), prod], target=target)
+    rng = np.random.default_rng(3)
+    av, bv = rng.standard_normal((6, 40), dtype=np.float32), rng.standard_normal((40, 8), dtype=np.float32)
+    want = np.maximum(av @ bv, 0)
+    outs = (np.empty((6, 8), np.float32), np.empty(6, np.float32), np.empty((6, 8), np.float32))
+    for _ in range(2):
+        got = prog(a=av, b=bv, out=outs)
+        assert got is outs
+        for o, w in zip(outs, (want, want.sum(1), want)):
+            np.testing.assert_allclose(o, w, rtol=1e-4, atol=1e-5)
+    bad = [
+        (outs[:2], "3 output"),
+        ((outs[0], np.empty(6, np.float64), outs[2]), "float64"),
+        ((outs[0], np.empty(12, np.float32)[::2], outs[2]), "not C-contiguous"),
+        ((av[:, :8].copy(), outs[1], outs[2]), None),  # fine: a separate array
+    ]
+    for arrays, why in bad:
+        if why is None:
+            prog(a=av, b=bv, out=arrays)
+            continue
+        with pytest.raises(InvalidArgument, match=why):
+            prog(a=av, b=bv, out=arrays)
+    single = optimize(a * 2.0, target=target)
+    with pytest.raises(InvalidArgument, match="overlaps input 'a'"):
+        single(a=av, out=av)

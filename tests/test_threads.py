@@ -101,3 +101,33 @@ def test_repeated_optimize_keeps_memory_flat(monkeypatch: pytest.MonkeyPatch) ->
     before = _rss_mib()
     calls(60)
     assert _rss_mib() - before < 4.0, f"resident memory grew {_rss_mib() - before:.1f} MiB over 60 optimize calls"
+
+
+@pytest.mark.compile_cache
+def test_the_compile_cache_answers_a_rebuilt_graph_and_tells_options_apart() -> None:
+    """optimize() of a graph built again from scratch (same structure, new Python objects) returns the program
+    of the first call within milliseconds; other options, another target or another graph compile afresh."""
+    import time
+
+    from egraph_compiler import compile_cache
+
+    def graph(scale: float) -> Tensor:
+        a, b = Tensor.empty(32, 48, name="a"), Tensor.empty(48, 16, name="b")
+        return ((a @ b) * scale).softmax(axis=1)
+
+    first = optimize(graph(2.0), target="llvm")
+    t0 = time.perf_counter()
+    again = optimize(graph(2.0), target="llvm")
+    took = time.perf_counter() - t0
+    assert again is first and took < 0.05, took
+    assert optimize(graph(3.0), target="llvm") is not first
+    assert optimize(graph(2.0), target="llvm", search_time=0.5) is not first
+    assert optimize(graph(2.0), target="reference") is not first
+    assert optimize(graph(2.0), target="llvm", cache=False) is not first
+    av = np.random.default_rng(0).standard_normal((32, 48), dtype=np.float32)
+    bv = np.random.default_rng(1).standard_normal((48, 16), dtype=np.float32)
+    z = (av @ bv) * 2.0
+    want = np.exp(z - z.max(1, keepdims=True)) / np.exp(z - z.max(1, keepdims=True)).sum(1, keepdims=True)
+    np.testing.assert_allclose(again(a=av, b=bv), want, rtol=1e-4, atol=1e-6)
+    with compile_cache.disabled():
+        assert optimize(graph(2.0), target="llvm") is not first
