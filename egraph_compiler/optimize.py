@@ -268,6 +268,14 @@ def _optimize(
         ) from None
     program.backend, program.target, program.single_output, program.report = backend, target, single, report
     report.extra["input_graph"] = "\n".join(pretty(r) for r in roots)
+    if (arena := program.memory_plan()) is not None:
+        rest = sum(s.size * backend.storage_np(s.dtype).itemsize for s in program.buffers.values() if s.kind != "intermediate")
+        report.extra["memory"] = {
+            "peak_bytes": rest + arena.size,
+            "peak_bytes_unplanned": rest + arena.unplanned,
+            "arena_bytes": arena.size,
+            "intermediates": len(arena.offsets),
+        }
     return program
 
 

@@ -30,6 +30,7 @@ import numpy as np
 
 from egraph_compiler.diagnostics import InvalidArgument, MissingInput, OutOfMemory
 from egraph_compiler.dtypes import DType, bf16_from_bits, bf16_round, compute_np, dtypes
+from egraph_compiler.memory_plan import ALIGN, ArenaPlan, lifetimes, plan
 from egraph_compiler.ops import Ops
 from egraph_compiler.uop import UOp, arg_key
 
@@ -167,6 +168,7 @@ class Program:
     _plan: tuple[list[tuple[str, str, BufferSpec, np.dtype | None]], Any, tuple[str, ...]] | None = field(
         default=None, repr=False
     )
+    _arena: ArenaPlan | None = field(default=None, repr=False)
 
     @property
     def source(self) -> str:
@@ -320,10 +322,33 @@ class Program:
                 suggestion="use smaller shapes, or free memory",
             ) from None
 
+    def memory_plan(self) -> ArenaPlan | None:
+        """Where the intermediates live in one arena (host targets; None elsewhere, or with none)."""
+        storage = getattr(self.backend, "storage_np", None)
+        temps = {n: spec for n, spec in self.buffers.items() if spec.kind == "intermediate"}
+        if self._arena is None and storage is not None and temps:
+            sizes = {n: spec.size * storage(spec.dtype).itemsize for n, spec in temps.items()}
+            self._arena = plan(sizes, lifetimes([(k.reads, k.writes) for k in self.kernels], temps))
+        return self._arena
+
+    def _arena_views(self) -> dict[str, np.ndarray]:
+        """A fresh arena (zeroed, as separate buffers were) and every intermediate's view of it."""
+        arena = self.memory_plan()
+        assert arena is not None
+        raw = np.zeros(arena.size + ALIGN, np.uint8)
+        base = raw[(-raw.ctypes.data) % ALIGN :][: arena.size]
+        views = {}
+        for name, off in arena.offsets.items():
+            spec = self.buffers[name]
+            dt = self.backend.storage_np(spec.dtype)
+            views[name] = base[off : off + spec.size * dt.itemsize].view(dt)
+        return views
+
     def _placed(self, inputs: dict[str, Any], temps: dict[str, Any] | None) -> dict[str, Any]:
         from egraph_compiler.backends.reference import coerce_input
 
         bufs: dict[str, Any] = {}
+        arena: dict[str, np.ndarray] | None = None
         for name, kind, spec, native in self._plan[0]:
             if kind == "input":
                 v = inputs[name]
@@ -343,6 +368,10 @@ class Program:
                 bufs[name] = self._consts[name]
             elif temps is not None and name in temps and kind in ("intermediate", "output"):
                 bufs[name] = temps[name]
+            elif kind == "intermediate" and self.memory_plan() is not None:
+                if arena is None:
+                    arena = self._arena_views()
+                bufs[name] = arena[name]
             else:
                 bufs[name] = self.backend.alloc(spec)
         return bufs
@@ -368,6 +397,11 @@ class Program:
         lines = [f"Program for {self.target}: {len(self.kernels)} kernel(s), inputs {self.inputs}, outputs {self.outputs}"]
         for k in self.kernels:
             lines.append(f"  {k.name}: reads {list(k.reads)} writes {list(k.writes)}")
+        if (arena := self.memory_plan()) is not None:
+            lines.append(
+                f"  intermediates: {len(arena.offsets)} buffer(s) in one arena of {arena.size:,} bytes "
+                f"({arena.unplanned:,} allocated one by one)"
+            )
         return "\n".join(lines)
 
 

@@ -126,6 +126,11 @@ class Report:
             if len(fired) > RULES_SHOWN:
                 lines.append(f"  ... {len(fired) - RULES_SHOWN} more")
         lines += self._fusion_lines()
+        if m := self.extra.get("memory"):
+            lines.append(
+                f"memory: {m['peak_bytes']:,} bytes at peak with the arena plan, {m['peak_bytes_unplanned']:,} "
+                f"without ({m['intermediates']} intermediate(s) in {m['arena_bytes']:,} bytes)"
+            )
         lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines)
 
