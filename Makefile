@@ -31,8 +31,9 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 
 # the benchmark tables: micro-kernels (bench/run.py, against numpy and tinygrad), real models (bench/models.py,
-# against PyTorch eager and torch.compile) and GEMM/convolution shapes (bench/kernels.py, against numpy and
-# PyTorch); installs the [bench] and [models] extras first.
+# against PyTorch eager and torch.compile), GEMM/convolution shapes (bench/kernels.py, against numpy and
+# PyTorch) and serving figures (bench/serving.py: call overhead, streaming, repeat optimize, memory plan);
+# installs the [bench] and [models] extras first.
 # Arguments through BENCH_ARGS, MODELS_ARGS and KERNELS_ARGS, e.g.  make bench KERNELS_ARGS="--cpu haswell"
 BENCH_ARGS ?=
 MODELS_ARGS ?=
@@ -42,6 +43,7 @@ bench: $(STAMP)
 	$(PY) bench/run.py $(BENCH_ARGS)
 	$(PY) bench/models.py $(MODELS_ARGS)
 	$(PY) bench/kernels.py $(KERNELS_ARGS)
+	$(PY) bench/serving.py
 
 bench-kernels: $(STAMP)
 	$(PY) -m pip install -q -e '.[models]'

@@ -145,6 +145,9 @@ class HostBuffers:
         return arr.reshape(spec.shape)  # buffers are fresh per call: no copy
 
 
+# per buffer (name, kind, spec, numpy dtype when kernels use an array of it as it is), the input names, the
+# outputs big enough to reuse, and name -> that numpy dtype
+Placement = tuple[list[tuple[str, str, BufferSpec, np.dtype | None]], Any, tuple[str, ...], dict[str, np.dtype | None]]
 REUSE_OUTPUT_BYTES = 1 << 16  # outputs this big are written into an earlier call's dropped array (Program._free)
 
 
@@ -165,9 +168,7 @@ class Program:
     _runner: Callable[[dict[str, Any]], None] | None = field(default=None, repr=False)
     _temps: list[dict[str, Any]] = field(default_factory=list, repr=False)  # intermediates of finished calls
     _spare: list[dict[str, Any]] = field(default_factory=list, repr=False)  # ... and their outputs
-    _plan: tuple[list[tuple[str, str, BufferSpec, np.dtype | None]], Any, tuple[str, ...]] | None = field(
-        default=None, repr=False
-    )
+    _plan: Placement | None = field(default=None, repr=False)
     _arena: ArenaPlan | None = field(default=None, repr=False)
 
     @property
@@ -210,10 +211,11 @@ class Program:
                 run(bufs)
         self._temps.append({n: bufs[n] for n, spec in self.buffers.items() if spec.kind == "intermediate"})
         if given:
-            arrays = list(out) if isinstance(out, (tuple, list)) else [out]
-            for i, n in enumerate(self.outputs):
-                if not np.may_share_memory(arrays[i], bufs[n]):
-                    arrays[i][...] = bufs[n].reshape(arrays[i].shape)  # the same tensor returned twice
+            if len(given) < len(self.outputs):  # the same tensor returned twice: the later arrays get a copy
+                arrays = list(out)
+                for i, n in enumerate(self.outputs):
+                    if not np.may_share_memory(arrays[i], bufs[n]):
+                        arrays[i][...] = bufs[n].reshape(arrays[i].shape)
             return out
         outs = tuple(self.backend.get(self.buffers[n], bufs[n]) for n in self.outputs)
         big = self._plan[2] if self._plan is not None else ()
@@ -232,7 +234,7 @@ class Program:
             raise InvalidArgument(at="out=", why=f"the program has {len(self.outputs)} output(s)", suggestion=f"pass {want}")
         if self._plan is None:
             self._plan = self._placement()
-        native = {name: nat for name, _, _, nat in self._plan[0]}
+        native = self._plan[3]
         given: dict[str, np.ndarray] = {}
         for i, (name, a) in enumerate(zip(self.outputs, arrays)):
             spec = self.buffers[name]
@@ -245,13 +247,10 @@ class Program:
                     else f"the {self.target} target keeps its buffers off the host",
                     suggestion="call without out= and copy the result",
                 )
-            ok = (
-                type(a) is np.ndarray
-                and a.dtype == native[name]
-                and a.shape == spec.shape
-                and a.flags.c_contiguous
-                and a.flags.writeable
-            )
+            ok = type(a) is np.ndarray and a.dtype == native[name] and a.shape == spec.shape
+            if ok:
+                flags = a.flags
+                ok = flags.c_contiguous and flags.writeable
             if not ok:
                 what = type(a).__name__
                 if isinstance(a, np.ndarray):
@@ -265,7 +264,7 @@ class Program:
                     why=f"got {what}; the output is a C-contiguous, writeable {native[name]} array of shape {spec.shape}",
                     suggestion=f"allocate it with np.empty({spec.shape}, dtype=np.{native[name]})",
                 )
-            clash = next((k for k, v in inputs.items() if isinstance(v, np.ndarray) and np.may_share_memory(a, v)), None)
+            clash = next((k for k, v in inputs.items() if type(v) is np.ndarray and np.may_share_memory(a, v)), None)
             if clash is not None:
                 raise InvalidArgument(
                     at=where,
@@ -376,22 +375,23 @@ class Program:
                 bufs[name] = self.backend.alloc(spec)
         return bufs
 
-    def _placement(self) -> tuple[list[tuple[str, str, BufferSpec, np.dtype | None]], Any, tuple[str, ...]]:
+    def _placement(self) -> Placement:
         """Per buffer: name, kind, spec and the numpy dtype an input already in place has (None: always
-        convert); the input names, as a keys view to compare with the call's; the outputs big enough to reuse."""
+        convert); the input names, as a keys view to compare with the call's; the outputs big enough to reuse;
+        per buffer, that numpy dtype again (an `out=` array must have it)."""
         storage = getattr(self.backend, "storage_np", None)
-        plan = []
+        rows = []
         for name, spec in self.buffers.items():
             native = None
             if storage is not None and spec.dtype is not dtypes.bfloat16 and storage(spec.dtype) == spec.dtype.np:
                 native = np.dtype(spec.dtype.np)
-            plan.append((name, spec.kind, spec, native))
+            rows.append((name, spec.kind, spec, native))
         big = tuple(
             n
             for n in dict.fromkeys(self.outputs)
             if self.buffers[n].size * self.buffers[n].dtype.itemsize >= REUSE_OUTPUT_BYTES
         )
-        return plan, dict.fromkeys(self.inputs).keys(), big
+        return rows, dict.fromkeys(self.inputs).keys(), big, {name: nat for name, _, _, nat in rows}
 
     def summary(self) -> str:
         lines = [f"Program for {self.target}: {len(self.kernels)} kernel(s), inputs {self.inputs}, outputs {self.outputs}"]

@@ -1,0 +1,187 @@
+"""Serving figures in one run: what a call costs besides the work, streaming bandwidth through `prog(...)`, a
+repeated optimize, and the memory plan, beside numpy and PyTorch eager (when installed) on the same inputs.
+
+    python bench/serving.py [--json FILE]
+
+- call overhead: a one-kernel program (x * 2 + 1) on 64 float32 elements, called as `prog(x=...)` and as
+  `prog(x=..., out=o)`, against numpy's `np.add(np.multiply(x, 2, out=o), 1, out=o)` and torch's `x * 2 + 1`;
+  medians of batches of calls, in microseconds a call.
+- a * b + c on 16M float32 elements through `prog(...)` (and with `out=`), as GB/s of compulsory traffic
+  (three reads, one write), against numpy, torch and a plain copy (the machine's streaming bandwidth as numpy
+  reaches it).
+- repeat optimize: the first optimize of a GPT-2 block and of a small graph, then the same graphs built again
+  from scratch (the compile cache).
+- memory: peak bytes of the GPT-2 and ResNet blocks with the intermediates' arena and without.
+
+Results to stdout; progress to stderr. Exit status 1 if any of our results was wrong.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from model_defs import gpt2_block, resnet_block
+from models import cpu_name
+
+from egraph_compiler import Tensor, optimize
+
+
+def per_call_us(fn: Callable[[], Any], budget_s: float = 0.3, rounds: int = 7) -> float:
+    """Median over `rounds` of the mean time of a batch of calls that fills `budget_s / rounds`."""
+    fn()
+    t0, n = time.perf_counter(), 0
+    while time.perf_counter() - t0 < 0.02:
+        fn()
+        n += 1
+    batch = max(1, int(n * budget_s / rounds / 0.02))
+    times = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        for _ in range(batch):
+            fn()
+        times.append((time.perf_counter() - t0) / batch)
+    return statistics.median(times) * 1e6
+
+
+def torch_or_none() -> Any:
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch
+
+
+def call_overhead(torch: Any, ok: list[bool]) -> dict[str, float | None]:
+    x = Tensor.empty(64, name="x")
+    prog = optimize(x * 2.0 + 1.0, target="llvm")
+    xv = np.linspace(-1, 1, 64, dtype=np.float32)
+    out = np.empty(64, np.float32)
+    ok.append(bool(np.allclose(prog(x=xv), xv * 2 + 1)))
+    row: dict[str, float | None] = {
+        "ours_us": per_call_us(lambda: prog(x=xv)),
+        "ours_out_us": per_call_us(lambda: prog(x=xv, out=out)),
+        "numpy_us": per_call_us(lambda: np.add(np.multiply(xv, 2, out=out), 1, out=out)),
+        "torch_us": None,
+    }
+    if torch is not None:
+        xt = torch.from_numpy(xv)
+        row["torch_us"] = per_call_us(lambda: xt * 2 + 1)
+    return row
+
+
+def streaming(torch: Any, ok: list[bool]) -> dict[str, float | None]:
+    n = 1 << 24
+    a, b, c = (Tensor.empty(n, name=k) for k in "abc")
+    prog = optimize(a * b + c, target="llvm")
+    rng = np.random.default_rng(0)
+    av, bv, cv = (rng.standard_normal(n, dtype=np.float32) for _ in range(3))
+    out = np.empty(n, np.float32)
+    ok.append(bool(np.allclose(prog(a=av, b=bv, c=cv), av * bv + cv, rtol=1e-6, atol=1e-6)))
+    traffic = 4 * n * 4  # three reads and a write
+
+    def gbs(fn: Callable[[], Any], nbytes: int = traffic) -> float:
+        return nbytes / (per_call_us(fn, budget_s=2.0, rounds=5) * 1e-6) / 1e9
+
+    row: dict[str, float | None] = {
+        "ours_gbs": gbs(lambda: prog(a=av, b=bv, c=cv)),
+        "ours_out_gbs": gbs(lambda: prog(a=av, b=bv, c=cv, out=out)),
+        "numpy_gbs": gbs(lambda: np.add(np.multiply(av, bv, out=out), cv, out=out)),
+        "copy_gbs": gbs(lambda: np.copyto(out, av), 2 * n * 4),
+        "torch_gbs": None,
+    }
+    if torch is not None:
+        at, bt, ct = (torch.from_numpy(v) for v in (av, bv, cv))
+        row["torch_gbs"] = gbs(lambda: torch.addcmul(ct, at, bt))
+    return row
+
+
+def repeat_optimize() -> dict[str, float]:
+    def small() -> Any:
+        a, b = Tensor.empty(32, 48, name="a"), Tensor.empty(48, 16, name="b")
+        return (a @ b).softmax(axis=1)
+
+    def gpt2() -> Any:
+        m = gpt2_block()
+        return m.ours(**{k: Tensor.empty(s, name=k) for k, s in m.shapes.items()})
+
+    row = {}
+    for name, build in (("small", small), ("gpt2", gpt2)):
+        t0 = time.perf_counter()
+        optimize(build(), target="llvm")
+        row[f"{name}_first_s"] = time.perf_counter() - t0
+        graph = build()
+        t0 = time.perf_counter()
+        optimize(graph, target="llvm")
+        row[f"{name}_repeat_ms"] = (time.perf_counter() - t0) * 1e3
+    return row
+
+
+def memory() -> dict[str, dict[str, int]]:
+    rows = {}
+    for m in (gpt2_block(), resnet_block()):
+        prog = optimize(m.ours(**{k: Tensor.empty(s, name=k) for k, s in m.shapes.items()}), target="llvm")
+        rows[m.name] = prog.report.extra["memory"]
+    return rows
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--json", default="", help="also write the figures to this file")
+    args = ap.parse_args()
+    torch = torch_or_none()
+    if torch is not None:
+        torch.set_num_threads(torch.get_num_threads())
+    ok: list[bool] = []
+    print("call overhead ...", file=sys.stderr, flush=True)
+    calls = call_overhead(torch, ok)
+    print("streaming a * b + c ...", file=sys.stderr, flush=True)
+    stream = streaming(torch, ok)
+    print("repeat optimize ...", file=sys.stderr, flush=True)
+    repeat = repeat_optimize()
+    print("memory plans ...", file=sys.stderr, flush=True)
+    mem = memory()
+
+    def fmt(v: float | None, spec: str) -> str:
+        return "-" if v is None else format(v, spec)
+
+    print(f"# serving figures on {cpu_name()}")
+    t = calls["torch_us"]
+    print(
+        f"call overhead (x*2+1, 64 floats): ours {calls['ours_us']:.2f} us, with out= {calls['ours_out_us']:.2f} us; "
+        f"numpy {calls['numpy_us']:.2f} us ({calls['ours_us'] / calls['numpy_us']:.1f}x numpy); "
+        f"torch eager {fmt(t, '.2f')} us" + (f" ({calls['ours_us'] / t:.2f}x torch)" if t else "")
+    )
+    print(
+        f"a*b+c, 16M floats (GB/s of compulsory traffic): ours {stream['ours_gbs']:.1f}, with out= "
+        f"{stream['ours_out_gbs']:.1f}; numpy {stream['numpy_gbs']:.1f}; torch {fmt(stream['torch_gbs'], '.1f')}; "
+        f"copy {stream['copy_gbs']:.1f} (ours = {stream['ours_out_gbs'] / stream['copy_gbs']:.0%} of copy bandwidth)"
+    )
+    print(
+        f"optimize: small graph {repeat['small_first_s']:.2f} s, again {repeat['small_repeat_ms']:.2f} ms; GPT-2 block "
+        f"{repeat['gpt2_first_s']:.2f} s, again {repeat['gpt2_repeat_ms']:.2f} ms"
+    )
+    for name, m in mem.items():
+        print(
+            f"memory {name}: peak {m['peak_bytes'] / 2**20:.1f} MiB with the arena, {m['peak_bytes_unplanned'] / 2**20:.1f} "
+            f"MiB without ({m['intermediates']} intermediates in {m['arena_bytes'] / 2**20:.1f} MiB)"
+        )
+    if args.json:
+        Path(args.json).write_text(json.dumps({"calls": calls, "stream": stream, "repeat": repeat, "memory": mem}, indent=2))
+    if not all(ok):
+        print("WRONG RESULT", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
