@@ -460,14 +460,15 @@ def _shared_reductions(depth: int) -> Tensor:
     return t
 
 
-def test_inline_alternatives_past_the_ceiling_give_the_default_schedule(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("target", ["llvm", "reference"])
+def test_inline_alternatives_past_the_ceiling_give_the_default_schedule(monkeypatch: pytest.MonkeyPatch, target: str) -> None:
     """When offering every value inline outgrows the e-graph's ceiling, optimize builds the graph again with
     every materialization candidate behind a barrier (linear growth) instead of failing, and says so."""
     from egraph_compiler import egraph
 
     t = _shared_reductions(8)
     monkeypatch.setattr(egraph, "BASELINE_CEILING", 10_000)  # the full graph needs ~19k nodes, the barriers ~3k
-    prog = optimize(t, target="llvm")
+    prog = optimize(t, target=target)
     assert any("default schedule" in n for n in prog.report.notes), prog.report.notes
     assert len(prog.kernels) >= len(materialization_candidates([t.uop]))
     v = _inputs(t)
