@@ -211,9 +211,10 @@ def optimize(
     machine = backend.cpu.name if target == "llvm" else target
     key = (tuple(roots), tuple(names), single, target, machine, tuple(limits.values()), tune, nolocals)
     try:
-        use_cache = cache and alternatives is None and bool(hash(key) | 1)  # alternatives: built by a search only
+        hash(key)
     except TypeError:  # an unhashable limit: _optimize's validation says what is wrong with it
-        use_cache = False
+        cache = False
+    use_cache = cache and alternatives is None  # alternatives are filled by a search only
     if use_cache and (hit := compile_cache.get(key)) is not None:
         if progress is not None:
             progress("the compile cache holds this graph's program: no optimization needed")

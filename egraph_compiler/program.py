@@ -271,6 +271,13 @@ class Program:
                     why=f"it overlaps input {clash!r}: kernels read inputs while they write outputs",
                     suggestion="write into a separate array",
                 )
+            other = next((n for n, g in given.items() if n != name and np.may_share_memory(a, g)), None)
+            if other is not None:
+                raise InvalidArgument(
+                    at=where,
+                    why=f"it overlaps the array given for output {self.outputs.index(other)}: two outputs would share memory",
+                    suggestion="pass a separate array for each output",
+                )
             given.setdefault(name, a.reshape(-1))
         return given
 

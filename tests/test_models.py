@@ -159,6 +159,8 @@ def test_outputs_are_written_into_the_callers_arrays(target: str) -> None:
         (outs[:2], "3 output"),
         ((outs[0], np.empty(6, np.float64), outs[2]), "float64"),
         ((outs[0], np.empty(12, np.float32)[::2], outs[2]), "not C-contiguous"),
+        ((outs[0], outs[1], outs[0]), None),  # fine: the same tensor twice may share its array
+        ((outs[0], outs[0].reshape(-1)[:6], outs[2]), "overlaps the array given for output 0"),
         ((av[:, :8].copy(), outs[1], outs[2]), None),  # fine: a separate array
     ]
     for arrays, why in bad:
