@@ -8,13 +8,24 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from importlib import resources
 from pathlib import Path
 
 import numpy as np
 
 from egraph_compiler.diagnostics import CompilerError
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "gemm_bias_relu.json"
+
+def example_path(name: str = "gemm_bias_relu.json") -> Path:
+    """An example shipped with the package (`egraph_compiler.examples`: the checkout's examples/ folder)."""
+    try:
+        found = Path(str(resources.files("egraph_compiler.examples") / name))
+    except ModuleNotFoundError:  # a checkout put on sys.path without installing: the folder beside the package
+        found = Path(__file__).resolve().parent.parent / "examples" / name
+    return found
+
+
+EXAMPLE = example_path()
 
 
 def numpy_gemm_bias_relu(a: np.ndarray, b: np.ndarray, bias: np.ndarray) -> np.ndarray:

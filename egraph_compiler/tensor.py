@@ -348,6 +348,12 @@ class Tensor(TensorNN):
 
         return realize(self)
 
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        """np.asarray(t) and other numpy functions: the tensor computed (as t.numpy(); a placeholder, which has no
+        data, is a diagnostic)."""
+        arr = self.numpy()
+        return arr if dtype is None else arr.astype(dtype, copy=False)
+
     def tolist(self) -> Any:
         return self.numpy().tolist()
 

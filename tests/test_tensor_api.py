@@ -520,3 +520,12 @@ def test_truth_membership_and_iteration() -> None:
     for bad in (lambda: bool(t), lambda: 2 in t, lambda: list(Tensor(3))):
         with pytest.raises(InvalidArgument):
             bad()
+
+
+def test_numpy_functions_compute_the_tensor() -> None:
+    """np.asarray(t) realizes the tensor (as torch and tinygrad do), instead of iterating its sub-tensors."""
+    t = Tensor(np.arange(6, dtype=np.float32).reshape(2, 3)) * 2.0
+    np.testing.assert_array_equal(np.asarray(t), np.arange(6, dtype=np.float32).reshape(2, 3) * 2)
+    assert np.asarray(t, dtype=np.float64).dtype == np.float64
+    with pytest.raises(MissingInput):
+        np.asarray(Tensor.empty(3, name="x"))
