@@ -231,14 +231,16 @@ def kernels_text(program: Any) -> str:
 
     report = getattr(program, "report", None)
     extra = {k.get("name"): k for k in (report.extra.get("kernels", []) if report is not None else []) if isinstance(k, dict)}
-    out = [program.summary() if hasattr(program, "summary") else ""]
+    out = [program.describe() if hasattr(program, "describe") else ""]
     for k in program.kernels:
         out.append(f"-- kernel {k.name}: reads {list(k.reads)} writes {list(k.writes)}")
         cost = k.cost or extra.get(k.name, {}).get("cost") or {}
         if cost:
             out.append("   cost: " + ", ".join(f"{n}={v:.4g}" if isinstance(v, float) else f"{n}={v}" for n, v in cost.items()))
         for alt in extra.get(k.name, {}).get("alternatives", []) or []:
-            out.append(f"   rejected: {alt.get('description', '?')} (cost {alt.get('cost')})")
+            seconds = (alt.get("cost") or {}).get("seconds")
+            est = f"{seconds * 1e6:.1f} us estimated" if isinstance(seconds, float) else "no estimate"
+            out.append(f"   rejected: {alt.get('description', '?')} ({est})")
         out.append(pretty(k.ast, max_lines=200))
     return "\n".join(out)
 

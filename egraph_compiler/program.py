@@ -400,6 +400,69 @@ class Program:
         )
         return rows, dict.fromkeys(self.inputs).keys(), big, {name: nat for name, _, _, nat in rows}
 
+    def profile(self, repeat: int = 5, **inputs: Any) -> dict[str, float]:
+        """Each kernel run alone on `inputs` (after one warm-up run of the whole program): kernel name -> median
+        seconds over `repeat` runs. For comparing with the estimate (`describe(measured=...)`)."""
+        import statistics
+        import time
+
+        compiled = self.compile()
+        bufs = self._place(inputs, None)
+        for run in compiled:
+            run(bufs)
+        times: dict[str, float] = {}
+        for kernel, run in zip(self.kernels, compiled):
+            samples = []
+            for _ in range(max(1, repeat)):
+                t0 = time.perf_counter()
+                run(bufs)
+                samples.append(time.perf_counter() - t0)
+            times[kernel.name] = statistics.median(samples)
+        return times
+
+    def describe(self, measured: dict[str, float] | None = None) -> str:
+        """Every kernel in units a person reads: its loop nest (sizes with AxisType letters: L loop, u upcast,
+        R reduce, r unroll, ...), the buffers it reads and writes with their bytes, the estimate in us split
+        into compute, memory and overhead, and beside it the measured time where `measured` (`profile()`)
+        has one."""
+
+        def size(name: str) -> str:
+            spec = self.buffers.get(name)
+            return f"{name} ({_bytes(spec.size * spec.dtype.itemsize)})" if spec else name
+
+        entries = {e["name"]: e for e in (self.report.extra.get("kernels", []) if self.report is not None else [])}
+        lines = [self.summary().splitlines()[0]]
+        total_est = total_meas = 0.0
+        for k in self.kernels:
+            e = entries.get(k.name, {})
+            lines.append(f"  {k.name}  {e.get('schedule', '(no schedule recorded)')}")
+            lines.append(f"      reads  {', '.join(size(n) for n in k.reads) or '-'}")
+            lines.append(f"      writes {', '.join(size(n) for n in k.writes) or '-'}")
+            cost = e.get("cost") or {}
+            if "seconds" in cost:
+                total_est += cost["seconds"]
+                parts = " + ".join(
+                    f"{label} {cost[key] * 1e6:.1f}"
+                    for key, label in (("compute_s", "compute"), ("memory_s", "memory"), ("overhead_s", "overhead"))
+                    if key in cost
+                )
+                est = f"      estimate {cost['seconds'] * 1e6:.1f} us ({parts})"
+                if measured and k.name in measured:
+                    total_meas += measured[k.name]
+                    est += (
+                        f"; measured {measured[k.name] * 1e6:.1f} us ({measured[k.name] / cost['seconds']:.2f}x the estimate)"
+                    )
+                lines.append(est)
+        if total_est:
+            tail = f"; measured {total_meas * 1e6:.1f} us" if measured else ""
+            lines.append(f"  total estimate {total_est * 1e6:.1f} us{tail}")
+        if (arena := self.memory_plan()) is not None:
+            lines.append(
+                f"  intermediates: {len(arena.offsets)} in an arena of {_bytes(arena.size)} "
+                f"({_bytes(arena.unplanned)} one by one)"
+            )
+        return "\n".join(lines)
+
     def summary(self) -> str:
         lines = [f"Program for {self.target}: {len(self.kernels)} kernel(s), inputs {self.inputs}, outputs {self.outputs}"]
         for k in self.kernels:
@@ -410,6 +473,13 @@ class Program:
                 f"({arena.unplanned:,} allocated one by one)"
             )
         return "\n".join(lines)
+
+
+def _bytes(n: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
 
 
 @lru_cache(maxsize=1 << 16)

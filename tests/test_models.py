@@ -172,3 +172,18 @@ def test_outputs_are_written_into_the_callers_arrays(target: str) -> None:
     single = optimize(a * 2.0, target=target)
     with pytest.raises(InvalidArgument, match="overlaps input 'a'"):
         single(a=av, out=av)
+
+
+def test_describe_gives_each_kernels_nest_buffers_and_estimate_beside_its_measured_time() -> None:
+    """Program.describe() in units a person reads; profile() times each kernel alone (never asserted: only that
+    every kernel has a positive time and the text carries it)."""
+    a, b = Tensor.empty(64, 96, name="a"), Tensor.empty(96, 32, name="b")
+    prog = optimize((a @ b).softmax(axis=1), target="llvm")
+    plain = prog.describe()
+    for k in prog.kernels:
+        assert f"  {k.name}  " in plain
+    assert "a (24.0 KiB)" in plain and "estimate" in plain and " us (compute " in plain
+    rng = np.random.default_rng(0)
+    times = prog.profile(a=rng.standard_normal((64, 96), dtype=np.float32), b=rng.standard_normal((96, 32), dtype=np.float32))
+    assert set(times) == {k.name for k in prog.kernels} and all(t > 0 for t in times.values())
+    assert "measured" in prog.describe(times)
