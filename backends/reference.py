@@ -386,7 +386,7 @@ def run_kernel(ast: UOp, buffers: Env, max_elements: int = 1 << 22) -> None:
             shape = [1] * nd
             shape[axis[outer]] = hi - lo
             ev = _KernelEval(axes, buffers, {outer: np.arange(lo, hi, dtype=np.int64).reshape(shape)})
-            ev.store(store, tuple(hi - lo if i == axis[outer] else n for i, n in enumerate(loop_shape)))
+            ev.store(store, tuple(hi - lo if i == axis[outer] else size for i, size in enumerate(loop_shape)))
 
 
 class ReferenceBackend:

@@ -139,8 +139,6 @@ def main() -> int:
     ap.add_argument("--json", default="", help="also write the figures to this file")
     args = ap.parse_args()
     torch = torch_or_none()
-    if torch is not None:
-        torch.set_num_threads(torch.get_num_threads())
     ok: list[bool] = []
     print("call overhead ...", file=sys.stderr, flush=True)
     calls = call_overhead(torch, ok)

@@ -49,10 +49,6 @@ def clear() -> None:
         _programs.clear()
 
 
-def size() -> int:
-    return len(_programs)
-
-
 @contextmanager
 def disabled() -> Iterator[None]:
     """No lookups and no new entries inside the block (process-wide)."""

@@ -35,9 +35,11 @@ from egraph_compiler.uop import UOp
 
 ANALYSIS_CHUNK = 1  # analysis iterations between two limit checks
 GROWTH_FLOOR = 3_000  # e-graphs smaller than this may grow by any factor in one step
-# even the safe baseline stops here: past it, extracting the e-graph would take more memory than a machine has
-# (a 544-op graph whose values are read in many index contexts reached 2.5M nodes and was killed for memory)
+# even the unlimited stages stop here (optimize then rebuilds with every candidate behind a barrier): past it,
+# extracting the e-graph would take more memory than a machine has (a 544-op graph whose values are read in many
+# index contexts reached 2.5M nodes and was killed for memory)
 BASELINE_CEILING = 1_000_000
+CEILINGS = ("node_ceiling", "time_ceiling")  # stop reasons that leave the unlimited stages (the baseline) incomplete
 BASE_CONSTRUCTORS = {"I", "F", "INil", "ICons", "UNil", "UCons", "RK", *EGG_TO_OP}
 
 
@@ -343,8 +345,8 @@ class EGraphSession:
                     else f"it reached its {stage_reason.replace('_', ' ')}"
                 )
                 report.notes.append(f"stage {stage.name!r} stopped because {why}; the result is the best program found so far")
-                cut = stage_reason in ("node_limit", "time_limit", "growth_limit", "node_ceiling", "time_ceiling")
-                if stage_reason in ("node_ceiling", "time_ceiling"):  # an incomplete baseline: later stages cannot help
+                cut = stage_reason in ("node_limit", "time_limit", "growth_limit", *CEILINGS)
+                if stage_reason in CEILINGS:  # an incomplete baseline: later stages cannot help
                     break
             if not stage.limited:
                 base, clock = self.size(), time.perf_counter()

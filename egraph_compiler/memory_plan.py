@@ -21,10 +21,6 @@ class ArenaPlan:
     size: int  # arena bytes
     unplanned: int  # bytes of the same buffers allocated one by one
 
-    @property
-    def saved(self) -> int:
-        return self.unplanned - self.size
-
 
 def lifetimes(kernels: Sequence[tuple[Iterable[str], Iterable[str]]], names: Iterable[str]) -> dict[str, tuple[int, int]]:
     """(first, last) kernel index touching each of `names`, from each kernel's (reads, writes)."""

@@ -26,7 +26,7 @@ from egraph_compiler import compile_cache
 from egraph_compiler.backends import get_backend
 from egraph_compiler.decode import Decoder
 from egraph_compiler.diagnostics import EstimateWarning, InvalidArgument, OutOfMemory, UnguardedAccess, UnsupportedOp
-from egraph_compiler.egraph import BASELINE_CEILING, EGraphSession, Limits, Stage
+from egraph_compiler.egraph import BASELINE_CEILING, CEILINGS, EGraphSession, Limits, Stage
 from egraph_compiler.egraph_dot import attach_snapshot
 from egraph_compiler.encode import egg_ilist, egg_str
 from egraph_compiler.extract.extractor import extract
@@ -417,7 +417,7 @@ def _build(
         # inline alternatives past the ceiling: every candidate gets a buffer (tinygrad's default schedule), and
         # the graph is built again with nothing to inline across them, which grows linearly
         reason = sess.saturate(stages, lim, report, progress, deadline=deadline, cut_baseline=not every_barrier)
-        fall_back = reason in ("node_ceiling", "time_ceiling") and not every_barrier
+        fall_back = reason in CEILINGS and not every_barrier
         if not fall_back:
             t1 = time.perf_counter()
             view = sess.view()

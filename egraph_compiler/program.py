@@ -331,10 +331,11 @@ class Program:
     def memory_plan(self) -> ArenaPlan | None:
         """Where the intermediates live in one arena (host targets; None elsewhere, or with none)."""
         storage = getattr(self.backend, "storage_np", None)
-        temps = {n: spec for n, spec in self.buffers.items() if spec.kind == "intermediate"}
-        if self._arena is None and storage is not None and temps:
-            sizes = {n: spec.size * storage(spec.dtype).itemsize for n, spec in temps.items()}
-            self._arena = plan(sizes, lifetimes([(k.reads, k.writes) for k in self.kernels], temps))
+        if self._arena is None and storage is not None:  # planned once (program calls ask again)
+            temps = {n: spec for n, spec in self.buffers.items() if spec.kind == "intermediate"}
+            if temps:
+                sizes = {n: spec.size * storage(spec.dtype).itemsize for n, spec in temps.items()}
+                self._arena = plan(sizes, lifetimes([(k.reads, k.writes) for k in self.kernels], temps))
         return self._arena
 
     def _arena_views(self) -> dict[str, np.ndarray]:
@@ -456,23 +457,22 @@ class Program:
         if total_est:
             tail = f"; measured {total_meas * 1e6:.1f} us" if measured else ""
             lines.append(f"  total estimate {total_est * 1e6:.1f} us{tail}")
-        if (arena := self.memory_plan()) is not None:
-            lines.append(
-                f"  intermediates: {len(arena.offsets)} in an arena of {_bytes(arena.size)} "
-                f"({_bytes(arena.unplanned)} one by one)"
-            )
-        return "\n".join(lines)
+        return "\n".join(lines + self._arena_lines())
 
     def summary(self) -> str:
         lines = [f"Program for {self.target}: {len(self.kernels)} kernel(s), inputs {self.inputs}, outputs {self.outputs}"]
         for k in self.kernels:
             lines.append(f"  {k.name}: reads {list(k.reads)} writes {list(k.writes)}")
-        if (arena := self.memory_plan()) is not None:
-            lines.append(
-                f"  intermediates: {len(arena.offsets)} buffer(s) in one arena of {arena.size:,} bytes "
-                f"({arena.unplanned:,} allocated one by one)"
-            )
-        return "\n".join(lines)
+        return "\n".join(lines + self._arena_lines())
+
+    def _arena_lines(self) -> list[str]:
+        arena = self.memory_plan()
+        if arena is None:
+            return []
+        return [
+            f"  intermediates: {len(arena.offsets)} buffer(s) in one arena of {_bytes(arena.size)} "
+            f"({_bytes(arena.unplanned)} allocated one by one)"
+        ]
 
 
 def _bytes(n: int) -> str:
