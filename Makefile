@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test fuzz lint bench bench-models bench-kernels bench-calibrate clean
+.PHONY: demo test fuzz lint bench bench-models bench-kernels bench-calibrate devwheels clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $$(.ci/find-python) -m venv $(VENV)
@@ -55,6 +55,14 @@ bench-calibrate: $(STAMP)
 bench-models: $(STAMP)
 	$(PY) -m pip install -q -e '.[models]'
 	$(PY) bench/models.py $(MODELS_ARGS)
+
+# wheels a GPU machine without network needs (bench/gpu_session.sh): egglog and what it imports, for CPython 3.12
+devwheels: $(STAMP)
+	rm -rf .devwheels
+	$(PY) -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+	  --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 -d .devwheels \
+	  egglog==$$($(PY) -c "import importlib.metadata as m; print(m.version('egglog'))") graphviz opentelemetry-api \
+	  black pytokens pathspec platformdirs
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis

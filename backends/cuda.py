@@ -96,15 +96,17 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
+from egraph_compiler.backends.reference import coerce_input
 
 from egraph_compiler.diagnostics import BackendError, BackendUnavailable, UnsupportedOp
-from egraph_compiler.dtypes import DType, as_const, dtypes
+from egraph_compiler.dtypes import DType, as_const, bf16_round, dtypes
 from egraph_compiler.ops import OP_TABLE, AxisType, Ops
 from egraph_compiler.program import BufferSpec, HostBuffers, Kernel, buffer_of
 from egraph_compiler.uop import UOp, range_name
@@ -2065,11 +2067,42 @@ class CUDABackend:
     def put(self, spec: BufferSpec, host: Any) -> Any:
         cp = _import_cupy()
         if isinstance(host, cp.ndarray):
-            if spec.dtype is not dtypes.bfloat16:
-                return cp.ascontiguousarray(host).reshape(-1).astype(self._host.storage_np(spec.dtype), copy=True)
-            host = cp.asnumpy(host)
+            return self._stored(cp, spec, host)
         return cp.asarray(self._host.put(spec, np.asarray(host)))
 
     def get(self, spec: BufferSpec, buf: Any) -> np.ndarray:
         cp = _import_cupy()
         return self._host.get(spec, cp.asnumpy(buf))
+
+    def synchronize(self) -> None:
+        """Wait for the kernels launched so far (timing: launches return before the kernel ends)."""
+        _import_cupy().cuda.Device().synchronize()
+
+    # arrays already on the GPU: a program called with CuPy inputs reads them in place and returns CuPy outputs
+
+    @staticmethod
+    def holds(value: Any) -> bool:
+        """Whether `value` is an array on the GPU (a CuPy array)."""
+        cp = sys.modules.get("cupy")
+        return cp is not None and isinstance(value, cp.ndarray)
+
+    def put_device(self, name: str, spec: BufferSpec, value: Any) -> Any:
+        """A CuPy input checked (shape, exact dtype conversion) and converted on the GPU; one already in the
+        storage dtype and contiguous is used as it is (kernels never write inputs)."""
+        cp = _import_cupy()
+        return self._stored(cp, spec, coerce_input(name, value, spec.shape, spec.dtype, cp))
+
+    def _stored(self, cp: Any, spec: BufferSpec, arr: Any) -> Any:
+        """A CuPy array as the kernels store spec's dtype (flat; bfloat16 as its upper 16 bits, rounded)."""
+        if spec.dtype is dtypes.bfloat16:
+            bits = cp.ascontiguousarray(bf16_round(arr, cp)).view(cp.uint32)
+            return (bits >> 16).astype(cp.uint16).reshape(-1)
+        return cp.ascontiguousarray(arr).reshape(-1).astype(self._host.storage_np(spec.dtype), copy=False)
+
+    def get_device(self, spec: BufferSpec, buf: Any) -> Any:
+        """An output as a CuPy array of its shape and dtype (bfloat16 as float32, as on the host), without a copy
+        where the storage is the dtype itself."""
+        cp = _import_cupy()
+        if spec.dtype is dtypes.bfloat16:
+            return (buf.astype(cp.uint32) << 16).view(cp.float32).reshape(spec.shape)
+        return buf.astype(spec.dtype.np, copy=False).reshape(spec.shape)

@@ -52,12 +52,13 @@ def buffer_value(u: UOp, inputs: Env) -> np.ndarray:
     return coerce_input(name, inputs[name], shape, u.dtype)
 
 
-def coerce_input(name: str, value: Any, shape: tuple[int, ...], dtype: DType) -> np.ndarray:
+def coerce_input(name: str, value: Any, shape: tuple[int, ...], dtype: DType, xp: Any = np) -> Any:
     """An input as the placeholder declares it. Its shape must match, and its values survive the conversion to
     the placeholder's dtype exactly (numpy's safe casts, or values that convert and back unchanged: int64 5 into
     int32, 1.5 into float32, but not 2**40 into int32 or 0.1 into float32); anything else is refused with the
-    conversion to make, never changed silently."""
-    arr = np.asarray(value)
+    conversion to make, never changed silently. `xp`: the array module that holds it (numpy, or CuPy for an
+    array on a GPU: checked and converted there)."""
+    arr = xp.asarray(value)
     if arr.shape != tuple(shape):
         raise MissingInput(
             at=f"input {name!r}",
@@ -73,14 +74,14 @@ def coerce_input(name: str, value: Any, shape: tuple[int, ...], dtype: DType) ->
     if arr.dtype != target and not np.can_cast(arr.dtype, target, "safe"):
         with np.errstate(all="ignore"):
             back = arr.astype(target).astype(arr.dtype)
-        if not np.array_equal(back, arr, equal_nan=arr.dtype.kind == "f"):
+        if not bool(xp.array_equal(back, arr, equal_nan=arr.dtype.kind == "f")):
             raise MissingInput(
                 at=f"input {name!r}",
                 why=f"its {arr.dtype} values do not all convert to {dtype.name} exactly",
                 suggestion=f"convert it yourself if the rounding is meant: np.asarray(x, dtype=np.{target.name})",
             )
     if dtype is dtypes.bfloat16:
-        return bf16_round(arr.astype(np.float32))
+        return bf16_round(arr.astype(np.float32), xp)
     return arr.astype(compute_np(dtype), copy=False)
 
 

@@ -1,6 +1,6 @@
 """Real models against PyTorch eager and torch.compile (inductor, CPU), on the same inputs, in one run.
 
-    python bench/models.py [--quick] [--only NAME[,NAME]] [--repeat N] [--no-compile] [--json FILE]
+    python bench/models.py [--quick] [--only NAME[,NAME]] [--repeat N] [--no-compile] [--json FILE] [--target cuda]
 
 Per model: our first-call time (`opt+jit s`: optimize, LLVM compile and the first run), run time (median of
 repeated calls, compilation excluded), kernel count and the cost model's estimate beside the measured time;
@@ -12,6 +12,9 @@ enough calls to fill 50 ms.
 
 Results table to stdout, progress to stderr. Exit status 0, or 1 if any of our results was wrong or failed.
 torch is an optional benchmark extra (`pip install -e '.[models]'`), never a runtime dependency.
+
+`--target cuda`: ours on the GPU (CuPy inputs, read in place; CuPy outputs) against PyTorch on the same GPU; every
+timed call ends with a device synchronize, for ours and the peers alike.
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ class Row:
     compile_s: float | None = None
     compiled_ms: float | None = None
     notes: list[str] = field(default_factory=list)
+    kernels_detail: str | None = None  # --describe: each kernel's nest and estimate beside its measured time
 
     def ratio(self, peer: float | None) -> float | None:
         return None if not self.ok or peer is None or self.ours_ms is None else peer / self.ours_ms
@@ -73,22 +77,34 @@ def median_ms(fn: Any, repeat: int) -> float:
     return time_calls(fn, repeat=max(repeat, min(1000, int(MIN_TIMED_S / max(once, 1e-6))))).median_s * 1e3
 
 
-def run_ours(m: Model, x: dict[str, np.ndarray], row: Row, repeat: int) -> np.ndarray:
+def run_ours(
+    m: Model, x: dict[str, np.ndarray], row: Row, repeat: int, target: str = "llvm", describe: bool = False
+) -> np.ndarray:
     """Optimize, run and time our program; returns its output (checked against torch's later)."""
     from egraph_compiler import Tensor, optimize
 
     ts = {k: Tensor.empty(*v.shape, dtype="float32", name=k) for k, v in x.items()}
+    if target == "cuda":
+        import cupy
+
+        x = {k: cupy.asarray(v) for k, v in x.items()}
+        sync = cupy.cuda.Device().synchronize
+    else:
+        sync = lambda: None
     t0 = time.perf_counter()
-    prog = optimize(m.ours(**ts), target="llvm")
+    prog = optimize(m.ours(**ts), target=target)
     out = prog(**x)
+    sync()
     row.first_call_s = time.perf_counter() - t0
     row.kernels = len(prog.kernels)
     fusion = prog.report.extra.get("fusion", {})
     row.estimate_ms = fusion.get("chosen_s", math.nan) * 1e3
     row.baseline_estimate_ms = fusion.get("baseline_s", math.nan) * 1e3
     row.notes = [n for n in prog.report.notes if "fusion" in n or "roofline" in n]
-    row.ours_ms = median_ms(lambda: prog(**x), repeat)
-    return np.asarray(out)
+    row.ours_ms = median_ms(lambda: (prog(**x), sync()), repeat)
+    if describe:
+        row.kernels_detail = prog.describe(prog.profile(repeat=max(3, repeat), **x))
+    return out.get() if target == "cuda" else np.asarray(out)
 
 
 def check(m: Model, out: np.ndarray, ref: np.ndarray, row: Row) -> None:
@@ -96,22 +112,24 @@ def check(m: Model, out: np.ndarray, ref: np.ndarray, row: Row) -> None:
     row.ok = bool(np.allclose(out, ref, rtol=m.rtol, atol=m.atol))
 
 
-def run_torch(m: Model, x: dict[str, np.ndarray], row: Row, repeat: int, compile_too: bool) -> np.ndarray:
+def run_torch(m: Model, x: dict[str, np.ndarray], row: Row, repeat: int, compile_too: bool, target: str = "llvm") -> np.ndarray:
     import torch
 
-    tx = {k: torch.from_numpy(v) for k, v in x.items()}
+    device = "cuda" if target == "cuda" else "cpu"
+    sync = torch.cuda.synchronize if device == "cuda" else lambda: None
+    tx = {k: torch.from_numpy(v).to(device) for k, v in x.items()}
     with torch.no_grad():
-        ref = m.torch(**tx).numpy()
-        row.eager_ms = median_ms(lambda: m.torch(**tx), repeat)
+        ref = m.torch(**tx).cpu().numpy()
+        row.eager_ms = median_ms(lambda: (m.torch(**tx), sync()), repeat)
         if compile_too:
             torch._dynamo.reset()
             fn = torch.compile(m.torch)
             t0 = time.perf_counter()
-            out = fn(**tx).numpy()
+            out = fn(**tx).cpu().numpy()
             row.compile_s = time.perf_counter() - t0
             if not np.allclose(out, ref, rtol=m.rtol, atol=m.atol):
                 row.notes.append("torch.compile's output differs from eager's")
-            row.compiled_ms = median_ms(lambda: fn(**tx), repeat)
+            row.compiled_ms = median_ms(lambda: (fn(**tx), sync()), repeat)
     return ref
 
 
@@ -198,6 +216,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=10)
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile (its compiles take minutes)")
     ap.add_argument("--json", default="", help="write the rows to this file")
+    ap.add_argument("--describe", action="store_true", help="print each kernel's estimate beside its measured time")
+    ap.add_argument("--target", default="llvm", choices=("llvm", "cuda"), help="ours (and torch's device): CPU or GPU")
     args = ap.parse_args(argv)
     # torch.compile's compile time is measured cold: no FX-graph or kernel cache from an earlier run
     os.environ.setdefault("TORCHINDUCTOR_FORCE_DISABLE_CACHES", "1")
@@ -214,6 +234,8 @@ def main(argv: list[str] | None = None) -> int:
         f"CPU: {cpu_name()}; load average {os.getloadavg()[0]:.2f}; torch {torch.__version__} "
         f"({torch.get_num_threads()} threads); float32; dense chain depths {DENSE_DEPTHS}"
     )
+    if args.target == "cuda":
+        print(f"GPU: {torch.cuda.get_device_name()}; ours and torch on the GPU, each timed call synchronized")
     rows: list[Row] = []
     ours: list[np.ndarray | None] = []
     # ours first, every model: torch leaves OpenMP threads spinning and inductor's compile workers behind, which on
@@ -224,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(row)
         progress(f"{m.name}: ours")
         try:
-            ours.append(run_ours(m, m.inputs(), row, args.repeat))
+            ours.append(run_ours(m, m.inputs(), row, args.repeat, args.target, args.describe))
         except Exception as e:
             ours.append(None)
             row.error = f"{type(e).__name__}: {e}"
@@ -233,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
         x = m.inputs()
         progress(f"{m.name}: torch")
         try:
-            ref = run_torch(m, x, row, args.repeat, not args.no_compile)
+            ref = run_torch(m, x, row, args.repeat, not args.no_compile, args.target)
         except Exception as e:  # a peer's failure is reported; ours cannot be checked without its result
             row.error = row.error or f"torch: {type(e).__name__}: {e}"
             progress(f"torch: {type(e).__name__}: {e}")
@@ -244,6 +266,9 @@ def main(argv: list[str] | None = None) -> int:
             f"{m.name}: ours {fmt(row.ours_ms, '.3f')} ms (estimate {fmt(row.estimate_ms, '.3f')}), eager "
             f"{fmt(row.eager_ms, '.3f')} ms, compiled {fmt(row.compiled_ms, '.3f')} ms"
         )
+    for r in rows:
+        if r.kernels_detail:
+            print(f"--- {r.model}: kernels (estimate beside measured, each run alone)\n{r.kernels_detail}")
     print(table(rows))
     for r in rows:
         for n in r.notes:
@@ -251,7 +276,10 @@ def main(argv: list[str] | None = None) -> int:
         if r.error:
             print(f"error {r.model}: {r.error}")
     if args.json:
-        Path(args.json).write_text(json.dumps({"cpu": cpu_name(), "rows": [asdict(r) for r in rows]}, indent=2))
+        meta = {"cpu": cpu_name(), "target": args.target}
+        if args.target == "cuda":
+            meta["gpu"] = torch.cuda.get_device_name()
+        Path(args.json).write_text(json.dumps({**meta, "rows": [asdict(r) for r in rows]}, indent=2))
     return 0 if all(r.ok for r in rows) else 1
 
 

@@ -266,12 +266,13 @@ def as_const(v: Any, d: DType) -> bool | int | float:
     return v
 
 
-def bf16_round(x: np.ndarray) -> np.ndarray:
-    """Round float32 values to bfloat16 precision (round to nearest even), returned as float32."""
-    x = np.asarray(x, dtype=np.float32)
-    bits = np.ascontiguousarray(x).view(np.uint32).reshape(x.shape)  # ascontiguousarray makes 0-d arrays 1-d
+def bf16_round(x: Any, xp: Any = np) -> Any:
+    """Round float32 values to bfloat16 precision (round to nearest even), returned as float32. `xp`: the array
+    module (numpy, or CuPy for arrays on a GPU)."""
+    x = xp.asarray(x, dtype=np.float32)
+    bits = xp.ascontiguousarray(x).view(np.uint32).reshape(x.shape)  # ascontiguousarray makes 0-d arrays 1-d
     rounded = ((bits.astype(np.uint64) + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000).astype(np.uint32)
-    rounded = np.where(np.isnan(x), bits | 0x00400000, rounded)  # keep NaN a NaN
+    rounded = xp.where(xp.isnan(x), bits | 0x00400000, rounded)  # keep NaN a NaN
     return rounded.view(np.float32)
 
 

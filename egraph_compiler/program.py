@@ -186,7 +186,9 @@ class Program:
 
         out: arrays to write the outputs into (one array, or a tuple of one per output): C-contiguous numpy
         arrays of the output's shape and dtype, not overlapping an input. The call then allocates no output
-        and returns `out`. (A program whose input is named "out" takes that input by this keyword.)"""
+        and returns `out`. (A program whose input is named "out" takes that input by this keyword.)
+        On target "cuda", CuPy inputs are read where they are (no host copy), and then the outputs come back as
+        CuPy arrays on the GPU."""
         if "out" in self.inputs and out is not None:
             inputs, out = {**inputs, "out": out}, None
         given = self._outputs_into(out, inputs) if out is not None else {}
@@ -217,8 +219,13 @@ class Program:
                     if not np.may_share_memory(arrays[i], bufs[n]):
                         arrays[i][...] = bufs[n].reshape(arrays[i].shape)
             return out
-        outs = tuple(self.backend.get(self.buffers[n], bufs[n]) for n in self.outputs)
-        big = self._plan[2] if self._plan is not None else ()
+        holds = getattr(self.backend, "holds", None)
+        on_device = holds is not None and any(holds(v) for v in inputs.values())
+        if on_device:  # inputs on the GPU: the outputs stay there too, as the caller's own arrays (never reused)
+            outs = tuple(self.backend.get_device(self.buffers[n], bufs[n]) for n in self.outputs)
+        else:
+            outs = tuple(self.backend.get(self.buffers[n], bufs[n]) for n in self.outputs)
+        big = self._plan[2] if self._plan is not None and not on_device else ()
         if big:
             self._spare.append({n: bufs[n] for n in big})
         if len(set(self.outputs)) < len(self.outputs):  # one buffer returned twice: two independent arrays
@@ -356,6 +363,7 @@ class Program:
 
         bufs: dict[str, Any] = {}
         arena: dict[str, np.ndarray] | None = None
+        holds = getattr(self.backend, "holds", None)
         for name, kind, spec, native in self._plan[0]:
             if kind == "input":
                 v = inputs[name]
@@ -367,6 +375,8 @@ class Program:
                     and v.flags.c_contiguous
                 ):
                     bufs[name] = v  # already what the kernels read (contiguous, in storage dtype): as it is
+                elif holds is not None and holds(v):  # already on the backend's device (a CuPy array)
+                    bufs[name] = self.backend.put_device(name, spec, v)
                 else:
                     bufs[name] = self.backend.put(spec, coerce_input(name, v, spec.shape, spec.dtype))
             elif kind == "const":  # kernels never write constants: placed once per program
@@ -409,14 +419,17 @@ class Program:
 
         compiled = self.compile()
         bufs = self._place(inputs, None)
+        sync = getattr(self.backend, "synchronize", lambda: None)  # a GPU runs kernels asynchronously
         for run in compiled:
             run(bufs)
+        sync()
         times: dict[str, float] = {}
         for kernel, run in zip(self.kernels, compiled):
             samples = []
             for _ in range(max(1, repeat)):
                 t0 = time.perf_counter()
                 run(bufs)
+                sync()
                 samples.append(time.perf_counter() - t0)
             times[kernel.name] = statistics.median(samples)
         return times

@@ -70,3 +70,18 @@ def examples(fast: int) -> int:
     from hypothesis import settings
 
     return fast if os.environ.get("HYPOTHESIS_PROFILE", "fast") == "fast" else max(fast, settings.default.max_examples)
+
+
+def gpu_or_skip() -> None:
+    """Skip the calling test unless CuPy is installed and sees a CUDA GPU (tests marked `gpu`)."""
+    import pytest
+
+    try:
+        import cupy
+    except ImportError:
+        pytest.skip("cupy is not installed (pip install cupy-cuda12x)")
+    try:
+        if cupy.cuda.runtime.getDeviceCount() == 0:
+            pytest.skip("no CUDA GPU")
+    except Exception as e:  # no driver / no device
+        pytest.skip(f"no usable CUDA GPU: {e}")

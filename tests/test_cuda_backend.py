@@ -36,11 +36,11 @@ from egraph_compiler.backends.cuda import (
     nvcc_version,
 )
 from egraph_compiler.backends.reference import ReferenceBackend
-from helpers import check
+from helpers import check, gpu_or_skip
 
 from egraph_compiler import AxisType, Ops, UOp, dtypes
 from egraph_compiler.diagnostics import BackendUnavailable, UnsupportedOp
-from egraph_compiler.dtypes import DType
+from egraph_compiler.dtypes import DType, bf16_round
 from egraph_compiler.program import BufferSpec, HostBuffers, Kernel, Program, buffer_of
 
 F32, F16, BF16, I32, IDX = dtypes.float32, dtypes.float16, dtypes.bfloat16, dtypes.int32, dtypes.index
@@ -797,28 +797,16 @@ def test_emulated_kernels_match_reference(case: Case, emulator: ctypes.CDLL) -> 
 # ---- (c) on a GPU --------------------------------------------------------------------------------
 
 
-def _gpu_or_skip() -> None:
-    try:
-        import cupy
-    except ImportError:
-        pytest.skip("cupy is not installed (pip install cupy-cuda12x)")
-    try:
-        if cupy.cuda.runtime.getDeviceCount() == 0:
-            pytest.skip("no CUDA GPU")
-    except Exception as e:  # no driver / no device
-        pytest.skip(f"no usable CUDA GPU: {e}")
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", RUNNABLE, ids=lambda cs: cs.name)
 def test_gpu_kernels_match_reference(case: Case) -> None:
-    _gpu_or_skip()
+    gpu_or_skip()
     compare_with_reference(case, CUDABackend(), "cuda")
 
 
 @pytest.mark.gpu
 def test_gpu_put_accepts_cupy_and_numpy() -> None:
-    _gpu_or_skip()
+    gpu_or_skip()
     import cupy
 
     be = CUDABackend()
@@ -827,3 +815,30 @@ def test_gpu_put_accepts_cupy_and_numpy() -> None:
         host = np.array([1.5, -2.0, 0.0, 3.25], np.float32)
         want = be.get(spec, be.put(spec, host))
         check(be.get(spec, be.put(spec, cupy.asarray(host))), want)
+
+
+@pytest.mark.gpu
+def test_cupy_inputs_are_read_in_place_and_the_outputs_stay_on_the_gpu() -> None:
+    gpu_or_skip()
+    import cupy
+
+    from egraph_compiler import Tensor, optimize
+    from egraph_compiler.diagnostics import MissingInput
+
+    a, n = Tensor.empty(4, 8, name="a"), Tensor.empty(4, 8, dtype="int32", name="n")
+    h = Tensor.empty(4, 8, dtype="bfloat16", name="h")
+    prog = optimize([a * 2.0 + n.cast("float32"), (h * 3.0).cast("float32")], target="cuda")
+    rs = np.random.default_rng(3)
+    x, k = rs.standard_normal((4, 8)).astype(np.float32), rs.integers(-50, 50, (4, 8))  # int64 values that fit
+    hv = rs.standard_normal((4, 8)).astype(np.float32)
+    want = (x * 2 + k, bf16_round(bf16_round(hv) * 3))
+    for given in ({"a": cupy.asarray(x), "n": cupy.asarray(k), "h": cupy.asarray(hv)}, {"a": x, "n": cupy.asarray(k), "h": hv}):
+        got = prog(**given)
+        for g, w in zip(got, want):
+            assert isinstance(g, cupy.ndarray) and g.shape == w.shape and g.dtype == np.float32
+            np.testing.assert_allclose(cupy.asnumpy(g), w, rtol=1e-6)
+    # the same checks as for host arrays, made on the GPU: a value int32 cannot hold, a wrong shape
+    with pytest.raises(MissingInput, match="do not all convert"):
+        prog(a=cupy.asarray(x), n=cupy.asarray(k + 2**40), h=cupy.asarray(hv))
+    with pytest.raises(MissingInput, match="expected shape"):
+        prog(a=cupy.asarray(x.reshape(-1)), n=cupy.asarray(k), h=cupy.asarray(hv))

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from egraph_compiler.backends import get_backend
 from egraph_compiler.backends.cuda import compile_ptx, find_nvcc
+from helpers import gpu_or_skip
 from test_cuda_backend import (
     BF16,
     F16,
@@ -23,7 +24,6 @@ from test_cuda_backend import (
     A,
     Case,
     EmulatedCUDABackend,
-    _gpu_or_skip,
     buf,
     c,
     compare_with_reference,
@@ -154,7 +154,7 @@ def test_the_estimate_prices_the_split(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.gpu
 def test_gpu_split_reductions_match_reference() -> None:
-    _gpu_or_skip()
+    gpu_or_skip()
     backend = get_backend("cuda")
     for case in SPLIT:
         compare_with_reference(case, backend, "cuda")

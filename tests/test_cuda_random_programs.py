@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 from egraph_compiler.backends.cuda import compile_ptx, find_nvcc
 from egraph_compiler.backends.reference import evaluate
+from helpers import examples, gpu_or_skip
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 from test_cuda_backend import Case, EmulatedCUDABackend, emulation_library
@@ -244,20 +245,19 @@ def test_random_programs_on_cuda(program: RandomProgram) -> None:
     check_on_cuda(program, note)
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        "softmax_rows",
-        "sum_4097",
-        "f16_tensor_cores",
-        "int8_divmod",
-        "bool_any",
-        "f16_floordiv_const",
-        "bf16_floordiv_const",
-        "group_reduce_in_padded_reduce",
-    ],
-)
-def test_gpu_sized_programs_on_cuda(name: str) -> None:
+SIZED = [
+    "softmax_rows",
+    "sum_4097",
+    "f16_tensor_cores",
+    "int8_divmod",
+    "bool_any",
+    "f16_floordiv_const",
+    "bf16_floordiv_const",
+    "group_reduce_in_padded_reduce",
+]
+
+
+def sized_program(name: str) -> RandomProgram:
     """A few fixed programs at sizes where the cost model picks GPU schedules (the random ones stay smaller).
 
     f16/bf16_floordiv_const: `x / c` folds to `x * (1/c)` with the constant not rounded to the half dtype, so the
@@ -291,4 +291,46 @@ def test_gpu_sized_programs_on_cuda(name: str) -> None:
     else:
         x = Tensor.empty(256, 257, dtype="bool", name="x")
         outs, inputs = [x.max(1), x.sum(0)], {"x": rs.random((256, 257)) < 0.01}
-    check_on_cuda(RandomProgram(outs, inputs, [name]))
+    return RandomProgram(outs, inputs, [name])
+
+
+@pytest.mark.parametrize("name", SIZED)
+def test_gpu_sized_programs_on_cuda(name: str) -> None:
+    check_on_cuda(sized_program(name))
+
+
+# ---- on a real GPU (marked gpu: skipped without CuPy and a device) ---------------------------------------------
+
+
+def check_on_gpu(program: RandomProgram, log: Callable[[str], None] = print) -> None:
+    """optimize for cuda and run on the GPU twice: numpy inputs (numpy outputs back), then the same inputs as
+    CuPy arrays (read in place; CuPy outputs back), both against the reference interpreter."""
+    import cupy
+
+    outs = program.outputs
+    want = evaluate([t.uop for t in outs], program.inputs)
+    prog = optimize(outs[0] if len(outs) == 1 else outs, target="cuda", time_limit=3.0)
+    log("schedules: " + ", ".join(str(k.get("schedule")) for k in prog.report.extra.get("kernels", [])))
+    inputs = {n: v for n, v in program.inputs.items() if n in prog.inputs}
+    for device in (False, True):
+        given = {n: cupy.asarray(v) for n, v in inputs.items()} if device else inputs
+        got = prog(**given)
+        got = got if isinstance(got, tuple) else (got,)
+        for g, w, t in zip(got, want, outs):
+            assert isinstance(g, cupy.ndarray if device and given else np.ndarray), type(g)
+            _compare(cupy.asnumpy(g) if device else g, w, t.dtype.name)
+
+
+@pytest.mark.gpu
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(random_programs())
+def test_random_programs_on_gpu(program: RandomProgram) -> None:
+    gpu_or_skip()
+    check_on_gpu(program, note)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", SIZED)
+def test_gpu_sized_programs_on_gpu(name: str) -> None:
+    gpu_or_skip()
+    check_on_gpu(sized_program(name))

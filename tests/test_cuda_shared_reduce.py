@@ -18,11 +18,11 @@ import pytest
 from egraph_compiler.backends import get_backend
 from egraph_compiler.backends.cuda import compile_ptx, find_nvcc
 from egraph_compiler.extract.gpu_cost import GPUMachine, estimate_gpu
+from helpers import gpu_or_skip
 from test_cuda_backend import (
     BACKEND,
     Case,
     EmulatedCUDABackend,
-    _gpu_or_skip,
     buf,
     compare_with_reference,
     emulation_library,
@@ -305,7 +305,7 @@ def test_cuda_programs_with_shared_rows_match_numpy() -> None:
 
 @pytest.mark.gpu
 def test_gpu_shared_reductions_match_reference() -> None:
-    _gpu_or_skip()
+    gpu_or_skip()
     backend = get_backend("cuda")
     for case in ALL:
         compare_with_reference(case, backend, "cuda")

@@ -14,10 +14,10 @@ import pytest
 from egraph_compiler.backends import get_backend
 from egraph_compiler.backends.cuda import compile_ptx, find_nvcc, vector_runs
 from egraph_compiler.rules.optops import SPLIT_FACTORS
-from helpers import check, rand_array
+from helpers import check, gpu_or_skip, rand_array
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_cuda_backend import Case, EmulatedCUDABackend, _gpu_or_skip, emulation_library
+from test_cuda_backend import Case, EmulatedCUDABackend, emulation_library
 
 from egraph_compiler import Tensor, UOp, dtypes, optimize
 from egraph_compiler.diagnostics import BackendError
@@ -100,7 +100,7 @@ def test_vector_schedules_match_numpy(schedules: list[tuple[str, str, Program]])
 
 @pytest.mark.gpu
 def test_gpu_vector_schedules_match_numpy(schedules: list[tuple[str, str, Program]]) -> None:
-    _gpu_or_skip()
+    gpu_or_skip()
     _check_schedules(schedules, cuda.CUDABackend())
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from egraph_compiler.backends.reference import evaluate
+from helpers import gpu_or_skip
 
 from egraph_compiler import Tensor, optimize
 from egraph_compiler.diagnostics import InvalidArgument
@@ -187,3 +188,16 @@ def test_describe_gives_each_kernels_nest_buffers_and_estimate_beside_its_measur
     times = prog.profile(a=rng.standard_normal((64, 96), dtype=np.float32), b=rng.standard_normal((96, 32), dtype=np.float32))
     assert set(times) == {k.name for k in prog.kernels} and all(t > 0 for t in times.values())
     assert "measured" in prog.describe(times)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("model", model_defs.suite(quick=True), ids=lambda m: m.name)
+def test_model_on_the_gpu_matches_the_reference_interpreter(model: model_defs.Model) -> None:
+    gpu_or_skip()
+    import cupy
+
+    x = model.inputs()
+    out = model.ours(**{k: Tensor.empty(*v.shape, dtype="float32", name=k) for k, v in x.items()})
+    prog = optimize(out, target="cuda")
+    got = prog(**{k: cupy.asarray(v) for k, v in x.items()})
+    np.testing.assert_allclose(cupy.asnumpy(got), evaluate(out.uop, x), rtol=1e-4, atol=1e-4)
