@@ -9,11 +9,12 @@ item (a loop nest ending in a STORE), each of the form
 `kernel.ast.toposort()` (through AFTER); `LLVMCompiled.buffer_order` lists
 the names. `[start, end)` is the slice of the item's parallel range (its
 outermost THREAD range, else its outermost loop range when the nest is big
-and safe to split); items without one ignore the pair. The callable returned
-by `compile` splits a parallel range into one slice per core and runs the
-slices on a process-wide ThreadPoolExecutor (ctypes drops the GIL while
-native code runs). Items run one after another, so each item sees every
-store of the items before it, as in the reference interpreter.
+and safe to split); items without one ignore the pair. A program runs as
+one native driver (`_Runner`) that splits each parallel range into one slice
+per core and hands the slices to the native thread pool of
+backends/cpu_pool.py (about a microsecond a hand-off). Items run one after
+another, so each item sees every store of the items before it, as in the
+reference interpreter.
 
 Group reductions. A REDUCE over exactly one GROUP_REDUCE range g (bound T)
 in an item without loops (a scalar output) and outside every other REDUCE's
@@ -31,10 +32,10 @@ item's function then takes the scratch buffer as one more argument,
 
 and reads the REDUCE as the T partials at %p + offset_j combined with its op
 in order of g, exactly what a sequential REDUCE over g computes, so results
-do not depend on the thread count. The callable allocates the scratch per
-call (`LLVMCompiled.groups` and `.scratch` give the functions, the bounds,
-the offsets and its size), runs each partials function in min(threads, T)
-slices, and then the item. A GROUP_REDUCE range anywhere else is an
+do not depend on the thread count. The driver gives the partials a scratch
+buffer of its own per concurrent call (`LLVMCompiled.groups` and `.scratch`
+give the functions, the bounds, the offsets and its size), runs each
+partials function in min(threads, T) slices, and then the item. A GROUP_REDUCE range anywhere else is an
 ordinary sequential loop.
 
 Values in registers: bool is i1 (i8 in memory), float16 is `half` (LLVM
@@ -90,12 +91,12 @@ import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 import llvmlite.binding as llvm
 import numpy as np
+from egraph_compiler.backends import cpu_pool
 
 from egraph_compiler.cpu_target import CPUTarget, cpu_target, host_cpu
 from egraph_compiler.diagnostics import BackendError, InvalidArgument, UnsupportedOp
@@ -108,7 +109,7 @@ UNROLLED = frozenset({AxisType.UPCAST, AxisType.UNROLL})
 MASKED_LOAD_DTYPES = frozenset(
     {dtypes.float32, dtypes.float64, dtypes.int32, dtypes.int64, dtypes.uint32, dtypes.uint64}
 )  # held in registers as stored (no bool/half/bf16 conversion)
-AUTO_PARALLEL_MIN_WORK = 1 << 16  # below this many iterations a thread hand-off costs more than it saves
+AUTO_PARALLEL_MIN_WORK = 1 << 16  # below this many iterations splitting the loop across cores does not pay
 
 # ---- types and literals --------------------------------------------------------------------------
 
@@ -1363,7 +1364,6 @@ class _Module:
 
 _LOCK = threading.RLock()
 _TM: dict[CPUTarget, Any] = {}
-_POOL: ThreadPoolExecutor | None = None
 CACHE_STATS = {"compiles": 0, "hits": 0}
 
 
@@ -1391,14 +1391,6 @@ def _target_machine(cpu: CPUTarget) -> Any:
         if cpu not in _TM:
             _TM[cpu] = _new_target_machine(cpu)
         return _TM[cpu]
-
-
-def _pool() -> ThreadPoolExecutor:
-    global _POOL
-    with _LOCK:
-        if _POOL is None:
-            _POOL = ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="egc-llvm")
-        return _POOL
 
 
 # The O1 pipeline with the loop and SLP vectorizers and unrolling on: kernels run as fast as at O3 (the schedule
@@ -1496,94 +1488,115 @@ class LLVMCompiled:
     threads: int
     groups: list[list[tuple[str, int, int]]] = field(default_factory=list)  # per item: (function, T, offset)
     scratch: list[int] = field(default_factory=list)  # per item: bytes of partials
+    cpu: CPUTarget | None = None
+    _alone: _Runner | None = field(default=None, repr=False)
 
-    def _slices(self, fn: Any, ptrs: list[int], n: int, extra: tuple[int, ...] = ()) -> None:
-        """Run fn over [0, n) in min(threads, n) slices, the first on the calling thread."""
-        parts = min(self.threads, n) if n else 1
-        if parts <= 1:
-            fn(*ptrs, 0, n, *extra)
-            return
-        cuts = [n * p // parts for p in range(parts + 1)]
-        futs = [_pool().submit(fn, *ptrs, cuts[p], cuts[p + 1], *extra) for p in range(1, parts)]
-        try:
-            fn(*ptrs, cuts[0], cuts[1], *extra)
-        finally:
-            for fu in futs:
-                fu.result()
-
-    def __call__(self, bufs: dict[str, Any], addresses: dict[str, int] | None = None) -> None:
-        """Run on `bufs`; `addresses` (from the program's runner, `LLVMBackend.runner`) vouches that every buffer
-        was placed by the backend for this program and gives its address: the per-buffer checks are then
-        skipped."""
-        if addresses is not None:
-            ptrs = [addresses[name] for name, _, _ in self.checks]
-        else:
-            ptrs = []
-            for name, dt, size in self.checks:
-                a = bufs[name]
-                if not isinstance(a, np.ndarray) or a.dtype != dt or a.size < size or not a.flags.c_contiguous:
-                    raise InvalidArgument(
-                        at=f"buffer {name!r} of kernel {self.name}",
-                        why=f"expected a contiguous {dt} array of {size} elements",
-                        suggestion="allocate buffers with the backend's alloc/put",
-                    )
-                ptrs.append(a.ctypes.data)
-        for i, n in enumerate(self.parallel):
-            fn = self.native.funcs[f"k{i}"]
-            groups = self.groups[i] if self.groups else []
-            if not groups:
-                self._slices(fn, ptrs, n or 0)
-                continue
-            scratch = np.empty(self.scratch[i], np.uint8)  # per call: concurrent calls never share partials
-            base = scratch.ctypes.data
-            for name, t, off in groups:  # all partials first, then the item combines them in order
-                self._slices(self.native.funcs[name], ptrs, t, (base + off,))
-            fn(*ptrs, 0, 0, base)
+    def __call__(self, bufs: dict[str, Any]) -> None:
+        """Run this kernel alone on `bufs` (each buffer checked); a program runs its kernels through one driver
+        (`LLVMBackend.runner`)."""
+        for name, dt, size in self.checks:
+            a = bufs[name]
+            if not isinstance(a, np.ndarray) or a.dtype != dt or a.size < size or not a.flags.c_contiguous:
+                raise InvalidArgument(
+                    at=f"buffer {name!r} of kernel {self.name}",
+                    why=f"expected a contiguous {dt} array of {size} elements",
+                    suggestion="allocate buffers with the backend's alloc/put",
+                )
+        if self._alone is None:
+            with _LOCK:
+                if self._alone is None:
+                    self._alone = _Runner([self], [n for n, _, _ in self.checks], self.cpu or host_cpu())
+        self._alone(bufs)
 
 
 class _Runner:
-    """Runs a program's compiled kernels in order: each run of consecutive kernels that need no thread pool (no
-    parallel range, no group reduce) as one call of a native driver that calls their functions directly, the
-    others through their Python callable. A chain of small kernels then costs one ctypes call, not one per
-    kernel (about 2.5 us each)."""
+    """Runs a program's compiled kernels in order as one call of a native driver. The driver calls each item
+    directly, or, for a parallel range or a group reduction's partials, hands `task(table, part)` functions to
+    the native pool (backends/cpu_pool.py): a parallel step costs about a microsecond, not a Python thread
+    hand-off (about 50 us) or a ctypes call per kernel (about 2.5 us).
+
+    The driver takes a table of buffer addresses (the program's buffers in order) and, last, the address of a
+    scratch buffer for group partials (items run one after another, so they share it); concurrent calls each
+    take their own table and scratch."""
 
     def __init__(self, compiled: list[LLVMCompiled], names: list[str], cpu: CPUTarget) -> None:
         self.names = names
-        slot = {n: i for i, n in enumerate(names)}
-        self.steps: list[tuple[Any, LLVMCompiled | None]] = []  # (driver, None) or (None, kernel)
-        batch: list[LLVMCompiled] = []
-        self.keep: list[Any] = []
-        for c in [*compiled, None]:
-            if c is not None and all(n is None for n in c.parallel) and not any(c.groups):
-                batch.append(c)
-                continue
-            if batch:
-                self.steps.append((self._driver(batch, slot, cpu), None))
-                batch = []
-            if c is not None:
-                self.steps.append((None, c))
-        self.python = any(c is not None for _, c in self.steps)
+        self.scratch = max((b for c in compiled for b in c.scratch), default=0)
+        self.keep: list[Any] = [compiled]  # the kernels' engines, whose code the driver calls
+        self.drive = self._driver(compiled, {n: i for i, n in enumerate(names)}, cpu)
         self.seen: dict[int, tuple[weakref.ref[np.ndarray], int]] = {}
-        self.tables: list[Any] = []
+        self.tables: list[tuple[Any, np.ndarray | None]] = []
 
-    def _driver(self, batch: list[LLVMCompiled], slot: dict[str, int], cpu: CPUTarget) -> Any:
-        body, loaded = [], {}
-        for c in batch:
-            for i in range(len(c.parallel)):
-                args = []
-                for name, _, _ in c.checks:
-                    if name not in loaded:
-                        loaded[name] = f"%p{len(loaded)}"
-                        body += [
-                            f"  %a{len(loaded)} = getelementptr i64, ptr %a, i64 {slot[name]}",
-                            f"  {loaded[name]} = load ptr, ptr %a{len(loaded)}",
-                        ]
-                    args.append(f"ptr {loaded[name]}")
-                addr = c.native.engine.get_function_address(f"k{i}")
-                body.append(f"  call void inttoptr (i64 {addr} to ptr)({', '.join(args)}, i64 0, i64 0)")
-        ir = "define void @drive(ptr noalias %a) {\nentry:\n" + "\n".join(body) + "\n  ret void\n}\n"
+    def _driver(self, compiled: list[LLVMCompiled], slot: dict[str, int], cpu: CPUTarget) -> Any:
+        pool = cpu_pool.parallel_address()
+        scratch_slot = len(self.names)
+        tasks: list[str] = []
+
+        def loads(c: LLVMCompiled, lines: list[str], have: dict[str, str]) -> list[str]:
+            args = []
+            for name, _, _ in c.checks:
+                if name not in have:
+                    have[name] = f"%p{len(have)}"
+                    lines += [
+                        f"  %a{len(have)} = getelementptr i64, ptr %a, i64 {slot[name]}",
+                        f"  {have[name]} = load ptr, ptr %a{len(have)}",
+                    ]
+                args.append(f"ptr {have[name]}")
+            return args
+
+        def call(fn: int, args: list[str], lo: str, hi: str, scratch: str | None = None) -> str:
+            extra = f", ptr {scratch}" if scratch else ""
+            return f"  call void inttoptr (i64 {fn} to ptr)({', '.join(args)}, i64 {lo}, i64 {hi}{extra})"
+
+        def sliced(c: LLVMCompiled, fn: int, n: int, off: int | None, body: list[str], have: dict[str, str]) -> None:
+            """fn over [0, n): directly when one slice does, else as a pool task of min(threads, n) parts."""
+            parts = min(c.threads, n)
+            if parts <= 1:
+                sp = None
+                if off is not None:
+                    body.append(f"  %s{len(body)} = getelementptr i8, ptr %scratch, i64 {off}")
+                    sp = f"%s{len(body) - 1}"
+                body.append(call(fn, loads(c, body, have), "0", str(n), sp))
+                return
+            t: list[str] = [f"define internal void @t{len(tasks)}(ptr %a, i64 %part) {{", "entry:"]
+            args = loads(c, t, {})
+            t += [
+                f"  %x = mul i64 %part, {n}",
+                f"  %lo = udiv i64 %x, {parts}",
+                "  %part1 = add i64 %part, 1",
+                f"  %y = mul i64 %part1, {n}",
+                f"  %hi = udiv i64 %y, {parts}",
+            ]
+            sp = None
+            if off is not None:
+                t += [
+                    f"  %sa = getelementptr i64, ptr %a, i64 {scratch_slot}",
+                    "  %sb = load ptr, ptr %sa",
+                    f"  %sp = getelementptr i8, ptr %sb, i64 {off}",
+                ]
+                sp = "%sp"
+            t += [call(fn, args, "%lo", "%hi", sp), "  ret void", "}"]
+            body.append(f"  call void inttoptr (i64 {pool} to ptr)(ptr @t{len(tasks)}, ptr %a, i64 {parts})")
+            tasks.append("\n".join(t))
+
+        body = [f"  %sslot = getelementptr i64, ptr %a, i64 {scratch_slot}", "  %scratch = load ptr, ptr %sslot"]
+        have: dict[str, str] = {}
+        for c in compiled:
+            for i, n in enumerate(c.parallel):
+                fn = c.native.engine.get_function_address(f"k{i}")
+                groups = c.groups[i] if c.groups else []
+                if not groups:
+                    if n is None:
+                        body.append(call(fn, loads(c, body, have), "0", "0"))
+                    else:
+                        sliced(c, fn, n, None, body, have)
+                    continue
+                for name, t, off in groups:  # all partials first, then the item combines them in order
+                    sliced(c, c.native.engine.get_function_address(name), t, off, body, have)
+                body.append(call(fn, loads(c, body, have), "0", "0", "%scratch"))
+        ir = "\n".join([*tasks, "define void @drive(ptr noalias %a) {", "entry:", *body, "  ret void", "}", ""])
         native = _jit(ir, [], 0, cpu, {"drive": ctypes.CFUNCTYPE(None, ctypes.c_void_p)})
-        self.keep += [native, batch]  # the engines of the driver and of the kernels it calls
+        self.keep.append(native)
         return native.funcs["drive"]
 
     def __call__(self, bufs: dict[str, np.ndarray]) -> None:
@@ -1600,17 +1613,14 @@ class _Runner:
             addrs.append(hit[1])
         self.seen = fresh
         try:
-            table = self.tables.pop()  # concurrent calls each take their own
+            table, scratch = self.tables.pop()  # concurrent calls each take their own
         except IndexError:
-            table = (ctypes.c_int64 * len(addrs))()
-        table[:] = addrs
-        where = dict(zip(self.names, addrs)) if self.python else {}
-        for drive, kernel in self.steps:
-            if drive is not None:
-                drive(ctypes.addressof(table))
-            else:
-                kernel(bufs, where)
-        self.tables.append(table)
+            table = (ctypes.c_int64 * (len(addrs) + 1))()
+            scratch = np.empty(self.scratch, np.uint8) if self.scratch else None
+            table[len(addrs)] = scratch.ctypes.data if scratch is not None else 0
+        table[: len(addrs)] = addrs
+        self.drive(ctypes.addressof(table))
+        self.tables.append((table, scratch))
 
 
 def _address(a: np.ndarray) -> int:
@@ -1684,5 +1694,5 @@ class LLVMBackend(HostBuffers):
         parallel = [_bound(it.parallel) if it.parallel is not None else None for it in m.items]
         groups = [[(grp.fn, grp.bound, grp.offset) for grp in gs] for gs in m.groups]
         return LLVMCompiled(
-            kernel.name, [b.arg[0] for b in m.buffers], checks, native, parallel, self.threads, groups, m.scratch
+            kernel.name, [b.arg[0] for b in m.buffers], checks, native, parallel, self.threads, groups, m.scratch, self.cpu
         )

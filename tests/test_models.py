@@ -68,10 +68,10 @@ def test_models_bench_against_torch(tmp_path: Path) -> None:
     assert "geomean" in proc.stdout and "x PyTorch eager" in proc.stdout
 
 
-def test_a_chain_of_small_kernels_runs_as_one_native_call_and_mixes_with_parallel_ones() -> None:
-    """The LLVM runner batches consecutive kernels that need no thread pool into one native driver call; a big
-    kernel between them (split over the cores) runs on its own. Both give the reference's values, also when the
-    same program is called from two threads at once."""
+def test_a_chain_of_small_kernels_and_a_parallel_one_run_as_one_native_call() -> None:
+    """The LLVM runner runs the whole program as one native driver: the chain's kernels called directly, the big
+    kernel's slices (split over the cores) handed to the native pool. It gives the reference's values, also when
+    the same program is called from two threads at once (one of them then runs its slices alone)."""
     from concurrent.futures import ThreadPoolExecutor
 
     x = Tensor.empty(16, 32, name="x")
@@ -88,9 +88,10 @@ def test_a_chain_of_small_kernels_runs_as_one_native_call_and_mixes_with_paralle
         "big": rng.standard_normal((512, 512), dtype=np.float32) / np.float32(16),
         **{f"w{i}": rng.standard_normal((32, 32), dtype=np.float32) / np.float32(6) for i in range(4)},
     }
-    runner = prog.backend.runner(prog, prog.compile())
-    drivers = [d for d, _ in runner.steps if d is not None]
-    assert drivers and len(runner.steps) < len(prog.kernels)
+    compiled = prog.compile()
+    assert any(n is None for c in compiled for n in c.parallel) and any(n for c in compiled for n in c.parallel)
+    driver_ir = prog.backend.runner(prog, compiled).keep[-1].optimized_ir
+    assert "@t0(" in driver_ir  # a pool task: the parallel kernel's slices
     want = evaluate(out.uop, inputs)
     np.testing.assert_allclose(prog(**inputs), want, rtol=1e-3, atol=1e-2)
     with ThreadPoolExecutor(2) as pool:
