@@ -92,6 +92,7 @@ class Stage:
     plain_factor: float = 1.0  # it runs without the scheduler below this many times limits.plain_below
     limited: bool = True  # False: the safe baseline (rangeify) that no limit may cut; it runs to completion
     #                                (max_steps bounds it) and node_limit/time_limit count only what comes after it
+    extra_nodes: int = 0  # nodes this stage may grow past node_limit (a budget that scales with the program)
 
 
 _DECL = re.compile(r"\((?:constructor|datatype)\s+([^\s()]+)")
@@ -273,7 +274,7 @@ class EGraphSession:
             if late:
                 return "time_limit"
             nodes = self.size()
-            if nodes - base > limits.node_limit:
+            if nodes - base > limits.node_limit + stage.extra_nodes:
                 return "node_limit"
             if stage.growth_check and nodes > max(GROWTH_FLOOR, limits.step_growth * step_start):
                 return "growth_limit"

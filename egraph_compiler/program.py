@@ -24,7 +24,7 @@ import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
@@ -145,9 +145,18 @@ class HostBuffers:
         return arr.reshape(spec.shape)  # buffers are fresh per call: no copy
 
 
-# per buffer (name, kind, spec, numpy dtype when kernels use an array of it as it is), the input names, the
-# outputs big enough to reuse, and name -> that numpy dtype
-Placement = tuple[list[tuple[str, str, BufferSpec, np.dtype | None]], Any, tuple[str, ...], dict[str, np.dtype | None]]
+class Placement(NamedTuple):
+    """What every call of a program needs to know of its buffers, computed once."""
+
+    rows: list[tuple[str, str, BufferSpec, np.dtype | None]]  # name, kind, spec, numpy dtype used as it is
+    input_names: Any  # a keys view, to compare with the call's
+    big: tuple[str, ...]  # outputs big enough to reuse (REUSE_OUTPUT_BYTES)
+    native: dict[str, np.dtype | None]  # name -> that numpy dtype (an out= array must have it)
+    intermediates: tuple[str, ...]
+    outputs: tuple[tuple[str, BufferSpec], ...]
+    repeated_output: bool  # one buffer returned twice: the later copies are independent arrays
+
+
 REUSE_OUTPUT_BYTES = 1 << 16  # outputs this big are written into an earlier call's dropped array (Program._free)
 
 
@@ -211,7 +220,7 @@ class Program:
         else:
             for run in compiled:
                 run(bufs)
-        self._temps.append({n: bufs[n] for n, spec in self.buffers.items() if spec.kind == "intermediate"})
+        self._temps.append({n: bufs[n] for n in self._plan.intermediates})  # type: ignore[union-attr]
         if given:
             if len(given) < len(self.outputs):  # the same tensor returned twice: the later arrays get a copy
                 arrays = list(out)
@@ -221,14 +230,16 @@ class Program:
             return out
         holds = getattr(self.backend, "holds", None)
         on_device = holds is not None and any(holds(v) for v in inputs.values())
+        plan = self._plan
+        assert plan is not None
         if on_device:  # inputs on the GPU: the outputs stay there too, as the caller's own arrays (never reused)
-            outs = tuple(self.backend.get_device(self.buffers[n], bufs[n]) for n in self.outputs)
+            outs = tuple(self.backend.get_device(spec, bufs[n]) for n, spec in plan.outputs)
         else:
-            outs = tuple(self.backend.get(self.buffers[n], bufs[n]) for n in self.outputs)
-        big = self._plan[2] if self._plan is not None and not on_device else ()
-        if big:
-            self._spare.append({n: bufs[n] for n in big})
-        if len(set(self.outputs)) < len(self.outputs):  # one buffer returned twice: two independent arrays
+            get = self.backend.get
+            outs = tuple(get(spec, bufs[n]) for n, spec in plan.outputs)
+            if plan.big:
+                self._spare.append({n: bufs[n] for n in plan.big})
+        if plan.repeated_output:
             outs = tuple(o.copy() for o in outs)
         return outs[0] if self.single_output else outs
 
@@ -241,7 +252,7 @@ class Program:
             raise InvalidArgument(at="out=", why=f"the program has {len(self.outputs)} output(s)", suggestion=f"pass {want}")
         if self._plan is None:
             self._plan = self._placement()
-        native = self._plan[3]
+        native = self._plan.native
         given: dict[str, np.ndarray] = {}
         for i, (name, a) in enumerate(zip(self.outputs, arrays)):
             spec = self.buffers[name]
@@ -310,7 +321,7 @@ class Program:
     def _place(self, inputs: dict[str, Any], temps: dict[str, Any] | None) -> dict[str, Any]:
         if self._plan is None:
             self._plan = self._placement()
-        if inputs.keys() != self._plan[1]:
+        if inputs.keys() != self._plan.input_names:
             missing = [n for n in self.inputs if n not in inputs]
             if missing:
                 spec = self.buffers[missing[0]]
@@ -328,7 +339,7 @@ class Program:
         try:
             return self._placed(inputs, temps)
         except MemoryError:
-            size = sum(spec.size * spec.dtype.itemsize for _, kind, spec, _ in self._plan[0] if kind != "input")
+            size = sum(spec.size * spec.dtype.itemsize for _, kind, spec, _ in self._plan.rows if kind != "input")
             raise OutOfMemory(
                 at="program buffers",
                 why=f"the program's buffers ({size} bytes besides its inputs) could not be allocated",
@@ -364,7 +375,7 @@ class Program:
         bufs: dict[str, Any] = {}
         arena: dict[str, np.ndarray] | None = None
         holds = getattr(self.backend, "holds", None)
-        for name, kind, spec, native in self._plan[0]:
+        for name, kind, spec, native in self._plan.rows:
             if kind == "input":
                 v = inputs[name]
                 if (
@@ -409,7 +420,15 @@ class Program:
             for n in dict.fromkeys(self.outputs)
             if self.buffers[n].size * self.buffers[n].dtype.itemsize >= REUSE_OUTPUT_BYTES
         )
-        return rows, dict.fromkeys(self.inputs).keys(), big, {name: nat for name, _, _, nat in rows}
+        return Placement(
+            rows,
+            dict.fromkeys(self.inputs).keys(),
+            big,
+            {name: nat for name, _, _, nat in rows},
+            tuple(n for n, spec in self.buffers.items() if spec.kind == "intermediate"),
+            tuple((n, self.buffers[n]) for n in self.outputs),
+            len(set(self.outputs)) < len(self.outputs),
+        )
 
     def profile(self, repeat: int = 5, **inputs: Any) -> dict[str, float]:
         """Each kernel run alone on `inputs` (after one warm-up run of the whole program): kernel name -> median
