@@ -98,6 +98,7 @@ import llvmlite.binding as llvm
 import numpy as np
 from egraph_compiler.backends import cpu_pool
 
+from egraph_compiler import disk_cache
 from egraph_compiler.cpu_target import CPUTarget, cpu_target, host_cpu
 from egraph_compiler.diagnostics import BackendError, InvalidArgument, UnsupportedOp
 from egraph_compiler.dtypes import DType, dtypes
@@ -1364,7 +1365,7 @@ class _Module:
 
 _LOCK = threading.RLock()
 _TM: dict[CPUTarget, Any] = {}
-CACHE_STATS = {"compiles": 0, "hits": 0}
+CACHE_STATS = {"compiles": 0, "hits": 0, "disk_hits": 0}
 
 
 def _new_target_machine(cpu: CPUTarget) -> Any:
@@ -1429,20 +1430,41 @@ class _Native:
 
 
 def _jit(
-    ir: str, signatures: list[tuple[str, int]], n_bufs: int, cpu: CPUTarget, protos: dict[str, Any] | None = None
+    ir: str,
+    signatures: list[tuple[str, int]],
+    n_bufs: int,
+    cpu: CPUTarget,
+    protos: dict[str, Any] | None = None,
+    persist: bool = False,
 ) -> _Native:
-    """Compile IR (cached by its text): functions named in `signatures` take n_bufs pointers, start, end and
-    that many more pointers; `protos` gives other functions their ctypes prototype."""
-    key = hashlib.sha256(ir.encode()).hexdigest()
+    """Compile IR (cached by its text and the CPU): functions named in `signatures` take n_bufs pointers, start,
+    end and that many more pointers; `protos` gives other functions their ctypes prototype. `persist`: the
+    machine code is also kept in, and read from, the disk cache (kernels; never code with addresses in it)."""
+    key = hashlib.sha256(f"{cpu.name}|{cpu.features}|{ir}".encode()).hexdigest()
     with _LOCK:
         hit = _CACHE.get(key)
         if hit is not None:
             _CACHE.move_to_end(key)
             CACHE_STATS["hits"] += 1
             return hit
-        mod = optimize_ir(ir, cpu)
-        engine = llvm.create_mcjit_compiler(mod, _new_target_machine(cpu))  # the engine owns (and frees) its TM
-        engine.finalize_object()
+        stored_key = disk_cache.key("llvm-object", key, SPEED_LEVEL) if persist and disk_cache.enabled() else None
+        stored = disk_cache.load("objects", stored_key) if stored_key is not None else None
+        if isinstance(stored, dict):  # machine code from an earlier process: no LLVM optimization or codegen
+            engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), _new_target_machine(cpu))
+            engine.add_object_file(llvm.ObjectFileRef.from_data(stored["object"]))
+            engine.finalize_object()
+            optimized = stored["ir"]
+            CACHE_STATS["disk_hits"] += 1
+        else:
+            mod = optimize_ir(ir, cpu)
+            engine = llvm.create_mcjit_compiler(mod, _new_target_machine(cpu))  # the engine owns (and frees) its TM
+            made: list[bytes] = []
+            if stored_key is not None:
+                engine.set_object_cache(lambda _m, buf: made.append(bytes(buf)), lambda _m: None)
+            engine.finalize_object()
+            optimized = str(mod)
+            if made:
+                disk_cache.store("objects", stored_key, {"object": made[0], "ir": optimized})
         funcs = {}
         for name, extra in signatures:
             proto = ctypes.CFUNCTYPE(
@@ -1451,11 +1473,12 @@ def _jit(
             funcs[name] = proto(engine.get_function_address(name))
         for name, proto in (protos or {}).items():
             funcs[name] = proto(engine.get_function_address(name))
-        native = _Native(engine, funcs, str(mod))
+        native = _Native(engine, funcs, optimized)
         _CACHE[key] = native
         while len(_CACHE) > MAX_CACHED_MODULES:  # an evicted engine lives on while a program still holds it
             _CACHE.popitem(last=False)
-        CACHE_STATS["compiles"] += 1
+        if not isinstance(stored, dict):
+            CACHE_STATS["compiles"] += 1
         return native
 
 
@@ -1687,7 +1710,7 @@ class LLVMBackend(HostBuffers):
 
     def compile(self, kernel: Kernel, program: Program | None = None) -> LLVMCompiled:
         m = self._module(kernel)
-        native = _jit(m.ir, m.signatures, len(m.buffers), self.cpu)
+        native = _jit(m.ir, m.signatures, len(m.buffers), self.cpu, persist=True)
         checks = [(b.arg[0], _np_storage(b.dtype), math.prod(b.arg[1])) for b in m.buffers]
         if program is not None:  # the program's spec is the authority on a buffer's dtype
             checks = [(n, self.storage_np(program.buffers[n].dtype) if n in program.buffers else dt, s) for n, dt, s in checks]

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
 import sys
 import time
@@ -315,6 +316,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--compile-only", action="store_true", help="no GPU: nvcc for sm_80/sm_90 and the estimates")
     ap.add_argument("--json", metavar="FILE", help="also write the figures to FILE")
     args = ap.parse_args(argv)
+    os.environ.setdefault("EGC_DISK_CACHE", "0")  # optimize times measured cold, not from a disk cache
     benches = suite(args.quick)
     if args.only:
         want = args.only.split(",")

@@ -250,6 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=10)
     ap.add_argument("--json", default="", help="write the rows to this file")
     args = ap.parse_args(argv)
+    os.environ.setdefault("EGC_DISK_CACHE", "0")  # first-call times measured cold, not from a disk cache
     from egraph_compiler.extract.loop_cost import CPUMachine
 
     from egraph_compiler.cpu_target import cpu_target

@@ -221,6 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     # torch.compile's compile time is measured cold: no FX-graph or kernel cache from an earlier run
     os.environ.setdefault("TORCHINDUCTOR_FORCE_DISABLE_CACHES", "1")
+    os.environ.setdefault("EGC_DISK_CACHE", "0")  # and ours measured cold: no program from an earlier run's disk cache
     try:
         import torch
     except ImportError:

@@ -414,6 +414,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     # SIGTERM as an exception: subprocess.run then kills the running worker instead of leaving it behind
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    os.environ.setdefault("EGC_DISK_CACHE", "0")  # first-call times measured cold, not from a disk cache
     args = parse_args(argv)
     try:
         benches = select(suite(args.quick), args.only)

@@ -12,6 +12,9 @@ repeated optimize, and the memory plan, beside numpy and PyTorch eager (when ins
 - repeat optimize: the first optimize of a GPT-2 block and of a small graph, then the same graphs built again
   from scratch (the compile cache).
 - memory: peak bytes of the GPT-2 and ResNet blocks with the intermediates' arena and without.
+- new process: a fresh Python process that builds, optimizes and runs the GPT-2 block once, with an empty disk
+  cache (cold) and again with the cache the first one left (warm): wall time of the whole process, and from its
+  start to the first result. Everything else here runs with the disk cache off, so first optimizes are cold.
 
 Results to stdout; progress to stderr. Exit status 1 if any of our results was wrong.
 """
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -126,6 +130,46 @@ def repeat_optimize() -> dict[str, float]:
     return row
 
 
+CHILD = """
+import sys, time
+t0 = time.perf_counter()
+sys.path.insert(0, sys.argv[1])
+import numpy as np
+from model_defs import gpt2_block
+from egraph_compiler import Tensor, optimize
+m = gpt2_block()
+prog = optimize(m.ours(**{k: Tensor.empty(s, name=k) for k, s in m.shapes.items()}), target="llvm")
+out = prog(**m.inputs())
+print(time.perf_counter() - t0, float(np.abs(out).sum()))
+"""
+
+
+def new_process() -> dict[str, float]:
+    """Cold and warm disk cache: a fresh process's first GPT-2 block result (see the module docstring)."""
+    import subprocess
+    import tempfile
+
+    row = {}
+    with tempfile.TemporaryDirectory(prefix="egc-cache-") as d:
+        env = {**os.environ, "EGC_CACHE_DIR": d, "EGC_DISK_CACHE": "1"}
+        sums = []
+        for kind in ("cold", "warm"):
+            t0 = time.perf_counter()
+            out = subprocess.run(
+                [sys.executable, "-c", CHILD, str(Path(__file__).resolve().parent)],
+                env=env,
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            row[f"{kind}_process_s"] = time.perf_counter() - t0
+            first, total = out.stdout.split()
+            row[f"{kind}_first_result_s"] = float(first)
+            sums.append(float(total))
+    row["same_result"] = float(sums[0] == sums[1])
+    return row
+
+
 def memory() -> dict[str, dict[str, int]]:
     rows = {}
     for m in (gpt2_block(), resnet_block()):
@@ -138,6 +182,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", default="", help="also write the figures to this file")
     args = ap.parse_args()
+    os.environ["EGC_DISK_CACHE"] = "0"  # first optimizes measured cold; new_process() gives its children a cache
     torch = torch_or_none()
     ok: list[bool] = []
     print("call overhead ...", file=sys.stderr, flush=True)
@@ -148,6 +193,9 @@ def main() -> int:
     repeat = repeat_optimize()
     print("memory plans ...", file=sys.stderr, flush=True)
     mem = memory()
+    print("new processes, cold and warm disk cache ...", file=sys.stderr, flush=True)
+    fresh = new_process()
+    ok.append(bool(fresh["same_result"]))
 
     def fmt(v: float | None, spec: str) -> str:
         return "-" if v is None else format(v, spec)
@@ -173,8 +221,14 @@ def main() -> int:
             f"memory {name}: peak {m['peak_bytes'] / 2**20:.1f} MiB with the arena, {m['peak_bytes_unplanned'] / 2**20:.1f} "
             f"MiB without ({m['intermediates']} intermediates in {m['arena_bytes'] / 2**20:.1f} MiB)"
         )
+    print(
+        f"new process, GPT-2 block: cold {fresh['cold_process_s']:.2f} s (first result {fresh['cold_first_result_s']:.2f} s); "
+        f"warm disk cache {fresh['warm_process_s']:.2f} s (first result {fresh['warm_first_result_s']:.2f} s, "
+        f"{fresh['warm_first_result_s'] / fresh['cold_first_result_s']:.1%} of cold)"
+    )
     if args.json:
-        Path(args.json).write_text(json.dumps({"calls": calls, "stream": stream, "repeat": repeat, "memory": mem}, indent=2))
+        figures = {"calls": calls, "stream": stream, "repeat": repeat, "memory": mem, "new_process": fresh}
+        Path(args.json).write_text(json.dumps(figures, indent=2))
     if not all(ok):
         print("WRONG RESULT", file=sys.stderr)
         return 1

@@ -348,6 +348,33 @@ def find_bench() -> Path | None:
     return None
 
 
+def cmd_rules(args: argparse.Namespace) -> int:
+    from egraph_compiler.rules import catalog
+
+    known = sorted({r.category for r in catalog.rules()})
+    if args.category is not None and args.category not in known:
+        raise InvalidArgument(
+            at="--category", why=f"no rule has category {args.category!r}", suggestion=f"use one of {', '.join(known)}"
+        )
+    sys.stdout.write(catalog.table(args.markdown, args.category))
+    return 0
+
+
+def cmd_cache(args: argparse.Namespace) -> int:
+    from egraph_compiler import disk_cache
+
+    if args.action == "clear":
+        print(f"removed {disk_cache.clear()} entries from {disk_cache.directory()}")
+        return 0
+    i = disk_cache.info()
+    print(f"directory: {i['directory']}{'' if i['enabled'] else ' (off: EGC_DISK_CACHE=0)'}")
+    print(f"programs: {i['entries']['programs']}, kernel objects: {i['entries']['objects']}")
+    print(f"size: {i['bytes'] / 2**20:.1f} MiB of {i['limit_bytes'] / 2**20:.0f} MiB")
+    if i["oldest"]:
+        print(f"least recently used entry: {i['oldest']}")
+    return 0
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     script = find_bench()
     if script is None:
@@ -468,6 +495,25 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--json", metavar="report.json", help="also write Report.to_json() here")
     rp.add_argument("--title", help="page title")
     rp.set_defaults(func=cmd_report)
+
+    rl = sub.add_parser(
+        "rules",
+        help="list every rewrite rule with its category, check and description",
+        description="List the rules the compiler runs: rule set, name, category, how it is checked, what it does.",
+    )
+    rl.add_argument("--markdown", action="store_true", help="a Markdown table (docs/RULES.md is this output)")
+    rl.add_argument("--category", metavar="NAME", help="only the rules of this category")
+    rl.set_defaults(func=cmd_rules)
+
+    ca = sub.add_parser(
+        "cache",
+        help="show or empty the on-disk compile cache",
+        description="The on-disk compile cache (optimized programs and their kernels' machine code): `info` shows "
+        "where it is, what it holds and its limit (EGC_CACHE_DIR, EGC_CACHE_SIZE, EGC_DISK_CACHE=0 turns it off); "
+        "`clear` deletes every entry.",
+    )
+    ca.add_argument("action", choices=("info", "clear"))
+    ca.set_defaults(func=cmd_cache)
 
     b = sub.add_parser(
         "bench",

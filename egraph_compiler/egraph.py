@@ -261,6 +261,7 @@ class EGraphSession:
         for rs in self.rulesets.values():
             for r in rs.rules:
                 report.rule_category[r.name] = r.category
+                report.rule_doc[r.name] = r.doc
                 report.rule_ruleset[r.name] = rs.name
         start = clock = time.perf_counter()
         reason = "saturated"

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import gc
 import math
+import os
 import time
 import warnings
 from collections.abc import Callable
@@ -22,7 +23,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from egraph_compiler import compile_cache
+from egraph_compiler import compile_cache, disk_cache
 from egraph_compiler.backends import get_backend
 from egraph_compiler.decode import Decoder
 from egraph_compiler.diagnostics import EstimateWarning, InvalidArgument, OutOfMemory, UnguardedAccess, UnsupportedOp
@@ -209,8 +210,9 @@ def optimize(
     (extraction, each fusion trial, tuning, decoding).
     alternatives: a list to receive (schedule, Program) for every ranked schedule of every kernel (the
     other kernels at their chosen schedule), best first per kernel: for inspection and testing.
-    cache: return the program an earlier call built for the same graph structure, options and machine
-    (`compile_cache`; in memory, this process only); False always optimizes afresh."""
+    cache: return the program an earlier call built for the same graph structure, options and machine: from
+    memory (`compile_cache`, this process), else from disk (`disk_cache`, any process; its kernels' machine code
+    too); False always optimizes afresh and stores nothing."""
     backend = get_backend(target, cpu)
     roots, names, single = output_roots(graph)
     limits = {"node_limit": node_limit, "iter_limit": iter_limit, "time_limit": time_limit, "search_time": search_time}
@@ -225,6 +227,15 @@ def optimize(
         if progress is not None:
             progress("the compile cache holds this graph's program: no optimization needed")
         return hit
+    stored = None
+    if use_cache and disk_cache.enabled():
+        limits_key = {**limits, "cores": os.cpu_count()}  # the cost model prices the cores it sees
+        stored = disk_cache.key(disk_cache.graph_digest(roots), names, single, target, machine, limits_key, tune, nolocals)
+        if (hit := _from_disk(stored, backend)) is not None:
+            if progress is not None:
+                progress(f"the disk cache ({disk_cache.directory()}) holds this graph's program: no optimization needed")
+            compile_cache.put(key, hit)
+            return hit
     collecting = gc.isenabled()
     gc.disable()  # optimize allocates many small objects and frees them at the end: collections would only scan
     try:
@@ -234,7 +245,41 @@ def optimize(
             gc.enable()
     if use_cache:
         compile_cache.put(key, prog)
+    if stored is not None:
+        disk_cache.store("programs", stored, _to_disk(prog))
     return prog
+
+
+def _to_disk(prog: Program) -> dict[str, Any]:
+    """What a program is, without what running it made (compiled code, buffers): for the disk cache."""
+    return {
+        "kernels": prog.kernels,
+        "buffers": prog.buffers,
+        "inputs": prog.inputs,
+        "outputs": prog.outputs,
+        "single_output": prog.single_output,
+        "target": prog.target,
+        "report": prog.report,
+    }
+
+
+def _from_disk(name: str, backend: Any) -> Program | None:
+    entry = disk_cache.load("programs", name)
+    if not isinstance(entry, dict):
+        return None
+    report = entry["report"]
+    if report is not None:
+        report.notes.append(f"loaded from the disk cache ({disk_cache.directory()}): not optimized again")
+    return Program(
+        entry["kernels"],
+        entry["buffers"],
+        entry["inputs"],
+        entry["outputs"],
+        backend,
+        entry["target"],
+        report,
+        entry["single_output"],
+    )
 
 
 def _optimize(

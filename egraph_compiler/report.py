@@ -34,6 +34,7 @@ class Report:
     iterations: list[IterationStats] = field(default_factory=list)
     rule_category: dict[str, str] = field(default_factory=dict)  # rule name -> category
     rule_ruleset: dict[str, str] = field(default_factory=dict)  # rule name -> ruleset
+    rule_doc: dict[str, str] = field(default_factory=dict)  # rule name -> its one-line description
     phases: dict[str, float] = field(default_factory=dict)  # phase -> seconds
     stop_reason: str = ""
     limits: dict[str, Any] = field(default_factory=dict)
@@ -74,6 +75,7 @@ class Report:
             )
         self.rule_category.update(other.rule_category)
         self.rule_ruleset.update(other.rule_ruleset)
+        self.rule_doc.update(other.rule_doc)
         for k, v in other.phases.items():
             self.add_phase(prefix + k, v)
         self.notes += other.notes
@@ -90,7 +92,13 @@ class Report:
             "phases": self.phases,
             "iterations": [asdict(it) for it in self.iterations],
             "rules": [
-                {"name": r, "category": self.rule_category.get(r, ""), "ruleset": self.rule_ruleset.get(r, ""), "matches": m}
+                {
+                    "name": r,
+                    "category": self.rule_category.get(r, ""),
+                    "ruleset": self.rule_ruleset.get(r, ""),
+                    "matches": m,
+                    "description": self.rule_doc.get(r, ""),
+                }
                 for r, m in self.rule_totals.items()
             ],
             "notes": self.notes,
@@ -122,7 +130,9 @@ class Report:
         fired = [(r, m) for r, m in self.rule_totals.items() if m > 0]
         if fired:
             lines.append(f"rules fired ({len(fired)}):")
-            lines += [f"  {m:6d}  {r}  [{self.rule_category.get(r, '')}]" for r, m in fired[:RULES_SHOWN]]
+            lines += [
+                f"  {m:6d}  {r}  [{self.rule_category.get(r, '')}]  {self.rule_doc.get(r, '')}" for r, m in fired[:RULES_SHOWN]
+            ]
             if len(fired) > RULES_SHOWN:
                 lines.append(f"  ... {len(fired) - RULES_SHOWN} more")
         lines += self._fusion_lines()

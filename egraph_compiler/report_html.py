@@ -318,14 +318,23 @@ def _rules_section(report: Report) -> str:
         "Matches are counted per saturation step (a match may or may not change the e-graph). "
         "Click a column header to sort.</p>",
     ]
+    doc = report.rule_doc
     rows = [
-        (r, report.rule_category.get(r, ""), report.rule_ruleset.get(r, ""), m, steps.get(r, 0)) for r, m in totals.items() if m
+        (r, report.rule_category.get(r, ""), report.rule_ruleset.get(r, ""), m, steps.get(r, 0), doc.get(r, ""))
+        for r, m in totals.items()
+        if m
     ]
     top = [(r, float(m), _color(report.rule_category.get(r, ""), cats)) for r, m in list(totals.items())[:MAX_BARS] if m]
     out.append(svg_bars(top, title=f"matches per rule (top {len(top)}, coloured by category)"))
     out.append(
         '<div class="scroll">'
-        + _table(["rule", "category", "ruleset", "matches", "steps fired"], rows, numeric=(3, 4), sortable=True, cls="rules")
+        + _table(
+            ["rule", "category", "ruleset", "matches", "steps fired", "what it does"],
+            rows,
+            numeric=(3, 4),
+            sortable=True,
+            cls="rules",
+        )
         + "</div>"
     )
     cat_tot: dict[str, int] = {}
@@ -344,8 +353,8 @@ def _rules_section(report: Report) -> str:
         out.append(f"<details><summary>Rules that never matched ({len(never)})</summary>")
         out.append(
             _table(
-                ["rule", "category", "ruleset"],
-                [(r, report.rule_category.get(r, ""), report.rule_ruleset.get(r, "")) for r in never],
+                ["rule", "category", "ruleset", "what it does"],
+                [(r, report.rule_category.get(r, ""), report.rule_ruleset.get(r, ""), doc.get(r, "")) for r in never],
                 sortable=True,
             )
         )

@@ -5,7 +5,8 @@ Like tinygrad's BEAM, but the candidates are the schedules the e-graph holds
 their chosen schedule, by running the whole program on random inputs. The
 decision is cached on disk by the kernel's structure (its best-ranked
 candidate's AST), the target and the machine, so tuning the same kernel again
-times nothing. The cache lives in $EGC_CACHE_DIR (default ~/.cache/egraph-compiler).
+times nothing. The cache lives in the disk cache's folder (disk_cache.directory(): $EGC_CACHE_DIR, default
+~/.cache/egraph-compiler).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from egraph_compiler import disk_cache
 from egraph_compiler.extract.schedule import KernelSchedule
 from egraph_compiler.extract.view import ENode
 from egraph_compiler.program import Program
@@ -31,7 +33,7 @@ REPEATS = 3
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("EGC_CACHE_DIR", Path.home() / ".cache" / "egraph-compiler"))
+    return disk_cache.directory()
 
 
 def _key(ks: KernelSchedule, target: str) -> str:

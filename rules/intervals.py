@@ -68,12 +68,41 @@ def build() -> RuleSet:
             ["(set (dtype-of e) dt)"],
             category="dtype",
             check="structural",
+            doc=f"dtype-of a {sp.egg_name} node is its dtype field (bookkeeping for dtype-aware rules)",
         )
     c = "interval"
-    rule(rs, "bounds-const", ["(= e (CONST dt (I v)))", "(dt-intlike dt)"], _set("e", "v", "v"), category=c)
-    rule(rs, "bounds-variable", ["(= e (DEFINE_VAR dt name a b))"], _set("e", "a", "b"), category=c)
-    rule(rs, "bounds-range", [f"(= e (RANGE dt key at {k('n', 'dn')}))", "(> n 0)"], _set("e", "0", "(- n 1)"), category=c)
-    rule(rs, "bounds-special", [f"(= e (SPECIAL dt name {k('n', 'dn')}))", "(> n 0)"], _set("e", "0", "(- n 1)"), category=c)
+    rule(
+        rs,
+        "bounds-const",
+        ["(= e (CONST dt (I v)))", "(dt-intlike dt)"],
+        _set("e", "v", "v"),
+        category=c,
+        doc="an int/bool constant v has bounds [v, v]",
+    )
+    rule(
+        rs,
+        "bounds-variable",
+        ["(= e (DEFINE_VAR dt name a b))"],
+        _set("e", "a", "b"),
+        category=c,
+        doc="a DEFINE_VAR with declared range [a, b] has bounds [a, b]",
+    )
+    rule(
+        rs,
+        "bounds-range",
+        [f"(= e (RANGE dt key at {k('n', 'dn')}))", "(> n 0)"],
+        _set("e", "0", "(- n 1)"),
+        category=c,
+        doc="a RANGE over a constant bound n > 0 lies in [0, n-1]",
+    )
+    rule(
+        rs,
+        "bounds-special",
+        [f"(= e (SPECIAL dt name {k('n', 'dn')}))", "(> n 0)"],
+        _set("e", "0", "(- n 1)"),
+        category=c,
+        doc="a SPECIAL (launch index) with constant size n > 0 lies in [0, n-1]",
+    )
     for op in ("LOAD", "CAST", "BITCAST"):
         fields = "src" if op != "LOAD" else "srcs"
         rule(
@@ -82,10 +111,10 @@ def build() -> RuleSet:
             [f"(= e ({op} dt {fields}))", "(dt-intlike dt)", "(= mn (dt-min dt))", "(= mx (dt-max dt))", '(!= dt "index")'],
             _set("e", "mn", "mx"),
             category=c,
-            doc="a fixed-width value lies in its dtype's range",
+            doc=f"a {op} of a fixed-width int/bool dtype (not index) lies in the dtype's range [dt-min, dt-max]",
         )
-    rule(rs, "bounds-cmplt-bool", ["(= e (CMPLT dt a b))"], _set("e", "0", "1"), category=c)
-    rule(rs, "bounds-cmpne-bool", ["(= e (CMPNE dt a b))"], _set("e", "0", "1"), category=c)
+    rule(rs, "bounds-cmplt-bool", ["(= e (CMPLT dt a b))"], _set("e", "0", "1"), category=c, doc="a < b is a bool: [0, 1]")
+    rule(rs, "bounds-cmpne-bool", ["(= e (CMPNE dt a b))"], _set("e", "0", "1"), category=c, doc="a != b is a bool: [0, 1]")
 
     rule(
         rs,
@@ -93,6 +122,7 @@ def build() -> RuleSet:
         ["(= e (ADD dt a b))", *bounds_of("a", "b"), *small("la", "ha", "lb", "hb"), *in_dtype("(+ la lb)", "(+ ha hb)")],
         _set("e", "(+ la lb)", "(+ ha hb)"),
         category=c,
+        doc="bounds of a + b: [amin + bmin, amax + bmax], when that fits the dtype",
     )
     corners = ["(* la lb)", "(* la hb)", "(* ha lb)", "(* ha hb)"]
     lo_c = f"(min (min {corners[0]} {corners[1]}) (min {corners[2]} {corners[3]}))"
@@ -103,8 +133,16 @@ def build() -> RuleSet:
         ["(= e (MUL dt a b))", *bounds_of("a", "b"), *small("la", "ha", "lb", "hb", bound=MUL_BOUND), *in_dtype(lo_c, hi_c)],
         _set("e", lo_c, hi_c),
         category=c,
+        doc="bounds of a * b: min and max of the four corner products, when they fit the dtype",
     )
-    rule(rs, "bounds-max", ["(= e (MAX dt a b))", *bounds_of("a", "b")], _set("e", "(max la lb)", "(max ha hb)"), category=c)
+    rule(
+        rs,
+        "bounds-max",
+        ["(= e (MAX dt a b))", *bounds_of("a", "b")],
+        _set("e", "(max la lb)", "(max ha hb)"),
+        category=c,
+        doc="bounds of max(a, b): [max(amin, bmin), max(amax, bmax)]",
+    )
     # floor division by a positive constant is monotone in the numerator
     rule(
         rs,
@@ -112,6 +150,7 @@ def build() -> RuleSet:
         [f"(= e (IDIV dt a {k('q')}))", "(> q 0)", *bounds_of("a"), *small("la", "ha")],
         _set("e", floordiv("la", "q"), floordiv("ha", "q")),
         category=c,
+        doc="bounds of a // q for constant q > 0: the bounds of a divided (floor) by q",
     )
     rule(
         rs,
@@ -125,6 +164,7 @@ def build() -> RuleSet:
         ],
         _set("e", floordiv("(- 0 ha)", "(- 0 q)"), floordiv("(- 0 la)", "(- 0 q)")),
         category=c,
+        doc="bounds of a // q for constant q < 0: [-amax // -q, -amin // -q], when that fits the dtype",
     )
     # a positive divisor range: the extremes are at the corners
     rule(
@@ -135,6 +175,7 @@ def build() -> RuleSet:
             "e", f"(min {floordiv('la', 'lb')} {floordiv('la', 'hb')})", f"(max {floordiv('ha', 'lb')} {floordiv('ha', 'hb')})"
         ),
         category=c,
+        doc="bounds of a // b for b > 0: extremes of amin, amax divided (floor) by bmin, bmax",
     )
     # a negative divisor range: floor(x/d) = floor(-x / -d)
     neg_lo = f"(min {floordiv('(- 0 ha)', '(- 0 hb)')} {floordiv('(- 0 ha)', '(- 0 lb)')})"
@@ -145,16 +186,31 @@ def build() -> RuleSet:
         ["(= e (IDIV dt a b))", *bounds_of("a", "b"), "(< hb 0)", *small("la", "ha", "lb"), *in_dtype(neg_lo, neg_hi)],
         _set("e", neg_lo, neg_hi),
         category=c,
-        doc="at fixed width INT_MIN // -1 wraps, so the bound must fit the dtype",
+        doc="bounds of a // b for b < 0: corners of -a // -b; must fit the dtype (INT_MIN // -1 wraps)",
     )
-    rule(rs, "bounds-mod-pos", [f"(= e (MOD dt a {k('q')}))", "(> q 0)"], _set("e", "0", "(- q 1)"), category=c)
-    rule(rs, "bounds-mod-neg", [f"(= e (MOD dt a {k('q')}))", "(< q 0)", *small("q")], _set("e", "(+ q 1)", "0"), category=c)
+    rule(
+        rs,
+        "bounds-mod-pos",
+        [f"(= e (MOD dt a {k('q')}))", "(> q 0)"],
+        _set("e", "0", "(- q 1)"),
+        category=c,
+        doc="bounds of a % q for constant q > 0 (floor mod): [0, q-1]",
+    )
+    rule(
+        rs,
+        "bounds-mod-neg",
+        [f"(= e (MOD dt a {k('q')}))", "(< q 0)", *small("q")],
+        _set("e", "(+ q 1)", "0"),
+        category=c,
+        doc="bounds of a % q for constant q < 0 (sign of the divisor): [q+1, 0]",
+    )
     rule(
         rs,
         "bounds-mod-nonneg",
         [f"(= e (MOD dt a {k('q')}))", "(> q 0)", *bounds_of("a"), "(>= la 0)"],
         _set("e", "0", "(min ha (- q 1))"),
         category=c,
+        doc="bounds of a % q for constant q > 0 and a >= 0: [0, min(amax, q-1)]",
     )
     rule(
         rs,
@@ -168,6 +224,7 @@ def build() -> RuleSet:
         ],
         _set("e", floormod("la", "q"), floormod("ha", "q")),
         category=c,
+        doc="bounds of a % q for q > 0 when amin, amax share a period (same a // q): [amin % q, amax % q]",
     )
     rule(
         rs,
@@ -175,16 +232,39 @@ def build() -> RuleSet:
         ["(= e (MOD dt a b))", *bounds_of("a", "b"), "(> lb 0)", "(>= la 0)"],
         _set("e", "0", "(min ha (- hb 1))"),
         category=c,
-    )
-    rule(rs, "bounds-cmplt-true", ["(= e (CMPLT dt a b))", *bounds_of("a", "b"), "(< ha lb)"], _set("e", "1", "1"), category=c)
-    rule(
-        rs, "bounds-cmplt-false", ["(= e (CMPLT dt a b))", *bounds_of("a", "b"), "(>= la hb)"], _set("e", "0", "0"), category=c
+        doc="bounds of a % b for b > 0 and a >= 0: [0, min(amax, bmax-1)]",
     )
     rule(
-        rs, "bounds-cmpne-true-lt", ["(= e (CMPNE dt a b))", *bounds_of("a", "b"), "(< ha lb)"], _set("e", "1", "1"), category=c
+        rs,
+        "bounds-cmplt-true",
+        ["(= e (CMPLT dt a b))", *bounds_of("a", "b"), "(< ha lb)"],
+        _set("e", "1", "1"),
+        category=c,
+        doc="a < b is always true (1) when amax < bmin",
     )
     rule(
-        rs, "bounds-cmpne-true-gt", ["(= e (CMPNE dt a b))", *bounds_of("a", "b"), "(< hb la)"], _set("e", "1", "1"), category=c
+        rs,
+        "bounds-cmplt-false",
+        ["(= e (CMPLT dt a b))", *bounds_of("a", "b"), "(>= la hb)"],
+        _set("e", "0", "0"),
+        category=c,
+        doc="a < b is always false (0) when amin >= bmax",
+    )
+    rule(
+        rs,
+        "bounds-cmpne-true-lt",
+        ["(= e (CMPNE dt a b))", *bounds_of("a", "b"), "(< ha lb)"],
+        _set("e", "1", "1"),
+        category=c,
+        doc="a != b is always true (1) when amax < bmin",
+    )
+    rule(
+        rs,
+        "bounds-cmpne-true-gt",
+        ["(= e (CMPNE dt a b))", *bounds_of("a", "b"), "(< hb la)"],
+        _set("e", "1", "1"),
+        category=c,
+        doc="a != b is always true (1) when bmax < amin",
     )
     rule(
         rs,
@@ -192,6 +272,7 @@ def build() -> RuleSet:
         ["(= e (CMPNE dt a b))", *bounds_of("a", "b"), "(= la ha)", "(= lb hb)", "(= la lb)"],
         _set("e", "0", "0"),
         category=c,
+        doc="a != b is always false (0) when a and b are the same single value",
     )
     rule(
         rs,
@@ -199,6 +280,7 @@ def build() -> RuleSet:
         ["(= e (WHERE dt p a b))", *bounds_of("a", "b")],
         _set("e", "(min la lb)", "(max ha hb)"),
         category=c,
+        doc="bounds of where(p, a, b): the union [min(amin, bmin), max(amax, bmax)]",
     )
     rule(
         rs,
@@ -206,6 +288,7 @@ def build() -> RuleSet:
         ["(= e (WHERE dt p a b))", "(= lp (lo p))", "(>= lp 1)", *bounds_of("a")],
         _set("e", "la", "ha"),
         category=c,
+        doc="where(p, a, b) with p always true (pmin >= 1) has the bounds of a",
     )
     rule(
         rs,
@@ -213,6 +296,7 @@ def build() -> RuleSet:
         ["(= e (WHERE dt p a b))", "(= hp (hi p))", "(<= hp 0)", *bounds_of("b")],
         _set("e", "lb", "hb"),
         category=c,
+        doc="where(p, a, b) with p always false (pmax <= 0) has the bounds of b",
     )
     rule(
         rs,
@@ -220,6 +304,7 @@ def build() -> RuleSet:
         ["(= e (AND dt a b))", "(dt-bool dt)", *bounds_of("a", "b")],
         _set("e", "(min la lb)", "(min ha hb)"),
         category=c,
+        doc="bounds of bool a & b: [min(amin, bmin), min(amax, bmax)]",
     )
     rule(
         rs,
@@ -227,6 +312,7 @@ def build() -> RuleSet:
         ["(= e (OR dt a b))", "(dt-bool dt)", *bounds_of("a", "b")],
         _set("e", "(max la lb)", "(max ha hb)"),
         category=c,
+        doc="bounds of bool a | b: [max(amin, bmin), max(amax, bmax)]",
     )
     rule(
         rs,
@@ -234,7 +320,7 @@ def build() -> RuleSet:
         ["(= e (AND dt a b))", "(dt-int dt)", *bounds_of("b"), "(>= lb 0)"],
         _set("e", "0", "hb"),
         category=c,
-        doc="x & y with y >= 0 lies in [0, y]",
+        doc="bounds of int a & b for b >= 0: [0, bmax] (AND with a non-negative value cannot exceed it)",
     )
     rule(
         rs,
@@ -250,6 +336,7 @@ def build() -> RuleSet:
         ],
         _set("e", floordiv("la", "(<< 1 s)"), floordiv("ha", "(<< 1 s)")),
         category=c,
+        doc="bounds of a >> s for constant 0 <= s < bits: the bounds of a divided (floor) by 2**s",
     )
     rule(
         rs,
@@ -266,6 +353,7 @@ def build() -> RuleSet:
         ],
         _set("e", "(* la (<< 1 s))", "(* ha (<< 1 s))"),
         category=c,
+        doc="bounds of a << s for constant 0 <= s < 30: the bounds of a times 2**s, when that fits the dtype",
     )
     rule(
         rs,
@@ -273,7 +361,7 @@ def build() -> RuleSet:
         ["(= e (CAST dt a))", "(dt-int dt)", *bounds_of("a"), *in_dtype("la", "ha")],
         _set("e", "la", "ha"),
         category=c,
-        doc="an integer cast that cannot wrap keeps the bounds",
+        doc="an int cast keeps a's bounds when they fit the target dtype (no wraparound)",
     )
     rule(
         rs,
@@ -281,8 +369,16 @@ def build() -> RuleSet:
         ["(= e (CAST dt a))", "(dt-bool dt)", *bounds_of("a"), "(> la 0)"],
         _set("e", "1", "1"),
         category=c,
+        doc="a cast to bool is always true (1) when amin > 0",
     )
-    rule(rs, "bounds-cast-bool", ["(= e (CAST dt a))", "(dt-bool dt)"], _set("e", "0", "1"), category=c)
+    rule(
+        rs,
+        "bounds-cast-bool",
+        ["(= e (CAST dt a))", "(dt-bool dt)"],
+        _set("e", "0", "1"),
+        category=c,
+        doc="a cast to bool lies in [0, 1]",
+    )
     return rs
 
 

@@ -78,7 +78,14 @@ def build() -> RuleSet:
     rs = RuleSet("linear")
     c = "linear"
     # ---- forms of each e-class --------------------------------------------------------------------
-    rule(rs, "lin-const", [f"(= e {ik('v')})"], ["(set (lin e 2) (L (TNil) v))", "(set (lvl e) 2)"], category=c)
+    rule(
+        rs,
+        "lin-const",
+        [f"(= e {ik('v')})"],
+        ["(set (lin e 2) (L (TNil) v))", "(set (lvl e) 2)"],
+        category=c,
+        doc="an index constant v has the constant linear form v (no terms, level 2)",
+    )
     for sp in atom_ops():
         rule(
             rs,
@@ -86,6 +93,9 @@ def build() -> RuleSet:
             [f"(= e ({sp.egg_name} {IX} {wildcards(sp)}))"],
             ["(set (lin e 0) (L (TCons e 1 (TNil)) 0))", "(set (lvl e) 0)"],
             category=c,
+            doc="an index-typed MUL is an atom (form 1*itself, level 0); a MUL by a constant also gets a scaled form"
+            if sp.op is Ops.MUL
+            else f"an index-typed {sp.egg_name} is an atom: its own linear form is 1*itself (level 0)",
         )
     rule(
         rs,
@@ -100,6 +110,7 @@ def build() -> RuleSet:
         ],
         ["(set (lin e 1) (L (tmerge ta tb) (+ ka kb)))", "(set (lvl e) 1)"],
         category=c,
+        doc="the linear form of a + b is the sum of their best forms (terms merged, constants added)",
     )
     rule(
         rs,
@@ -113,6 +124,7 @@ def build() -> RuleSet:
         ],
         ["(set (lin e 1) (L (tscale ta q) (* ka q)))", "(set (lvl e) 1)"],
         category=c,
+        doc="the linear form of a * q (q a nonzero constant) is a's best form scaled by q",
     )
     rule(
         rs,
@@ -126,17 +138,30 @@ def build() -> RuleSet:
         ],
         ["(set (lin e 1) (L (tscale ta q) (* ka q)))", "(set (lvl e) 1)"],
         category=c,
+        doc="the linear form of q * a (q a nonzero constant) is a's best form scaled by q",
     )
-    rule(rs, "lin-scale-zero", [f"(= e (MUL {IX} a {ik(0)}))"], ["(set (lin e 2) (L (TNil) 0))", "(set (lvl e) 2)"], category=c)
+    rule(
+        rs,
+        "lin-scale-zero",
+        [f"(= e (MUL {IX} a {ik(0)}))"],
+        ["(set (lin e 2) (L (TNil) 0))", "(set (lvl e) 2)"],
+        category=c,
+        doc="a * 0 has the constant linear form 0",
+    )
     # ---- sorted merge / scale of term lists --------------------------------------------------------
-    rewrite(rs, "tmerge-nil-left", "(tmerge (TNil) t)", "t", category=c)
-    rewrite(rs, "tmerge-nil-right", "(tmerge t (TNil))", "t", category=c)
+    rewrite(
+        rs, "tmerge-nil-left", "(tmerge (TNil) t)", "t", category=c, doc="merging no terms with a term list gives that list"
+    )
+    rewrite(
+        rs, "tmerge-nil-right", "(tmerge t (TNil))", "t", category=c, doc="merging a term list with no terms gives that list"
+    )
     rule(
         rs,
         "tmerge-same-atom",
         ["(= m (tmerge (TCons a p ra) (TCons a q rb)))", "(!= (+ p q) 0)", *small("p", "q", bound=COEF_BOUND)],
         ["(union m (TCons a (+ p q) (tmerge ra rb)))"],
         category=c,
+        doc="merge: like terms combine by adding their coefficients (sum nonzero)",
     )
     rule(
         rs,
@@ -144,6 +169,7 @@ def build() -> RuleSet:
         ["(= m (tmerge (TCons a p ra) (TCons a q rb)))", "(= (+ p q) 0)"],
         ["(union m (tmerge ra rb))"],
         category=c,
+        doc="merge: like terms whose coefficients cancel drop out",
     )
     rule(
         rs,
@@ -151,6 +177,7 @@ def build() -> RuleSet:
         ["(= m (tmerge (TCons a p ra) (TCons b q rb)))", "(!= a b)", "(= b (ordering-max a b))"],
         ["(union m (TCons a p (tmerge ra (TCons b q rb))))"],
         category=c,
+        doc="merge: the left head atom sorts first (lower e-class order), so it leads",
     )
     rule(
         rs,
@@ -158,23 +185,46 @@ def build() -> RuleSet:
         ["(= m (tmerge (TCons a p ra) (TCons b q rb)))", "(!= a b)", "(= a (ordering-max a b))"],
         ["(union m (TCons b q (tmerge (TCons a p ra) rb)))"],
         category=c,
+        doc="merge: the right head atom sorts first (lower e-class order), so it leads",
     )
-    rewrite(rs, "tscale-nil", "(tscale (TNil) q)", "(TNil)", category=c)
+    rewrite(rs, "tscale-nil", "(tscale (TNil) q)", "(TNil)", category=c, doc="scaling no terms gives no terms")
     rule(
         rs,
         "tscale-cons",
         ["(= x (tscale (TCons a p r) q))", *small("p", "q", bound=COEF_BOUND)],
         ["(union x (TCons a (* p q) (tscale r q)))"],
         category=c,
+        doc="scaling a term list by q multiplies every coefficient by q",
     )
     # ---- rebuilding a sum from a form (the canonical expression of the class) ----------------------
-    rule(rs, "lin-rebuild", ["(= p (lvl e))", "(= l (lin e p))"], ["(union e (ToU l))"], category=c)
-    rewrite(rs, "rebuild-no-const", "(ToU (L t 0))", "(ToT t)", category=c)
-    rule(rs, "rebuild-const", ["(= e (ToU (L t q)))", "(!= q 0)"], [f"(union e (ADD {IX} (ToT t) {ik('q')}))"], category=c)
-    rewrite(rs, "rebuild-empty", "(ToT (TNil))", ik(0), category=c)
-    rewrite(rs, "rebuild-one", "(ToT (TCons a 1 (TNil)))", "a", category=c)
     rule(
-        rs, "rebuild-scaled", ["(= e (ToT (TCons a q (TNil))))", "(!= q 1)"], [f"(union e (MUL {IX} a {ik('q')}))"], category=c
+        rs,
+        "lin-rebuild",
+        ["(= p (lvl e))", "(= l (lin e p))"],
+        ["(union e (ToU l))"],
+        category=c,
+        doc="every index class equals the sum rebuilt from its best linear form",
+    )
+    rewrite(
+        rs, "rebuild-no-const", "(ToU (L t 0))", "(ToT t)", category=c, doc="a form with constant 0 rebuilds as just its terms"
+    )
+    rule(
+        rs,
+        "rebuild-const",
+        ["(= e (ToU (L t q)))", "(!= q 0)"],
+        [f"(union e (ADD {IX} (ToT t) {ik('q')}))"],
+        category=c,
+        doc="a form with a nonzero constant q rebuilds as its terms + q",
+    )
+    rewrite(rs, "rebuild-empty", "(ToT (TNil))", ik(0), category=c, doc="an empty term list rebuilds as 0")
+    rewrite(rs, "rebuild-one", "(ToT (TCons a 1 (TNil)))", "a", category=c, doc="a lone term 1*a rebuilds as a")
+    rule(
+        rs,
+        "rebuild-scaled",
+        ["(= e (ToT (TCons a q (TNil))))", "(!= q 1)"],
+        [f"(union e (MUL {IX} a {ik('q')}))"],
+        category=c,
+        doc="a lone term q*a (q != 1) rebuilds as a * q",
     )
     rule(
         rs,
@@ -182,6 +232,7 @@ def build() -> RuleSet:
         ["(= e (ToT (TCons a 1 (TCons b q r))))"],
         [f"(union e (ADD {IX} (ToT (TCons b q r)) a))"],
         category=c,
+        doc="a term list led by 1*a rebuilds as (the rest) + a",
     )
     rule(
         rs,
@@ -189,27 +240,75 @@ def build() -> RuleSet:
         ["(= e (ToT (TCons a p (TCons b q r))))", "(!= p 1)"],
         [f"(union e (ADD {IX} (ToT (TCons b q r)) (MUL {IX} a {ik('p')})))"],
         category=c,
+        doc="a term list led by p*a (p != 1) rebuilds as (the rest) + a * p",
     )
     # ---- term membership (for pattern search inside a sum) ------------------------------------------
-    rule(rs, "has-term-head", ["(= t (TCons a p r))"], ["(has-term t a p)"], category=c, check="structural")
-    rule(rs, "has-term-tail", ["(= t (TCons a p r))", "(has-term r b q)"], ["(has-term t b q)"], category=c, check="structural")
+    rule(
+        rs,
+        "has-term-head",
+        ["(= t (TCons a p r))"],
+        ["(has-term t a p)"],
+        category=c,
+        check="structural",
+        doc="a term list contains its head term (atom, coefficient)",
+    )
+    rule(
+        rs,
+        "has-term-tail",
+        ["(= t (TCons a p r))", "(has-term r b q)"],
+        ["(has-term t b q)"],
+        category=c,
+        check="structural",
+        doc="a term list contains every term of its tail",
+    )
     # ---- division of term lists ------------------------------------------------------------------
     # tsplit(T, c, mode) = TS(Q, R, c) with value(T) = c*value(Q) + value(R). The pair carries c: its value is
     # (c*Q + R, c), so hash-consing only ever shares a pair between splits of equal terms by the same divisor.
     # Modes choose which part of each coefficient p goes to Q: 0 = all of p when c divides it, else none;
     # 1 = floor(p/c); 2 = round(p/c).
-    rewrite(rs, "tsplit-nil", "(tsplit (TNil) q m)", "(TS (TNil) (TNil) q)", category=c)
-    rule(rs, "tsplit-request", ["(= x (tsplit (TCons a p r) q m))"], ["(tsplit r q m)"], category=c, check="structural")
+    rewrite(
+        rs,
+        "tsplit-nil",
+        "(tsplit (TNil) q m)",
+        "(TS (TNil) (TNil) q)",
+        category=c,
+        doc="splitting no terms by q gives an empty quotient and remainder",
+    )
+    rule(
+        rs,
+        "tsplit-request",
+        ["(= x (tsplit (TCons a p r) q m))"],
+        ["(tsplit r q m)"],
+        category=c,
+        check="structural",
+        doc="splitting a term list asks for the split of its tail first",
+    )
     step = ["(= x (tsplit (TCons a p r) q m))", "(= (TS qs rs q) (tsplit r q m))", "(> q 0)", *small("p", "q")]
-    rule(rs, "tsplit-divisible", [*step, "(= 0 (% p q))"], ["(union x (TS (TCons a (/ p q) qs) rs q))"], category=c)
-    rule(rs, "tsplit-keep", [*step, "(= m 0)", "(!= 0 (% p q))"], ["(union x (TS qs (TCons a p rs) q))"], category=c)
+    rule(
+        rs,
+        "tsplit-divisible",
+        [*step, "(= 0 (% p q))"],
+        ["(union x (TS (TCons a (/ p q) qs) rs q))"],
+        category=c,
+        doc="split (any mode): a coefficient p divisible by q > 0 goes to the quotient as p/q",
+    )
+    rule(
+        rs,
+        "tsplit-keep",
+        [*step, "(= m 0)", "(!= 0 (% p q))"],
+        ["(union x (TS qs (TCons a p rs) q))"],
+        category=c,
+        doc="split mode 0: a coefficient not divisible by q stays whole in the remainder",
+    )
     for mode, name, quot in ((1, "floor", floordiv("p", "q")), (2, "nearest", floordiv("(+ (* 2 p) q)", "(* 2 q)"))):
+        qd = "floor(p/q)" if mode == 1 else "round(p/q)"
         rule(
             rs,
             f"tsplit-{name}",
             [*step, f"(= m {mode})", "(!= 0 (% p q))", f"(= d {quot})", "(!= d 0)"],
             ["(union x (TS (TCons a d qs) (TCons a (- p (* d q)) rs) q))"],
             category=c,
+            doc=f"split mode {mode}: an indivisible coefficient p puts d = {qd} in the quotient, p - d*q in the rest",
         )
         rule(
             rs,
@@ -217,20 +316,44 @@ def build() -> RuleSet:
             [*step, f"(= m {mode})", "(!= 0 (% p q))", f"(= 0 {quot})"],
             ["(union x (TS qs (TCons a p rs) q))"],
             category=c,
+            doc=f"split mode {mode}: an indivisible coefficient p with {qd} = 0 stays whole in the remainder",
         )
-    rewrite(rs, "tdivexact-nil", "(tdivexact (TNil) g)", "(TNil)", category=c)
+    rewrite(rs, "tdivexact-nil", "(tdivexact (TNil) g)", "(TNil)", category=c, doc="exact division of no terms gives no terms")
     rule(
         rs,
         "tdivexact-cons",
         ["(= x (tdivexact (TCons a p r) g))", "(> g 0)", "(= 0 (% p g))"],
         ["(union x (TCons a (/ p g) (tdivexact r g)))"],
         category=c,
+        doc="exact division by g > 0 divides every coefficient by g (each must be divisible)",
     )
     # factors of index products (found through nesting, without associativity/commutativity rules)
-    rule(rs, "factor-left", [f"(= m (MUL {IX} a b))"], ["(has-factor m a)"], category=c, check="structural")
-    rule(rs, "factor-right", [f"(= m (MUL {IX} a b))"], ["(has-factor m b)"], category=c, check="structural")
     rule(
-        rs, "factor-nested", [f"(= m (MUL {IX} a b))", "(has-factor a f)"], ["(has-factor m f)"], category=c, check="structural"
+        rs,
+        "factor-left",
+        [f"(= m (MUL {IX} a b))"],
+        ["(has-factor m a)"],
+        category=c,
+        check="structural",
+        doc="the left operand of an index product is one of its factors",
+    )
+    rule(
+        rs,
+        "factor-right",
+        [f"(= m (MUL {IX} a b))"],
+        ["(has-factor m b)"],
+        category=c,
+        check="structural",
+        doc="the right operand of an index product is one of its factors",
+    )
+    rule(
+        rs,
+        "factor-nested",
+        [f"(= m (MUL {IX} a b))", "(has-factor a f)"],
+        ["(has-factor m f)"],
+        category=c,
+        check="structural",
+        doc="a factor of a product's left operand is a factor of the product",
     )
     rule(
         rs,
@@ -239,16 +362,18 @@ def build() -> RuleSet:
         ["(has-factor m f)"],
         category=c,
         check="structural",
+        doc="a factor of a product's right operand is a factor of the product",
     )
     # pdiv(m, f) = m / f for a product m with factor f
-    rewrite(rs, "pdiv-left", f"(pdiv (MUL {IX} f b) f)", "b", category=c)
-    rewrite(rs, "pdiv-right", f"(pdiv (MUL {IX} a f) f)", "a", category=c)
+    rewrite(rs, "pdiv-left", f"(pdiv (MUL {IX} f b) f)", "b", category=c, doc="(f * b) divided by its factor f is b")
+    rewrite(rs, "pdiv-right", f"(pdiv (MUL {IX} a f) f)", "a", category=c, doc="(a * f) divided by its factor f is a")
     rule(
         rs,
         "pdiv-nested-left",
         ["(= x (pdiv m f))", f"(= m (MUL {IX} a b))", "(has-factor a f)"],
         [f"(union x (MUL {IX} (pdiv a f) b))"],
         category=c,
+        doc="a * b divided by a factor f of a is (a / f) * b",
     )
     rule(
         rs,
@@ -256,20 +381,44 @@ def build() -> RuleSet:
         ["(= x (pdiv m f))", f"(= m (MUL {IX} a b))", "(has-factor b f)"],
         [f"(union x (MUL {IX} a (pdiv b f)))"],
         category=c,
+        doc="a * b divided by a factor f of b is a * (b / f)",
     )
     # tdivsym(T, f): every atom of T divided by its factor f
-    rewrite(rs, "tdivsym-nil", "(tdivsym (TNil) f)", "(TNil)", category=c)
+    rewrite(
+        rs,
+        "tdivsym-nil",
+        "(tdivsym (TNil) f)",
+        "(TNil)",
+        category=c,
+        doc="dividing no terms by a symbolic factor gives no terms",
+    )
     rule(
         rs,
         "tdivsym-cons",
         ["(= x (tdivsym (TCons a p r) f))", "(has-factor a f)"],
         ["(union x (TCons (pdiv a f) p (tdivsym r f)))"],
         category=c,
+        doc="dividing terms by f: an atom with factor f becomes atom / f, its coefficient kept",
     )
-    rule(rs, "tdivsym-self", ["(= x (tdivsym (TCons f p r) f))"], [f"(union x (TCons {ik(1)} p (tdivsym r f)))"], category=c)
+    rule(
+        rs,
+        "tdivsym-self",
+        ["(= x (tdivsym (TCons f p r) f))"],
+        [f"(union x (TCons {ik(1)} p (tdivsym r f)))"],
+        category=c,
+        doc="dividing terms by f: the atom f itself becomes the constant 1, its coefficient kept",
+    )
     # ---- gcd of coefficients (Euclid, on demand) --------------------------------------------------
-    rule(rs, "gcd-base", ["(want-gcd a 0)"], ["(set (gcd a 0) a)"], category=c, check="structural")
-    rule(rs, "gcd-step", ["(want-gcd a b)", "(> b 0)"], ["(want-gcd b (% a b))"], category=c, check="structural")
+    rule(rs, "gcd-base", ["(want-gcd a 0)"], ["(set (gcd a 0) a)"], category=c, check="structural", doc="gcd(a, 0) is a")
+    rule(
+        rs,
+        "gcd-step",
+        ["(want-gcd a b)", "(> b 0)"],
+        ["(want-gcd b (% a b))"],
+        category=c,
+        check="structural",
+        doc="Euclid: asking for gcd(a, b) with b > 0 asks for gcd(b, a % b)",
+    )
     rule(
         rs,
         "gcd-result",
@@ -277,8 +426,17 @@ def build() -> RuleSet:
         ["(set (gcd a b) g)"],
         category=c,
         check="structural",
+        doc="Euclid: gcd(a, b) = gcd(b, a % b) for b > 0",
     )
-    rule(rs, "tgcd-one", ["(= t (TCons a p (TNil)))", *small("p")], ["(set (tgcd t) (abs p))"], category=c, check="structural")
+    rule(
+        rs,
+        "tgcd-one",
+        ["(= t (TCons a p (TNil)))", *small("p")],
+        ["(set (tgcd t) (abs p))"],
+        category=c,
+        check="structural",
+        doc="the coefficient gcd of a one-term list is |p|",
+    )
     rule(
         rs,
         "tgcd-request",
@@ -286,6 +444,7 @@ def build() -> RuleSet:
         ["(want-gcd (abs p) g)"],
         category=c,
         check="structural",
+        doc="the coefficient gcd of a term list asks for gcd(|p|, coefficient gcd of its tail)",
     )
     rule(
         rs,
@@ -294,6 +453,7 @@ def build() -> RuleSet:
         ["(set (tgcd t) h)"],
         category=c,
         check="structural",
+        doc="the coefficient gcd of a term list is gcd(|p|, coefficient gcd of its tail)",
     )
     return rs
 

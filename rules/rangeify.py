@@ -129,6 +129,8 @@ def _distribute(rs: RuleSet) -> None:
             f"({sp.egg_name} d {' '.join(f'(At {x} idx g)' for x in xs)})",
             category="elementwise",
             check="structural",
+            doc=f"{sp.egg_name} read at an index is {sp.egg_name} of its {'operand' if n == 1 else 'operands'} "
+            "read at that index (same gate)",
         )
     for sp in OP_TABLE.values():
         if sp.category is Category.MARKER and sp.op is not Ops.CONTIGUOUS:
@@ -139,6 +141,7 @@ def _distribute(rs: RuleSet) -> None:
                 "(At x idx g)",
                 category="marker",
                 check="structural",
+                doc=f"{sp.egg_name} leaves values unchanged: reading it at an index reads its operand there",
             )
     # CONTIGUOUS is a barrier: its value is computed only in its own kernel (at its own output ranges); every
     # other read loads its buffer (`materialize`). A scalar one has no buffer and no ranges: it is a plain marker.
@@ -149,7 +152,7 @@ def _distribute(rs: RuleSet) -> None:
         ["(union e (At x rs g))"],
         category="marker",
         check="structural",
-        doc="a CONTIGUOUS value is computed in its own kernel only",
+        doc="CONTIGUOUS read at its own kernel's output index computes its operand there (a barrier elsewhere)",
     )
     rewrite(
         rs,
@@ -164,8 +167,24 @@ def _distribute(rs: RuleSet) -> None:
 
 def _index_helpers(rs: RuleSet) -> None:
     c = "index-helper"
-    rule(rs, "shape-tail", ["(is-shape (ICons n s))"], ["(is-shape s)"], category=c, check="structural")
-    rule(rs, "prod-nil", ["(is-shape l)", "(= l (INil))"], ["(set (prod l) 1)"], category=c, check="structural")
+    rule(
+        rs,
+        "shape-tail",
+        ["(is-shape (ICons n s))"],
+        ["(is-shape s)"],
+        category=c,
+        check="structural",
+        doc="every tail of a shape is a shape too (so its product gets computed)",
+    )
+    rule(
+        rs,
+        "prod-nil",
+        ["(is-shape l)", "(= l (INil))"],
+        ["(set (prod l) 1)"],
+        category=c,
+        check="structural",
+        doc="the product of the empty shape is 1",
+    )
     rule(
         rs,
         "prod-cons",
@@ -173,6 +192,7 @@ def _index_helpers(rs: RuleSet) -> None:
         ["(set (prod l) (* n p))"],
         category=c,
         check="structural",
+        doc="the product of a shape is its first size times the product of the rest",
     )
     rule(
         rs,
@@ -183,7 +203,15 @@ def _index_helpers(rs: RuleSet) -> None:
         check="structural",
         doc="row-major linearization: sum of index times stride",
     )
-    rewrite(rs, "flat-end", "(Flat (UNil) (INil))", ik(0), category=c, check="structural")
+    rewrite(
+        rs,
+        "flat-end",
+        "(Flat (UNil) (INil))",
+        ik(0),
+        category=c,
+        check="structural",
+        doc="flattening an empty index list gives offset 0",
+    )
     rule(
         rs,
         "unflat-step",
@@ -191,7 +219,7 @@ def _index_helpers(rs: RuleSet) -> None:
         [f"(union e (UCons (MOD {IX} (IDIV {IX} x {ik('p')}) {ik('n')}) (Unflat x s)))"],
         category=c,
         check="structural",
-        doc="axis k of a linear index: (x // stride_k) % n_k",
+        doc="unflatten: an axis of size n and stride p > 1 is (x // p) % n of the linear index x",
     )
     rule(
         rs,
@@ -200,8 +228,17 @@ def _index_helpers(rs: RuleSet) -> None:
         [f"(union e (UCons (MOD {IX} x {ik('n')}) (Unflat x s)))"],
         category=c,
         check="structural",
+        doc="unflatten: an axis of size n and stride 1 is x % n (no division needed)",
     )
-    rewrite(rs, "unflat-end", "(Unflat x (INil))", "(UNil)", category=c, check="structural")
+    rewrite(
+        rs,
+        "unflat-end",
+        "(Unflat x (INil))",
+        "(UNil)",
+        category=c,
+        check="structural",
+        doc="unflattening into the empty shape gives no indices",
+    )
     rule(
         rs,
         "bcast-one",
@@ -209,6 +246,7 @@ def _index_helpers(rs: RuleSet) -> None:
         [f"(union e (UCons {ik(0)} (Bcast r s)))"],
         category=c,
         check="structural",
+        doc="expand: a size-1 source axis (broadcast) is read at index 0",
     )
     rule(
         rs,
@@ -217,8 +255,17 @@ def _index_helpers(rs: RuleSet) -> None:
         ["(union e (UCons i (Bcast r s)))"],
         category=c,
         check="structural",
+        doc="expand: a source axis of size other than 1 keeps its index",
     )
-    rewrite(rs, "bcast-end", "(Bcast l (INil))", "(UNil)", category=c, check="structural")
+    rewrite(
+        rs,
+        "bcast-end",
+        "(Bcast l (INil))",
+        "(UNil)",
+        category=c,
+        check="structural",
+        doc="expand: no source axes left, no indices",
+    )
     rule(
         rs,
         "offs-step",
@@ -226,8 +273,9 @@ def _index_helpers(rs: RuleSet) -> None:
         [f"(union e (UCons (ADD {IX} i {ik('a')}) (Offs r p)))"],
         category=c,
         check="structural",
+        doc="shrink: each axis's index is offset by that axis's shrink start",
     )
-    rewrite(rs, "offs-end", "(Offs l (INil))", "(UNil)", category=c, check="structural")
+    rewrite(rs, "offs-end", "(Offs l (INil))", "(UNil)", category=c, check="structural", doc="shrink: no axes left, no indices")
     rule(
         rs,
         "padix-step",
@@ -235,8 +283,9 @@ def _index_helpers(rs: RuleSet) -> None:
         [f"(union e (UCons (ADD {IX} i {ik('(- 0 a)')}) (PadIx r p)))"],
         category=c,
         check="structural",
+        doc="pad: each axis's index is shifted back by the padding before it",
     )
-    rewrite(rs, "padix-end", "(PadIx l (INil))", "(UNil)", category=c, check="structural")
+    rewrite(rs, "padix-end", "(PadIx l (INil))", "(UNil)", category=c, check="structural", doc="pad: no axes left, no indices")
     rule(
         rs,
         "padvalid-step",
@@ -247,9 +296,17 @@ def _index_helpers(rs: RuleSet) -> None:
         ],
         category=c,
         check="structural",
-        doc="lo <= i < lo + n on every padded axis",
+        doc="pad validity: lo <= i < lo + n (n the source size) on every axis, ANDed together",
     )
-    rewrite(rs, "padvalid-end", "(PadValid l (INil) (INil))", TRUE, category=c, check="structural")
+    rewrite(
+        rs,
+        "padvalid-end",
+        "(PadValid l (INil) (INil))",
+        TRUE,
+        category=c,
+        check="structural",
+        doc="pad validity over no axes is true",
+    )
     rule(
         rs,
         "flip-step",
@@ -257,6 +314,7 @@ def _index_helpers(rs: RuleSet) -> None:
         [f"(union e (UCons (ADD {IX} {ik('(- n 1)')} (MUL {IX} i {ik(-1)})) (FlipIx r f s)))"],
         category=c,
         check="structural",
+        doc="flip: a flipped axis of size n reads index n-1-i",
     )
     rule(
         rs,
@@ -265,10 +323,35 @@ def _index_helpers(rs: RuleSet) -> None:
         ["(union e (UCons i (FlipIx r f s)))"],
         category=c,
         check="structural",
+        doc="flip: an axis that is not flipped keeps its index",
     )
-    rewrite(rs, "flip-end", "(FlipIx l (INil) (INil))", "(UNil)", category=c, check="structural")
-    rewrite(rs, "pick-step", "(Pick l (ICons p r))", "(UCons (Get l p) (Pick l r))", category=c, check="structural")
-    rewrite(rs, "pick-end", "(Pick l (INil))", "(UNil)", category=c, check="structural")
+    rewrite(
+        rs,
+        "flip-end",
+        "(FlipIx l (INil) (INil))",
+        "(UNil)",
+        category=c,
+        check="structural",
+        doc="flip: no axes left, no indices",
+    )
+    rewrite(
+        rs,
+        "pick-step",
+        "(Pick l (ICons p r))",
+        "(UCons (Get l p) (Pick l r))",
+        category=c,
+        check="structural",
+        doc="permute: each source axis takes the output index at its inverse-permutation position",
+    )
+    rewrite(
+        rs,
+        "pick-end",
+        "(Pick l (INil))",
+        "(UNil)",
+        category=c,
+        check="structural",
+        doc="permute: no positions left to pick, no indices",
+    )
     rule(
         rs,
         "regroup-keep",
@@ -276,7 +359,7 @@ def _index_helpers(rs: RuleSet) -> None:
         ["(union e (UCons i (Regroup r rest)))"],
         category=c,
         check="structural",
-        doc="an axis kept as is",
+        doc="reshape: an axis kept as is passes its index through",
     )
     rule(
         rs,
@@ -285,7 +368,7 @@ def _index_helpers(rs: RuleSet) -> None:
         ["(union e (Regroup r rest))"],
         category=c,
         check="structural",
-        doc="a new size-1 axis indexes nothing",
+        doc="reshape: a new size-1 axis indexes nothing (its index is dropped)",
     )
     rewrite(
         rs,
@@ -294,7 +377,7 @@ def _index_helpers(rs: RuleSet) -> None:
         f"(UCons {ik(0)} (Regroup l rest))",
         category=c,
         check="structural",
-        doc="a dropped size-1 axis is indexed by 0",
+        doc="reshape: a dropped size-1 source axis is indexed by 0",
     )
     rewrite(
         rs,
@@ -303,9 +386,17 @@ def _index_helpers(rs: RuleSet) -> None:
         "(Append (Unflat (Flat (TakeL l nd) nd) od) (Regroup (DropL l nd) rest))",
         category=c,
         check="structural",
-        doc="axes that merge or split: flatten the new indices, unflatten with the old sizes",
+        doc="reshape: axes that merge or split: flatten the new indices, unflatten with the old sizes",
     )
-    rewrite(rs, "regroup-end", "(Regroup l (GNil))", "(UNil)", category=c, check="structural")
+    rewrite(
+        rs,
+        "regroup-end",
+        "(Regroup l (GNil))",
+        "(UNil)",
+        category=c,
+        check="structural",
+        doc="reshape: the plan is done, no indices left",
+    )
     rule(
         rs,
         "take-step",
@@ -313,8 +404,17 @@ def _index_helpers(rs: RuleSet) -> None:
         ["(union e (UCons i (TakeL r s)))"],
         category=c,
         check="structural",
+        doc="take as many leading indices as sizes in the list: keep the head, take from the tail",
     )
-    rewrite(rs, "take-end", "(TakeL l (INil))", "(UNil)", category=c, check="structural")
+    rewrite(
+        rs,
+        "take-end",
+        "(TakeL l (INil))",
+        "(UNil)",
+        category=c,
+        check="structural",
+        doc="taking for an empty size list gives no indices",
+    )
     rule(
         rs,
         "drop-step",
@@ -322,8 +422,17 @@ def _index_helpers(rs: RuleSet) -> None:
         ["(union e (DropL r s))"],
         category=c,
         check="structural",
+        doc="drop as many leading indices as sizes in the list: drop the head, drop from the tail",
     )
-    rewrite(rs, "drop-end", "(DropL l (INil))", "l", category=c, check="structural")
+    rewrite(
+        rs,
+        "drop-end",
+        "(DropL l (INil))",
+        "l",
+        category=c,
+        check="structural",
+        doc="dropping for an empty size list leaves the index list as is",
+    )
     rule(
         rs,
         "append-step",
@@ -331,9 +440,26 @@ def _index_helpers(rs: RuleSet) -> None:
         ["(union e (UCons a (Append r m)))"],
         category=c,
         check="structural",
+        doc="appending index lists: keep the first list's head, append its tail",
     )
-    rewrite(rs, "append-end", "(Append (UNil) m)", "m", category=c, check="structural")
-    rule(rs, "get-head", ["(= e (Get l 0))", "(= l (UCons a r))"], ["(union e a)"], category=c, check="structural")
+    rewrite(
+        rs,
+        "append-end",
+        "(Append (UNil) m)",
+        "m",
+        category=c,
+        check="structural",
+        doc="appending to the empty list gives the other list",
+    )
+    rule(
+        rs,
+        "get-head",
+        ["(= e (Get l 0))", "(= l (UCons a r))"],
+        ["(union e a)"],
+        category=c,
+        check="structural",
+        doc="element 0 of an index list is its head",
+    )
     rule(
         rs,
         "get-tail",
@@ -341,6 +467,7 @@ def _index_helpers(rs: RuleSet) -> None:
         ["(union e (Get r (- k 1)))"],
         category=c,
         check="structural",
+        doc="element k > 0 of an index list is element k-1 of its tail",
     )
 
 
@@ -367,8 +494,17 @@ def _ranges(rs: RuleSet) -> None:
         ["(union e (UCons i (RedIx r s f t (+ k 1))))"],
         category=c,
         check="structural",
+        doc="an axis the reduce keeps is read at the output index",
     )
-    rewrite(rs, "redix-end", "(RedIx l (INil) (INil) t k)", "(UNil)", category=c, check="structural")
+    rewrite(
+        rs,
+        "redix-end",
+        "(RedIx l (INil) (INil) t k)",
+        "(UNil)",
+        category=c,
+        check="structural",
+        doc="reduce source index: no axes left, no indices",
+    )
     rule(
         rs,
         "redranges-range",
@@ -376,6 +512,7 @@ def _ranges(rs: RuleSet) -> None:
         [f"(union e (UCons {_range('R', 't', 'k', 'n')} (RedRanges s f t (+ k 1))))"],
         category=c,
         check="structural",
+        doc="reduced axis k of the REDUCE t gets its reduce range (t, k) of size n",
     )
     rule(
         rs,
@@ -384,8 +521,17 @@ def _ranges(rs: RuleSet) -> None:
         ["(union e (RedRanges s f t (+ k 1)))"],
         category=c,
         check="structural",
+        doc="an axis the REDUCE keeps gets no reduce range",
     )
-    rewrite(rs, "redranges-end", "(RedRanges (INil) (INil) t k)", "(UNil)", category=c, check="structural")
+    rewrite(
+        rs,
+        "redranges-end",
+        "(RedRanges (INil) (INil) t k)",
+        "(UNil)",
+        category=c,
+        check="structural",
+        doc="reduce ranges: no axes left, no ranges",
+    )
     # a kernel loops over its output's axes but a size-1 one, which its index reads as 0: no loop of one trip
     # sits between two others (a materialized reduce keeps its reduced axis), so every loop order is a swap away
     rule(
@@ -395,7 +541,7 @@ def _ranges(rs: RuleSet) -> None:
         [f"(union e (UCons {_range('L', 't', 'k', 'n')} (OutRanges t s (+ k 1))))"],
         category=c,
         check="structural",
-        doc="output axis k of t's kernel",
+        doc="a loop range for output axis k (size n != 1) of t's kernel",
     )
     rewrite(
         rs,
@@ -406,7 +552,15 @@ def _ranges(rs: RuleSet) -> None:
         check="structural",
         doc="a size-1 output axis needs no loop",
     )
-    rewrite(rs, "outranges-end", "(OutRanges t (INil) k)", "(UNil)", category=c, check="structural")
+    rewrite(
+        rs,
+        "outranges-end",
+        "(OutRanges t (INil) k)",
+        "(UNil)",
+        category=c,
+        check="structural",
+        doc="output ranges: no axes left, no ranges",
+    )
     rule(
         rs,
         "outix-range",
@@ -423,7 +577,7 @@ def _ranges(rs: RuleSet) -> None:
         f"(UCons {ik(0)} (OutIx t s (+ k 1)))",
         category=c,
         check="structural",
-        doc="... and a size-1 axis by 0",
+        doc="t's kernel indexes a size-1 output axis by 0 (it has no loop)",
     )
     rewrite(
         rs,
@@ -432,14 +586,30 @@ def _ranges(rs: RuleSet) -> None:
         "(UNil)",
         category=c,
         check="structural",
-        doc="the index list ends with the shape",
+        doc="t's kernel output index: no axes left, no indices",
     )
 
 
 def _movement(rs: RuleSet) -> None:
     c = "movement"
-    rewrite(rs, "at-const", "(At (CONST d v) idx g)", "(CONST d v)", category=c, check="structural")
-    rewrite(rs, "at-variable", "(At (DEFINE_VAR d nm a b) idx g)", "(DEFINE_VAR d nm a b)", category=c, check="structural")
+    rewrite(
+        rs,
+        "at-const",
+        "(At (CONST d v) idx g)",
+        "(CONST d v)",
+        category=c,
+        check="structural",
+        doc="a constant reads the same at every index",
+    )
+    rewrite(
+        rs,
+        "at-variable",
+        "(At (DEFINE_VAR d nm a b) idx g)",
+        "(DEFINE_VAR d nm a b)",
+        category=c,
+        check="structural",
+        doc="a symbolic variable (DEFINE_VAR) reads the same at every index",
+    )
     rule(
         rs,
         "at-reshape",
@@ -447,8 +617,7 @@ def _movement(rs: RuleSet) -> None:
         ["(union e (At x (Regroup idx pl) g))"],
         category=c,
         check="structural",
-        doc="per group of axes whose sizes multiply up equally: flatten the new indices, unflatten with the old "
-        "sizes; symbolic rules remove the div/mod",
+        doc="reshape: regroup the index by the reshape plan (flatten new axes, unflatten into old ones)",
     )
     rule(
         rs,
@@ -457,6 +626,7 @@ def _movement(rs: RuleSet) -> None:
         ["(union e (At x (Bcast idx sx) g))"],
         category=c,
         check="structural",
+        doc="expand: read the source with broadcast (size-1 source) axes indexed by 0",
     )
     rule(
         rs,
@@ -465,6 +635,7 @@ def _movement(rs: RuleSet) -> None:
         ["(union e (At x (Pick idx ip) g))"],
         category=c,
         check="structural",
+        doc="permute: read the source at the index reordered by the inverse permutation",
     )
     rule(
         rs,
@@ -473,6 +644,7 @@ def _movement(rs: RuleSet) -> None:
         ["(union e (At x (FlipIx idx fl sx) g))"],
         category=c,
         check="structural",
+        doc="flip: read the source at n-1-i on every flipped axis",
     )
     rule(
         rs,
@@ -481,6 +653,7 @@ def _movement(rs: RuleSet) -> None:
         ["(union e (At x (Offs idx pr) g))"],
         category=c,
         check="structural",
+        doc="shrink: read the source at the index offset by each axis's start",
     )
     rule(
         rs,
@@ -498,6 +671,7 @@ def _movement(rs: RuleSet) -> None:
         ["(union e (REDUCE d op (INil) (UCons (At x (RedIx idx sx f t 0) g) (RedRanges sx f t 0))))"],
         category="reduce",
         check="structural",
+        doc="a REDUCE read at an index becomes a loop over its reduced axes at that index",
     )
     rule(
         rs,
@@ -506,7 +680,7 @@ def _movement(rs: RuleSet) -> None:
         [f"(union e {load('d', 'b', '(Flat idx shp)', 'g')})"],
         category="memory",
         check="structural",
-        doc="a tensor buffer is read through its flat kernel-level buffer",
+        doc="an input BUFFER read at an index is a gated LOAD of its buffer at the flattened index",
     )
     rewrite(
         rs,
@@ -534,7 +708,7 @@ def _kernels(rs: RuleSet) -> None:
         ],
         category=c,
         check="structural",
-        doc="t's kernel: store every element of t into its buffer",
+        doc="t's kernel: loop over its output ranges, storing every element of t into its buffer",
     )
     rule(
         rs,
@@ -543,6 +717,7 @@ def _kernels(rs: RuleSet) -> None:
         ["(let ix (UNil))", f"(union kk (SINK {VOID} {ul(store)}))"],
         category=c,
         check="structural",
+        doc="a scalar t's kernel: a single STORE of t into its buffer, no loops",
     )
     rule(
         rs,

@@ -24,6 +24,17 @@ BOOL = '"bool"'
 T, F_ = f"(CONST {BOOL} (I 1))", f"(CONST {BOOL} (I 0))"
 
 
+_INFIX = {"ADD": "+", "MUL": "*", "FDIV": "/", "MOD": "%", "IDIV": "//", "CMPLT": "<", "CMPNE": "!="}
+_INFIX |= {"XOR": "^", "OR": "|", "AND": "&", "SHR": ">>", "SHL": "<<"}
+
+
+def _show(op: str, *args: str) -> str:
+    """An op applied to arguments in math notation, for rule descriptions: `a + b`, `max(a, b)`."""
+    if op in _INFIX and len(args) == 2:
+        return f"{args[0]} {_INFIX[op]} {args[1]}"
+    return f"{op.lower()}({', '.join(args)})"
+
+
 def _wrap(v: str) -> str:
     """v wrapped into dtype `dt` of `bits` < 64 (mn = dt-min, m = 2**bits)."""
     return f"(+ {floormod(f'(- {v} mn)', 'm')} mn)"
@@ -52,10 +63,19 @@ def _wide(result: str) -> list[str]:
     ]
 
 
-def _fold_int(rs: RuleSet, name: str, op: str, result: str, guards: tuple[str, ...] = ()) -> None:
-    """Constant folding of `op` on two integer constants, with wraparound for narrow dtypes."""
+def _fold_int(rs: RuleSet, name: str, op: str, result: str, guards: tuple[str, ...] = (), *, show: str) -> None:
+    """Constant folding of `op` on two integer constants, with wraparound for narrow dtypes.
+    `show` is the fold in math notation, for the rules' descriptions."""
     lhs = f"({op} dt {k('a')} {k('b')})"
-    rewrite(rs, f"fold-{name}", lhs, k(_wrap(result)), when=[*_narrow(("a", "b")), *guards], category="constant-fold")
+    rewrite(
+        rs,
+        f"fold-{name}",
+        lhs,
+        k(_wrap(result)),
+        when=[*_narrow(("a", "b")), *guards],
+        category="constant-fold",
+        doc=f"{show} of int constants folds, wrapped to a < 64-bit dtype",
+    )
     bound = MUL_BOUND if op in ("MUL", "SHL") else 1 << 61
     rewrite(
         rs,
@@ -64,27 +84,67 @@ def _fold_int(rs: RuleSet, name: str, op: str, result: str, guards: tuple[str, .
         k(result),
         when=[*small("a", "b", bound=bound), *guards, *_wide(result)],
         category="constant-fold",
+        doc=f"{show} of int constants folds in a 64-bit dtype if the result fits",
     )
 
 
 def constant_folding(rs: RuleSet) -> None:
-    _fold_int(rs, "add", "ADD", "(+ a b)")
-    _fold_int(rs, "mul", "MUL", "(* a b)", tuple(small("a", "b", bound=MUL_BOUND)))
-    _fold_int(rs, "max", "MAX", "(max a b)")
-    _fold_int(rs, "idiv-pos", "IDIV", floordiv("a", "b"), ("(> b 0)",))
-    _fold_int(rs, "idiv-neg", "IDIV", floordiv("(- 0 a)", "(- 0 b)"), ("(< b 0)",))
-    _fold_int(rs, "mod-pos", "MOD", floormod("a", "b"), ("(> b 0)",))
-    _fold_int(rs, "mod-neg", "MOD", f"(- 0 {floormod('(- 0 a)', '(- 0 b)')})", ("(< b 0)",))
-    _fold_int(rs, "and", "AND", "(& a b)")
-    _fold_int(rs, "or", "OR", "(| a b)")
-    _fold_int(rs, "xor", "XOR", "(^ a b)")
-    _fold_int(rs, "shl", "SHL", "(<< a b)", ("(>= b 0)", "(< b bits)", "(< b 31)", *small("a", bound=1 << 31)))
-    _fold_int(rs, "shr", "SHR", "(>> a b)", ("(>= b 0)", "(< b bits)"))
+    _fold_int(rs, "add", "ADD", "(+ a b)", show="a + b")
+    _fold_int(rs, "mul", "MUL", "(* a b)", tuple(small("a", "b", bound=MUL_BOUND)), show="a * b")
+    _fold_int(rs, "max", "MAX", "(max a b)", show="max(a, b)")
+    _fold_int(rs, "idiv-pos", "IDIV", floordiv("a", "b"), ("(> b 0)",), show="a // b (floor, b > 0)")
+    _fold_int(rs, "idiv-neg", "IDIV", floordiv("(- 0 a)", "(- 0 b)"), ("(< b 0)",), show="a // b (floor, b < 0)")
+    _fold_int(rs, "mod-pos", "MOD", floormod("a", "b"), ("(> b 0)",), show="a % b (floor, b > 0)")
+    _fold_int(rs, "mod-neg", "MOD", f"(- 0 {floormod('(- 0 a)', '(- 0 b)')})", ("(< b 0)",), show="a % b (floor, b < 0)")
+    _fold_int(rs, "and", "AND", "(& a b)", show="a & b")
+    _fold_int(rs, "or", "OR", "(| a b)", show="a | b")
+    _fold_int(rs, "xor", "XOR", "(^ a b)", show="a ^ b")
+    _fold_int(
+        rs,
+        "shl",
+        "SHL",
+        "(<< a b)",
+        ("(>= b 0)", "(< b bits)", "(< b 31)", *small("a", bound=1 << 31)),
+        show="a << b (0 <= b < min(bits, 31), |a| < 2**31)",
+    )
+    _fold_int(rs, "shr", "SHR", "(>> a b)", ("(>= b 0)", "(< b bits)"), show="a >> b (0 <= b < bits)")
     cf = "constant-fold"
-    rewrite(rs, "fold-cmplt-true", f"(CMPLT dt {k('a')} {k('b')})", T, when=["(dt-intlike dt)", "(< a b)"], category=cf)
-    rewrite(rs, "fold-cmplt-false", f"(CMPLT dt {k('a')} {k('b')})", F_, when=["(dt-intlike dt)", "(>= a b)"], category=cf)
-    rewrite(rs, "fold-cmpne-true", f"(CMPNE dt {k('a')} {k('b')})", T, when=["(dt-intlike dt)", "(!= a b)"], category=cf)
-    rewrite(rs, "fold-cmpne-false", f"(CMPNE dt {k('a')} {k('b')})", F_, when=["(dt-intlike dt)", "(= a b)"], category=cf)
+    rewrite(
+        rs,
+        "fold-cmplt-true",
+        f"(CMPLT dt {k('a')} {k('b')})",
+        T,
+        when=["(dt-intlike dt)", "(< a b)"],
+        category=cf,
+        doc="c1 < c2 -> true for bool constants c1 < c2 (dt is the bool result; ints fold via bounds)",
+    )
+    rewrite(
+        rs,
+        "fold-cmplt-false",
+        f"(CMPLT dt {k('a')} {k('b')})",
+        F_,
+        when=["(dt-intlike dt)", "(>= a b)"],
+        category=cf,
+        doc="c1 < c2 -> false for bool constants c1 >= c2 (dt is the bool result; ints fold via bounds)",
+    )
+    rewrite(
+        rs,
+        "fold-cmpne-true",
+        f"(CMPNE dt {k('a')} {k('b')})",
+        T,
+        when=["(dt-intlike dt)", "(!= a b)"],
+        category=cf,
+        doc="c1 != c2 -> true for distinct bool constants (dt is the bool result; ints fold via bounds)",
+    )
+    rewrite(
+        rs,
+        "fold-cmpne-false",
+        f"(CMPNE dt {k('a')} {k('b')})",
+        F_,
+        when=["(dt-intlike dt)", "(= a b)"],
+        category=cf,
+        doc="c != c -> false for equal bool constants (dt is the bool result; ints fold via bounds)",
+    )
     for name, fn in (("and", "min"), ("or", "max")):
         rewrite(
             rs,
@@ -93,10 +153,19 @@ def constant_folding(rs: RuleSet) -> None:
             k(f"({fn} a b)"),
             when=["(dt-bool dt)"],
             category=cf,
+            doc=f"a {'&' if name == 'and' else '|'} b of two bool constants folds to {fn}(a, b)",
         )
-    rewrite(rs, "fold-xor-bool", f"(XOR dt {k('a')} {k('b')})", k("(^ a b)"), when=["(dt-bool dt)"], category=cf)
-    rewrite(rs, "fold-where-true", "(WHERE dt (CONST dc (I 1)) a b)", "a", category=cf)
-    rewrite(rs, "fold-where-false", "(WHERE dt (CONST dc (I 0)) a b)", "b", category=cf)
+    rewrite(
+        rs,
+        "fold-xor-bool",
+        f"(XOR dt {k('a')} {k('b')})",
+        k("(^ a b)"),
+        when=["(dt-bool dt)"],
+        category=cf,
+        doc="a ^ b of two bool constants folds",
+    )
+    rewrite(rs, "fold-where-true", "(WHERE dt (CONST dc (I 1)) a b)", "a", category=cf, doc="where(true, a, b) -> a")
+    rewrite(rs, "fold-where-false", "(WHERE dt (CONST dc (I 0)) a b)", "b", category=cf, doc="where(false, a, b) -> b")
     # casts of constants
     rewrite(
         rs,
@@ -105,6 +174,7 @@ def constant_folding(rs: RuleSet) -> None:
         k(_wrap("a")),
         when=["(dt-intlike ds)", *_narrow(("a",))],
         category=cf,
+        doc="cast of an int/bool constant to a narrow (< 64-bit) int folds, wrapped to the dtype's width",
     )
     rewrite(
         rs,
@@ -113,6 +183,7 @@ def constant_folding(rs: RuleSet) -> None:
         k("a"),
         when=["(dt-intlike ds)", *small("a", bound=1 << 62), *_wide("a")],
         category=cf,
+        doc="cast of an int/bool constant to a 64-bit int folds when the value fits the dtype",
     )
     rewrite(
         rs,
@@ -121,9 +192,16 @@ def constant_folding(rs: RuleSet) -> None:
         k(1),
         when=["(dt-bool dt)", "(dt-intlike ds)", "(!= a 0)"],
         category=cf,
+        doc="bool(c) -> true for a nonzero int/bool constant c",
     )
     rewrite(
-        rs, "fold-cast-to-bool-false", f"(CAST dt {k(0, 'ds')})", k(0), when=["(dt-bool dt)", "(dt-intlike ds)"], category=cf
+        rs,
+        "fold-cast-to-bool-false",
+        f"(CAST dt {k(0, 'ds')})",
+        k(0),
+        when=["(dt-bool dt)", "(dt-intlike ds)"],
+        category=cf,
+        doc="bool(0) -> false",
     )
     rewrite(
         rs,
@@ -133,6 +211,7 @@ def constant_folding(rs: RuleSet) -> None:
         when=["(dt-float dt)", "(dt-intlike ds)", *small("a", bound=1 << 53)],
         category=cf,
         check="float",
+        doc="float(c) of an int constant |c| < 2**53 folds (exact in f64, rounded to the dtype on decode)",
     )
     # float folding (f64 arithmetic; results are rounded to the dtype when decoded) - checked numerically
     ff = "float-fold"
@@ -142,8 +221,16 @@ def constant_folding(rs: RuleSet) -> None:
 
     fin = finite("dt")
     for name, op, fn in (("add", "ADD", "+"), ("mul", "MUL", "*"), ("max", "MAX", "max")):
+        show = f"{fn}(a, b)" if fn == "max" else f"a {fn} b"
         rewrite(
-            rs, f"fold-float-{name}", f"({op} dt {kf('a')} {kf('b')})", kf(f"({fn} a b)"), when=fin, category=ff, check="float"
+            rs,
+            f"fold-float-{name}",
+            f"({op} dt {kf('a')} {kf('b')})",
+            kf(f"({fn} a b)"),
+            when=fin,
+            category=ff,
+            check="float",
+            doc=f"{show} of two non-NaN float constants folds in f64 (rounded to the dtype on decode)",
         )
     rewrite(
         rs,
@@ -153,6 +240,7 @@ def constant_folding(rs: RuleSet) -> None:
         when=[*finite("ds"), "(< a b)"],
         category=ff,
         check="float",
+        doc="c1 < c2 -> true for non-NaN float constants with c1 < c2",
     )
     rewrite(
         rs,
@@ -162,6 +250,7 @@ def constant_folding(rs: RuleSet) -> None:
         when=[*finite("ds"), "(>= a b)"],
         category=ff,
         check="float",
+        doc="c1 < c2 -> false for non-NaN float constants with c1 >= c2",
     )
     rewrite(
         rs,
@@ -171,7 +260,7 @@ def constant_folding(rs: RuleSet) -> None:
         when=[*fin, "(!= b 0.0)"],
         category=ff,
         check="float",  # f64's 53 bits: no double rounding to f32
-        doc="a quotient of two finite float constants, the divisor not zero, is a constant",
+        doc="c1 / c2 of non-NaN float constants, c2 != 0, folds in f64 (53 bits: no double rounding to f32)",
     )
     rewrite(
         rs,
@@ -181,6 +270,7 @@ def constant_folding(rs: RuleSet) -> None:
         when=["(dt-float dt)", "(<= a inf)", "(>= a -inf)", "(!= a 0.0)"],
         category=ff,
         check="float",
+        doc="1/c of a non-NaN, nonzero float constant folds in f64",
     )
 
 
@@ -196,6 +286,8 @@ def commutativity(rs: RuleSet) -> None:
                 f"({sp.egg_name} dt b a)",
                 when=guard,
                 category="canonical",
+                doc=f"{_show(sp.egg_name, 'a', 'b')} -> {_show(sp.egg_name, 'b', 'a')}"
+                + (" (not index: linear forms keep index sums/products canonical)" if guard else ""),
             )
 
 
@@ -211,6 +303,7 @@ def products(rs: RuleSet) -> None:
         f"(MUL {IX} (MUL {IX} a b) {ik('q')})",
         when=nz,
         category=c,
+        doc="(a*c)*b -> (a*b)*c for index products: the constant moves outermost for the linear forms",
     )
     rewrite(
         rs,
@@ -219,15 +312,23 @@ def products(rs: RuleSet) -> None:
         f"(MUL {IX} (MUL {IX} b a) {ik('q')})",
         when=nz,
         category=c,
+        doc="b*(a*c) -> (b*a)*c for index products: the constant moves outermost for the linear forms",
     )
-    rewrite(rs, "mul-const-to-right", f"(MUL {IX} {ik('q')} a)", f"(MUL {IX} a {ik('q')})", category=c)
+    rewrite(
+        rs,
+        "mul-const-to-right",
+        f"(MUL {IX} {ik('q')} a)",
+        f"(MUL {IX} a {ik('q')})",
+        category=c,
+        doc="c*a -> a*c for index products: constants go on the right",
+    )
 
 
 def identities(rs: RuleSet) -> None:
     c = "identity"
     ints = ["(dt-int dt)"]
-    rewrite(rs, "add-zero", f"(ADD dt x {k(0)})", "x", when=["(dt-intlike dt)"], category=c)
-    rewrite(rs, "mul-one", f"(MUL dt x {k(1)})", "x", when=["(dt-intlike dt)"], category=c)
+    rewrite(rs, "add-zero", f"(ADD dt x {k(0)})", "x", when=["(dt-intlike dt)"], category=c, doc="x + 0 -> x (ints and bools)")
+    rewrite(rs, "mul-one", f"(MUL dt x {k(1)})", "x", when=["(dt-intlike dt)"], category=c, doc="x * 1 -> x (ints and bools)")
     rewrite(
         rs,
         "mul-zero",
@@ -235,20 +336,62 @@ def identities(rs: RuleSet) -> None:
         k(0),
         when=ints,
         category=c,
-        doc="integers only: for floats x*0 is not 0 when x is inf or NaN",
+        doc="x * 0 -> 0 for integers only: for floats x*0 is not 0 when x is inf or NaN",
     )
-    rewrite(rs, "float-add-zero", f"(ADD dt x {kf('0.0')})", "x", when=["(dt-float dt)"], category=c, check="float")
-    rewrite(rs, "float-mul-one", f"(MUL dt x {kf('1.0')})", "x", when=["(dt-float dt)"], category=c, check="float")
-    rewrite(rs, "idiv-one", f"(IDIV dt x {k(1)})", "x", when=ints, category=c)
-    rewrite(rs, "idiv-minus-one", f"(IDIV dt x {k(-1)})", f"(MUL dt x {k(-1)})", when=ints, category=c)
-    rewrite(rs, "mod-one", f"(MOD dt x {k(1)})", k(0), when=ints, category=c)
-    rewrite(rs, "mod-minus-one", f"(MOD dt x {k(-1)})", k(0), when=ints, category=c)
-    rewrite(rs, "max-self", "(MAX dt x x)", "x", category=c)
-    rewrite(rs, "and-self", "(AND dt x x)", "x", category=c)
-    rewrite(rs, "or-self", "(OR dt x x)", "x", category=c)
-    rewrite(rs, "xor-self", "(XOR dt x x)", k(0), when=["(dt-intlike dt)"], category=c)
-    rewrite(rs, "xor-cancel", "(XOR dt (XOR dt x y) y)", "x", when=["(dt-intlike dt)"], category=c)
-    rewrite(rs, "cmplt-self", "(CMPLT dt x x)", F_, category=c, check="z3+float")
+    rewrite(
+        rs,
+        "float-add-zero",
+        f"(ADD dt x {kf('0.0')})",
+        "x",
+        when=["(dt-float dt)"],
+        category=c,
+        check="float",
+        doc="x + 0.0 -> x for floats",
+    )
+    rewrite(
+        rs,
+        "float-mul-one",
+        f"(MUL dt x {kf('1.0')})",
+        "x",
+        when=["(dt-float dt)"],
+        category=c,
+        check="float",
+        doc="x * 1.0 -> x for floats",
+    )
+    rewrite(rs, "idiv-one", f"(IDIV dt x {k(1)})", "x", when=ints, category=c, doc="x // 1 -> x")
+    rewrite(
+        rs,
+        "idiv-minus-one",
+        f"(IDIV dt x {k(-1)})",
+        f"(MUL dt x {k(-1)})",
+        when=ints,
+        category=c,
+        doc="x // -1 -> x * -1 (both wrap alike at the dtype's minimum)",
+    )
+    rewrite(rs, "mod-one", f"(MOD dt x {k(1)})", k(0), when=ints, category=c, doc="x % 1 -> 0")
+    rewrite(rs, "mod-minus-one", f"(MOD dt x {k(-1)})", k(0), when=ints, category=c, doc="x % -1 -> 0")
+    rewrite(rs, "max-self", "(MAX dt x x)", "x", category=c, doc="max(x, x) -> x")
+    rewrite(rs, "and-self", "(AND dt x x)", "x", category=c, doc="x & x -> x")
+    rewrite(rs, "or-self", "(OR dt x x)", "x", category=c, doc="x | x -> x")
+    rewrite(rs, "xor-self", "(XOR dt x x)", k(0), when=["(dt-intlike dt)"], category=c, doc="x ^ x -> 0 (ints and bools)")
+    rewrite(
+        rs,
+        "xor-cancel",
+        "(XOR dt (XOR dt x y) y)",
+        "x",
+        when=["(dt-intlike dt)"],
+        category=c,
+        doc="(x ^ y) ^ y -> x (ints and bools)",
+    )
+    rewrite(
+        rs,
+        "cmplt-self",
+        "(CMPLT dt x x)",
+        F_,
+        category=c,
+        check="z3+float",
+        doc="x < x -> false (also for floats: NaN < NaN is false)",
+    )
     rewrite(
         rs,
         "cmpne-self",
@@ -256,17 +399,25 @@ def identities(rs: RuleSet) -> None:
         F_,
         when=["(= dx (dtype-of x))", "(dt-intlike dx)"],
         category=c,
-        doc="not for floats: NaN != NaN",
+        doc="x != x -> false for ints and bools; not for floats: NaN != NaN",
     )
-    rewrite(rs, "where-same", "(WHERE dt p x x)", "x", category=c)
-    rewrite(rs, "and-zero", f"(AND dt x {k(0)})", k(0), when=["(dt-intlike dt)"], category=c)
-    rewrite(rs, "or-zero", f"(OR dt x {k(0)})", "x", when=["(dt-intlike dt)"], category=c)
-    rewrite(rs, "xor-zero", f"(XOR dt x {k(0)})", "x", when=["(dt-intlike dt)"], category=c)
-    rewrite(rs, "and-all-ones", f"(AND dt x {k(-1)})", "x", when=["(dt-signed dt)"], category=c)
-    rewrite(rs, "and-true", f"(AND dt x {k(1)})", "x", when=["(dt-bool dt)"], category=c)
-    rewrite(rs, "or-true", f"(OR dt x {k(1)})", k(1), when=["(dt-bool dt)"], category=c)
-    rewrite(rs, "shl-zero", f"(SHL dt x {k(0)})", "x", when=ints, category=c)
-    rewrite(rs, "shr-zero", f"(SHR dt x {k(0)})", "x", when=ints, category=c)
+    rewrite(rs, "where-same", "(WHERE dt p x x)", "x", category=c, doc="where(p, x, x) -> x")
+    rewrite(rs, "and-zero", f"(AND dt x {k(0)})", k(0), when=["(dt-intlike dt)"], category=c, doc="x & 0 -> 0 (ints and bools)")
+    rewrite(rs, "or-zero", f"(OR dt x {k(0)})", "x", when=["(dt-intlike dt)"], category=c, doc="x | 0 -> x (ints and bools)")
+    rewrite(rs, "xor-zero", f"(XOR dt x {k(0)})", "x", when=["(dt-intlike dt)"], category=c, doc="x ^ 0 -> x (ints and bools)")
+    rewrite(
+        rs,
+        "and-all-ones",
+        f"(AND dt x {k(-1)})",
+        "x",
+        when=["(dt-signed dt)"],
+        category=c,
+        doc="x & -1 -> x for signed ints (-1 is all ones)",
+    )
+    rewrite(rs, "and-true", f"(AND dt x {k(1)})", "x", when=["(dt-bool dt)"], category=c, doc="x & true -> x for bools")
+    rewrite(rs, "or-true", f"(OR dt x {k(1)})", k(1), when=["(dt-bool dt)"], category=c, doc="x | true -> true for bools")
+    rewrite(rs, "shl-zero", f"(SHL dt x {k(0)})", "x", when=ints, category=c, doc="x << 0 -> x")
+    rewrite(rs, "shr-zero", f"(SHR dt x {k(0)})", "x", when=ints, category=c, doc="x >> 0 -> x")
     # integer associativity of constants holds exactly under wraparound (index sums use linear forms instead)
     fixed = [*ints, f"(!= dt {IX})"]
     rewrite(
@@ -276,6 +427,7 @@ def identities(rs: RuleSet) -> None:
         f"(ADD dt x (ADD dt {k('a')} {k('b')}))",
         when=fixed,
         category="canonical",
+        doc="(x + c1) + c2 -> x + (c1 + c2): constants gather to fold (exact under wraparound; not index)",
     )
     rewrite(
         rs,
@@ -284,9 +436,26 @@ def identities(rs: RuleSet) -> None:
         f"(MUL dt x (MUL dt {k('a')} {k('b')}))",
         when=fixed,
         category="canonical",
+        doc="(x * c1) * c2 -> x * (c1 * c2): constants gather to fold (exact under wraparound; not index)",
     )
-    rewrite(rs, "add-self-int", "(ADD dt x x)", f"(MUL dt x {k(2)})", when=fixed, category=c)
-    rewrite(rs, "sub-self-int", f"(ADD dt x (MUL dt x {k(-1)}))", k(0), when=fixed, category=c)
+    rewrite(
+        rs,
+        "add-self-int",
+        "(ADD dt x x)",
+        f"(MUL dt x {k(2)})",
+        when=fixed,
+        category=c,
+        doc="x + x -> x * 2 for fixed-width ints (not index: linear forms combine those)",
+    )
+    rewrite(
+        rs,
+        "sub-self-int",
+        f"(ADD dt x (MUL dt x {k(-1)}))",
+        k(0),
+        when=fixed,
+        category=c,
+        doc="x + x*-1 -> 0 for fixed-width ints (not index: linear forms cancel those)",
+    )
     rewrite(
         rs,
         "shl-to-mul",
@@ -294,6 +463,7 @@ def identities(rs: RuleSet) -> None:
         f"(MUL dt x (SHL dt {k(1)} {k('s')}))",
         when=[*ints, "(= bits (dt-bits dt))", "(>= s 0)", "(< s bits)", "(< s 62)"],
         category=c,
+        doc="x << s -> x * (1 << s) for a constant shift 0 <= s < bits",
     )
     rewrite(
         rs,
@@ -302,8 +472,9 @@ def identities(rs: RuleSet) -> None:
         f"(IDIV dt x {k('(<< 1 s)')})",
         when=[*ints, "(= bits (dt-bits dt))", "(>= s 0)", "(< s bits)", "(< s 62)"],
         category=c,
+        doc="x >> s -> x // 2**s for a constant shift 0 <= s < bits (arithmetic shift is floor division)",
     )
-    rewrite(rs, "trunc-int", "(TRUNC dt x)", "x", when=["(dt-intlike dt)"], category=c)
+    rewrite(rs, "trunc-int", "(TRUNC dt x)", "x", when=["(dt-intlike dt)"], category=c, doc="trunc(x) -> x for ints and bools")
     rewrite(
         rs,
         "max-const-assoc",
@@ -311,9 +482,26 @@ def identities(rs: RuleSet) -> None:
         f"(MAX dt x {k('(max a b)')})",
         when=["(dt-intlike dt)"],
         category=c,
+        doc="max(max(x, c1), c2) -> max(x, max(c1, c2)) (ints and bools)",
     )
-    rewrite(rs, "where-lt-max", "(WHERE dt (CMPLT dc x y) y x)", "(MAX dt x y)", when=["(dt-intlike dt)"], category=c)
-    rewrite(rs, "where-gt-max", "(WHERE dt (CMPLT dc y x) x y)", "(MAX dt x y)", when=["(dt-intlike dt)"], category=c)
+    rewrite(
+        rs,
+        "where-lt-max",
+        "(WHERE dt (CMPLT dc x y) y x)",
+        "(MAX dt x y)",
+        when=["(dt-intlike dt)"],
+        category=c,
+        doc="where(x < y, y, x) -> max(x, y) for ints and bools (not floats: NaN)",
+    )
+    rewrite(
+        rs,
+        "where-gt-max",
+        "(WHERE dt (CMPLT dc y x) x y)",
+        "(MAX dt x y)",
+        when=["(dt-intlike dt)"],
+        category=c,
+        doc="where(y < x, x, y) -> max(x, y) for ints and bools (not floats: NaN)",
+    )
 
 
 def bounds_rules(rs: RuleSet) -> None:
@@ -326,14 +514,27 @@ def bounds_rules(rs: RuleSet) -> None:
                 [f"(= e ({sp.egg_name} dt {wildcards(sp)}))", "(dt-intlike dt)", "(= l (lo e))", "(= h (hi e))", "(= l h)"],
                 [f"(union e {k('l')})"],
                 category="interval",
+                doc=f"an int/bool {sp.egg_name.lower()} node whose bounds meet (lo == hi) is that constant",
             )
     c = "interval"
     lx = ["(= lx (lo x))", "(= hx (hi x))"]
     rewrite(
-        rs, "idiv-below-divisor", f"(IDIV dt x {k('q')})", k(0), when=["(dt-int dt)", *lx, "(>= lx 0)", "(< hx q)"], category=c
+        rs,
+        "idiv-below-divisor",
+        f"(IDIV dt x {k('q')})",
+        k(0),
+        when=["(dt-int dt)", *lx, "(>= lx 0)", "(< hx q)"],
+        category=c,
+        doc="x // c -> 0 when 0 <= x < c (from the interval bounds)",
     )
     rewrite(
-        rs, "mod-below-divisor", f"(MOD dt x {k('q')})", "x", when=["(dt-int dt)", *lx, "(>= lx 0)", "(< hx q)"], category=c
+        rs,
+        "mod-below-divisor",
+        f"(MOD dt x {k('q')})",
+        "x",
+        when=["(dt-int dt)", *lx, "(>= lx 0)", "(< hx q)"],
+        category=c,
+        doc="x % c -> x when 0 <= x < c (from the interval bounds)",
     )
     rewrite(
         rs,
@@ -349,12 +550,45 @@ def bounds_rules(rs: RuleSet) -> None:
             *small("blk", "q", bound=MUL_BOUND),
         ],
         category=c,
+        doc="x % c -> x - c*m for index x whose bounds lie in one period [c*m, c*(m+1))",
     )
-    rewrite(rs, "max-left", "(MAX dt a b)", "a", when=["(= la (lo a))", "(= hb (hi b))", "(>= la hb)"], category=c)
+    rewrite(
+        rs,
+        "max-left",
+        "(MAX dt a b)",
+        "a",
+        when=["(= la (lo a))", "(= hb (hi b))", "(>= la hb)"],
+        category=c,
+        doc="max(a, b) -> a when lo(a) >= hi(b)",
+    )
     small_x = ["(dt-int dt)", *lx, "(= ld (lo d))", "(>= lx 0)", "(< hx ld)"]
-    rewrite(rs, "idiv-below-var-divisor", "(IDIV dt x d)", k(0), when=small_x, category=c)
-    rewrite(rs, "mod-below-var-divisor", "(MOD dt x d)", "x", when=small_x, category=c)
-    rewrite(rs, "where-bounds-true", "(WHERE dt p a b)", "a", when=["(= lp (lo p))", "(>= lp 1)"], category=c)
+    rewrite(
+        rs,
+        "idiv-below-var-divisor",
+        "(IDIV dt x d)",
+        k(0),
+        when=small_x,
+        category=c,
+        doc="x // d -> 0 when 0 <= x < lo(d) (from the interval bounds)",
+    )
+    rewrite(
+        rs,
+        "mod-below-var-divisor",
+        "(MOD dt x d)",
+        "x",
+        when=small_x,
+        category=c,
+        doc="x % d -> x when 0 <= x < lo(d) (from the interval bounds)",
+    )
+    rewrite(
+        rs,
+        "where-bounds-true",
+        "(WHERE dt p a b)",
+        "a",
+        when=["(= lp (lo p))", "(>= lp 1)"],
+        category=c,
+        doc="where(p, a, b) -> a when the bounds of p say it is always true",
+    )
 
 
 def divmod_rules(rs: RuleSet) -> None:
@@ -370,6 +604,7 @@ def divmod_rules(rs: RuleSet) -> None:
         f"(IDIV dt x {k('(* a b)')})",
         when=[*ints, "(> a 0)", "(> b 0)", *small("a", "b", bound=1 << 20), "(= mx (dt-max dt))", "(<= (* a b) mx)", *in_reach],
         category=c,
+        doc="(x // a) // b -> x // (a*b) for a, b > 0, a*b in the dtype and within x's range",
     )
     rewrite(
         rs,
@@ -386,7 +621,7 @@ def divmod_rules(rs: RuleSet) -> None:
             "(<= (- 0 (* a b)) (max hx (- 0 lx)))",
         ],
         category=c,
-        doc="index only: at fixed width x // -1 can wrap",
+        doc="(x // a) // b -> x // (a*b) for a < 0 < b; index only: at fixed width x // -1 can wrap",
     )
     rewrite(
         rs,
@@ -395,6 +630,7 @@ def divmod_rules(rs: RuleSet) -> None:
         f"(MOD dt x {k('b')})",
         when=[*ints, "(!= a 0)", "(> b 0)", "(= 0 (% a b))"],
         category=c,
+        doc="(x % a) % b -> x % b when b > 0 divides a",
     )
     rewrite(
         rs,
@@ -403,6 +639,7 @@ def divmod_rules(rs: RuleSet) -> None:
         f"(MOD dt (IDIV dt x {k('b')}) {k('(/ a b)')})",
         when=[*ints, "(> a 0)", "(> b 0)", "(= 0 (% a b))"],
         category=c,
+        doc="(x % a) // b -> (x // b) % (a/b) when a, b > 0 and b divides a",
     )
     rewrite(
         rs,
@@ -411,6 +648,7 @@ def divmod_rules(rs: RuleSet) -> None:
         f"(IDIV {IX} (MUL {IX} x {ik(-1)}) {ik('(- 0 q)')})",
         when=["(< q 0)", *small("q")],
         category=c,
+        doc="x // c -> (-x) // (-c) for a negative index divisor c",
     )
     rewrite(
         rs,
@@ -419,24 +657,49 @@ def divmod_rules(rs: RuleSet) -> None:
         f"(MUL {IX} (MOD {IX} (MUL {IX} x {ik(-1)}) {ik('(- 0 q)')}) {ik(-1)})",
         when=["(< q 0)", *small("q")],
         category=c,
+        doc="x % c -> -((-x) % (-c)) for a negative index divisor c",
     )
     # on linear forms: S = c*Q + R  =>  S // c = Q + R // c,  S % c = R % c; and when R stays inside one
     # period [c*m, c*(m+1)) by its bounds, S // c = Q + m and S % c = R - c*m
+    split_modes = {
+        0: "Q gets the terms with c | coef",
+        1: "Q gets floor(p/c) of each coef p",
+        2: "Q gets round(p/c) of each coef p",
+    }
     for mode in (0, 1, 2):
+        how = split_modes[mode]
         split = [f"(= e ({{op}} {IX} s {ik('q')}))", "(> q 0)", *lin_of("s", "t", "k0"), *small("k0", "q")]
         have = [f"(= (TS qs rs q) (tsplit t q {mode}))"]
         rem = f"(ToU (L rs {floormod('k0', 'q')}))"
         quo = f"(ToU (L qs {floordiv('k0', 'q')}))"
         for op in ("IDIV", "MOD"):
             sp = [x.format(op=op) for x in split]
-            rule(rs, f"{op.lower()}-split{mode}-request", sp, [f"(tsplit t q {mode})"], category=c, check="structural")
-            rule(rs, f"{op.lower()}-split{mode}-remainder", [*sp, *have], [rem], category=c, check="structural")
+            shown = _show(op, "S", "c")
+            rule(
+                rs,
+                f"{op.lower()}-split{mode}-request",
+                sp,
+                [f"(tsplit t q {mode})"],
+                category=c,
+                check="structural",
+                doc=f"helper: for index {shown}, c > 0, split S = c*Q + R; {how}",
+            )
+            rule(
+                rs,
+                f"{op.lower()}-split{mode}-remainder",
+                [*sp, *have],
+                [rem],
+                category=c,
+                check="structural",
+                doc=f"helper: for index {shown} build the remainder sum R of S = c*Q + R, so its bounds are known",
+            )
         rule(
             rs,
             f"idiv-split{mode}",
             [*[x.format(op="IDIV") for x in split], *have],
             [f"(union e (ADD {IX} {quo} (IDIV {IX} {rem} {ik('q')})))"],
             category=c,
+            doc=f"(c*Q + R) // c -> Q + R // c, c > 0, on index sums; {how}",
         )
         rule(
             rs,
@@ -444,6 +707,7 @@ def divmod_rules(rs: RuleSet) -> None:
             [*[x.format(op="MOD") for x in split], *have],
             [f"(union e (MOD {IX} {rem} {ik('q')}))"],
             category=c,
+            doc=f"(c*Q + R) % c -> R % c, c > 0, on index sums; {how}",
         )
         period = [
             f"(= rr {rem})",
@@ -460,6 +724,7 @@ def divmod_rules(rs: RuleSet) -> None:
             [*[x.format(op="IDIV") for x in split], *have, *period],
             [f"(union e (ADD {IX} {quo} {ik('per')}))"],
             category=c,
+            doc=f"(c*Q + R) // c -> Q + m when R's bounds lie in [c*m, c*(m+1)); {how}",
         )
         rule(
             rs,
@@ -467,6 +732,7 @@ def divmod_rules(rs: RuleSet) -> None:
             [*[x.format(op="MOD") for x in split], *have, *period],
             [f"(union e (ADD {IX} rr {ik('(- 0 (* q per))')}))"],
             category=c,
+            doc=f"(c*Q + R) % c -> R - c*m when R's bounds lie in [c*m, c*(m+1)); {how}",
         )
     # common factor g of all coefficients and the divisor: (g*T + k) // (g*m) = (T + k//g) // m, likewise %
     gcd = [
@@ -486,6 +752,7 @@ def divmod_rules(rs: RuleSet) -> None:
         ["(want-gcd tg q)"],
         category=c,
         check="structural",
+        doc="helper: for S // c ask for g = gcd(S's coefficients, c)",
     )
     rule(
         rs,
@@ -494,6 +761,7 @@ def divmod_rules(rs: RuleSet) -> None:
         ["(want-gcd tg q)"],
         category=c,
         check="structural",
+        doc="helper: for S % c ask for g = gcd(S's coefficients, c)",
     )
     rule(
         rs,
@@ -501,6 +769,7 @@ def divmod_rules(rs: RuleSet) -> None:
         [f"(= e (IDIV {IX} s {ik('q')}))", *gcd, "(= d (tdivexact t g))", "(= d (TCons da dk dr))"],
         [f"(union e (IDIV {IX} (ToU (L d {floordiv('k0', 'g')})) {ik('(/ q g)')}))"],
         category=c,
+        doc="(g*T + k) // (g*m) -> (T + k//g) // m, g the gcd of the coefficients and the divisor",
     )
     rule(
         rs,
@@ -511,9 +780,16 @@ def divmod_rules(rs: RuleSet) -> None:
             f"{ik(floormod('k0', 'g'))}))"
         ],
         category=c,
+        doc="(g*T + k) % (g*m) -> ((T + k//g) % m)*g + k%g, g the gcd of the coefficients and the divisor",
     )
     rule(
-        rs, "gcd-divide-request", [f"(= e (IDIV {IX} s {ik('q')}))", *gcd], ["(tdivexact t g)"], category=c, check="structural"
+        rs,
+        "gcd-divide-request",
+        [f"(= e (IDIV {IX} s {ik('q')}))", *gcd],
+        ["(tdivexact t g)"],
+        category=c,
+        check="structural",
+        doc="helper: for S // c divide S's terms by their common factor g with c",
     )
     rule(
         rs,
@@ -522,6 +798,7 @@ def divmod_rules(rs: RuleSet) -> None:
         ["(tdivexact t g)"],
         category=c,
         check="structural",
+        doc="helper: for S % c divide S's terms by their common factor g with c",
     )
     # drop a small term: S = g*Q + R with 0 <= R < g and g | c  =>  S // c = Q // (c/g),  S % c = (Q % (c/g))*g + R
     for op in ("IDIV", "MOD"):
@@ -533,12 +810,25 @@ def divmod_rules(rs: RuleSet) -> None:
             "(has-term t a p)",
             *small("p", bound=1 << 30),
         ]
+        shown = _show(op, "S", "c")
         rule(
-            rs, f"{op.lower()}-drop-term-request", pick, ["(tmerge t (TCons a (- 0 p) (TNil)))"], category=c, check="structural"
+            rs,
+            f"{op.lower()}-drop-term-request",
+            pick,
+            ["(tmerge t (TCons a (- 0 p) (TNil)))"],
+            category=c,
+            check="structural",
+            doc=f"helper: for index {shown} take one term a*p out of the sum S",
         )
         base = [*pick, "(= t2 (tmerge t (TCons a (- 0 p) (TNil))))"]
         rule(
-            rs, f"{op.lower()}-drop-term-gcd", [*base, "(= tg (tgcd t2))"], ["(want-gcd tg q)"], category=c, check="structural"
+            rs,
+            f"{op.lower()}-drop-term-gcd",
+            [*base, "(= tg (tgcd t2))"],
+            ["(want-gcd tg q)"],
+            category=c,
+            check="structural",
+            doc=f"helper: for index {shown} ask for g = gcd(coefficients of S without a*p, c)",
         )
         cond = [
             *base,
@@ -556,6 +846,7 @@ def divmod_rules(rs: RuleSet) -> None:
             ["(ToU (L (TCons a p (TNil)) kr))", "(tdivexact t2 g)"],
             category=c,
             check="structural",
+            doc=f"helper: for index {shown} build R = a*p + (k mod g) and the rest of S divided by g",
         )
         fire = [
             *cond,
@@ -569,7 +860,14 @@ def divmod_rules(rs: RuleSet) -> None:
         ]
         qpart = f"(ToU (L d {floordiv('(- k0 kr)', 'g')}))"
         if op == "IDIV":
-            rule(rs, "idiv-drop-term", fire, [f"(union e (IDIV {IX} {qpart} {ik('(/ q g)')}))"], category=c)
+            rule(
+                rs,
+                "idiv-drop-term",
+                fire,
+                [f"(union e (IDIV {IX} {qpart} {ik('(/ q g)')}))"],
+                category=c,
+                doc="(g*Q + R) // c -> Q // (c/g) when 0 <= R < g (bounds) and g | c: the small term R drops out",
+            )
         else:
             rule(
                 rs,
@@ -577,6 +875,7 @@ def divmod_rules(rs: RuleSet) -> None:
                 fire,
                 [f"(union e (ADD {IX} (MUL {IX} (MOD {IX} {qpart} {ik('(/ q g)')}) {ik('g')}) rr))"],
                 category=c,
+                doc="(g*Q + R) % c -> (Q % (c/g))*g + R when 0 <= R < g (bounds) and g | c",
             )
     # (x // a) // b == x // (a*b): make the nested form where x // a exists, so recombination can see it
     rule(
@@ -596,6 +895,7 @@ def divmod_rules(rs: RuleSet) -> None:
         ],
         [f"(union e2 (IDIV dt e1 {k('(/ b a)')}))"],
         category=c,
+        doc="x // b -> (x // a) // (b/a) where x // a exists and a | b: lets recombination see it",
     )
     rule(
         rs,
@@ -604,6 +904,7 @@ def divmod_rules(rs: RuleSet) -> None:
         [f"(IDIV {IX} x y)"],
         category=c,
         check="structural",
+        doc="helper: for index x % y with y > 0 build x // y, so its bounds are known",
     )
     rule(
         rs,
@@ -620,7 +921,7 @@ def divmod_rules(rs: RuleSet) -> None:
         ],
         [f"(union e (ADD {IX} x (MUL {IX} y {ik('(- 0 lq)')})))"],
         category=c,
-        doc="x % y == x - y*(x//y)",
+        doc="x % y -> x - y*c when y > 0 and the bounds pin x // y to the constant c",
     )
     rule(
         rs,
@@ -653,7 +954,16 @@ def divmod_rules(rs: RuleSet) -> None:
             "(= lf (lo f))",
             "(= hf (hi f))",
         ]
-        rule(rs, f"idiv-cancel-{name}-request", sym, ["(tdivsym t f)"], category=c, check="structural")
+        divisor, cancelled = ("(K*f*Y)", "(K*Y)") if name == "product" else ("(K*f)", "K")
+        rule(
+            rs,
+            f"idiv-cancel-{name}-request",
+            sym,
+            ["(tdivsym t f)"],
+            category=c,
+            check="structural",
+            doc=f"helper: for index S // {divisor} divide every term of S by the symbolic factor f",
+        )
         quot = "(ToU (L (TCons (pdiv dv f) kd (TNil)) 0))" if name == "product" else ik("kd")
         for sign, cnd in (("pos", "(> lf 0)"), ("neg", "(< hf 0)")):
             rule(
@@ -662,6 +972,8 @@ def divmod_rules(rs: RuleSet) -> None:
                 [*sym, cnd, "(= d (tdivsym t f))", "(= d (TCons da dk dr))"],
                 [f"(union e (IDIV {IX} (ToU (L d 0)) {quot}))"],
                 category=c,
+                doc=f"(f*X) // {divisor} -> X // {cancelled} when f {'> 0' if sign == 'pos' else '< 0'} by its bounds "
+                "(f a factor of every term)",
             )
     rule(
         rs,
@@ -677,19 +989,21 @@ def divmod_rules(rs: RuleSet) -> None:
         ],
         [f"(union e (IDIV {IX} (ADD {IX} x {ik('(* k0 a)')}) {ik('(* a b)')}))"],
         category=c,
-        doc="(x//a + k)//b == (x + k*a)//(a*b)",
+        doc="(x//a + k)//b == (x + k*a)//(a*b) for a, b > 0",
     )
     # a symbolic divisor K*D that divides a term: (D*x*p + R) // (K*D) == x*(p/K) + R // (K*D) when K | p, D != 0
     dvs = ["(= pdd (lvl dd))", "(= (L (TCons dv kd (TNil)) 0) (lin dd pdd))", "(> kd 0)", "(= ld (lo dv))", "(= hd (hi dv))"]
     sym = [*lin_of("s", "t", "k0"), "(has-term t m p)", "(has-factor m dv)", *dvs, "(= 0 (% p kd))"]
     rest = "(ToU (L (tmerge t (TCons m (- 0 p) (TNil))) k0))"
     for sign, cnd in (("pos", "(> ld 0)"), ("neg", "(< hd 0)")):
+        sgn = "> 0" if sign == "pos" else "< 0"
         rule(
             rs,
             f"idiv-symbolic-factor-{sign}",
             [f"(= e (IDIV {IX} s dd))", *sym, cnd],
             [f"(union e (ADD {IX} (MUL {IX} (pdiv m dv) {ik('(/ p kd)')}) (IDIV {IX} {rest} dd)))"],
             category=c,
+            doc=f"(D*x*p + R) // (K*D) -> x*(p/K) + R // (K*D) when K > 0 divides p and D {sgn} (bounds)",
         )
         rule(
             rs,
@@ -697,18 +1011,36 @@ def divmod_rules(rs: RuleSet) -> None:
             [f"(= e (MOD {IX} s dd))", *sym, cnd],
             [f"(union e (MOD {IX} {rest} dd))"],
             category=c,
+            doc=f"(D*x*p + R) % (K*D) -> R % (K*D) when K > 0 divides p and D {sgn} (bounds)",
         )
     # a constant factor shared by every coefficient and a symbolic divisor K*D: (g*X) // (g*K'*D) == X // (K'*D)
     gsym = [f"(= e (IDIV {IX} s dd))", *lin_of("s", "t", "k0"), *dvs, "(> kd 1)", "(= tg (tgcd t))"]
-    rule(rs, "idiv-symbolic-gcd-request", gsym, ["(want-gcd tg kd)"], category=c, check="structural")
+    rule(
+        rs,
+        "idiv-symbolic-gcd-request",
+        gsym,
+        ["(want-gcd tg kd)"],
+        category=c,
+        check="structural",
+        doc="helper: for S // (K*D) ask for g = gcd(S's coefficients, K)",
+    )
     gfire = [*gsym, "(= g (gcd tg kd))", "(> g 1)", "(= 0 (% k0 g))", "(= 0 (% kd g))"]
-    rule(rs, "idiv-symbolic-gcd-divide", gfire, ["(tdivexact t g)"], category=c, check="structural")
+    rule(
+        rs,
+        "idiv-symbolic-gcd-divide",
+        gfire,
+        ["(tdivexact t g)"],
+        category=c,
+        check="structural",
+        doc="helper: for S // (K*D) divide S's terms by their common factor g with K",
+    )
     rule(
         rs,
         "idiv-symbolic-gcd",
         [*gfire, "(= d (tdivexact t g))", "(= d (TCons da dk dr))"],
         [f"(union e (IDIV {IX} (ToU (L d (/ k0 g))) (ToU (L (TCons dv (/ kd g) (TNil)) 0))))"],
         category=c,
+        doc="(g*X + k) // (g*K*D) -> (X + k/g) // (K*D) when g divides every coefficient, k and g*K",
     )
     # (x // c) * c*m + (x % c) * m  ->  x * m   (anywhere in a sum)
     rule(
@@ -729,6 +1061,7 @@ def divmod_rules(rs: RuleSet) -> None:
             "(TCons x cm (TNil))))) k0)))"
         ],
         category=c,
+        doc="(x // c)*(c*m) + (x % c)*m -> x*m anywhere in an index sum",
     )
     # x%a + ((x//a)%b)*a == x%(a*b), anywhere in a sum, with any common multiplier
     rule(
@@ -750,6 +1083,7 @@ def divmod_rules(rs: RuleSet) -> None:
             f"(TCons (MOD {IX} x {ik('(* a b)')}) c1 (TNil))))) k0)))"
         ],
         category=c,
+        doc="(x % a)*m + ((x // a) % b)*(a*m) -> (x % (a*b))*m anywhere in an index sum",
     )
 
 
@@ -762,6 +1096,7 @@ def compare_rules(rs: RuleSet) -> None:
         [f"(= e (CMPLT dt s {ik('q')}))", *lin_of("s", "t", "k0"), "(!= k0 0)", *small("k0", "q")],
         [f"(union e (CMPLT dt (ToT t) {ik('(- q k0)')}))"],
         category=c,
+        doc="S + k < c -> S < c - k (index linear forms)",
     )
     rule(
         rs,
@@ -769,6 +1104,7 @@ def compare_rules(rs: RuleSet) -> None:
         [f"(= e (CMPLT dt {ik('q')} s))", *lin_of("s", "t", "k0"), "(!= k0 0)", *small("k0", "q")],
         [f"(union e (CMPLT dt {ik('(- q k0)')} (ToT t)))"],
         category=c,
+        doc="c < S + k -> c - k < S (index linear forms)",
     )
     rule(
         rs,
@@ -777,6 +1113,7 @@ def compare_rules(rs: RuleSet) -> None:
         ["(tdivexact t tg)"],
         category=c,
         check="structural",
+        doc="helper: for S < c divide S's terms by their gcd",
     )
     rule(
         rs,
@@ -793,6 +1130,7 @@ def compare_rules(rs: RuleSet) -> None:
         ],
         [f"(union e (CMPLT dt (ToT d) {ik(floordiv('(+ q (- g 1))', 'g'))}))"],
         category=c,
+        doc="g*T < c -> T < ceil(c/g), g the gcd of the coefficients",
     )
     rule(
         rs,
@@ -801,6 +1139,7 @@ def compare_rules(rs: RuleSet) -> None:
         ["(tdivexact t tg)"],
         category=c,
         check="structural",
+        doc="helper: for c < S divide S's terms by their gcd",
     )
     rule(
         rs,
@@ -817,8 +1156,16 @@ def compare_rules(rs: RuleSet) -> None:
         ],
         [f"(union e (CMPLT dt {ik(floordiv('q', 'g'))} (ToT d)))"],
         category=c,
+        doc="c < g*T -> c//g < T, g the gcd of the coefficients",
     )
-    rewrite(rs, "lt-both-negated", f"(CMPLT dt (MUL {IX} x {ik(-1)}) (MUL {IX} y {ik(-1)}))", "(CMPLT dt y x)", category=c)
+    rewrite(
+        rs,
+        "lt-both-negated",
+        f"(CMPLT dt (MUL {IX} x {ik(-1)}) (MUL {IX} y {ik(-1)}))",
+        "(CMPLT dt y x)",
+        category=c,
+        doc="-x < -y -> y < x for index values",
+    )
     # S < c with S = g*Q + R, 0 <= R < g and g | c  <=>  Q < c/g
     pick = [
         f"(= e (CMPLT dt s {ik('q')}))",
@@ -827,7 +1174,15 @@ def compare_rules(rs: RuleSet) -> None:
         "(has-term t a p)",
         *small("p", bound=1 << 30),
     ]
-    rule(rs, "lt-drop-term-pick", pick, ["(tmerge t (TCons a (- 0 p) (TNil)))"], category=c, check="structural")
+    rule(
+        rs,
+        "lt-drop-term-pick",
+        pick,
+        ["(tmerge t (TCons a (- 0 p) (TNil)))"],
+        category=c,
+        check="structural",
+        doc="helper: for S < c take one term a*p out of the sum S",
+    )
     base = [*pick, "(= t2 (tmerge t (TCons a (- 0 p) (TNil))))", "(= g (tgcd t2))", "(> g 1)", "(= kr (% (+ (% k0 g) g) g))"]
     rule(
         rs,
@@ -836,6 +1191,7 @@ def compare_rules(rs: RuleSet) -> None:
         ["(ToU (L (TCons a p (TNil)) kr))", "(tdivexact t2 g)"],
         category=c,
         check="structural",
+        doc="helper: for S < c build R = a*p + (k mod g) and the rest of S divided by g",
     )
     rule(
         rs,
@@ -854,6 +1210,7 @@ def compare_rules(rs: RuleSet) -> None:
         ],
         [f"(union e (CMPLT dt (ToT d) {ik('(/ cq g)')}))"],
         category=c,
+        doc="g*Q + R < c -> Q < c/g when 0 <= R < g (bounds) and g | c: the small term R drops out",
     )
     rewrite(
         rs,
@@ -862,6 +1219,7 @@ def compare_rules(rs: RuleSet) -> None:
         f"(CMPLT dt {ik('(- 0 q)')} x)",
         when=small("q"),
         category=c,
+        doc="-x < c -> -c < x for index values",
     )
     rewrite(
         rs,
@@ -870,6 +1228,7 @@ def compare_rules(rs: RuleSet) -> None:
         f"(CMPLT dt x {ik('(- 0 q)')})",
         when=small("q"),
         category=c,
+        doc="c < -x -> x < -c for index values",
     )
     rewrite(
         rs,
@@ -878,6 +1237,7 @@ def compare_rules(rs: RuleSet) -> None:
         f"(CMPLT dt x {ik('(* q d)')})",
         when=["(> d 0)", *small("q", "d", bound=MUL_BOUND)],
         category=c,
+        doc="x // d < c -> x < c*d for d > 0",
     )
     rewrite(
         rs,
@@ -886,6 +1246,7 @@ def compare_rules(rs: RuleSet) -> None:
         f"(CMPLT dt {ik('(- (* (+ q 1) d) 1)')} x)",
         when=["(> d 0)", *small("q", "d", bound=MUL_BOUND)],
         category=c,
+        doc="c < x // d -> (c+1)*d - 1 < x for d > 0",
     )
     rule(
         rs,
@@ -893,6 +1254,7 @@ def compare_rules(rs: RuleSet) -> None:
         [f"(= e (CMPNE dt s {ik('q')}))", *lin_of("s", "t", "k0"), "(!= k0 0)", *small("k0", "q")],
         [f"(union e (CMPNE dt (ToT t) {ik('(- q k0)')}))"],
         category=c,
+        doc="S + k != c -> S != c - k (index linear forms)",
     )
     # negations of comparisons
     rewrite(
@@ -902,6 +1264,7 @@ def compare_rules(rs: RuleSet) -> None:
         f"(CMPLT dt {k('(- q 1)', 'dx')} x)",
         when=["(dt-int dx)", "(= mn (dt-min dx))", "(> q mn)"],
         category=c,
+        doc="!(x < c) -> c-1 < x for ints, c above the dtype's minimum",
     )
     rewrite(
         rs,
@@ -910,26 +1273,50 @@ def compare_rules(rs: RuleSet) -> None:
         f"(CMPLT dt x {k('(+ q 1)', 'dx')})",
         when=["(dt-int dx)", "(= mx (dt-max dx))", "(< q mx)"],
         category=c,
+        doc="!(c < x) -> x < c+1 for ints, c below the dtype's maximum",
     )
 
 
 def boolean_rules(rs: RuleSet) -> None:
     c = "boolean"
     b = ["(dt-bool dt)"]
-    rewrite(rs, "not-not", f"(CMPNE dt (CMPNE dt x {T}) {T})", "x", when=b, category=c)
-    rewrite(rs, "ne-false", f"(CMPNE dt x {F_})", "x", when=b, category=c)
-    rewrite(rs, "and-not-self", f"(AND dt x (CMPNE dt x {T}))", F_, when=b, category=c)
-    rewrite(rs, "or-not-self", f"(OR dt x (CMPNE dt x {T}))", T, when=b, category=c)
-    rewrite(rs, "xor-true", f"(XOR dt x {T})", f"(CMPNE dt x {T})", when=b, category=c)
+    rewrite(
+        rs, "not-not", f"(CMPNE dt (CMPNE dt x {T}) {T})", "x", when=b, category=c, doc="!!x -> x for bools (!x is x != true)"
+    )
+    rewrite(rs, "ne-false", f"(CMPNE dt x {F_})", "x", when=b, category=c, doc="x != false -> x for bools")
+    rewrite(rs, "and-not-self", f"(AND dt x (CMPNE dt x {T}))", F_, when=b, category=c, doc="x & !x -> false for bools")
+    rewrite(rs, "or-not-self", f"(OR dt x (CMPNE dt x {T}))", T, when=b, category=c, doc="x | !x -> true for bools")
+    rewrite(rs, "xor-true", f"(XOR dt x {T})", f"(CMPNE dt x {T})", when=b, category=c, doc="x ^ true -> !x for bools")
 
 
 def where_rules(rs: RuleSet) -> None:
     c = "where"
-    rewrite(rs, "where-not", f"(WHERE dt (CMPNE dc p {T}) a b)", "(WHERE dt p b a)", category=c)
-    rewrite(rs, "where-bool-same", f"(WHERE dt p {T} {F_})", "p", category=c)
-    rewrite(rs, "where-bool-not", f"(WHERE dt p {F_} {T})", f"(CMPNE dt p {T})", category=c)
-    rewrite(rs, "where-nested-then", "(WHERE dt p (WHERE dt p a b) c)", "(WHERE dt p a c)", category=c)
-    rewrite(rs, "where-nested-else", "(WHERE dt p a (WHERE dt p b c))", "(WHERE dt p a c)", category=c)
+    rewrite(
+        rs,
+        "where-not",
+        f"(WHERE dt (CMPNE dc p {T}) a b)",
+        "(WHERE dt p b a)",
+        category=c,
+        doc="where(!p, a, b) -> where(p, b, a)",
+    )
+    rewrite(rs, "where-bool-same", f"(WHERE dt p {T} {F_})", "p", category=c, doc="where(p, true, false) -> p")
+    rewrite(rs, "where-bool-not", f"(WHERE dt p {F_} {T})", f"(CMPNE dt p {T})", category=c, doc="where(p, false, true) -> !p")
+    rewrite(
+        rs,
+        "where-nested-then",
+        "(WHERE dt p (WHERE dt p a b) c)",
+        "(WHERE dt p a c)",
+        category=c,
+        doc="where(p, where(p, a, b), c) -> where(p, a, c)",
+    )
+    rewrite(
+        rs,
+        "where-nested-else",
+        "(WHERE dt p a (WHERE dt p b c))",
+        "(WHERE dt p a c)",
+        category=c,
+        doc="where(p, a, where(p, b, c)) -> where(p, a, c)",
+    )
     rewrite(
         rs,
         "where-add-merge",
@@ -937,6 +1324,7 @@ def where_rules(rs: RuleSet) -> None:
         "(WHERE dt p (ADD dt a c) (ADD dt b d))",
         category=c,
         check="z3+float",
+        doc="where(p, a, b) + where(p, c, d) -> where(p, a + c, b + d)",
     )
 
 
@@ -952,6 +1340,9 @@ def where_closure(rs: RuleSet) -> None:
 
             def with_arg(x: str, pos: int = pos, n: int = n) -> str:
                 return " ".join(x if i == pos else f"o{i}" for i in range(n))
+
+            def shown(x: str, pos: int = pos, n: int = n, op: str = sp.egg_name) -> str:
+                return _show(op, *(x if i == pos else "z" for i in range(n)))
 
             op = sp.egg_name
             kind = getattr(sp.dtype_rule, "__name__", "")
@@ -969,6 +1360,7 @@ def where_closure(rs: RuleSet) -> None:
                 f"(WHERE dt p ({op} do {with_arg('a')}) y)",
                 category=c,
                 check=check,
+                doc=f"where(p, {shown('where(p, a, b)')}, y) -> where(p, {shown('a')}, y): p holds in the then-branch",
             )
             rewrite(
                 rs,
@@ -977,6 +1369,7 @@ def where_closure(rs: RuleSet) -> None:
                 f"(WHERE dt p y ({op} do {with_arg('b')}))",
                 category=c,
                 check=check,
+                doc=f"where(p, y, {shown('where(p, a, b)')}) -> where(p, y, {shown('b')}): p fails in the else-branch",
             )
 
 
@@ -989,6 +1382,7 @@ def cast_rules(rs: RuleSet) -> None:
         "b",
         when=["(dt-int di)", "(= db (dtype-of b))", "(dt-bool db)"],
         category=c,
+        doc="int(b) != 0 -> b for a bool b",
     )
     rewrite(
         rs,
@@ -997,6 +1391,7 @@ def cast_rules(rs: RuleSet) -> None:
         f"(CMPNE dt b {T})",
         when=["(dt-int di)", "(= db (dtype-of b))", "(dt-bool db)"],
         category=c,
+        doc="int(b) != 1 -> !b for a bool b",
     )
     rewrite(
         rs,
@@ -1005,6 +1400,7 @@ def cast_rules(rs: RuleSet) -> None:
         f"(CMPNE dt x {k(0, 'dx')})",
         when=["(dt-bool dt)", "(= dx (dtype-of x))", "(dt-int dx)"],
         category=c,
+        doc="bool(x) -> x != 0 for an int x",
     )
     wider = ["(dt-int dt)", "(dt-int dw)", "(= dt (dtype-of x))", "(= bt (dt-bits dt))", "(= bw (dt-bits dw))", "(> bw bt)"]
     rewrite(
@@ -1014,7 +1410,7 @@ def cast_rules(rs: RuleSet) -> None:
         "x",
         when=[*wider, "(dt-signed dw)"],
         category=c,
-        doc="widening to a signed type and back is exact",
+        doc="cast(cast(x, w), t) -> x for an int x of type t: widening to a wider signed w and back is exact",
     )
     rewrite(
         rs,
@@ -1023,7 +1419,7 @@ def cast_rules(rs: RuleSet) -> None:
         "x",
         when=[*wider, "(dt-unsigned dt)"],
         category=c,
-        doc="an unsigned value survives any wider integer type",
+        doc="cast(cast(x, w), t) -> x for an unsigned x of type t: it survives any wider int type w",
     )
 
 
