@@ -20,6 +20,7 @@ runs kernels in order and hands the outputs back as numpy arrays.
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -31,7 +32,7 @@ import numpy as np
 from egraph_compiler.diagnostics import InvalidArgument, MissingInput, OutOfMemory
 from egraph_compiler.dtypes import DType, bf16_from_bits, bf16_round, compute_np, dtypes
 from egraph_compiler.memory_plan import ALIGN, ArenaPlan, lifetimes, plan
-from egraph_compiler.ops import Ops
+from egraph_compiler.ops import OP_TABLE, Ops
 from egraph_compiler.uop import UOp, arg_key
 
 
@@ -47,6 +48,43 @@ class BufferSpec:
     data: np.ndarray | None = field(default=None, compare=False, hash=False)  # const buffers only
 
 
+class Sources(str):
+    """A program's kernel sources: the text of all of them (blank lines between), and by kernel name."""
+
+    by_kernel: dict[str, str]
+
+    def __new__(cls, by_kernel: dict[str, str]) -> Sources:
+        text = super().__new__(cls, "\n\n".join(by_kernel.values()))
+        text.by_kernel = dict(by_kernel)
+        return text
+
+    def __getitem__(self, key: Any) -> str:  # type: ignore[override]
+        if isinstance(key, str):
+            return self.by_kernel[key]
+        return str.__getitem__(self, key)
+
+    def keys(self) -> Any:
+        return self.by_kernel.keys()
+
+    def items(self) -> Any:
+        return self.by_kernel.items()
+
+
+def kernel_flops(ast: UOp) -> int:
+    """The floating-point operations a kernel executes: every float ALU op and float REDUCE step, once per
+    combination of the ranges it depends on (a GEMM's multiply and add: 2*M*N*K). A schedule that pads a range
+    to a multiple executes, and so counts, the padding's operations too."""
+    ranges: dict[UOp, frozenset[UOp]] = {}  # the ranges a value depends on (a REDUCE's own ones end at it)
+    total = 0
+    for u in ast.toposort():
+        own = frozenset([u]) if u.op is Ops.RANGE else frozenset()
+        inside = own.union(*(ranges[x] for x in u.src))
+        if u.dtype.is_float and (u.op is Ops.REDUCE or OP_TABLE[u.op].is_alu):
+            total += math.prod(int(r.src[0].arg) for r in inside)
+        ranges[u] = inside - frozenset(u.src[1:]) if u.op is Ops.REDUCE else inside
+    return total
+
+
 @dataclass
 class Kernel:
     name: str
@@ -54,6 +92,11 @@ class Kernel:
     reads: tuple[str, ...]
     writes: tuple[str, ...]
     cost: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def flops(self) -> int:
+        """Floating-point operations per run (`kernel_flops`)."""
+        return kernel_flops(self.ast)
 
     @staticmethod
     def from_ast(name: str, ast: UOp) -> Kernel:
@@ -181,9 +224,10 @@ class Program:
     _arena: ArenaPlan | None = field(default=None, repr=False)
 
     @property
-    def source(self) -> str:
-        """Every kernel rendered for this target, one after another."""
-        return "\n\n".join(self.backend.render(k, self) for k in self.kernels)
+    def source(self) -> Sources:
+        """Every kernel rendered for this target: the text of all of them, one after another, which is also a
+        mapping from kernel name to that kernel's source (`prog.source["k0"]`, `prog.source.items()`)."""
+        return Sources({k.name: self.backend.render(k, self) for k in self.kernels})
 
     def compile(self) -> list[CompiledKernel]:
         if self._compiled is None:
@@ -486,6 +530,10 @@ class Program:
                         f"; measured {measured[k.name] * 1e6:.1f} us ({measured[k.name] / cost['seconds']:.2f}x the estimate)"
                     )
                 lines.append(est)
+            flops = k.flops
+            if flops:
+                rate = f", {flops / measured[k.name] / 1e9:.1f} GFLOP/s measured" if measured and k.name in measured else ""
+                lines.append(f"      work   {_count(flops)}FLOP{rate}")
         if total_est:
             tail = f"; measured {total_meas * 1e6:.1f} us" if measured else ""
             lines.append(f"  total estimate {total_est * 1e6:.1f} us{tail}")
@@ -505,6 +553,13 @@ class Program:
             f"  intermediates: {len(arena.offsets)} buffer(s) in one arena of {_bytes(arena.size)} "
             f"({_bytes(arena.unplanned)} allocated one by one)"
         ]
+
+
+def _count(n: float) -> str:
+    for unit, scale in (("G", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.2f} {unit}"
+    return f"{n:.0f} "
 
 
 def _bytes(n: int) -> str:

@@ -188,7 +188,26 @@ def test_describe_gives_each_kernels_nest_buffers_and_estimate_beside_its_measur
     rng = np.random.default_rng(0)
     times = prog.profile(a=rng.standard_normal((64, 96), dtype=np.float32), b=rng.standard_normal((96, 32), dtype=np.float32))
     assert set(times) == {k.name for k in prog.kernels} and all(t > 0 for t in times.values())
-    assert "measured" in prog.describe(times)
+    assert "measured" in prog.describe(times) and "GFLOP/s measured" in prog.describe(times)
+
+
+@pytest.mark.parametrize("m,k,n", [(64, 96, 32), (7, 300, 5), (16, 1, 8)])
+def test_each_kernel_counts_its_flops_and_has_its_own_source(m: int, k: int, n: int) -> None:
+    """A GEMM with bias and ReLU: 2*M*N*K for the product, one op per output for the bias and the ReLU, however
+    the schedule splits or fuses the loops (a schedule that pads a range to a multiple executes the padding's
+    ops too, and counts them); prog.source is every kernel's text and, by name, each one's."""
+    a, b, c = Tensor.empty(m, k, name="a"), Tensor.empty(k, n, name="b"), Tensor.empty(n, name="c")
+    prog = optimize((a @ b + c).relu(), target="llvm")
+    useful = 2 * m * n * k + 2 * m * n
+    executed = sum(kern.flops for kern in prog.kernels)
+    if m % 8 == 0 and n % 8 == 0:  # no padding to a vector width
+        assert executed == useful
+    else:  # at most the padded ranges' share more (7 -> 8 and 5 -> 8 rows and columns here)
+        assert useful <= executed <= useful * 2, (executed, useful)
+    assert "FLOP" in prog.describe()
+    src = prog.source
+    assert list(src.keys()) == [kern.name for kern in prog.kernels]
+    assert all(src[kern.name] in src and "define" in src[kern.name] for kern in prog.kernels)
 
 
 @pytest.mark.gpu
