@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import sys
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -180,6 +181,9 @@ class HostBuffers:
         return flat.astype(self.storage_np(spec.dtype), copy=False)  # kernels never write inputs: no copy
 
     def get(self, spec: BufferSpec, buf: np.ndarray) -> np.ndarray:
+        if type(buf) is np.ndarray and buf.dtype is spec.dtype.np and spec.dtype is not dtypes.bfloat16:
+            # stored as computed: a view of the right shape
+            return buf.reshape(spec.shape)
         arr = np.asarray(buf)
         if spec.dtype is dtypes.bfloat16:
             arr = bf16_from_bits(arr) if arr.dtype == np.uint16 else arr.astype(np.float32)
@@ -193,14 +197,11 @@ class Placement(NamedTuple):
 
     rows: list[tuple[str, str, BufferSpec, np.dtype | None]]  # name, kind, spec, numpy dtype used as it is
     input_names: Any  # a keys view, to compare with the call's
-    big: tuple[str, ...]  # outputs big enough to reuse (REUSE_OUTPUT_BYTES)
+    kept: tuple[str, ...]  # what a finished call leaves for the next: intermediates and outputs
     native: dict[str, np.dtype | None]  # name -> that numpy dtype (an out= array must have it)
     intermediates: tuple[str, ...]
     outputs: tuple[tuple[str, BufferSpec], ...]
     repeated_output: bool  # one buffer returned twice: the later copies are independent arrays
-
-
-REUSE_OUTPUT_BYTES = 1 << 16  # outputs this big are written into an earlier call's dropped array (Program._free)
 
 
 @dataclass
@@ -218,8 +219,8 @@ class Program:
     _compiled: list[CompiledKernel] | None = field(default=None, repr=False)
     _consts: dict[str, Any] = field(default_factory=dict, repr=False)
     _runner: Callable[[dict[str, Any]], None] | None = field(default=None, repr=False)
-    _temps: list[dict[str, Any]] = field(default_factory=list, repr=False)  # intermediates of finished calls
-    _spare: list[dict[str, Any]] = field(default_factory=list, repr=False)  # ... and their outputs
+    _temps: list[dict[str, Any]] = field(default_factory=list, repr=False)  # finished calls' buffers to reuse
+    _out_memo: tuple[list[Any], dict[str, Any], dict[str, np.ndarray]] | None = field(default=None, repr=False)
     _plan: Placement | None = field(default=None, repr=False)
     _arena: ArenaPlan | None = field(default=None, repr=False)
 
@@ -246,14 +247,17 @@ class Program:
             inputs, out = {**inputs, "out": out}, None
         given = self._outputs_into(out, inputs) if out is not None else {}
         compiled = self.compile()
-        # intermediates are reused from an earlier call (kernels write every element of what they store): no
-        # allocation and no page faults on fresh memory per call; concurrent calls each take their own set
+        # a finished call's intermediates and outputs are reused (kernels write every element of what they store):
+        # no allocation, no page faults on fresh memory, no new addresses to take; concurrent calls each take
+        # their own set, and an output the caller still holds (or a view of it) is left to the caller
         try:
             temps = self._temps.pop()
         except IndexError:
             temps = None
-        if self._spare:  # an earlier call's big output buffers, reused once the caller holds no view of them
-            temps = {**(temps or {}), **self._free(self._spare.pop())}
+        else:
+            for n in self.outputs:
+                if n in temps and sys.getrefcount(temps[n]) > 2:  # the set's reference and getrefcount's argument
+                    del temps[n]
         if given:
             temps = {**(temps or {}), **given}
         bufs = self._place(inputs, temps)
@@ -264,8 +268,10 @@ class Program:
         else:
             for run in compiled:
                 run(bufs)
-        self._temps.append({n: bufs[n] for n in self._plan.intermediates})  # type: ignore[union-attr]
+        plan = self._plan
+        assert plan is not None
         if given:
+            self._temps.append({n: bufs[n] for n in plan.intermediates})
             if len(given) < len(self.outputs):  # the same tensor returned twice: the later arrays get a copy
                 arrays = list(out)
                 for i, n in enumerate(self.outputs):
@@ -273,19 +279,17 @@ class Program:
                         arrays[i][...] = bufs[n].reshape(arrays[i].shape)
             return out
         holds = getattr(self.backend, "holds", None)
-        on_device = holds is not None and any(holds(v) for v in inputs.values())
-        plan = self._plan
-        assert plan is not None
-        if on_device:  # inputs on the GPU: the outputs stay there too, as the caller's own arrays (never reused)
-            outs = tuple(self.backend.get_device(spec, bufs[n]) for n, spec in plan.outputs)
+        if holds is not None and any(holds(v) for v in inputs.values()):
+            # inputs on the GPU: the outputs stay there too, as the caller's own arrays (never reused)
+            self._temps.append({n: bufs[n] for n in plan.intermediates})
+            outs = [self.backend.get_device(spec, bufs[n]) for n, spec in plan.outputs]
         else:
+            self._temps.append({n: bufs[n] for n in plan.kept})
             get = self.backend.get
-            outs = tuple(get(spec, bufs[n]) for n, spec in plan.outputs)
-            if plan.big:
-                self._spare.append({n: bufs[n] for n in plan.big})
+            outs = [get(spec, bufs[n]) for n, spec in plan.outputs]
         if plan.repeated_output:
-            outs = tuple(o.copy() for o in outs)
-        return outs[0] if self.single_output else outs
+            outs = [o.copy() for o in outs]
+        return outs[0] if self.single_output else tuple(outs)
 
     def _outputs_into(self, out: Any, inputs: dict[str, Any]) -> dict[str, np.ndarray]:
         """The caller's output arrays as the kernels' output buffers (flat views), each checked: one per output,
@@ -296,6 +300,16 @@ class Program:
             raise InvalidArgument(at="out=", why=f"the program has {len(self.outputs)} output(s)", suggestion=f"pass {want}")
         if self._plan is None:
             self._plan = self._placement()
+        memo = self._out_memo
+        if (
+            memo is not None
+            and len(memo[0]) == len(arrays)
+            and all(r() is a for r, a in zip(memo[0], arrays))
+            and memo[1].keys() == inputs.keys()
+            and all(memo[1][k]() is v for k, v in inputs.items())
+            and all(a.flags.writeable for a in arrays)
+        ):  # the arrays of the last call (a serving loop): checked then, and their flat views kept
+            return memo[2]
         native = self._plan.native
         given: dict[str, np.ndarray] = {}
         for i, (name, a) in enumerate(zip(self.outputs, arrays)):
@@ -341,21 +355,11 @@ class Program:
                     suggestion="pass a separate array for each output",
                 )
             given.setdefault(name, a.reshape(-1))
+        try:
+            self._out_memo = ([weakref.ref(a) for a in arrays], {k: weakref.ref(v) for k, v in inputs.items()}, given)
+        except TypeError:  # an input that takes no weak reference (a list): checked every call
+            self._out_memo = None
         return given
-
-    @staticmethod
-    def _free(spare: dict[str, Any]) -> dict[str, Any]:
-        """The buffers of `spare` that nothing else refers to: an output array returned earlier and dropped (a
-        serving loop, a benchmark) is written again instead of allocating fresh memory, whose first touch costs
-        a page fault per 4 KiB (0.4 ms for a 3 MB activation). One the caller still holds, or any view of it,
-        is left alone. Only outputs of REUSE_OUTPUT_BYTES or more: below, allocating is cheaper than checking."""
-        free = {}
-        for name in list(spare):
-            buf = spare.pop(name)
-            if sys.getrefcount(buf) == 2:  # `buf` and getrefcount's argument
-                free[name] = buf
-            del buf
-        return free
 
     def place_buffers(self, **inputs: Any) -> dict[str, Any]:
         """Every buffer of the program on its backend: inputs checked and placed, constants placed, the rest
@@ -414,8 +418,6 @@ class Program:
         return views
 
     def _placed(self, inputs: dict[str, Any], temps: dict[str, Any] | None) -> dict[str, Any]:
-        from egraph_compiler.backends.reference import coerce_input
-
         bufs: dict[str, Any] = {}
         arena: dict[str, np.ndarray] | None = None
         holds = getattr(self.backend, "holds", None)
@@ -433,6 +435,8 @@ class Program:
                 elif holds is not None and holds(v):  # already on the backend's device (a CuPy array)
                     bufs[name] = self.backend.put_device(name, spec, v)
                 else:
+                    from egraph_compiler.backends.reference import coerce_input
+
                     bufs[name] = self.backend.put(spec, coerce_input(name, v, spec.shape, spec.dtype))
             elif kind == "const":  # kernels never write constants: placed once per program
                 if name not in self._consts:
@@ -450,7 +454,7 @@ class Program:
 
     def _placement(self) -> Placement:
         """Per buffer: name, kind, spec and the numpy dtype an input already in place has (None: always
-        convert); the input names, as a keys view to compare with the call's; the outputs big enough to reuse;
+        convert); the input names, as a keys view to compare with the call's; what a call leaves for the next;
         per buffer, that numpy dtype again (an `out=` array must have it)."""
         storage = getattr(self.backend, "storage_np", None)
         rows = []
@@ -459,17 +463,13 @@ class Program:
             if storage is not None and spec.dtype is not dtypes.bfloat16 and storage(spec.dtype) == spec.dtype.np:
                 native = np.dtype(spec.dtype.np)
             rows.append((name, spec.kind, spec, native))
-        big = tuple(
-            n
-            for n in dict.fromkeys(self.outputs)
-            if self.buffers[n].size * self.buffers[n].dtype.itemsize >= REUSE_OUTPUT_BYTES
-        )
+        intermediates = tuple(n for n, spec in self.buffers.items() if spec.kind == "intermediate")
         return Placement(
             rows,
             dict.fromkeys(self.inputs).keys(),
-            big,
+            (*intermediates, *dict.fromkeys(self.outputs)),
             {name: nat for name, _, _, nat in rows},
-            tuple(n for n, spec in self.buffers.items() if spec.kind == "intermediate"),
+            intermediates,
             tuple((n, self.buffers[n]) for n in self.outputs),
             len(set(self.outputs)) < len(self.outputs),
         )

@@ -20,7 +20,6 @@ from helpers import gpu_or_skip
 
 from egraph_compiler import Tensor, optimize
 from egraph_compiler.diagnostics import InvalidArgument
-from egraph_compiler.program import REUSE_OUTPUT_BYTES
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
@@ -117,12 +116,11 @@ def test_repeated_calls_reuse_intermediates_and_stay_correct() -> None:
     np.testing.assert_allclose(prog(**x), evaluate(out.uop, x), rtol=1e-4, atol=1e-4)
 
 
-def test_a_dropped_output_is_written_again_and_a_kept_one_never() -> None:
-    """Outputs of REUSE_OUTPUT_BYTES or more: a call whose result the caller dropped hands its memory to the next
-    call (no fresh pages to fault in); a result the caller keeps, or a view of it, is never written again, also
-    across threads."""
-    n = 128  # 64 KiB of float32
-    assert n * n * 4 >= REUSE_OUTPUT_BYTES
+@pytest.mark.parametrize("n", [128, 4])  # 64 KiB and 64 B of float32
+def test_a_dropped_output_is_written_again_and_a_kept_one_never(n: int) -> None:
+    """A call whose result the caller dropped hands its memory to the next call (no fresh pages to fault in, no
+    new address to take); a result the caller keeps, or a view of it, is never written again, also across
+    threads."""
     x = Tensor.empty((n, n), dtype="float32", name="x")
     prog = optimize((x * 2.0).relu(), target="llvm")
     a = np.random.default_rng(0).standard_normal((n, n), dtype=np.float32)
@@ -174,6 +172,15 @@ def test_outputs_are_written_into_the_callers_arrays(target: str) -> None:
     single = optimize(a * 2.0, target=target)
     with pytest.raises(InvalidArgument, match="overlaps input 'a'"):
         single(a=av, out=av)
+    # the checks of a serving loop's arrays are kept from one call to the next, never past a change
+    o = np.empty((6, 40), np.float32)
+    single(a=av, out=o)
+    single(a=av, out=o)
+    with pytest.raises(InvalidArgument, match="overlaps input 'a'"):
+        single(a=o, out=o)  # another input: checked again
+    o.flags.writeable = False
+    with pytest.raises(InvalidArgument, match="read-only"):
+        single(a=av, out=o)
 
 
 def test_describe_gives_each_kernels_nest_buffers_and_estimate_beside_its_measured_time() -> None:
