@@ -58,17 +58,26 @@ def coerce_input(name: str, value: Any, shape: tuple[int, ...], dtype: DType, xp
     int32, 1.5 into float32, but not 2**40 into int32 or 0.1 into float32); anything else is refused with the
     conversion to make, never changed silently. `xp`: the array module that holds it (numpy, or CuPy for an
     array on a GPU: checked and converted there)."""
-    arr = xp.asarray(value)
+    want = f"a {dtype.name} array of shape {tuple(shape)}"
+    if value is None:
+        raise MissingInput(at=f"input {name!r}", why="got None", suggestion=f"pass {want}")
+    try:
+        arr = xp.asarray(value)
+    except (ValueError, TypeError) as e:  # a ragged nested list, an object numpy cannot read
+        raise MissingInput(
+            at=f"input {name!r}",
+            why=f"a {type(value).__name__} that is not an array ({str(e).splitlines()[0][:120]})",
+            suggestion=f"pass {want} (nested lists must be rectangular)",
+        ) from None
+    if arr.dtype.kind not in "biuf":
+        got = f"a {type(value).__name__}" + (f" of dtype {arr.dtype}" if hasattr(value, "dtype") else "")
+        raise MissingInput(at=f"input {name!r}", why=f"{got}, which is not numeric", suggestion=f"pass {want}")
     if arr.shape != tuple(shape):
         raise MissingInput(
             at=f"input {name!r}",
             why=f"expected shape {tuple(shape)}, got {arr.shape}",
             suggestion=f"pass an array of shape {tuple(shape)}"
             + (f" (x.reshape{tuple(shape)})" if arr.size == math.prod(shape) else ""),
-        )
-    if arr.dtype.kind not in "biuf":
-        raise MissingInput(
-            at=f"input {name!r}", why=f"array of dtype {arr.dtype} is not numeric", suggestion=f"pass a {dtype.name} array"
         )
     target = np.dtype(np.float32) if dtype is dtypes.bfloat16 else np.dtype(compute_np(dtype))
     if arr.dtype != target and not np.can_cast(arr.dtype, target, "safe"):

@@ -40,6 +40,7 @@ class Report:
     limits: dict[str, Any] = field(default_factory=dict)
     cost_before: float | None = None
     cost_after: float | None = None
+    cost_unit: str = "ops"  # "s": estimated seconds (programs: baseline -> chosen); "ops": weighted operations
     egraph_nodes: int = 0
     egraph_classes: int = 0
     notes: list[str] = field(default_factory=list)
@@ -87,7 +88,7 @@ class Report:
             "schema_version": SCHEMA_VERSION,
             "stop_reason": self.stop_reason,
             "limits": self.limits,
-            "cost": {"before": self.cost_before, "after": self.cost_after},
+            "cost": {"before": self.cost_before, "after": self.cost_after, "unit": self.cost_unit},
             "egraph": {"nodes": self.egraph_nodes, "classes": self.egraph_classes},
             "phases": self.phases,
             "iterations": [asdict(it) for it in self.iterations],
@@ -117,8 +118,11 @@ class Report:
             f"stop: {self.stop_reason}; {len(self.iterations)} iterations; e-graph {self.egraph_nodes} nodes / "
             f"{self.egraph_classes} classes"
         ]
-        if self.cost_before is not None:
-            lines.append(f"cost: {self.cost_before:.6g} -> {self.cost_after:.6g}")
+        if self.cost_unit == "s" and self.cost_after is not None:
+            base = f"{self.cost_before * 1e6:.1f} us (safe baseline) -> " if self.cost_before is not None else ""
+            lines.append(f"estimated time: {base}{self.cost_after * 1e6:.1f} us (chosen program)")
+        elif self.cost_before is not None:
+            lines.append(f"cost: {self.cost_before:.6g} -> {self.cost_after:.6g} (weighted operations)")
         if self.phases:
             lines.append("phases: " + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in self.phases.items()))
         if self.iterations:

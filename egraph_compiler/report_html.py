@@ -212,8 +212,11 @@ def _summary(report: Report, program: Any) -> str:
         ("e-graph", f"{report.egraph_nodes} nodes / {report.egraph_classes} classes"),
         ("rules fired", f"{len(report.fired_rules)} of {len(report.rule_category) or len(report.rule_totals)}"),
     ]
-    if report.cost_before is not None or report.cost_after is not None:
-        cards.append(("cost", f"{_fmt(report.cost_before)} → {_fmt(report.cost_after)}"))
+    if report.cost_unit == "s" and report.cost_after is not None:
+        before = f"{report.cost_before * 1e6:.1f} us → " if report.cost_before is not None else ""
+        cards.append(("estimated time (baseline → chosen)", f"{before}{report.cost_after * 1e6:.1f} us"))
+    elif report.cost_before is not None or report.cost_after is not None:
+        cards.append(("cost (weighted ops)", f"{_fmt(report.cost_before)} → {_fmt(report.cost_after)}"))
     if report.phases:
         cards.append(("total time", _ms(sum(report.phases.values()))))
     if program is not None:

@@ -15,7 +15,6 @@ that is used in many places competes with materializing it once.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from egraph_compiler.extract.cost import OP_COSTS
@@ -178,18 +177,3 @@ class KernelCost:
             # does not bind those parts must compute them as k // 32 and k % 32
             return float(base)
         return float(base) * t
-
-
-def chosen_dag_cost(view: EGraphView, model: KernelCost, roots: Iterable[int], node: Callable[[int], ENode]) -> float:
-    """The per-node cost of a chosen program (`node` gives each class's e-node), each class counted once."""
-    seen: set[int] = set()
-    stack, total = list(roots), 0.0
-    while stack:
-        c = stack.pop()
-        if c in seen:
-            continue
-        seen.add(c)
-        n = node(c)
-        total += model.node_cost(n, view) if n.fn != "AFTER" else 0.0
-        stack.extend(view.children(n))
-    return total

@@ -430,3 +430,27 @@ def test_buffers_too_big_to_allocate_are_diagnosed(monkeypatch: pytest.MonkeyPat
     with pytest.raises(CompilerError) as info:
         prog(x=np.ones(1, np.float32))
     assert info.value.code == "E1502"
+
+
+@pytest.mark.parametrize("target", ["llvm", "reference"])
+@pytest.mark.parametrize(
+    "value,why",
+    [
+        (None, "got None"),
+        ([[1.0, 2.0], [3.0]], "not an array"),
+        ("abcd", "not numeric"),
+        ({"x": 1}, "not numeric"),
+        (np.array([["a", "b"], ["c", "d"]]), "not numeric"),
+        (object(), "not numeric"),
+        (np.ones(4, np.float32), "expected shape"),
+    ],
+    ids=["none", "ragged", "str", "dict", "strings", "object", "flat"],
+)
+def test_program_inputs_that_are_not_arrays_say_what_was_expected(target: str, value: Any, why: str) -> None:
+    from egraph_compiler import optimize
+
+    prog = optimize(Tensor.empty(2, 2, name="a") * 2.0, target=target)
+    with pytest.raises(CompilerError, match=why) as info:
+        prog(a=value)
+    assert info.value.code == "E1404"
+    assert "shape (2, 2)" in str(info.value)

@@ -246,7 +246,8 @@ def test_report_json_roundtrip(unlimited: SimplifyResult) -> None:
     assert d == json.loads(json.dumps(rep.to_dict()))
     assert d["schema_version"] == 1
     assert d["stop_reason"] == "saturated"
-    assert d["cost"] == {"before": rep.cost_before, "after": rep.cost_after}
+    assert d["cost"] == {"before": rep.cost_before, "after": rep.cost_after, "unit": "ops"}
+    assert all(r["description"] for r in d["rules"])
     assert d["egraph"] == {"nodes": rep.egraph_nodes, "classes": rep.egraph_classes}
     assert len(d["iterations"]) == len(rep.iterations)
     assert [it["matches"] for it in d["iterations"]] == [it.matches for it in rep.iterations]

@@ -522,3 +522,12 @@ def test_a_random_dag_of_2000_uops_compiles_under_default_limits() -> None:
     prog = optimize(t, target="llvm")
     v = _inputs(t)
     np.testing.assert_allclose(prog(**v), evaluate(t.uop, v), rtol=1e-3, atol=1e-3)
+
+
+def test_the_reports_cost_is_the_estimated_time_of_baseline_and_chosen_program() -> None:
+    a, b = Tensor.empty(64, 96, name="a"), Tensor.empty(96, 32, name="b")
+    prog = optimize((a @ b).softmax(axis=1), target="llvm")
+    rep = prog.report
+    assert rep.cost_unit == "s" and rep.to_dict()["cost"]["unit"] == "s"
+    assert rep.cost_after == _fusion(prog)["chosen_s"] <= rep.cost_before == _fusion(prog)["baseline_s"]
+    assert "estimated time:" in str(rep) and " us (chosen program)" in str(rep)
