@@ -39,7 +39,9 @@ _PAUSE_DECL = {"x86_64": "declare void @llvm.x86.sse2.pause()", "aarch64": "decl
 
 def _ir(arch: str) -> str:
     futex, pause, pause_decl = _FUTEX[arch], _PAUSE[arch], _PAUSE_DECL[arch]
-    return f"""
+    return (
+        _SERIAL
+        + f"""
 @ticket = internal global i64 0
 @epoch = internal global i32 0
 @sleepers = internal global i32 0
@@ -87,16 +89,7 @@ entry:
   %got = extractvalue {{ i32, i1 }} %free, 1
   br i1 %got, label %publish, label %alone
 alone:
-  br label %aloop
-aloop:
-  %i = phi i64 [0, %alone], [%i1, %abody]
-  %adone = icmp uge i64 %i, %n
-  br i1 %adone, label %aret, label %abody
-abody:
-  call void %f(ptr %c, i64 %i)
-  %i1 = add i64 %i, 1
-  br label %aloop
-aret:
+  call void @serial(ptr %f, ptr %c, i64 %n)
   ret void
 publish:
   store ptr %f, ptr @fn, align 8
@@ -168,10 +161,12 @@ unsleep:
   br label %idle
 }}
 """
+    )
 
 
-_SERIAL_IR = """
-define void @egc_parallel(ptr %f, ptr %c, i64 %n) {
+# every part on the calling thread, in order: where there is no pool, and for a caller that finds it busy
+_SERIAL = """
+define internal void @serial(ptr %f, ptr %c, i64 %n) {
 entry:
   br label %loop
 loop:
@@ -186,6 +181,15 @@ out:
   ret void
 }
 """
+_SERIAL_ONLY = (
+    _SERIAL
+    + """
+define void @egc_parallel(ptr %f, ptr %c, i64 %n) {
+  call void @serial(ptr %f, ptr %c, i64 %n)
+  ret void
+}
+"""
+)
 
 
 class _Pool:
@@ -197,7 +201,7 @@ class _Pool:
         if native:
             libc = ctypes.CDLL(None)
             llvm.add_symbol("syscall", ctypes.cast(libc.syscall, ctypes.c_void_p).value)
-        mod = llvm.parse_assembly(_ir(arch) if native else _SERIAL_IR)
+        mod = llvm.parse_assembly(_ir(arch) if native else _SERIAL_ONLY)
         mod.verify()
         tm = llvm.Target.from_default_triple().create_target_machine(opt=2, jit=True)
         self.engine = llvm.create_mcjit_compiler(mod, tm)  # kept: the code lives as long as the engine

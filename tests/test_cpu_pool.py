@@ -33,13 +33,29 @@ define void @run(ptr %c, i64 %n) {
 """
 
 
-@pytest.fixture(scope="module")
-def run_parts() -> object:
-    mod = optimize_ir(TASK.replace("POOL", str(cpu_pool.parallel_address())))
+def _runner(pool_address: int) -> tuple[object, object]:
+    mod = optimize_ir(TASK.replace("POOL", str(pool_address)))
     engine = llvm.create_mcjit_compiler(mod, llvm.Target.from_default_triple().create_target_machine(jit=True))
     engine.finalize_object()
     fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64)(engine.get_function_address("run"))
-    yield lambda counts: fn(counts.ctypes.data, counts.size)
+    return engine, lambda counts: fn(counts.ctypes.data, counts.size)
+
+
+@pytest.fixture(scope="module")
+def run_parts() -> object:
+    engine, run = _runner(cpu_pool.parallel_address())
+    yield run
+    del engine
+
+
+def test_without_workers_every_part_runs_on_the_caller() -> None:
+    """Where the pool cannot run (no futex, or one core), egc_parallel runs the parts in order itself."""
+    pool = cpu_pool._Pool(0)
+    assert pool.workers == 0
+    engine, run = _runner(pool.address)
+    counts = np.zeros(9, np.int64)
+    run(counts)  # type: ignore[operator]
+    assert (counts == 1).all()
     del engine
 
 
