@@ -53,6 +53,35 @@ def _windows(x: Tensor, axis: int, k: int, stride: int, dilation: int) -> Tensor
     return t.transpose(axis, axis + 1)  # (..., out, k, ...)
 
 
+def _pads(padding: Any, what: str) -> tuple[int, int, int, int]:
+    """(top, bottom, left, right) from an int, a pair (height, width) or torch's (left, right, top, bottom)."""
+    if isinstance(padding, (tuple, list)) and len(padding) == 4:
+        pl, pr = _pair(tuple(padding[:2]), what)
+        pt, pb = _pair(tuple(padding[2:]), what)
+        return pt, pb, pl, pr
+    pt, pl = _pair(padding, what)
+    return pt, pt, pl, pl
+
+
+def _pool_windows(x: Tensor, kernel: Any, stride: Any, padding: Any, dilation: Any, what: str, fill: float) -> Tensor:
+    """The (n, c, ho, kh, wo, kw) windows of a pooling, the input padded with `fill`."""
+    if x.ndim != 4:
+        raise ShapeMismatch(at=what, why=f"expects a 4-d NCHW input, got {x.shape}", suggestion="reshape to (N, C, H, W)")
+    (kh, kw), (dh, dw) = _pair(kernel, f"{what} kernel_size"), _pair(dilation, f"{what} dilation")
+    sh, sw = _pair(stride if stride is not None else kernel, f"{what} stride")
+    pt, pb, pl, pr = _pads(padding, f"{what} padding")
+    if min(kh, kw, sh, sw, dh, dw) <= 0 or min(pt, pb, pl, pr) < 0:
+        raise InvalidArgument(
+            at=what, why="kernel, stride and dilation must be positive, padding non-negative", suggestion="check them"
+        )
+    xp = x.pad(((0, 0), (0, 0), (pt, pb), (pl, pr)), value=fill)
+    if xp.shape[2] < dh * (kh - 1) + 1 or xp.shape[3] < dw * (kw - 1) + 1:
+        raise ShapeMismatch(
+            at=what, why=f"padded input {xp.shape[2:]} is smaller than the window", suggestion="use a smaller kernel"
+        )
+    return _windows(_windows(xp, 2, kh, sh, dh), 4, kw, sw, dw)
+
+
 def _check_matrix(t: Tensor, what: str) -> None:
     if t.ndim < 2:
         raise ShapeMismatch(
@@ -189,6 +218,37 @@ class TensorNN:
         wt = weight.reshape(1, g, cout // g, cin_g, 1, kh, 1, kw)
         out = (xw * wt).sum((3, 5, 7)).reshape(n, cout, ho, wo)
         return out if bias is None else out + bias.reshape(1, cout, 1, 1)
+
+    # ---- pooling -------------------------------------------------------------------------------
+
+    def max_pool2d(
+        self: Tensor,
+        kernel_size: Any,
+        stride: Any = None,
+        padding: Any = 0,
+        dilation: Any = 1,  # type: ignore[misc]
+    ) -> Tensor:
+        """NCHW max pooling; padding as for conv2d (an int, a pair, or torch's (left, right, top, bottom))."""
+        xw = _pool_windows(self, kernel_size, stride, padding, dilation, "max_pool2d", -math.inf)
+        return xw.max((3, 5))
+
+    def avg_pool2d(
+        self: Tensor,
+        kernel_size: Any,
+        stride: Any = None,
+        padding: Any = 0,
+        count_include_pad: bool = True,  # type: ignore[misc]
+    ) -> Tensor:
+        """NCHW average pooling; `count_include_pad=False` divides by the window's elements inside the input."""
+        from egraph_compiler.tensor import Tensor
+
+        kh, kw = _pair(kernel_size, "avg_pool2d kernel_size")
+        total = _pool_windows(self, kernel_size, stride, padding, 1, "avg_pool2d", 0.0).sum((3, 5))
+        if count_include_pad:
+            return total / float(kh * kw)
+        ones = Tensor.ones(1, 1, *self.shape[2:], dtype=self.dtype)
+        count = _pool_windows(ones, kernel_size, stride, padding, 1, "avg_pool2d", 0.0).sum((3, 5))
+        return total / count
 
     # ---- attention -----------------------------------------------------------------------------
 

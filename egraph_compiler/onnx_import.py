@@ -1,0 +1,911 @@
+"""ONNX models in: `from_onnx(path or ModelProto)` gives placeholder Tensors for the graph inputs and Tensors for
+its outputs, built with the Tensor API, so `optimize(model.outputs)` compiles the whole graph.
+
+Weights (initializers) become data-backed tensors: buffers bound to the program, passed by nobody. A value the
+import knows (an initializer, a Constant, a Shape, and arithmetic on those) stays a numpy array while it is only
+used as a shape, an axis list or an index, and becomes a data-backed tensor where a computation reads it. Inputs
+given in `static` are bound the same way (a shape or index input of a graph whose shapes must be known here).
+
+Shapes are static: every graph input needs a fixed shape (or a `static` value). An op, attribute or dtype the
+import does not support is a diagnostic naming the node, the op and what is missing; never a traceback and
+never a silently different result. onnx is an optional dependency (`pip install egraph-compiler[onnx]`).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from egraph_compiler.diagnostics import InvalidArgument, UnsupportedOp
+from egraph_compiler.tensor import Tensor
+
+Value = Any  # np.ndarray (known at import) or Tensor
+
+# TensorProto element types -> our dtype names
+DTYPES = {
+    1: "float32",
+    2: "uint8",
+    3: "int8",
+    4: "uint16",
+    5: "int16",
+    6: "int32",
+    7: "int64",
+    9: "bool",
+    10: "float16",
+    11: "float64",
+    12: "uint32",
+    13: "uint64",
+    16: "bfloat16",
+}
+NP = {
+    "float32": np.float32,
+    "uint8": np.uint8,
+    "int8": np.int8,
+    "uint16": np.uint16,
+    "int16": np.int16,
+    "int32": np.int32,
+    "int64": np.int64,
+    "bool": np.bool_,
+    "float16": np.float16,
+    "float64": np.float64,
+    "uint32": np.uint32,
+    "uint64": np.uint64,
+}
+
+
+@dataclass
+class OnnxModel:
+    """An imported graph: `inputs` (name -> placeholder, graph order, without the `static` ones) and `outputs`
+    (graph order; `output_names` beside them)."""
+
+    inputs: dict[str, Tensor]
+    outputs: list[Tensor]
+    output_names: list[str]
+    opset: int
+    notes: list[str] = field(default_factory=list)
+
+
+class _NotSupportedError(Exception):
+    """What a node lacks; from_onnx turns it into a diagnostic naming the node."""
+
+
+def from_onnx(model: Any, static: dict[str, Any] | None = None, shapes: dict[str, Any] | None = None) -> OnnxModel:
+    """Import an ONNX model (a path or a ModelProto). `static`: graph inputs bound to these values at import;
+    `shapes`: fixed shapes for graph inputs whose declared shape has free dimensions (a batch size)."""
+    try:
+        import onnx
+        from onnx import numpy_helper
+    except ImportError:
+        raise UnsupportedOp(
+            at="from_onnx", why="the onnx package is not installed", suggestion="pip install egraph-compiler[onnx]"
+        ) from None
+    if isinstance(model, (str, Path)):
+        try:
+            model = onnx.load(str(model))
+        except Exception as e:
+            raise InvalidArgument(
+                at=f"from_onnx({str(model)!r})", why=f"not a readable ONNX file ({e})", suggestion="check the path"
+            ) from None
+    if not isinstance(model, onnx.ModelProto):
+        raise InvalidArgument(at="from_onnx", why=f"got {type(model).__name__}", suggestion="pass a path or an onnx.ModelProto")
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    static = dict(static or {})
+    g = model.graph
+    env: dict[str, Value] = {"": None}
+    for init in g.initializer:
+        env[init.name] = numpy_helper.to_array(init)
+    inputs: dict[str, Tensor] = {}
+    for vi in g.input:
+        if vi.name in env:  # an initializer listed as an input too: its value
+            continue
+        if vi.name in static:
+            env[vi.name] = np.asarray(static[vi.name])
+            continue
+        tt = vi.type.tensor_type
+        dt = _dtype(tt.elem_type, f"input {vi.name!r}")
+        dims = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
+        if shapes and vi.name in shapes:
+            fixed = [int(d) for d in shapes[vi.name]]
+            if len(fixed) != len(dims) or any(d is not None and d != f for d, f in zip(dims, fixed)):
+                raise InvalidArgument(
+                    at=f"shapes[{vi.name!r}]",
+                    why=f"{fixed} does not fit the declared shape {[d if d else '?' for d in dims]}",
+                    suggestion="give every dimension, equal to the declared ones where they are fixed",
+                )
+            dims = fixed
+        if any(d is None or d <= 0 for d in dims):
+            raise UnsupportedOp(
+                at=f"input {vi.name!r}",
+                why=f"its shape {[d if d else '?' for d in dims]} is not fixed",
+                suggestion=f"pass shapes={{{vi.name!r}: (...)}} (or the input's value in static=)",
+            )
+        env[vi.name] = inputs[vi.name] = Tensor.empty(*dims, dtype=dt, name=vi.name)
+    for i, node in enumerate(g.node):
+        where = f"node {i} ({node.name or node.output[0]!r}, {node.op_type})"
+        if node.domain not in ("", "ai.onnx"):
+            raise UnsupportedOp(
+                at=where, why=f"domain {node.domain!r} is not supported", suggestion="export with the standard ONNX domain"
+            )
+        fn = OPS.get(node.op_type)
+        if fn is None:
+            raise UnsupportedOp(
+                at=where, why=f"the op {node.op_type} is not supported", suggestion="see docs/ONNX.md for the supported ops"
+            )
+        try:
+            missing = [n for n in node.input if n not in env]
+            if missing:
+                raise _NotSupportedError(f"input {missing[0]!r} is not produced by any earlier node")
+            attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+            attrs["_outputs"] = len(node.output)
+            outs = fn([env[n] for n in node.input], attrs, opset)
+        except _NotSupportedError as e:
+            raise UnsupportedOp(at=where, why=str(e), suggestion="see docs/ONNX.md for what each op supports") from None
+        except (ValueError, TypeError, IndexError, KeyError) as e:  # malformed attributes or shapes
+            raise InvalidArgument(
+                at=where, why=f"{type(e).__name__}: {e}", suggestion="check the node's inputs and attributes"
+            ) from None
+        for name, v in zip(node.output, outs):
+            if name:
+                env[name] = v
+    outputs, names = [], []
+    for vo in g.output:
+        v = env.get(vo.name)
+        if v is None:
+            raise UnsupportedOp(at=f"output {vo.name!r}", why="no node produces it", suggestion="check the graph")
+        outputs.append(_t(v))
+        names.append(vo.name)
+    return OnnxModel(inputs, outputs, names, opset)
+
+
+# ---- values --------------------------------------------------------------------------------------------
+
+
+def _dtype(elem: int, what: str) -> str:
+    if elem not in DTYPES:
+        raise UnsupportedOp(
+            at=what, why=f"ONNX element type {elem} is not supported", suggestion="use a float, int or bool type"
+        )
+    return DTYPES[elem]
+
+
+def _t(v: Value) -> Tensor:
+    """A Tensor of a value (a known array becomes a data-backed tensor)."""
+    if isinstance(v, Tensor):
+        return v
+    a = np.asarray(v)
+    if a.dtype.kind not in "biuf":
+        raise _NotSupportedError(f"a {a.dtype} value")
+    return Tensor(np.ascontiguousarray(a))
+
+
+def _known(v: Value, what: str) -> np.ndarray:
+    if isinstance(v, Tensor):
+        raise _NotSupportedError(f"its {what} must be known at import (a constant or a static= input)")
+    return np.asarray(v)
+
+
+def _ints(v: Value, what: str) -> list[int]:
+    return [int(x) for x in _known(v, what).reshape(-1)]
+
+
+def _axis(a: int, ndim: int) -> int:
+    if not -max(ndim, 1) <= a < max(ndim, 1):
+        raise ValueError(f"axis {a} out of range for rank {ndim}")
+    return a % max(ndim, 1)
+
+
+def _shape(v: Value) -> tuple[int, ...]:
+    return tuple(v.shape)
+
+
+def _both(np_fn: Callable[..., Any], t_fn: Callable[..., Tensor]) -> Callable[..., list[Value]]:
+    """An elementwise op: folded with numpy when every input is known, else on Tensors."""
+
+    def op(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
+        if all(not isinstance(v, Tensor) for v in ins):
+            with np.errstate(all="ignore"):
+                return [np.asarray(np_fn(*ins))]
+        return [t_fn(*[_t(v) for v in ins])]
+
+    return op
+
+
+def _unary(t_fn: Callable[[Tensor], Tensor], np_fn: Callable[[np.ndarray], Any] | None = None) -> Callable[..., list[Value]]:
+    """A one-input op on a Tensor; with `np_fn`, folded with numpy when the input is known."""
+
+    def op(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
+        if np_fn is not None and not isinstance(ins[0], Tensor):
+            with np.errstate(all="ignore"):
+                return [np.asarray(np_fn(np.asarray(ins[0]))).astype(np.asarray(ins[0]).dtype)]
+        return [t_fn(_t(ins[0]))]
+
+    return op
+
+
+# ---- elementwise -----------------------------------------------------------------------------------------
+
+
+def _erf(x: Tensor) -> Tensor:
+    """erf by Abramowitz and Stegun 7.1.26 (absolute error under 1.5e-7)."""
+    s = x.sign()
+    a = x.abs()
+    t = 1.0 / (1.0 + 0.3275911 * a)
+    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
+    return s * (1.0 - poly * (-(a * a)).exp())
+
+
+def _int_div(a: Tensor, b: Tensor) -> Tensor:
+    """C division (toward zero) of integers."""
+    q = a.abs() // b.abs()
+    return ((a < 0) ^ (b < 0)).where(-q, q).cast(a.dtype)
+
+
+def _div(a: Tensor, b: Tensor) -> Tensor:
+    return _int_div(a, b) if a.dtype.is_int else a / b
+
+
+def _np_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    if np.asarray(a).dtype.kind in "iu":
+        return (np.trunc(np.asarray(a, np.float64) / b)).astype(np.asarray(a).dtype)
+    return a / b
+
+
+def _mod(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
+    if not isinstance(ins[0], Tensor) and not isinstance(ins[1], Tensor):
+        with np.errstate(all="ignore"):
+            return [np.asarray((np.fmod if at.get("fmod", 0) else np.mod)(ins[0], ins[1]))]
+    a, b = _t(ins[0]), _t(ins[1])
+    if at.get("fmod", 0):  # the sign of the dividend (C fmod)
+        r = a - _div(a, b) * b if a.dtype.is_int else a - (a / b).trunc() * b
+        return [r]
+    if a.dtype.is_float:
+        return [a - (a / b).floor() * b]
+    return [a % b]
+
+
+def _pow(a: Tensor, b: Tensor) -> Tensor:
+    if b.dtype != a.dtype:
+        b = b.cast(a.dtype) if a.dtype.is_float else b
+    return (a.cast("float32") ** b.cast("float32")).cast(a.dtype) if a.dtype.is_int else a**b
+
+
+def _variadic(
+    t_fn: Callable[[Tensor, Tensor], Tensor], mean: bool = False, np_fn: Callable[..., Any] | None = None
+) -> Callable[..., list[Value]]:
+    def op(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
+        if np_fn is not None and all(not isinstance(v, Tensor) for v in ins):
+            return [np.asarray(functools.reduce(np_fn, [np.asarray(v) for v in ins]))]
+        out = _t(ins[0])
+        for v in ins[1:]:
+            out = t_fn(out, _t(v))
+        return [out / len(ins) if mean else out]
+
+    return op
+
+
+def _clip(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
+    x = _t(ins[0])
+    lo = ins[1] if len(ins) > 1 and ins[1] is not None else at.get("min")
+    hi = ins[2] if len(ins) > 2 and ins[2] is not None else at.get("max")
+    if lo is not None:
+        x = x.maximum(_t(np.asarray(lo, x.dtype.np)) if not isinstance(lo, Tensor) else lo)
+    if hi is not None:
+        x = x.minimum(_t(np.asarray(hi, x.dtype.np)) if not isinstance(hi, Tensor) else hi)
+    return [x]
+
+
+def _cast(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
+    dt = _dtype(at["to"], "Cast to")
+    if not isinstance(ins[0], Tensor) and dt != "bfloat16":
+        return [np.asarray(ins[0]).astype(NP[dt])]
+    return [_t(ins[0]).cast(dt)]
+
+
+def _cast_like(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
+    return [_t(ins[0]).cast(_t(ins[1]).dtype)]
+
+
+def _where(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
+    if all(not isinstance(v, Tensor) for v in ins):
+        return [np.where(*ins)]
+    c, a, b = (_t(v) for v in ins)
+    return [c.cast("bool").where(a, b)]
+
+
+# ---- shapes ------------------------------------------------------------------------------------------------
+
+
+def _reshape(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
+    x, shape = ins[0], _ints(ins[1], "shape")
+    if not at.get("allowzero", 0):
+        shape = [x.shape[i] if s == 0 else s for i, s in enumerate(shape)]
+    if -1 in shape:
+        known = math.prod(s for s in shape if s != -1)
+        shape = [math.prod(x.shape) // known if s == -1 else s for s in shape]
+    return [np.reshape(x, shape) if not isinstance(x, Tensor) else x.reshape(*shape) if shape else x.reshape(())]
+
+
+def _transpose(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
+    x = ins[0]
+    perm = at.get("perm") or list(range(len(x.shape)))[::-1]
+    return [np.transpose(x, perm) if not isinstance(x, Tensor) else x.permute(*perm) if perm else x]
+
+
+def _flatten(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
+    x = ins[0]
+    nd = len(x.shape)
+    a = at.get("axis", 1) % (nd + 1) if nd else 0
+    shape = (math.prod(x.shape[:a]), math.prod(x.shape[a:]))
+    return [np.reshape(x, shape) if not isinstance(x, Tensor) else x.reshape(*shape)]
+
+
+def _axes_of(ins: list[Value], at: dict[str, Any], idx: int = 1) -> list[int] | None:
+    if len(ins) > idx and ins[idx] is not None:
+        return _ints(ins[idx], "axes")
+    return list(at["axes"]) if "axes" in at else None
+
+
+def _squeeze(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
+    x = ins[0]
+    axes = _axes_of(ins, at)
+    nd = len(x.shape)
+    axes = [_axis(a, nd) for a in axes] if axes is not None else [i for i, s in enumerate(x.shape) if s == 1]
+    shape = [s for i, s in enumerate(x.shape) if i not in axes]
+    return [np.reshape(x, shape) if not isinstance(x, Tensor) else x.reshape(*shape) if shape else x.reshape(())]
+
+
+def _unsqueeze(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
+    x = ins[0]
+    axes = _axes_of(ins, at) or []
+    nd = len(x.shape) + len(axes)
+    shape = list(x.shape)
+    for a in sorted(_axis(a, nd) for a in axes):
+        shape.insert(a, 1)
+    return [np.reshape(x, shape) if not isinstance(x, Tensor) else x.reshape(*shape)]
+
+
+def _concat(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
+    vals = [v for v in ins if v is not None and math.prod(v.shape) > 0] or [ins[0]]
+    a = _axis(at["axis"], len(vals[0].shape))
+    if all(not isinstance(v, Tensor) for v in vals):
+        return [np.concatenate(vals, axis=a)]
+    ts = [_t(v) for v in vals]
+    return [ts[0].cat(*ts[1:], dim=a) if len(ts) > 1 else ts[0]]
+
+
+def _split(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
+    n_out = at["_outputs"]
+    x = _t(ins[0])
+    a = _axis(at.get("axis", 0), x.ndim)
+    if len(ins) > 1 and ins[1] is not None:
+        sizes = _ints(ins[1], "split")
+    elif "split" in at:
+        sizes = list(at["split"])
+    else:
+        n = at.get("num_outputs", n_out)
+        each = -(-x.shape[a] // n)
+        sizes = [min(each, x.shape[a] - i * each) for i in range(n)]
+    outs, start = [], 0
+    for s in sizes:
+        outs.append(x.shrink(tuple((start, start + s) if i == a else None for i in range(x.ndim))))
+        start += s
+    return outs
+
+
+def _slice(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
+    x = ins[0]
+    if opset < 10:
+        starts, ends, axes, steps = list(at["starts"]), list(at["ends"]), at.get("axes"), None
+    else:
+        starts, ends = _ints(ins[1], "starts"), _ints(ins[2], "ends")
+        axes = _ints(ins[3], "axes") if len(ins) > 3 and ins[3] is not None else None
+        steps = _ints(ins[4], "steps") if len(ins) > 4 and ins[4] is not None else None
+    nd = len(x.shape)
+    axes = [_axis(a, nd) for a in (axes if axes is not None else range(len(starts)))]
+    steps = steps or [1] * len(axes)
+    index: list[Any] = [slice(None)] * nd
+    for a, s, e, st in zip(axes, starts, ends, steps):
+        if st == 0:
+            raise ValueError("slice step 0")
+        index[a] = slice(*slice(s, e, st).indices(x.shape[a]))
+    if not isinstance(x, Tensor):
+        return [np.asarray(x)[tuple(index)]]
+    t = x
+    for a, sl in enumerate(index):
+        start, stop, st = sl.indices(t.shape[a]) if isinstance(sl, slice) else (0, t.shape[a], 1)
+        if st == 1:
+            t = t.shrink(tuple((start, max(start, stop)) if i == a else None for i in range(t.ndim)))
+        else:
+            idx = np.arange(start, stop, st, dtype=np.int64)
+            t = _take(t, idx, a)
+    return [t]
+
+
+def _take(t: Tensor, idx: np.ndarray, axis: int) -> Tensor:
+    """t indexed by known indices along `axis` (any shape of indices)."""
+    n = t.shape[axis]
+    flat = np.where(idx < 0, idx + n, idx).reshape(-1)
+    if flat.size and (flat.min() < 0 or flat.max() >= n):
+        raise ValueError(f"index out of range for axis of size {n}")
+    if flat.size and np.array_equal(flat, np.arange(flat[0], flat[0] + flat.size)):  # a contiguous range: a shrink
+        out = t.shrink(tuple((int(flat[0]), int(flat[0]) + flat.size) if i == axis else None for i in range(t.ndim)))
+    else:
+        parts = [t.shrink(tuple((int(j), int(j) + 1) if i == axis else None for i in range(t.ndim))) for j in flat]
+        out = parts[0].cat(*parts[1:], dim=axis) if len(parts) > 1 else parts[0]
+    return out.reshape(*t.shape[:axis], *idx.shape, *t.shape[axis + 1 :])
+
+
+def _gather(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
+    x, idx = ins
+    a = _axis(at.get("axis", 0), len(x.shape))
+    if not isinstance(x, Tensor) and not isinstance(idx, Tensor):
+        return [np.take(x, np.asarray(idx), axis=a)]
+    if not isinstance(idx, Tensor):
+        return [_take(_t(x), np.asarray(idx, np.int64), a)]
+    xt, it = _t(x), idx.cast("int32")
+    n = xt.shape[a]
+    it = (it < 0).where(it + n, it)
+    # one-hot selection along the axis: out[..., i, ...] = sum_j x[..., j, ...] * (idx[i] == j)
+    flat = it.reshape(-1)
+    k = flat.shape[0]
+    hot = flat.reshape(k, 1) == Tensor.arange(n).reshape(1, n)  # (k, n)
+    moved = xt.permute(*[i for i in range(xt.ndim) if i != a], a)  # (..., n)
+    picked = (
+        (moved.unsqueeze(-2) * hot.cast(xt.dtype)).sum(-1)
+        if xt.dtype.is_float
+        else (moved.unsqueeze(-2) * hot.cast(xt.dtype)).sum(-1).cast(xt.dtype)
+    )  # (..., k)
+    picked = picked.reshape(*moved.shape[:-1], *idx.shape)
+    nd_rest = xt.ndim - 1
+    order = [*range(a), *range(nd_rest, nd_rest + idx.ndim), *range(a, nd_rest)]
+    return [picked.permute(*order) if order != list(range(len(order))) else picked]
+
+
+def _gather_elements(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
+    x, idx = _t(ins[0]), _t(ins[1])
+    a = _axis(at.get("axis", 0), x.ndim)
+    idx = idx.cast("int32")
+    return [x.gather(a, (idx < 0).where(idx + x.shape[a], idx))]
+
+
+def _cumsum(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
+    x = _t(ins[0])
+    a = _axis(_ints(ins[1], "axis")[0], x.ndim)
+    if at.get("reverse", 0):
+        x = x.flip(a)
+    out = x.cumsum(a)
+    if at.get("exclusive", 0):
+        out = out - x
+    return [out.flip(a) if at.get("reverse", 0) else out]
+
+
+def _expand(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
+    x, shape = ins[0], _ints(ins[1], "shape")
+    out = np.broadcast_shapes(tuple(x.shape), tuple(shape))
+    if not isinstance(x, Tensor):
+        return [np.broadcast_to(x, out).copy()]
+    t = x.reshape(*([1] * (len(out) - x.ndim)), *x.shape) if len(out) > x.ndim else x
+    return [t.expand(*out)]
+
+
+def _tile(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
+    x, reps = _t(ins[0]), _ints(ins[1], "repeats")
+    return [x.repeat(*reps)]
+
+
+def _shape_op(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
+    s = np.array(ins[0].shape, np.int64)
+    return [s[at.get("start", 0) : at.get("end", len(s))]]
+
+
+def _constant(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
+    from onnx import numpy_helper
+
+    if "value" in at:
+        return [numpy_helper.to_array(at["value"])]
+    for k, dt in (("value_float", np.float32), ("value_int", np.int64), ("value_floats", np.float32), ("value_ints", np.int64)):
+        if k in at:
+            return [np.asarray(at[k], dt)]
+    raise _NotSupportedError(f"Constant with {sorted(at)}")
+
+
+def _constant_of_shape(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
+    from onnx import numpy_helper
+
+    shape = _ints(ins[0], "shape")
+    v = numpy_helper.to_array(at["value"]).reshape(-1) if "value" in at else np.zeros(1, np.float32)
+    return [np.full(shape, v[0], v.dtype)]
+
+
+def _range(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
+    s, e, d = (_known(v, "start, limit and delta") for v in ins)
+    return [np.arange(s, e, d, dtype=np.asarray(s).dtype)]
+
+
+def _pad(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
+    x = _t(ins[0])
+    mode = at.get("mode", b"constant")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    if mode != "constant":
+        raise _NotSupportedError(f"Pad mode {mode!r} (only 'constant')")
+    pads = _ints(ins[1], "pads") if opset >= 11 else list(at["pads"])
+    fill = ins[2] if len(ins) > 2 else None
+    value = (
+        at.get("value", 0.0) if fill is None else 0.0 if isinstance(fill, Tensor) else float(np.asarray(fill).reshape(-1)[0])
+    )
+    nd = x.ndim
+    axes = [_axis(a, nd) for a in _ints(ins[3], "axes")] if len(ins) > 3 and ins[3] is not None else list(range(nd))
+    k = len(axes)
+    widths = [(0, 0)] * nd
+    for j, a in enumerate(axes):
+        widths[a] = (pads[j], pads[j + k])
+    if any(lo < 0 or hi < 0 for lo, hi in widths):  # negative pads crop
+        x = x.shrink(tuple((max(0, -lo), x.shape[i] - max(0, -hi)) for i, (lo, hi) in enumerate(widths)))
+        widths = [(max(0, lo), max(0, hi)) for lo, hi in widths]
+    out = x.pad(tuple(widths), value=value)
+    if isinstance(fill, Tensor):  # a padding value computed at run time: filled in where the mask says padding
+        inside = Tensor.ones(*x.shape, dtype="bool").pad(tuple(widths), value=False)
+        out = inside.where(out, fill.reshape(()).cast(x.dtype) if fill.ndim else fill.cast(x.dtype))
+    return [out]
+
+
+def _trilu(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
+    x = _t(ins[0])
+    k = _ints(ins[1], "k")[0] if len(ins) > 1 and ins[1] is not None else 0
+    return [x.triu(k) if at.get("upper", 1) else x.tril(k)]
+
+
+# ---- reductions ----------------------------------------------------------------------------------------------
+
+
+def _reduce(kind: str) -> Callable[..., list[Value]]:
+    def op(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
+        x = _t(ins[0])
+        axes = _axes_of(ins, at)
+        if axes is None or (not axes and len(ins) > 1):
+            if at.get("noop_with_empty_axes", 0):
+                return [x]
+            axes = list(range(x.ndim))
+        axes = sorted({_axis(a, x.ndim) for a in axes})
+        keep = bool(at.get("keepdims", 1))
+        ax = tuple(axes)
+        if x.ndim == 0:
+            return [x]
+        if kind == "sum":
+            out = x.sum(ax, keepdim=keep)
+        elif kind == "mean":
+            out = x.mean(ax, keepdim=keep)
+        elif kind == "max":
+            out = x.max(ax, keepdim=keep)
+        elif kind == "min":
+            out = x.min(ax, keepdim=keep)
+        elif kind == "prod":
+            out = x.prod(ax, keepdim=keep)
+        elif kind == "sumsquare":
+            out = (x * x).sum(ax, keepdim=keep)
+        elif kind == "l1":
+            out = x.abs().sum(ax, keepdim=keep)
+        elif kind == "l2":
+            out = (x * x).sum(ax, keepdim=keep).sqrt()
+        elif kind == "logsum":
+            out = x.sum(ax, keepdim=keep).log()
+        elif kind == "logsumexp":
+            m = x.max(ax, keepdim=True)
+            out = (x - m).exp().sum(ax, keepdim=True).log() + m
+            out = out if keep else out.reshape(*[s for i, s in enumerate(out.shape) if i not in axes])
+        else:  # pragma: no cover
+            raise _NotSupportedError(kind)
+        return [out.cast(x.dtype) if out.dtype != x.dtype and x.dtype.is_int else out]
+
+    return op
+
+
+def _arg(kind: str) -> Callable[..., list[Value]]:
+    def op(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
+        x = _t(ins[0])
+        a = _axis(at.get("axis", 0), x.ndim)
+        keep = bool(at.get("keepdims", 1))
+        best = x.max(a, keepdim=True) if kind == "max" else x.min(a, keepdim=True)
+        n = x.shape[a]
+        pos = Tensor.arange(n).reshape(*[n if i == a else 1 for i in range(x.ndim)])
+        if at.get("select_last_index", 0):
+            idx = (x == best).where(pos, -1).max(a, keepdim=keep)
+        else:
+            idx = (x == best).where(pos, n).min(a, keepdim=keep)
+        return [idx.cast("int64")]
+
+    return op
+
+
+# ---- neural network ops --------------------------------------------------------------------------------------
+
+
+def _matmul(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
+    a, b = _t(ins[0]), _t(ins[1])
+    if a.ndim == 0 or b.ndim == 0:
+        raise ValueError("MatMul of a scalar")
+    return [a @ b]
+
+
+def _gemm(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
+    a, b = _t(ins[0]), _t(ins[1])
+    a = a.T if at.get("transA", 0) else a
+    b = b.T if at.get("transB", 0) else b
+    out = a @ b
+    alpha, beta = at.get("alpha", 1.0), at.get("beta", 1.0)
+    if alpha != 1.0:
+        out = out * alpha
+    if len(ins) > 2 and ins[2] is not None:
+        c = _t(ins[2])
+        out = out + (c * beta if beta != 1.0 else c)
+    return [out]
+
+
+def _spatial(at: dict[str, Any], x: Tensor, kernel: tuple[int, ...], what: str) -> tuple[list[int], list[int], list[int]]:
+    """(strides, dilations, pads as [begin..., end...]) of a 2-D window op, auto_pad resolved."""
+    nd = len(kernel)
+    if nd != 2:
+        raise _NotSupportedError(f"{what} over {nd} spatial dimensions (only 2)")
+    strides = list(at.get("strides", [1] * nd))
+    dil = list(at.get("dilations", [1] * nd))
+    pads = list(at.get("pads", [0] * (2 * nd)))
+    auto = at.get("auto_pad", b"NOTSET")
+    auto = auto.decode() if isinstance(auto, bytes) else auto
+    if auto in ("SAME_UPPER", "SAME_LOWER"):
+        pads = [0] * (2 * nd)
+        for i in range(nd):
+            size = x.shape[2 + i]
+            out = -(-size // strides[i])
+            total = max(0, (out - 1) * strides[i] + (kernel[i] - 1) * dil[i] + 1 - size)
+            lo = total // 2 if auto == "SAME_UPPER" else total - total // 2
+            pads[i], pads[i + nd] = lo, total - lo
+    elif auto == "VALID":
+        pads = [0] * (2 * nd)
+    elif auto not in ("NOTSET", ""):
+        raise _NotSupportedError(f"auto_pad {auto!r}")
+    return strides, dil, pads
+
+
+def _conv(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
+    x, w = _t(ins[0]), _t(ins[1])
+    b = _t(ins[2]) if len(ins) > 2 and ins[2] is not None else None
+    kernel = tuple(at.get("kernel_shape", w.shape[2:]))
+    squeeze = False
+    if x.ndim == 3:  # 1-D convolution as 2-D over a height of 1
+        x, w, kernel, squeeze = x.unsqueeze(2), w.unsqueeze(2), (1, *kernel), True
+        at = {**at, **{k: [1 if k != "pads" else 0, *at[k]] for k in ("strides", "dilations") if k in at}}
+        if "pads" in at:
+            at["pads"] = [0, at["pads"][0], 0, at["pads"][1]]
+    s, d, p = _spatial(at, x, kernel, "Conv")
+    out = x.conv2d(w, b, stride=tuple(s), padding=(p[1], p[3], p[0], p[2]), dilation=tuple(d), groups=at.get("group", 1))
+    return [out.squeeze(2) if squeeze else out]
+
+
+def _pool(kind: str) -> Callable[..., list[Value]]:
+    def op(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
+        x = _t(ins[0])
+        kernel = tuple(at["kernel_shape"])
+        if at.get("ceil_mode", 0):
+            raise _NotSupportedError("ceil_mode=1")
+        if len(ins) > 1 or (kind == "max" and len(at.get("storage_order", [])) and at["storage_order"]):
+            raise _NotSupportedError("the Indices output")
+        s, d, p = _spatial(at, x, kernel, f"{kind.title()}Pool")
+        if kind == "max":
+            return [x.max_pool2d(kernel, stride=tuple(s), padding=(p[1], p[3], p[0], p[2]), dilation=tuple(d))]
+        return [
+            x.avg_pool2d(
+                kernel,
+                stride=tuple(s),
+                padding=(p[1], p[3], p[0], p[2]),
+                count_include_pad=bool(at.get("count_include_pad", 0)),
+            )
+        ]
+
+    return op
+
+
+def _global(kind: str) -> Callable[..., list[Value]]:
+    def op(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
+        x = _t(ins[0])
+        ax = tuple(range(2, x.ndim))
+        return [x.mean(ax, keepdim=True) if kind == "avg" else x.max(ax, keepdim=True)]
+
+    return op
+
+
+def _batchnorm(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
+    x, scale, bias, mean, var = (_t(v) for v in ins[:5])
+    if at.get("training_mode", 0):
+        raise _NotSupportedError("training_mode=1")
+    shape = (1, -1, *([1] * (x.ndim - 2)))
+    inv = (var.reshape(*shape) + at.get("epsilon", 1e-5)).rsqrt()
+    return [(x - mean.reshape(*shape)) * inv * scale.reshape(*shape) + bias.reshape(*shape)]
+
+
+def _layernorm(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
+    x = _t(ins[0])
+    a = _axis(at.get("axis", -1), x.ndim)
+    axes = tuple(range(a, x.ndim))
+    xf = x.cast("float32") if x.dtype != "float32" and at.get("stash_type", 1) == 1 else x
+    mean = xf.mean(axes, keepdim=True)
+    var = ((xf - mean) * (xf - mean)).mean(axes, keepdim=True)
+    y = ((xf - mean) * (var + at.get("epsilon", 1e-5)).rsqrt()).cast(x.dtype)
+    if len(ins) > 1 and ins[1] is not None:
+        y = y * _t(ins[1])
+    if len(ins) > 2 and ins[2] is not None:
+        y = y + _t(ins[2])
+    return [y]
+
+
+def _softmax(log: bool) -> Callable[..., list[Value]]:
+    def op(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
+        x = _t(ins[0])
+        if opset < 13:  # the input as 2-D: [0, axis) x [axis, n)
+            a = _axis(at.get("axis", 1), x.ndim)
+            flat = x.reshape(math.prod(x.shape[:a]), math.prod(x.shape[a:]))
+            y = flat.log_softmax(1) if log else flat.softmax(1)
+            return [y.reshape(*x.shape)]
+        a = _axis(at.get("axis", -1), x.ndim)
+        return [x.log_softmax(a) if log else x.softmax(a)]
+
+    return op
+
+
+def _leaky(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
+    return [_t(ins[0]).leaky_relu(at.get("alpha", 0.01))]
+
+
+def _elu(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
+    x, alpha = _t(ins[0]), at.get("alpha", 1.0)
+    return [(x > 0).where(x, (x.exp() - 1.0) * alpha)]
+
+
+def _selu(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
+    x = _t(ins[0])
+    alpha, gamma = at.get("alpha", 1.67326319217681884765625), at.get("gamma", 1.05070102214813232421875)
+    return [(x > 0).where(x * gamma, (x.exp() * alpha - alpha) * gamma)]
+
+
+def _hard_sigmoid(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
+    x = _t(ins[0])
+    return [(x * at.get("alpha", 0.2) + at.get("beta", 0.5)).clip(0.0, 1.0)]
+
+
+def _gelu(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
+    x = _t(ins[0])
+    approx = at.get("approximate", b"none")
+    approx = approx.decode() if isinstance(approx, bytes) else approx
+    if approx == "tanh":
+        return [x.gelu()]
+    return [x * 0.5 * (1.0 + _erf(x * (1 / math.sqrt(2))))]
+
+
+def _prelu(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
+    x, slope = _t(ins[0]), _t(ins[1])
+    return [(x < 0).where(x * slope, x)]
+
+
+def _dropout(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
+    x = ins[0]
+    return [x, _t(np.ones(_shape(x), np.bool_))]
+
+
+def _identity(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
+    return [ins[0]]
+
+
+def _size(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
+    return [np.asarray(math.prod(ins[0].shape), np.int64)]
+
+
+def _bool_op(fn: Callable[[Tensor, Tensor], Tensor], np_fn: Callable[..., Any]) -> Callable[..., list[Value]]:
+    return _both(np_fn, lambda a, b: fn(a.cast("bool"), b.cast("bool")))
+
+
+OPS: dict[str, Callable[..., list[Value]]] = {
+    # elementwise
+    "Add": _both(np.add, lambda a, b: a + b),
+    "Sub": _both(np.subtract, lambda a, b: a - b),
+    "Mul": _both(np.multiply, lambda a, b: a * b),
+    "Div": _both(_np_div, _div),
+    "Pow": _both(np.power, _pow),
+    "Mod": _mod,
+    "Max": _variadic(lambda a, b: a.maximum(b), np_fn=np.maximum),
+    "Min": _variadic(lambda a, b: a.minimum(b), np_fn=np.minimum),
+    "Sum": _variadic(lambda a, b: a + b),
+    "Mean": _variadic(lambda a, b: a + b, mean=True),
+    "Equal": _both(np.equal, lambda a, b: a == b),
+    "Less": _both(np.less, lambda a, b: a < b),
+    "Greater": _both(np.greater, lambda a, b: a > b),
+    "LessOrEqual": _both(np.less_equal, lambda a, b: a <= b),
+    "GreaterOrEqual": _both(np.greater_equal, lambda a, b: a >= b),
+    "And": _bool_op(lambda a, b: a & b, np.logical_and),
+    "Or": _bool_op(lambda a, b: a | b, np.logical_or),
+    "Xor": _bool_op(lambda a, b: a ^ b, np.logical_xor),
+    "Not": _unary(lambda x: x.cast("bool").logical_not(), np.logical_not),
+    "Where": _where,
+    "Abs": _unary(lambda x: x.abs(), np.abs),
+    "Neg": _both(np.negative, lambda x: -x),
+    "Exp": _unary(lambda x: x.exp(), np.exp),
+    "Log": _unary(lambda x: x.log(), np.log),
+    "Sqrt": _unary(lambda x: x.sqrt(), np.sqrt),
+    "Reciprocal": _unary(lambda x: x.reciprocal(), np.reciprocal),
+    "Sigmoid": _unary(lambda x: x.sigmoid()),
+    "Tanh": _unary(lambda x: x.tanh()),
+    "Relu": _unary(lambda x: x.relu(), lambda a: np.maximum(a, 0)),
+    "Floor": _unary(lambda x: x.floor(), np.floor),
+    "Ceil": _unary(lambda x: x.ceil(), np.ceil),
+    "Sin": _unary(lambda x: x.sin(), np.sin),
+    "Cos": _unary(lambda x: x.cos(), np.cos),
+    "Tan": _unary(lambda x: x.tan()),
+    "Sign": _unary(lambda x: x.sign(), np.sign),
+    "Erf": _unary(_erf),
+    "Softplus": _unary(lambda x: (x.exp() + 1.0).log()),
+    "Softsign": _unary(lambda x: x / (x.abs() + 1.0)),
+    "HardSwish": _unary(lambda x: x * (x * (1 / 6) + 0.5).clip(0.0, 1.0)),
+    "Mish": _unary(lambda x: x * (x.exp() + 1.0).log().tanh()),
+    "IsNaN": _unary(lambda x: x != x),
+    "LeakyRelu": _leaky,
+    "Elu": _elu,
+    "Selu": _selu,
+    "HardSigmoid": _hard_sigmoid,
+    "Gelu": _gelu,
+    "PRelu": _prelu,
+    "Clip": _clip,
+    "Cast": _cast,
+    "CastLike": _cast_like,
+    "Identity": _identity,
+    "Dropout": _dropout,
+    # shapes
+    "Reshape": _reshape,
+    "Transpose": _transpose,
+    "Flatten": _flatten,
+    "Squeeze": _squeeze,
+    "Unsqueeze": _unsqueeze,
+    "Concat": _concat,
+    "Split": _split,
+    "Slice": _slice,
+    "Gather": _gather,
+    "GatherElements": _gather_elements,
+    "CumSum": _cumsum,
+    "Expand": _expand,
+    "Tile": _tile,
+    "Shape": _shape_op,
+    "Size": _size,
+    "Constant": _constant,
+    "ConstantOfShape": _constant_of_shape,
+    "Range": _range,
+    "Pad": _pad,
+    "Trilu": _trilu,
+    # reductions
+    "ReduceSum": _reduce("sum"),
+    "ReduceMean": _reduce("mean"),
+    "ReduceMax": _reduce("max"),
+    "ReduceMin": _reduce("min"),
+    "ReduceProd": _reduce("prod"),
+    "ReduceSumSquare": _reduce("sumsquare"),
+    "ReduceL1": _reduce("l1"),
+    "ReduceL2": _reduce("l2"),
+    "ReduceLogSum": _reduce("logsum"),
+    "ReduceLogSumExp": _reduce("logsumexp"),
+    "ArgMax": _arg("max"),
+    "ArgMin": _arg("min"),
+    # neural network
+    "MatMul": _matmul,
+    "Gemm": _gemm,
+    "Conv": _conv,
+    "MaxPool": _pool("max"),
+    "AveragePool": _pool("avg"),
+    "GlobalAveragePool": _global("avg"),
+    "GlobalMaxPool": _global("max"),
+    "BatchNormalization": _batchnorm,
+    "LayerNormalization": _layernorm,
+    "Softmax": _softmax(False),
+    "LogSoftmax": _softmax(True),
+}

@@ -1,0 +1,115 @@
+"""ONNX import (egraph_compiler/onnx_import.py): the ONNX backend node tests that the onnx package generates keep
+passing (tests/onnx_expected_pass.txt, written by bench/onnx_conformance.py --write-expected), a sample of them
+through the whole compiler on LLVM, exported PyTorch models against onnxruntime where both are installed, and an
+unsupported op or a free dimension is a diagnostic naming the node."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("onnx")
+import onnx
+from onnx import TensorProto, helper
+
+from egraph_compiler import Tensor, optimize
+from egraph_compiler.diagnostics import CompilerError
+from egraph_compiler.onnx_import import from_onnx
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+import onnx_conformance  # noqa: E402
+
+EXPECTED = sorted((ROOT / "tests" / "onnx_expected_pass.txt").read_text().split())
+COMPILED = EXPECTED[::12]  # every 12th through optimize + LLVM (the rest through the reference interpreter)
+
+
+@pytest.fixture(scope="module")
+def node_cases() -> dict[str, object]:
+    return {c.name: c for c in onnx_conformance.cases()}
+
+
+def test_the_node_tests_that_passed_still_pass(node_cases: dict[str, object]) -> None:
+    assert len(EXPECTED) > 800
+    failed = []
+    for name in EXPECTED:
+        ok, why = onnx_conformance.run_case(node_cases[name], "reference")
+        if not ok:
+            failed.append(f"{name}: {why}")
+    assert not failed, f"{len(failed)} regressions, e.g. {failed[:5]}"
+
+
+@pytest.mark.parametrize("name", COMPILED)
+def test_node_tests_through_the_whole_compiler(name: str, node_cases: dict[str, object]) -> None:
+    ok, why = onnx_conformance.run_case(node_cases[name], "llvm")
+    assert ok, why
+
+
+def _model(
+    nodes: list[onnx.NodeProto], inputs: list[onnx.ValueInfoProto], outputs: list[onnx.ValueInfoProto]
+) -> onnx.ModelProto:
+    return helper.make_model(helper.make_graph(nodes, "g", inputs, outputs), opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_an_unsupported_op_names_the_node_and_the_op() -> None:
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])
+    m = _model([helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Hardmax", ["r"], ["y"], name="hm")], [x], [y])
+    with pytest.raises(CompilerError, match="Hardmax is not supported") as info:
+        from_onnx(m)
+    assert "node 1 ('hm', Hardmax)" in str(info.value)
+
+
+def test_a_free_dimension_needs_a_shape_and_then_compiles() -> None:
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 3])
+    w = helper.make_tensor("w", TensorProto.FLOAT, [3], [1.0, 2.0, 3.0])
+    g = helper.make_graph([helper.make_node("Mul", ["x", "w"], ["y"])], "g", [x], [y], initializer=[w])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(CompilerError, match="not fixed"):
+        from_onnx(m)
+    imported = from_onnx(m, shapes={"x": (5, 3)})
+    assert list(imported.inputs) == ["x"] and imported.output_names == ["y"]
+    prog = optimize(imported.outputs, target="llvm")
+    xv = np.arange(15, dtype=np.float32).reshape(5, 3)
+    np.testing.assert_allclose(prog(x=xv)[0], xv * np.array([1, 2, 3], np.float32))
+    assert all(isinstance(t, Tensor) for t in imported.outputs)
+
+
+HAVE_PEERS = all(importlib.util.find_spec(m) is not None for m in ("torch", "onnxruntime"))
+
+
+@pytest.mark.skipif(not HAVE_PEERS, reason="needs torch and onnxruntime (pip install -e '.[models]' onnxruntime)")
+@pytest.mark.parametrize("kind", ["mlp", "cnn"])
+def test_an_exported_pytorch_model_matches_onnxruntime(kind: str, tmp_path: Path) -> None:
+    import onnxruntime
+    import torch
+
+    torch.manual_seed(0)
+    if kind == "mlp":
+        net = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.Linear(64, 10), torch.nn.Softmax(-1))
+        x = torch.randn(8, 32)
+    else:
+        net = torch.nn.Sequential(
+            torch.nn.Conv2d(3, 8, 3, padding=1),
+            torch.nn.BatchNorm2d(8),
+            torch.nn.ReLU(),
+            torch.nn.MaxPool2d(2),
+            torch.nn.Conv2d(8, 16, 3, stride=2, padding=1),
+            torch.nn.ReLU(),
+            torch.nn.AdaptiveAvgPool2d(1),
+            torch.nn.Flatten(),
+            torch.nn.Linear(16, 5),
+        )
+        x = torch.randn(2, 3, 16, 16)
+    net.eval()
+    path = tmp_path / f"{kind}.onnx"
+    torch.onnx.export(net, (x,), str(path), input_names=["x"], output_names=["y"], dynamo=False)
+    want = onnxruntime.InferenceSession(str(path)).run(None, {"x": x.numpy()})[0]
+    imported = from_onnx(path)
+    got = optimize(imported.outputs, target="llvm")(x=x.numpy())[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
