@@ -330,6 +330,60 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_onnx(args: argparse.Namespace) -> int:
+    from egraph_compiler.onnx_import import from_onnx
+    from egraph_compiler.report_html import render_html
+
+    model = from_onnx(args.file)
+    if args.inputs == "random":
+        rng = np.random.default_rng(args.seed)
+        inputs = {n: _random_like(t, rng) for n, t in model.inputs.items()}
+    else:
+        inputs = _load_npz(args.inputs, {n: t.shape for n, t in model.inputs.items()})
+    program = _compile(model.outputs, args)  # type: ignore[arg-type]
+    t0 = time.perf_counter()
+    outs = _as_tuple(program(**{n: v for n, v in inputs.items() if n in program.inputs}))
+    dt = time.perf_counter() - t0
+    print(f"ran {args.file} on {args.target}: {len(program.kernels)} kernel(s), {dt * 1e3:.2f} ms (first run)")
+    for name, a in zip(model.output_names, outs):
+        print(_stats(name, np.asarray(a)))
+    if args.report:
+        title = f"egc onnx report: {Path(args.file).name} ({args.target})"
+        _write(args.report, render_html(program.report, title=title, input_graph_text="", program=program))
+        print(f"wrote {args.report}")
+    return 0
+
+
+def _random_like(t: Any, rng: np.random.Generator) -> np.ndarray:
+    dt = np.dtype(t.dtype.np) if t.dtype.name != "bfloat16" else np.dtype(np.float32)
+    if dt.kind == "f":
+        return rng.standard_normal(t.shape).astype(dt)
+    if dt.kind == "b":
+        return rng.random(t.shape) < 0.5
+    return rng.integers(0, 8, t.shape).astype(dt)
+
+
+def _load_npz(spec: str, shapes: dict[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
+    """Arrays from an .npz, one per input name (checked against the program when it runs)."""
+    try:
+        with np.load(Path(spec), allow_pickle=False) as npz:
+            arrays = {k: npz[k] for k in npz.files}
+    except FileNotFoundError:
+        raise MissingInput(at=spec, why="inputs file not found", suggestion="pass --inputs random or an .npz file") from None
+    except Exception as e:
+        raise InvalidArgument(
+            at=spec, why=f"cannot read the inputs file: {type(e).__name__}: {e}", suggestion="save it with numpy.savez"
+        ) from None
+    missing = [n for n in shapes if n not in arrays]
+    if missing:
+        raise MissingInput(
+            at=f"input {missing[0]!r}",
+            why=f"{spec} has no array named {missing[0]!r}",
+            suggestion=f"add {missing[0]}=<array of shape {shapes[missing[0]]}> (it holds {sorted(arrays)})",
+        )
+    return {n: arrays[n] for n in shapes}
+
+
 def _write(path: str, text: str) -> None:
     try:
         Path(path).write_text(text, encoding="utf-8")
@@ -504,6 +558,21 @@ def build_parser() -> argparse.ArgumentParser:
     rl.add_argument("--markdown", action="store_true", help="a Markdown table (docs/RULES.md is this output)")
     rl.add_argument("--category", metavar="NAME", help="only the rules of this category")
     rl.set_defaults(func=cmd_rules)
+
+    ox = sub.add_parser(
+        "onnx",
+        parents=[common],
+        help="import an ONNX model, optimize, run it and print each output's statistics",
+        description="Import an .onnx file (from_onnx), optimize it, run it on .npz or random inputs, and "
+        "optionally write the HTML report. Needs the onnx package (pip install egraph-compiler[onnx]).",
+    )
+    ox.add_argument("file", metavar="MODEL.onnx")
+    ox.add_argument("--inputs", default="random", metavar="random|FILE.npz", help="arrays by graph input name")
+    ox.add_argument("--seed", type=_seed, default=0, help="seed for random inputs (default 0)")
+    ox.add_argument("--target", choices=TARGETS, default="llvm", help="backend (default: llvm)")
+    ox.add_argument("--report", metavar="report.html", help="also write the HTML report here")
+    ox.set_defaults(func=cmd_onnx, tune=False, nolocals=False, cpu=None, node_limit=None, iter_limit=None, time_limit=None)
+    ox.set_defaults(progress=False, no_progress=False)
 
     ca = sub.add_parser(
         "cache",

@@ -113,3 +113,19 @@ def test_an_exported_pytorch_model_matches_onnxruntime(kind: str, tmp_path: Path
     imported = from_onnx(path)
     got = optimize(imported.outputs, target="llvm")(x=x.numpy())[0]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_egc_onnx_runs_a_file_on_npz_inputs_and_writes_the_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from egraph_compiler.cli import main
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])
+    path = tmp_path / "m.onnx"
+    onnx.save(_model([helper.make_node("Relu", ["x"], ["y"])], [x], [y]), str(path))
+    np.savez(tmp_path / "in.npz", x=np.array([[-1, 2, -3], [4, -5, 6]], np.float32))
+    assert main(["onnx", str(path), "--inputs", str(tmp_path / "in.npz"), "--report", str(tmp_path / "r.html")]) == 0
+    out = capsys.readouterr().out
+    assert "y: shape (2, 3) dtype float32 min 0 max 6" in out and (tmp_path / "r.html").is_file()
+    np.savez(tmp_path / "bad.npz", z=np.zeros(3))
+    assert main(["onnx", str(path), "--inputs", str(tmp_path / "bad.npz")]) == 2
+    assert "no array named 'x'" in capsys.readouterr().err
