@@ -427,6 +427,9 @@ def _slice(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
     return [t]
 
 
+TAKE_BY_SLICES = 16  # up to this many known scattered indices are taken as slices; more as a one-hot selection
+
+
 def _take(t: Tensor, idx: np.ndarray, axis: int) -> Tensor:
     """t indexed by known indices along `axis` (any shape of indices)."""
     n = t.shape[axis]
@@ -435,6 +438,8 @@ def _take(t: Tensor, idx: np.ndarray, axis: int) -> Tensor:
         raise ValueError(f"index out of range for axis of size {n}")
     if flat.size and np.array_equal(flat, np.arange(flat[0], flat[0] + flat.size)):  # a contiguous range: a shrink
         out = t.shrink(tuple((int(flat[0]), int(flat[0]) + flat.size) if i == axis else None for i in range(t.ndim)))
+    elif flat.size > TAKE_BY_SLICES:  # many scattered indices: a one-hot selection, not one slice each
+        return _gather([t, Tensor(np.ascontiguousarray(idx.astype(np.int32)))], {"axis": axis}, 0)[0]
     else:
         parts = [t.shrink(tuple((int(j), int(j) + 1) if i == axis else None for i in range(t.ndim))) for j in flat]
         out = parts[0].cat(*parts[1:], dim=axis) if len(parts) > 1 else parts[0]
@@ -676,38 +681,62 @@ def _conv(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
     x, w = _t(ins[0]), _t(ins[1])
     b = _t(ins[2]) if len(ins) > 2 and ins[2] is not None else None
     kernel = tuple(at.get("kernel_shape", w.shape[2:]))
-    squeeze = False
-    if x.ndim == 3:  # 1-D convolution as 2-D over a height of 1
-        x, w, kernel, squeeze = x.unsqueeze(2), w.unsqueeze(2), (1, *kernel), True
-        at = {**at, **{k: [1 if k != "pads" else 0, *at[k]] for k in ("strides", "dilations") if k in at}}
-        if "pads" in at:
-            at["pads"] = [0, at["pads"][0], 0, at["pads"][1]]
+    x, at, kernel, squeeze = _as_2d(x, at, kernel)
+    if squeeze:
+        w = w.unsqueeze(2)
     s, d, p = _spatial(at, x, kernel, "Conv")
     out = x.conv2d(w, b, stride=tuple(s), padding=(p[1], p[3], p[0], p[2]), dilation=tuple(d), groups=at.get("group", 1))
     return [out.squeeze(2) if squeeze else out]
 
 
+def _as_2d(x: Tensor, at: dict[str, Any], kernel: tuple[int, ...]) -> tuple[Tensor, dict[str, Any], tuple[int, ...], bool]:
+    """A 1-D window op (N, C, W) as a 2-D one over a height of 1: the input, attributes and kernel, and True."""
+    if x.ndim != 3:
+        return x, at, kernel, False
+    at = {**at, **{k: [1, *at[k]] for k in ("strides", "dilations") if k in at}}
+    if "pads" in at:
+        at["pads"] = [0, at["pads"][0], 0, at["pads"][1]]
+    return x.unsqueeze(2), at, (1, *kernel), True
+
+
 def _pool(kind: str) -> Callable[..., list[Value]]:
     def op(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
-        x = _t(ins[0])
-        kernel = tuple(at["kernel_shape"])
-        if at.get("ceil_mode", 0):
-            raise _NotSupportedError("ceil_mode=1")
-        if len(ins) > 1 or (kind == "max" and len(at.get("storage_order", [])) and at["storage_order"]):
+        if at["_outputs"] > 1:
             raise _NotSupportedError("the Indices output")
+        x, at, kernel, one_d = _as_2d(_t(ins[0]), at, tuple(at["kernel_shape"]))
         s, d, p = _spatial(at, x, kernel, f"{kind.title()}Pool")
+        if at.get("ceil_mode", 0):  # windows rounded up: more padding at the end, never a window starting past it
+            if kind == "avg" and at.get("count_include_pad", 0):
+                raise _NotSupportedError("ceil_mode=1 with count_include_pad=1")
+            for i in range(2):
+                size = x.shape[2 + i] + p[i] + p[i + 2]
+                span = d[i] * (kernel[i] - 1) + 1
+                out = -(-(size - span) // s[i]) + 1
+                if (out - 1) * s[i] >= x.shape[2 + i] + p[i]:
+                    out -= 1
+                p[i + 2] += max(0, (out - 1) * s[i] + span - size)
+        pad = (p[1], p[3], p[0], p[2])
         if kind == "max":
-            return [x.max_pool2d(kernel, stride=tuple(s), padding=(p[1], p[3], p[0], p[2]), dilation=tuple(d))]
-        return [
-            x.avg_pool2d(
-                kernel,
-                stride=tuple(s),
-                padding=(p[1], p[3], p[0], p[2]),
-                count_include_pad=bool(at.get("count_include_pad", 0)),
+            y = x.max_pool2d(kernel, stride=tuple(s), padding=pad, dilation=tuple(d))
+        else:
+            y = x.avg_pool2d(
+                kernel, stride=tuple(s), padding=pad, dilation=tuple(d), count_include_pad=bool(at.get("count_include_pad", 0))
             )
-        ]
+        return [y.squeeze(2) if one_d else y]
 
     return op
+
+
+def _lppool(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
+    """(sum of |x|**p over each window, zero padding)**(1/p)."""
+    x, at, kernel, one_d = _as_2d(_t(ins[0]), at, tuple(at["kernel_shape"]))
+    s, d, p = _spatial(at, x, kernel, "LpPool")
+    power = float(at.get("p", 2))
+    total = (x.abs() ** power).avg_pool2d(
+        kernel, stride=tuple(s), padding=(p[1], p[3], p[0], p[2]), dilation=tuple(d), count_include_pad=True
+    ) * float(math.prod(kernel))
+    y = total ** (1.0 / power)
+    return [y.squeeze(2) if one_d else y]
 
 
 def _global(kind: str) -> Callable[..., list[Value]]:
@@ -741,6 +770,124 @@ def _layernorm(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
     if len(ins) > 2 and ins[2] is not None:
         y = y + _t(ins[2])
     return [y]
+
+
+def _rmsnorm(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
+    x = _t(ins[0])
+    a = _axis(at.get("axis", -1), x.ndim)
+    xf = x.cast("float32") if x.dtype != "float32" else x
+    ms = (xf * xf).mean(tuple(range(a, x.ndim)), keepdim=True)
+    y = (xf * (ms + at.get("epsilon", 1e-5)).rsqrt()).cast(x.dtype)
+    return [y * _t(ins[1]) if len(ins) > 1 and ins[1] is not None else y]
+
+
+def _hardmax(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
+    x = _t(ins[0])
+    a = _axis(at.get("axis", -1), x.ndim)
+    n = x.shape[a]
+    pos = Tensor.arange(n).reshape(*[n if i == a else 1 for i in range(x.ndim)])
+    first = (x == x.max(a, keepdim=True)).where(pos, n).min(a, keepdim=True)  # the first maximum
+    return [(pos == first).cast(x.dtype)]
+
+
+def _lpnorm(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
+    x = _t(ins[0])
+    a = _axis(at.get("axis", -1), x.ndim)
+    p = at.get("p", 2)
+    if p not in (1, 2):
+        raise _NotSupportedError(f"p={p} (1 or 2)")
+    norm = x.abs().sum(a, keepdim=True) if p == 1 else (x * x).sum(a, keepdim=True).sqrt()
+    return [x / norm]
+
+
+def _nll(logp: Tensor, target: Value, weight: Value, at: dict[str, Any]) -> Tensor:
+    """The negative log-likelihood of `target` classes under log-probabilities (N, C, d...), as ONNX defines it."""
+    c = logp.shape[1]
+    tgt = _t(target).cast("int32")
+    classes = Tensor.arange(c).reshape(1, c, *([1] * (logp.ndim - 2)))
+    hot = (tgt.unsqueeze(1) == classes).cast(logp.dtype)  # (N, C, d...)
+    w = hot if weight is None else hot * _t(weight).reshape(1, c, *([1] * (logp.ndim - 2)))
+    ignore = at.get("ignore_index")
+    if ignore is not None:
+        w = w * (tgt.unsqueeze(1) != ignore).cast(logp.dtype)
+    loss = -(logp * w).sum(1)
+    reduction = at.get("reduction", b"mean")
+    reduction = reduction.decode() if isinstance(reduction, bytes) else reduction
+    if reduction == "none":
+        return loss
+    if reduction == "sum":
+        return loss.sum()
+    return loss.sum() / w.sum()
+
+
+def _nll_loss(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
+    return [_nll(_t(ins[0]), ins[1], ins[2] if len(ins) > 2 else None, at)]
+
+
+def _softmax_ce(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
+    logp = _t(ins[0]).log_softmax(1)
+    return [_nll(logp, ins[1], ins[2] if len(ins) > 2 else None, at), logp]
+
+
+def _attention(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
+    """ONNX Attention (opset 23+): 3-D or 4-D Q, K, V, grouped K/V heads, a boolean or additive mask, causal
+    masking aligned bottom-right (after a past cache), softcap, past/present key and value, the QK output."""
+    ins = ins + [None] * (7 - len(ins))
+    q, k, v = _t(ins[0]), _t(ins[1]), _t(ins[2])
+    mask, past_k, past_v, nonpad = ins[3], ins[4], ins[5], ins[6]
+    if nonpad is not None or at.get("left_window_size", -1) != -1 or at.get("right_window_size", -1) != -1:
+        raise _NotSupportedError("nonpad_kv_seqlen and sliding windows")
+    if "softmax_precision" in at:
+        raise _NotSupportedError("softmax_precision")
+    three_d = q.ndim == 3
+    if three_d:  # (B, S, heads * size) -> (B, heads, S, size)
+        qh, kh = at["q_num_heads"], at["kv_num_heads"]
+        b, sq = q.shape[0], q.shape[1]
+        q = q.reshape(b, sq, qh, q.shape[2] // qh).permute(0, 2, 1, 3)
+        k = k.reshape(b, k.shape[1], kh, k.shape[2] // kh).permute(0, 2, 1, 3)
+        v = v.reshape(b, v.shape[1], kh, v.shape[2] // kh).permute(0, 2, 1, 3)
+    if past_k is not None:
+        k = _t(past_k).cat(k, dim=2)
+        v = _t(past_v).cat(v, dim=2)
+    present_k, present_v = k, v
+    hq, hk = q.shape[1], k.shape[1]
+    if hq != hk:  # grouped-query attention: each K/V head serves hq // hk query heads
+        k = k.unsqueeze(2).expand(k.shape[0], hk, hq // hk, *k.shape[2:]).reshape(k.shape[0], hq, *k.shape[2:])
+        v = v.unsqueeze(2).expand(v.shape[0], hk, hq // hk, *v.shape[2:]).reshape(v.shape[0], hq, *v.shape[2:])
+    scale = at.get("scale", 1.0 / math.sqrt(q.shape[-1]))
+    qk = (q @ k.transpose(-1, -2)) * scale
+    outs_qk = [qk]
+    softcap = at.get("softcap", 0.0)
+    if softcap:
+        qk = (qk * (1.0 / softcap)).tanh() * softcap
+    outs_qk.append(qk)
+    sq, skv = qk.shape[-2], qk.shape[-1]
+    allowed = None
+    if at.get("is_causal", 0):
+        offset = 0 if past_k is None else _t(past_k).shape[2]
+        i = Tensor.arange(sq).reshape(sq, 1)
+        j = Tensor.arange(skv).reshape(1, skv)
+        allowed = j <= i + offset
+    bias = None
+    if mask is not None:
+        m = _t(mask)
+        if m.dtype.name == "bool":
+            allowed = m if allowed is None else allowed & m
+        else:
+            bias = m.cast(qk.dtype)
+    if allowed is not None:
+        qk = allowed.where(qk, -math.inf)
+    if bias is not None:
+        qk = qk + bias
+    outs_qk.append(qk)
+    p = qk.softmax(-1)
+    if allowed is not None:  # a fully masked row gives zeros, not NaN
+        p = (p != p).where(0.0, p)
+    outs_qk.append(p)
+    y = p.cast(v.dtype) @ v
+    if three_d:
+        y = y.permute(0, 2, 1, 3).reshape(y.shape[0], y.shape[2], y.shape[1] * y.shape[3])
+    return [y, present_k, present_v, outs_qk[at.get("qk_matmul_output_mode", 0)]]
 
 
 def _softmax(log: bool) -> Callable[..., list[Value]]:
@@ -902,10 +1049,17 @@ OPS: dict[str, Callable[..., list[Value]]] = {
     "Conv": _conv,
     "MaxPool": _pool("max"),
     "AveragePool": _pool("avg"),
+    "LpPool": _lppool,
     "GlobalAveragePool": _global("avg"),
     "GlobalMaxPool": _global("max"),
     "BatchNormalization": _batchnorm,
     "LayerNormalization": _layernorm,
+    "RMSNormalization": _rmsnorm,
+    "Hardmax": _hardmax,
+    "LpNormalization": _lpnorm,
+    "Attention": _attention,
+    "NegativeLogLikelihoodLoss": _nll_loss,
+    "SoftmaxCrossEntropyLoss": _softmax_ce,
     "Softmax": _softmax(False),
     "LogSoftmax": _softmax(True),
 }

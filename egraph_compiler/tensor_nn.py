@@ -237,17 +237,18 @@ class TensorNN:
         kernel_size: Any,
         stride: Any = None,
         padding: Any = 0,
+        dilation: Any = 1,
         count_include_pad: bool = True,  # type: ignore[misc]
     ) -> Tensor:
         """NCHW average pooling; `count_include_pad=False` divides by the window's elements inside the input."""
         from egraph_compiler.tensor import Tensor
 
         kh, kw = _pair(kernel_size, "avg_pool2d kernel_size")
-        total = _pool_windows(self, kernel_size, stride, padding, 1, "avg_pool2d", 0.0).sum((3, 5))
+        total = _pool_windows(self, kernel_size, stride, padding, dilation, "avg_pool2d", 0.0).sum((3, 5))
         if count_include_pad:
             return total / float(kh * kw)
         ones = Tensor.ones(1, 1, *self.shape[2:], dtype=self.dtype)
-        count = _pool_windows(ones, kernel_size, stride, padding, 1, "avg_pool2d", 0.0).sum((3, 5))
+        count = _pool_windows(ones, kernel_size, stride, padding, dilation, "avg_pool2d", 0.0).sum((3, 5))
         return total / count
 
     # ---- attention -----------------------------------------------------------------------------
