@@ -36,8 +36,6 @@ from egraph_compiler.uop import UOp, toposort
 
 KINDS = ("programs", "objects")
 DEFAULT_SIZE = 1 << 30
-_PACKAGE = Path(__file__).resolve().parent
-_SOURCES = (_PACKAGE, _PACKAGE.parent / "rules", _PACKAGE.parent / "extract", _PACKAGE.parent / "backends")
 _version: str | None = None
 _lock = threading.Lock()
 
@@ -76,10 +74,17 @@ def compiler_version() -> str:
     """A hash of the compiler's source files and the versions of the libraries that shape its output."""
     global _version
     if _version is None:
+        import egraph_compiler.backends
+        import egraph_compiler.extract
+        import egraph_compiler.rules
+
         h = hashlib.sha256()
-        for folder in _SOURCES:
+        folders = {Path(__file__).resolve().parent}  # the package's own folder and its subpackages' (a checkout
+        for sub in (egraph_compiler.rules, egraph_compiler.extract, egraph_compiler.backends):  # keeps them apart)
+            folders |= {Path(p).resolve() for p in sub.__path__}
+        for folder in sorted(folders):
             for path in sorted(folder.rglob("*.py")):
-                h.update(str(path.relative_to(folder.parent)).encode())
+                h.update(f"{folder.name}/{path.relative_to(folder)}".encode())
                 h.update(path.read_bytes())
         for dist in ("egglog", "llvmlite", "numpy"):
             try:
