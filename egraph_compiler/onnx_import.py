@@ -340,7 +340,8 @@ def _transpose(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
 def _flatten(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
     x = ins[0]
     nd = len(x.shape)
-    a = at.get("axis", 1) % (nd + 1) if nd else 0
+    a = at.get("axis", 1)
+    a = a + nd if a < 0 else a
     shape = (math.prod(x.shape[:a]), math.prod(x.shape[a:]))
     return [np.reshape(x, shape) if not isinstance(x, Tensor) else x.reshape(*shape)]
 
