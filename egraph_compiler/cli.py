@@ -112,14 +112,11 @@ def _compile(graph: FrontendGraph, args: argparse.Namespace) -> Any:
     return program
 
 
-def _load_inputs(spec: str, graph: FrontendGraph, seed: int) -> dict[str, np.ndarray]:
-    """Random inputs, or arrays from an .npz keyed by placeholder or tensor name."""
-    if spec == "random":
-        return graph.random_inputs(seed)
-    path = Path(spec)
+def _read_npz(spec: str) -> dict[str, np.ndarray]:
+    """Every array of an .npz inputs file (no pickled objects)."""
     try:
-        with np.load(path, allow_pickle=False) as npz:
-            arrays = {k: npz[k] for k in npz.files}
+        with np.load(Path(spec), allow_pickle=False) as npz:
+            return {k: npz[k] for k in npz.files}
     except FileNotFoundError:
         raise MalformedJSON(
             at=spec, why="inputs file not found", suggestion="pass --inputs random or an existing .npz file"
@@ -130,6 +127,13 @@ def _load_inputs(spec: str, graph: FrontendGraph, seed: int) -> dict[str, np.nda
             why=f"cannot read the inputs file: {type(e).__name__}: {e}",
             suggestion="save the inputs with numpy.savez(path, A=..., B=...)",
         ) from None
+
+
+def _load_inputs(spec: str, graph: FrontendGraph, seed: int) -> dict[str, np.ndarray]:
+    """Random inputs, or arrays from an .npz keyed by placeholder or tensor name."""
+    if spec == "random":
+        return graph.random_inputs(seed)
+    arrays = _read_npz(spec)
     held = sorted(arrays)
     out: dict[str, np.ndarray] = {}
     for tname, t in graph.inputs.items():
@@ -365,15 +369,7 @@ def _random_like(t: Any, rng: np.random.Generator) -> np.ndarray:
 
 def _load_npz(spec: str, shapes: dict[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
     """Arrays from an .npz, one per input name (checked against the program when it runs)."""
-    try:
-        with np.load(Path(spec), allow_pickle=False) as npz:
-            arrays = {k: npz[k] for k in npz.files}
-    except FileNotFoundError:
-        raise MissingInput(at=spec, why="inputs file not found", suggestion="pass --inputs random or an .npz file") from None
-    except Exception as e:
-        raise InvalidArgument(
-            at=spec, why=f"cannot read the inputs file: {type(e).__name__}: {e}", suggestion="save it with numpy.savez"
-        ) from None
+    arrays = _read_npz(spec)
     missing = [n for n in shapes if n not in arrays]
     if missing:
         raise MissingInput(

@@ -462,11 +462,7 @@ def _gather(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
     k = flat.shape[0]
     hot = flat.reshape(k, 1) == Tensor.arange(n).reshape(1, n)  # (k, n)
     moved = xt.permute(*[i for i in range(xt.ndim) if i != a], a)  # (..., n)
-    picked = (
-        (moved.unsqueeze(-2) * hot.cast(xt.dtype)).sum(-1)
-        if xt.dtype.is_float
-        else (moved.unsqueeze(-2) * hot.cast(xt.dtype)).sum(-1).cast(xt.dtype)
-    )  # (..., k)
+    picked = (moved.unsqueeze(-2) * hot.cast(xt.dtype)).sum(-1).cast(xt.dtype)  # (..., k)
     picked = picked.reshape(*moved.shape[:-1], *idx.shape)
     nd_rest = xt.ndim - 1
     order = [*range(a), *range(nd_rest, nd_rest + idx.ndim), *range(a, nd_rest)]
@@ -612,19 +608,25 @@ def _reduce(kind: str) -> Callable[..., list[Value]]:
     return op
 
 
+def _positions(n: int, a: int, ndim: int) -> Tensor:
+    """0 .. n-1 along axis `a` of a rank-`ndim` tensor (size 1 elsewhere)."""
+    return Tensor.arange(n).reshape(*[n if i == a else 1 for i in range(ndim)])
+
+
+def _position(hit: Tensor, a: int, last: bool, keep: bool) -> Tensor:
+    """The first (or last) position along axis `a` where `hit` is true."""
+    n = hit.shape[a]
+    pos = _positions(n, a, hit.ndim)
+    return hit.where(pos, -1).max(a, keepdim=keep) if last else hit.where(pos, n).min(a, keepdim=keep)
+
+
 def _arg(kind: str) -> Callable[..., list[Value]]:
     def op(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
         x = _t(ins[0])
         a = _axis(at.get("axis", 0), x.ndim)
         keep = bool(at.get("keepdims", 1))
         best = x.max(a, keepdim=True) if kind == "max" else x.min(a, keepdim=True)
-        n = x.shape[a]
-        pos = Tensor.arange(n).reshape(*[n if i == a else 1 for i in range(x.ndim)])
-        if at.get("select_last_index", 0):
-            idx = (x == best).where(pos, -1).max(a, keepdim=keep)
-        else:
-            idx = (x == best).where(pos, n).min(a, keepdim=keep)
-        return [idx.cast("int64")]
+        return [_position(x == best, a, bool(at.get("select_last_index", 0)), keep).cast("int64")]
 
     return op
 
@@ -678,6 +680,11 @@ def _spatial(at: dict[str, Any], x: Tensor, kernel: tuple[int, ...], what: str) 
     return strides, dil, pads
 
 
+def _torch_pads(p: list[int]) -> tuple[int, int, int, int]:
+    """ONNX 2-D pads [top, left, bottom, right] in the Tensor API's (torch's) order: left, right, top, bottom."""
+    return p[1], p[3], p[0], p[2]
+
+
 def _conv(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
     x, w = _t(ins[0]), _t(ins[1])
     b = _t(ins[2]) if len(ins) > 2 and ins[2] is not None else None
@@ -686,7 +693,7 @@ def _conv(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
     if squeeze:
         w = w.unsqueeze(2)
     s, d, p = _spatial(at, x, kernel, "Conv")
-    out = x.conv2d(w, b, stride=tuple(s), padding=(p[1], p[3], p[0], p[2]), dilation=tuple(d), groups=at.get("group", 1))
+    out = x.conv2d(w, b, stride=tuple(s), padding=_torch_pads(p), dilation=tuple(d), groups=at.get("group", 1))
     return [out.squeeze(2) if squeeze else out]
 
 
@@ -716,7 +723,7 @@ def _pool(kind: str) -> Callable[..., list[Value]]:
                 if (out - 1) * s[i] >= x.shape[2 + i] + p[i]:
                     out -= 1
                 p[i + 2] += max(0, (out - 1) * s[i] + span - size)
-        pad = (p[1], p[3], p[0], p[2])
+        pad = _torch_pads(p)
         if kind == "max":
             y = x.max_pool2d(kernel, stride=tuple(s), padding=pad, dilation=tuple(d))
         else:
@@ -734,7 +741,7 @@ def _lppool(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
     s, d, p = _spatial(at, x, kernel, "LpPool")
     power = float(at.get("p", 2))
     total = (x.abs() ** power).avg_pool2d(
-        kernel, stride=tuple(s), padding=(p[1], p[3], p[0], p[2]), dilation=tuple(d), count_include_pad=True
+        kernel, stride=tuple(s), padding=_torch_pads(p), dilation=tuple(d), count_include_pad=True
     ) * float(math.prod(kernel))
     y = total ** (1.0 / power)
     return [y.squeeze(2) if one_d else y]
@@ -785,10 +792,8 @@ def _rmsnorm(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
 def _hardmax(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
     x = _t(ins[0])
     a = _axis(at.get("axis", -1), x.ndim)
-    n = x.shape[a]
-    pos = Tensor.arange(n).reshape(*[n if i == a else 1 for i in range(x.ndim)])
-    first = (x == x.max(a, keepdim=True)).where(pos, n).min(a, keepdim=True)  # the first maximum
-    return [(pos == first).cast(x.dtype)]
+    first = _position(x == x.max(a, keepdim=True), a, last=False, keep=True)  # the first maximum
+    return [(_positions(x.shape[a], a, x.ndim) == first).cast(x.dtype)]
 
 
 def _lpnorm(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
@@ -805,7 +810,7 @@ def _nll(logp: Tensor, target: Value, weight: Value, at: dict[str, Any]) -> Tens
     """The negative log-likelihood of `target` classes under log-probabilities (N, C, d...), as ONNX defines it."""
     c = logp.shape[1]
     tgt = _t(target).cast("int32")
-    classes = Tensor.arange(c).reshape(1, c, *([1] * (logp.ndim - 2)))
+    classes = _positions(c, 1, logp.ndim)
     hot = (tgt.unsqueeze(1) == classes).cast(logp.dtype)  # (N, C, d...)
     w = hot if weight is None else hot * _t(weight).reshape(1, c, *([1] * (logp.ndim - 2)))
     ignore = at.get("ignore_index")

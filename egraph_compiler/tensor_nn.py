@@ -171,12 +171,7 @@ class TensorNN:
         if not isinstance(groups, int) or isinstance(groups, bool) or groups <= 0:
             raise InvalidArgument(at="conv2d", why=f"groups={groups!r}", suggestion="groups is a positive int")
         (sh, sw), (dh, dw) = _pair(stride, "conv2d stride"), _pair(dilation, "conv2d dilation")
-        if isinstance(padding, (tuple, list)) and len(padding) == 4:
-            pl, pr = _pair(tuple(padding[:2]), "conv2d padding")  # torch order: left, right, top, bottom
-            pt, pb = _pair(tuple(padding[2:]), "conv2d padding")
-        else:
-            (pt, pl) = _pair(padding, "conv2d padding")
-            pb, pr = pt, pl
+        pt, pb, pl, pr = _pads(padding, "conv2d padding")
         if min(sh, sw, dh, dw) <= 0 or min(pt, pb, pl, pr) < 0:
             raise InvalidArgument(
                 at="conv2d",
