@@ -27,7 +27,9 @@ from egraph_compiler.dtypes import (
     weak_scalar_dtype,
 )
 from egraph_compiler.ops import Ops
+from egraph_compiler.tensor_math import TensorMath
 from egraph_compiler.tensor_nn import TensorNN
+from egraph_compiler.tensor_select import TensorSelect
 from egraph_compiler.uop import Blob, UOp
 
 Scalar = bool | int | float
@@ -130,7 +132,7 @@ def data_buffer(arr: np.ndarray, dtype: DType) -> UOp:
     return UOp(Ops.BUFFER, dtype, (UOp(Ops.BINARY, dtypes.uint8, (), blob),), (f"const_{blob.digest[:12]}", arr.shape))
 
 
-class Tensor(TensorNN):
+class Tensor(TensorNN, TensorMath, TensorSelect):
     """A lazily evaluated tensor; `.uop` is its UOp graph."""
 
     __hash__ = object.__hash__  # == is elementwise, so hash by identity

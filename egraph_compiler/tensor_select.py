@@ -1,0 +1,13 @@
+"""Shaping, indexing, selection and scans of the Tensor API (tinygrad's names), composed from the primitive
+Tensor ops; `self` is a Tensor."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from egraph_compiler.tensor import Tensor  # noqa: F401
+
+
+class TensorSelect:
+    """Shaping, indexing, selection and scans."""
