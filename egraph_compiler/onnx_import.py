@@ -112,13 +112,17 @@ def from_onnx(model: Any, static: dict[str, Any] | None = None, shapes: dict[str
         dims = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
         if shapes and vi.name in shapes:
             fixed = [int(d) for d in shapes[vi.name]]
-            if len(fixed) != len(dims) or any(d is not None and d != f for d, f in zip(dims, fixed)):
+            declared = tt.HasField("shape")  # a graph may leave an input's rank unknown too
+            if declared and (len(fixed) != len(dims) or any(d is not None and d != f for d, f in zip(dims, fixed))):
                 raise InvalidArgument(
                     at=f"shapes[{vi.name!r}]",
                     why=f"{fixed} does not fit the declared shape {[d if d else '?' for d in dims]}",
                     suggestion="give every dimension, equal to the declared ones where they are fixed",
                 )
             dims = fixed
+        if all(d is not None for d in dims) and 0 in dims:  # an empty input has one value: known here
+            env[vi.name] = np.zeros(dims, np.dtype(dt) if dt != "bfloat16" else np.float32)
+            continue
         if any(d is None or d <= 0 for d in dims):
             raise UnsupportedOp(
                 at=f"input {vi.name!r}",
@@ -158,7 +162,10 @@ def from_onnx(model: Any, static: dict[str, Any] | None = None, shapes: dict[str
         v = env.get(vo.name)
         if v is None:
             raise UnsupportedOp(at=f"output {vo.name!r}", why="no node produces it", suggestion="check the graph")
-        outputs.append(_t(v))
+        try:
+            outputs.append(_t(v))
+        except _NotSupportedError as e:
+            raise UnsupportedOp(at=f"output {vo.name!r}", why=str(e), suggestion="see docs/ONNX.md") from None
         names.append(vo.name)
     return OnnxModel(inputs, outputs, names, opset)
 
@@ -188,6 +195,12 @@ def _known(v: Value, what: str) -> np.ndarray:
     if isinstance(v, Tensor):
         raise _NotSupportedError(f"its {what} must be known at import (a constant or a static= input)")
     return np.asarray(v)
+
+
+def _text(at: dict[str, Any], name: str, default: str) -> str:
+    """A string attribute (onnx gives bytes)."""
+    v = at.get(name, default)
+    return v.decode() if isinstance(v, bytes) else str(v)
 
 
 def _ints(v: Value, what: str) -> list[int]:
@@ -305,6 +318,13 @@ def _cast(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
     if not isinstance(ins[0], Tensor) and dt != "bfloat16":
         return [np.asarray(ins[0]).astype(NP[dt])]
     return [_t(ins[0]).cast(dt)]
+
+
+def _bitcast(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
+    dt = _dtype(at["to"], "BitCast to")
+    if not isinstance(ins[0], Tensor) and dt != "bfloat16":
+        return [np.ascontiguousarray(ins[0]).view(NP[dt])]
+    return [_t(ins[0]).bitcast(dt)]
 
 
 def _cast_like(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
@@ -530,10 +550,122 @@ def _range(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
     return [np.arange(s, e, d, dtype=np.asarray(s).dtype)]
 
 
+def _resize_coeffs(mode: str, at: dict[str, Any], ratio: float, scale: float) -> np.ndarray:
+    """Interpolation weights of the taps around a source coordinate whose fraction past its left tap is
+    `ratio` (in (0, 1]), for Resize's modes (antialias widens the taps when downsampling)."""
+    a = float(at.get("cubic_coeff_a", -0.75))
+    if mode == "nearest":
+        if float(ratio).is_integer():
+            return np.array([0.0, 1.0])
+        rule = _text(at, "nearest_mode", "round_prefer_floor")
+        up = {"round_prefer_floor": ratio > 0.5, "round_prefer_ceil": ratio >= 0.5, "floor": False, "ceil": True}
+        if rule not in up:
+            raise _NotSupportedError(f"nearest_mode {rule!r}")
+        return np.array([0.0, 1.0]) if up[rule] else np.array([1.0, 0.0])
+
+    def cubic(x: np.ndarray) -> np.ndarray:
+        x = np.abs(x)
+        near = ((a + 2) * x - (a + 3)) * x * x + 1
+        far = ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+        return np.where(x <= 1, near, np.where(x < 2, far, 0.0))
+
+    if at.get("antialias", 0) and scale < 1:  # the kernel stretched by 1 / scale, normalized
+        reach = 2 if mode == "cubic" else 1
+        first = int(np.floor(-reach / scale) + 1)
+        taps = (np.arange(first, 2 - first if mode == "cubic" else first + 2 - 2 * first) - ratio) * scale
+        w = cubic(taps) if mode == "cubic" else np.clip(1 - np.abs(taps), 0, 1)
+        return w / w.sum()
+    if mode == "cubic":
+        return cubic(np.array([ratio + 1, ratio, 1 - ratio, 2 - ratio]))
+    return np.array([1 - ratio, ratio])
+
+
+def _resize_axis(n_in: int, n_out: int, scale: float, mode: str, at: dict[str, Any], roi: tuple[float, float] | None):
+    """(weights (n_out, n_in), extrapolated rows or None) of one resized axis, per Resize's coordinate modes."""
+    how = _text(at, "coordinate_transformation_mode", "half_pixel")
+    y = np.arange(n_out, dtype=np.float64)
+    width = scale * n_in
+    outside = None
+    if how == "align_corners":
+        x = np.zeros(n_out) if width == 1 else y * (n_in - 1) / (width - 1)
+    elif how == "asymmetric":
+        x = y / scale
+    elif how == "tf_crop_and_resize":
+        lo, hi = roi if roi is not None else (0.0, 1.0)
+        x = np.full(n_out, (hi - lo) * (n_in - 1) / 2) if width == 1 else y * (hi - lo) * (n_in - 1) / (width - 1)
+        x = x + lo * (n_in - 1)
+        outside = (x < 0) | (x > n_in - 1)
+    elif how == "pytorch_half_pixel":
+        x = np.full(n_out, -0.5) if width == 1 else (y + 0.5) / scale - 0.5
+    elif how == "half_pixel":
+        x = (y + 0.5) / scale - 0.5
+    elif how == "half_pixel_symmetric":
+        x = n_in / 2 * (1 - n_out / width) + (y + 0.5) / scale - 0.5
+    else:
+        raise _NotSupportedError(f"coordinate_transformation_mode {how!r}")
+    w = np.zeros((n_out, n_in))
+    for j, xj in enumerate(x):
+        left = math.floor(xj)
+        ratio = 1.0 if xj == left else xj - left  # an exact coordinate takes its left neighbour's right tap
+        c = _resize_coeffs(mode, at, ratio, scale)
+        n = len(c)
+        # the n taps nearest xj, smaller ones first on ties
+        start = left - n // 2 + (0 if xj == left else 1) if n % 2 == 0 else left - (n - 1) // 2 + (xj - left > 0.5)
+        taps = start + np.arange(n)
+        if at.get("exclude_outside", 0):
+            c = np.where((taps < 0) | (taps >= n_in), 0.0, c)
+            c = c / (c.sum() or 1.0)
+        np.add.at(w[j], np.clip(taps, 0, n_in - 1), c)  # edge values beyond the ends
+    return w, outside
+
+
+def _resize(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
+    x = _t(ins[0])
+    mode = _text(at, "mode", "nearest")
+    if mode not in ("nearest", "linear", "cubic"):
+        raise _NotSupportedError(f"mode {mode!r}")
+    axes = [_axis(a, x.ndim) for a in at.get("axes", range(x.ndim))]
+    known = [None if v is None or (not isinstance(v, Tensor) and np.size(v) == 0) else _known(v, "scales") for v in ins[1:4]]
+    roi_v, scales_v, sizes_v = (known + [None, None])[:3] if opset >= 11 else (None, known[0], None)
+    if scales_v is None and sizes_v is None:
+        raise _NotSupportedError("Resize without scales or sizes")
+    n = len(axes)
+    if sizes_v is not None:
+        sizes = [int(v) for v in sizes_v]
+        scales = [sizes[i] / x.shape[a] for i, a in enumerate(axes)]
+        policy = _text(at, "keep_aspect_ratio_policy", "stretch")
+        if policy != "stretch":  # one scale for every axis, the smaller or the larger; sizes rounded half up
+            one = min(scales) if policy == "not_larger" else max(scales)
+            scales, sizes = [one] * n, [int(one * x.shape[a] + 0.5) for a in axes]
+    else:
+        scales = [float(v) for v in scales_v]
+        sizes = [math.floor(x.shape[a] * scales[i]) for i, a in enumerate(axes)]
+    roi = [float(v) for v in roi_v] if roi_v is not None else None
+    out = x.cast("float32") if x.dtype != "float32" else x
+    for i, a in enumerate(axes):
+        r = (roi[i], roi[n + i]) if roi is not None and len(roi) == 2 * n else None
+        if math.isclose(scales[i], 1.0) and sizes[i] == x.shape[a] and r in (None, (0.0, 1.0)):
+            continue
+        w, outside = _resize_axis(x.shape[a], sizes[i], scales[i], mode, at, r)
+        moved = out.transpose(a, -1)
+        if mode == "nearest" and np.isin(w, (0.0, 1.0)).all():  # one source element each: a gather
+            moved = _take(moved, w.argmax(1), moved.ndim - 1)
+        else:
+            moved = moved @ Tensor(w.T.astype(np.float32))
+        if outside is not None and outside.any():
+            moved = Tensor(outside).where(float(at.get("extrapolation_value", 0.0)), moved)
+        out = moved.transpose(a, -1)
+    if x.dtype.is_int:  # rounded half to even and saturated, as the reference casts
+        out = out.clip(float(x.dtype.min), float(x.dtype.max))
+        f = out.floor()
+        odd = f - 2 * (f / 2).floor()
+        out = (out - f > 0.5).where(f + 1, (out - f < 0.5).where(f, f + odd))
+    return [out.cast(x.dtype) if out.dtype != x.dtype else out]
+
+
 def _pad(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
     x = _t(ins[0])
-    mode = at.get("mode", b"constant")
-    mode = mode.decode() if isinstance(mode, bytes) else mode
+    mode = _text(at, "mode", "constant")
     if mode != "constant":
         raise _NotSupportedError(f"Pad mode {mode!r} (only 'constant')")
     pads = _ints(ins[1], "pads") if opset >= 11 else list(at["pads"])
@@ -663,8 +795,7 @@ def _spatial(at: dict[str, Any], x: Tensor, kernel: tuple[int, ...], what: str) 
     strides = list(at.get("strides", [1] * nd))
     dil = list(at.get("dilations", [1] * nd))
     pads = list(at.get("pads", [0] * (2 * nd)))
-    auto = at.get("auto_pad", b"NOTSET")
-    auto = auto.decode() if isinstance(auto, bytes) else auto
+    auto = _text(at, "auto_pad", "NOTSET")
     if auto in ("SAME_UPPER", "SAME_LOWER"):
         pads = [0] * (2 * nd)
         for i in range(nd):
@@ -772,12 +903,13 @@ def _layernorm(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
     xf = x.cast("float32") if x.dtype != "float32" and at.get("stash_type", 1) == 1 else x
     mean = xf.mean(axes, keepdim=True)
     var = ((xf - mean) * (xf - mean)).mean(axes, keepdim=True)
-    y = ((xf - mean) * (var + at.get("epsilon", 1e-5)).rsqrt()).cast(x.dtype)
+    inv = (var + at.get("epsilon", 1e-5)).rsqrt()
+    y = ((xf - mean) * inv).cast(x.dtype)
     if len(ins) > 1 and ins[1] is not None:
         y = y * _t(ins[1])
     if len(ins) > 2 and ins[2] is not None:
         y = y + _t(ins[2])
-    return [y]
+    return [y, mean, inv]  # the optional outputs Mean and InvStdDev (stash type, reduced axes kept)
 
 
 def _rmsnorm(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
@@ -817,8 +949,7 @@ def _nll(logp: Tensor, target: Value, weight: Value, at: dict[str, Any]) -> Tens
     if ignore is not None:
         w = w * (tgt.unsqueeze(1) != ignore).cast(logp.dtype)
     loss = -(logp * w).sum(1)
-    reduction = at.get("reduction", b"mean")
-    reduction = reduction.decode() if isinstance(reduction, bytes) else reduction
+    reduction = _text(at, "reduction", "mean")
     if reduction == "none":
         return loss
     if reduction == "sum":
@@ -932,8 +1063,7 @@ def _hard_sigmoid(ins: list[Value], at: dict[str, Any], opset: int) -> list[Valu
 
 def _gelu(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
     x = _t(ins[0])
-    approx = at.get("approximate", b"none")
-    approx = approx.decode() if isinstance(approx, bytes) else approx
+    approx = _text(at, "approximate", "none")
     if approx == "tanh":
         return [x.gelu()]
     return [x * 0.5 * (1.0 + _erf(x * (1 / math.sqrt(2))))]
@@ -955,6 +1085,27 @@ def _identity(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
 
 def _size(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
     return [np.asarray(math.prod(ins[0].shape), np.int64)]
+
+
+def _bit_shift(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
+    """Amounts outside [0, bit width) shift every bit out: 0, or -1 for a right shift of a negative value."""
+    direction = _text(at, "direction", "")
+    if direction not in ("LEFT", "RIGHT"):
+        raise _NotSupportedError(f"direction {direction!r} (LEFT or RIGHT)")
+    left = direction == "LEFT"
+
+    def folded(a: np.ndarray, n: np.ndarray) -> np.ndarray:
+        k = np.clip(n, 0, a.dtype.itemsize * 8 - 1)
+        moved = np.left_shift(a, k) if left else np.right_shift(a, k)
+        return np.where((n >= 0) & (n < a.dtype.itemsize * 8), moved, 0 if left else np.where(a < 0, -1, 0)).astype(a.dtype)
+
+    def lazy(a: Tensor, n: Tensor) -> Tensor:
+        n = n.cast(a.dtype)
+        k = n.clip(0, a.dtype.bits - 1)
+        spilled = 0 if left else (a < 0).where(-1, 0).cast(a.dtype)
+        return ((n >= 0) & (n < a.dtype.bits)).where(a.lshift(k) if left else a.rshift(k), spilled).cast(a.dtype)
+
+    return _both(folded, lazy)(ins, at, opset)
 
 
 def _bool_op(fn: Callable[[Tensor, Tensor], Tensor], np_fn: Callable[..., Any]) -> Callable[..., list[Value]]:
@@ -981,6 +1132,11 @@ OPS: dict[str, Callable[..., list[Value]]] = {
     "And": _bool_op(lambda a, b: a & b, np.logical_and),
     "Or": _bool_op(lambda a, b: a | b, np.logical_or),
     "Xor": _bool_op(lambda a, b: a ^ b, np.logical_xor),
+    "BitShift": _bit_shift,
+    "BitwiseAnd": _both(np.bitwise_and, lambda a, b: a & b),
+    "BitwiseOr": _both(np.bitwise_or, lambda a, b: a | b),
+    "BitwiseXor": _both(np.bitwise_xor, lambda a, b: a ^ b),
+    "BitwiseNot": _unary(lambda x: ~x, np.invert),
     "Not": _unary(lambda x: x.cast("bool").logical_not(), np.logical_not),
     "Where": _where,
     "Abs": _unary(lambda x: x.abs(), np.abs),
@@ -1013,6 +1169,7 @@ OPS: dict[str, Callable[..., list[Value]]] = {
     "Clip": _clip,
     "Cast": _cast,
     "CastLike": _cast_like,
+    "BitCast": _bitcast,
     "Identity": _identity,
     "Dropout": _dropout,
     # shapes
@@ -1035,6 +1192,7 @@ OPS: dict[str, Callable[..., list[Value]]] = {
     "ConstantOfShape": _constant_of_shape,
     "Range": _range,
     "Pad": _pad,
+    "Resize": _resize,
     "Trilu": _trilu,
     # reductions
     "ReduceSum": _reduce("sum"),
