@@ -147,7 +147,11 @@ def from_onnx(model: Any, static: dict[str, Any] | None = None, shapes: dict[str
                 raise _NotSupportedError(f"input {missing[0]!r} is not produced by any earlier node")
             attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
             attrs["_outputs"] = len(node.output)
-            outs = fn([env[n] for n in node.input], attrs, opset)
+            ins = [env[n] for n in node.input]
+            if any(isinstance(v, np.ndarray) and v.size == 0 for v in ins) and not any(isinstance(v, Tensor) for v in ins):
+                outs = _fold_empty(node, ins, opset)  # a tensor without elements has no Tensor form
+            else:
+                outs = fn(ins, attrs, opset)
         except _NotSupportedError as e:
             raise UnsupportedOp(at=where, why=str(e), suggestion="see docs/ONNX.md for what each op supports") from None
         except (ValueError, TypeError, IndexError, KeyError) as e:  # malformed attributes or shapes
@@ -168,6 +172,32 @@ def from_onnx(model: Any, static: dict[str, Any] | None = None, shapes: dict[str
             raise UnsupportedOp(at=f"output {vo.name!r}", why=str(e), suggestion="see docs/ONNX.md") from None
         names.append(vo.name)
     return OnnxModel(inputs, outputs, names, opset)
+
+
+def _fold_empty(node: Any, ins: list[Value], opset: int) -> list[Value]:
+    """A node whose inputs are known and some empty, computed at import by onnx's reference implementation."""
+    import onnx
+    from onnx.reference import ReferenceEvaluator
+
+    names = [f"in{i}" if v is not None else "" for i, v in enumerate(ins)]
+    one = onnx.helper.make_node(node.op_type, names, list(node.output), domain=node.domain)
+    one.attribute.extend(node.attribute)
+    graph = onnx.helper.make_graph(
+        [one],
+        "fold",
+        [
+            onnx.helper.make_tensor_value_info(n, onnx.helper.np_dtype_to_tensor_dtype(np.asarray(v).dtype), np.shape(v))
+            for n, v in zip(names, ins)
+            if n
+        ],
+        [onnx.helper.make_empty_tensor_value_info(o) for o in node.output if o],
+    )
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid(node.domain or "", opset)])
+    try:
+        got = ReferenceEvaluator(model).run(None, {n: np.asarray(v) for n, v in zip(names, ins) if n})
+    except Exception as e:  # the reference's own refusal of these inputs
+        raise _NotSupportedError(f"folding it at import: {type(e).__name__}: {e}") from None
+    return [np.asarray(g) for g in got]
 
 
 # ---- values --------------------------------------------------------------------------------------------
@@ -274,12 +304,14 @@ def _mod(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
         with np.errstate(all="ignore"):
             return [np.asarray((np.fmod if at.get("fmod", 0) else np.mod)(ins[0], ins[1]))]
     a, b = _t(ins[0]), _t(ins[1])
-    if at.get("fmod", 0):  # the sign of the dividend (C fmod)
-        r = a - _div(a, b) * b if a.dtype.is_int else a - (a / b).trunc() * b
+    if a.dtype.is_int:
+        return [a - _div(a, b) * b if at.get("fmod", 0) else a % b]
+    # C fmod (the sign of the dividend), exact for an infinite divisor; the Python mod moves a remainder whose sign
+    # differs from the divisor's by one divisor (numpy's np.mod)
+    r = (b.abs() == math.inf).where(a + 0 * a, a - (a / b).trunc() * b)  # 0 * a: NaN stays NaN, inf/inf is NaN
+    if at.get("fmod", 0):
         return [r]
-    if a.dtype.is_float:
-        return [a - (a / b).floor() * b]
-    return [a % b]
+    return [((r != 0) & ((r < 0) != (b < 0))).where(r + b, r)]
 
 
 def _pow(a: Tensor, b: Tensor) -> Tensor:
@@ -313,11 +345,14 @@ def _clip(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
     return [x]
 
 
+def _cast_to(v: Value, dt: str) -> Value:
+    if not isinstance(v, Tensor) and dt != "bfloat16":
+        return np.asarray(v).astype(NP[dt])
+    return _t(v).cast(dt)
+
+
 def _cast(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
-    dt = _dtype(at["to"], "Cast to")
-    if not isinstance(ins[0], Tensor) and dt != "bfloat16":
-        return [np.asarray(ins[0]).astype(NP[dt])]
-    return [_t(ins[0]).cast(dt)]
+    return [_cast_to(ins[0], _dtype(at["to"], "Cast to"))]
 
 
 def _bitcast(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
@@ -328,7 +363,11 @@ def _bitcast(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
 
 
 def _cast_like(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
-    return [_t(ins[0]).cast(_t(ins[1]).dtype)]
+    like = ins[1]  # only its type is read: it may be an empty array
+    dt = like.dtype.name if isinstance(like, Tensor) else np.asarray(like).dtype.name
+    if dt not in NP and dt != "bfloat16":
+        raise _NotSupportedError(f"CastLike to {dt}")
+    return [_cast_to(ins[0], dt)]
 
 
 def _where(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
@@ -663,11 +702,85 @@ def _resize(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
     return [out.cast(x.dtype) if out.dtype != x.dtype else out]
 
 
+def _span(x: Tensor, axis: int, lo: int, hi: int) -> Tensor:
+    return x.shrink(tuple((lo, hi) if i == axis else None for i in range(x.ndim)))
+
+
+def _pad_from_values(x: Tensor, axis: int, lo: int, hi: int, mode: str) -> Tensor:
+    """x padded along `axis` with its own values: repeated edges, a reflection (the edge not repeated) or a wrap."""
+    n = x.shape[axis]
+    if (mode == "reflect" and (lo >= n or hi >= n)) or (mode == "wrap" and (lo > n or hi > n)):
+        raise _NotSupportedError(f"{mode} padding wider than the axis ({n})")
+    if mode == "edge":
+        left = _span(x, axis, 0, 1).expand(*[lo if i == axis else s for i, s in enumerate(x.shape)]) if lo else None
+        right = _span(x, axis, n - 1, n).expand(*[hi if i == axis else s for i, s in enumerate(x.shape)]) if hi else None
+    elif mode == "reflect":
+        left = _span(x, axis, 1, lo + 1).flip(axis) if lo else None
+        right = _span(x, axis, n - hi - 1, n - 1).flip(axis) if hi else None
+    else:
+        left = _span(x, axis, n - lo, n) if lo else None
+        right = _span(x, axis, 0, hi) if hi else None
+    parts = [p for p in (left, x, right) if p is not None]
+    return parts[0].cat(*parts[1:], dim=axis)
+
+
+def _depth_to_space(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
+    x, b = _t(ins[0]), int(at["blocksize"])
+    n, c, h, w = x.shape
+    if _text(at, "mode", "DCR") == "DCR":  # depth, column, row: the blocks outermost in the channels
+        y = x.reshape(n, b, b, c // (b * b), h, w).permute(0, 3, 4, 1, 5, 2)
+    else:
+        y = x.reshape(n, c // (b * b), b, b, h, w).permute(0, 1, 4, 2, 5, 3)
+    return [y.reshape(n, c // (b * b), h * b, w * b)]
+
+
+def _space_to_depth(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
+    x, b = _t(ins[0]), int(at["blocksize"])
+    n, c, h, w = x.shape
+    order = (
+        (0, 3, 5, 1, 2, 4) if _text(at, "mode", "DCR") == "DCR" else (0, 1, 3, 5, 2, 4)
+    )  # blocks outside the channels, or inside
+    return [x.reshape(n, c, h // b, b, w // b, b).permute(*order).reshape(n, c * b * b, h // b, w // b)]
+
+
+def _center_crop_pad(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
+    """Each listed axis cropped (the larger half of an odd excess dropped at the end) or zero-padded (the larger
+    half added at the end) to its new size, around the centre."""
+    x = _t(ins[0])
+    sizes = _ints(ins[1], "shape")
+    axes = [_axis(a, x.ndim) for a in at.get("axes", range(x.ndim))]
+    for a, want in zip(axes, sizes):
+        have = x.shape[a]
+        if want < have:
+            x = _span(x, a, (have - want) // 2, (have - want) // 2 + want)
+        elif want > have:
+            x = x.pad(tuple(((want - have) // 2, want - have - (want - have) // 2) if i == a else None for i in range(x.ndim)))
+    return [x]
+
+
+def _reverse_sequence(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
+    """Each batch entry's first seq_lens[b] time steps reversed, the rest kept: a gather by known positions."""
+    x, lens = _t(ins[0]), _ints(ins[1], "sequence_lens")
+    t_axis, b_axis = at.get("time_axis", 0), at.get("batch_axis", 1)
+    steps = x.shape[t_axis]
+    rows = [
+        _take(_span(x, b_axis, b, b + 1), np.r_[np.arange(n)[::-1], np.arange(n, steps)], t_axis) for b, n in enumerate(lens)
+    ]
+    return [rows[0].cat(*rows[1:], dim=b_axis) if len(rows) > 1 else rows[0]]
+
+
+def _upsample(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
+    """The deprecated Upsample: Resize with the asymmetric coordinates and the floor of nearest."""
+    scales = at["scales"] if "scales" in at else _known(ins[1], "scales")
+    attrs = {**at, "coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"}
+    return _resize([ins[0], None, np.asarray(scales, np.float32)], attrs, max(opset, 11))
+
+
 def _pad(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
     x = _t(ins[0])
     mode = _text(at, "mode", "constant")
-    if mode != "constant":
-        raise _NotSupportedError(f"Pad mode {mode!r} (only 'constant')")
+    if mode not in ("constant", "edge", "reflect", "wrap"):
+        raise _NotSupportedError(f"Pad mode {mode!r}")
     pads = _ints(ins[1], "pads") if opset >= 11 else list(at["pads"])
     fill = ins[2] if len(ins) > 2 else None
     value = (
@@ -682,6 +795,10 @@ def _pad(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
     if any(lo < 0 or hi < 0 for lo, hi in widths):  # negative pads crop
         x = x.shrink(tuple((max(0, -lo), x.shape[i] - max(0, -hi)) for i, (lo, hi) in enumerate(widths)))
         widths = [(max(0, lo), max(0, hi)) for lo, hi in widths]
+    if mode != "constant":
+        for a, (lo, hi) in enumerate(widths):
+            x = _pad_from_values(x, a, lo, hi, mode) if lo or hi else x
+        return [x]
     out = x.pad(tuple(widths), value=value)
     if isinstance(fill, Tensor):  # a padding value computed at run time: filled in where the mask says padding
         inside = Tensor.ones(*x.shape, dtype="bool").pad(tuple(widths), value=False)
@@ -935,7 +1052,7 @@ def _lpnorm(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
     if p not in (1, 2):
         raise _NotSupportedError(f"p={p} (1 or 2)")
     norm = x.abs().sum(a, keepdim=True) if p == 1 else (x * x).sum(a, keepdim=True).sqrt()
-    return [x / norm]
+    return [(norm == 0).where(0.0, x / norm)]  # an all-zero slice stays zero
 
 
 def _nll(logp: Tensor, target: Value, weight: Value, at: dict[str, Any]) -> Tensor:
@@ -1161,6 +1278,8 @@ OPS: dict[str, Callable[..., list[Value]]] = {
     "Mish": _unary(lambda x: x * (x.exp() + 1.0).log().tanh()),
     "IsNaN": _unary(lambda x: x != x),
     "LeakyRelu": _leaky,
+    "ThresholdedRelu": lambda ins, at, opset: [(_t(ins[0]) > at.get("alpha", 1.0)).where(_t(ins[0]), 0.0)],
+    "Swish": lambda ins, at, opset: [_t(ins[0]) * (at.get("alpha", 1.0) * _t(ins[0])).sigmoid()],
     "Elu": _elu,
     "Selu": _selu,
     "HardSigmoid": _hard_sigmoid,
@@ -1193,6 +1312,11 @@ OPS: dict[str, Callable[..., list[Value]]] = {
     "Range": _range,
     "Pad": _pad,
     "Resize": _resize,
+    "Upsample": _upsample,
+    "DepthToSpace": _depth_to_space,
+    "SpaceToDepth": _space_to_depth,
+    "CenterCropPad": _center_crop_pad,
+    "ReverseSequence": _reverse_sequence,
     "Trilu": _trilu,
     # reductions
     "ReduceSum": _reduce("sum"),
