@@ -293,6 +293,138 @@ class Tensor(TensorNN, TensorMath, TensorSelect):
         rng = _rng(seed, "Tensor.randn")
         return Tensor(rng.standard_normal(shp, dtype=np.float32), dtype or dtypes.default_float)
 
+    @staticmethod
+    def linspace(start: Scalar, stop: Scalar, steps: int, dtype: DType | str | None = None) -> Tensor:
+        """`steps` evenly spaced values from `start` to `stop` inclusive, float32 by default. Computed in float64 (as
+        numpy), the last value exactly `stop`; an int dtype truncates toward zero (a cast, as tinygrad's)."""
+        from egraph_compiler.tensor_nn import _finite_number, _fits_values
+
+        lo, hi = _finite_number(start, "Tensor.linspace start"), _finite_number(stop, "Tensor.linspace stop")
+        (n,) = _check_materialized(_check_shape((steps,), "Tensor.linspace steps"), "Tensor.linspace")
+        dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
+        if dt.is_bool or dt is dtypes.index:
+            raise DTypeError(at="Tensor.linspace", why=f"linspace with dtype {dt.name}", suggestion="use a float or int dtype")
+        vals = np.full(1, lo) if n == 1 else lo + np.arange(n, dtype=np.float64) * ((hi - lo) / (n - 1))
+        if n > 1:
+            vals[-1] = hi
+        return Tensor(_fits_values(np.trunc(vals) if dt.is_int else vals, dt, "Tensor.linspace"), dt)
+
+    @staticmethod
+    def uniform(
+        *shape: Any, low: Scalar = 0.0, high: Scalar = 1.0, dtype: DType | str | None = None, seed: int | None = None
+    ) -> Tensor:
+        """Uniform values in [low, high) (low < high), float32 by default; an int dtype with int bounds draws
+        integers (as randint). A value that rounds to `high` in the dtype becomes the dtype's largest value below it."""
+        from egraph_compiler.tensor_nn import _finite_number, _uniform_values
+
+        shp = _check_materialized(_check_shape(_argfix(shape, "Tensor.uniform"), "Tensor.uniform"), "Tensor.uniform")
+        lo, hi = _finite_number(low, "Tensor.uniform low"), _finite_number(high, "Tensor.uniform high")
+        if not lo < hi:
+            raise InvalidArgument(
+                at="Tensor.uniform", why=f"needs low < high, got low={low}, high={high}", suggestion="swap or widen the range"
+            )
+        dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
+        if not dt.is_float:
+            if dt.is_int and all(isinstance(v, (int, np.integer)) for v in (low, high)):
+                return Tensor.randint(*shp, low=int(low), high=int(high), dtype=dt, seed=seed)
+            raise DTypeError(
+                at="Tensor.uniform",
+                why=f"dtype {dt.name} with low={low!r}, high={high!r}",
+                suggestion="use a float dtype, or integer bounds with an int dtype (Tensor.randint)",
+            )
+        return Tensor(_uniform_values(_rng(seed, "Tensor.uniform").random(shp), lo, hi, dt, "Tensor.uniform"), dt)
+
+    @staticmethod
+    def normal(
+        *shape: Any, mean: Scalar = 0.0, std: Scalar = 1.0, dtype: DType | str | None = None, seed: int | None = None
+    ) -> Tensor:
+        """Normal values with the given mean and standard deviation (std >= 0), float32 by default."""
+        from egraph_compiler.tensor_nn import _finite_number, _fits_values
+
+        shp = _check_materialized(_check_shape(_argfix(shape, "Tensor.normal"), "Tensor.normal"), "Tensor.normal")
+        mu, sigma = _finite_number(mean, "Tensor.normal mean"), _finite_number(std, "Tensor.normal std")
+        if sigma < 0:
+            raise InvalidArgument(at="Tensor.normal", why=f"std={std} is negative", suggestion="use std >= 0")
+        dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
+        if not dt.is_float:
+            raise DTypeError(at="Tensor.normal", why=f"normal makes floats, not {dt.name}", suggestion="use a float dtype")
+        vals = mu + sigma * _rng(seed, "Tensor.normal").standard_normal(shp)
+        return Tensor(_fits_values(vals, dt, "Tensor.normal"), dt)
+
+    @staticmethod
+    def randint(
+        *shape: Any, low: int = 0, high: int = 10, dtype: DType | str = dtypes.int32, seed: int | None = None
+    ) -> Tensor:
+        """Uniform integers in [low, high) (low < high), int32 by default."""
+        shp = _check_materialized(_check_shape(_argfix(shape, "Tensor.randint"), "Tensor.randint"), "Tensor.randint")
+        lo, hi = _as_int(low, "Tensor.randint low"), _as_int(high, "Tensor.randint high")
+        dt = to_dtype(dtype)
+        if not dt.is_int or dt is dtypes.index:
+            raise DTypeError(at="Tensor.randint", why=f"dtype {dt.name} is not an integer dtype", suggestion="use int32")
+        if not lo < hi:
+            raise InvalidArgument(at="Tensor.randint", why=f"needs low < high, got low={lo}, high={hi}", suggestion="swap them")
+        _checked_int_dtype(lo, hi - 1, dt, "Tensor.randint")
+        vals = _rng(seed, "Tensor.randint").integers(lo, hi, shp, dtype=np.uint64 if hi - 1 >= 1 << 63 else np.int64)
+        return Tensor(np.asarray(vals).astype(dt.np), dt)
+
+    @staticmethod
+    def scaled_uniform(*shape: Any, dtype: DType | str | None = None, seed: int | None = None) -> Tensor:
+        """Uniform in [-b, b) with b = prod(shape) ** -0.5."""
+        shp = _check_shape(_argfix(shape, "Tensor.scaled_uniform"), "Tensor.scaled_uniform")
+        b = math.prod(shp) ** -0.5
+        return Tensor.uniform(*shp, low=-b, high=b, dtype=dtype, seed=seed)
+
+    @staticmethod
+    def glorot_uniform(*shape: Any, dtype: DType | str | None = None, seed: int | None = None) -> Tensor:
+        """Uniform in [-b, b) with b = sqrt(6 / (shape[0] + prod(shape[1:]))) (Glorot / Xavier)."""
+        from egraph_compiler.tensor_nn import _fan_shape
+
+        shp = _fan_shape(shape, "Tensor.glorot_uniform")
+        b = (6 / (shp[0] + math.prod(shp[1:]))) ** 0.5
+        return Tensor.uniform(*shp, low=-b, high=b, dtype=dtype, seed=seed)
+
+    @staticmethod
+    def kaiming_uniform(*shape: Any, a: float = 0.01, dtype: DType | str | None = None, seed: int | None = None) -> Tensor:
+        """Uniform in [-b, b) with b = sqrt(6 / (1 + a**2) / prod(shape[1:])) (torch's kaiming_uniform_, slope a)."""
+        from egraph_compiler.tensor_nn import _fan_shape, _finite_number
+
+        shp = _fan_shape(shape, "Tensor.kaiming_uniform")
+        b = (6 / (1 + _finite_number(a, "Tensor.kaiming_uniform a") ** 2) / math.prod(shp[1:])) ** 0.5
+        return Tensor.uniform(*shp, low=-b, high=b, dtype=dtype, seed=seed)
+
+    @staticmethod
+    def kaiming_normal(*shape: Any, a: float = 0.01, dtype: DType | str | None = None, seed: int | None = None) -> Tensor:
+        """Normal with std sqrt(2 / (1 + a**2) / prod(shape[1:])) (torch's kaiming_normal_, slope a)."""
+        from egraph_compiler.tensor_nn import _fan_shape, _finite_number
+
+        shp = _fan_shape(shape, "Tensor.kaiming_normal")
+        std = (2 / (1 + _finite_number(a, "Tensor.kaiming_normal a") ** 2) / math.prod(shp[1:])) ** 0.5
+        return Tensor.normal(*shp, mean=0.0, std=std, dtype=dtype, seed=seed)
+
+    @staticmethod
+    def randperm(n: int, dtype: DType | str = dtypes.int32, seed: int | None = None) -> Tensor:
+        """A random permutation of 0 .. n-1 (int32 by default)."""
+        from egraph_compiler.tensor_nn import _fits_values
+
+        (m,) = _check_materialized(_check_shape((n,), "Tensor.randperm"), "Tensor.randperm")
+        dt = to_dtype(dtype)
+        if dt.is_bool or dt is dtypes.index:
+            raise DTypeError(at="Tensor.randperm", why=f"a permutation as {dt.name}", suggestion="use int32 or int64")
+        perm = _rng(seed, "Tensor.randperm").permutation(m)
+        return Tensor(_fits_values(perm, dt, "Tensor.randperm"), dt)
+
+    def rand_like(self, dtype: DType | str | None = None, seed: int | None = None) -> Tensor:
+        """Uniform [0, 1) values of this shape, in this dtype (a float) unless `dtype` is given."""
+        return Tensor.rand(*self.shape, dtype=dtype if dtype is not None else self.dtype, seed=seed)
+
+    def randn_like(self, dtype: DType | str | None = None, seed: int | None = None) -> Tensor:
+        """Standard normal values of this shape, in this dtype (a float) unless `dtype` is given."""
+        return Tensor.normal(*self.shape, dtype=dtype if dtype is not None else self.dtype, seed=seed)
+
+    def empty_like(self, dtype: DType | str | None = None, name: str | None = None) -> Tensor:
+        """A placeholder input of this shape (and this dtype unless `dtype` is given), named `name` or afresh."""
+        return Tensor.empty(self.shape, dtype=dtype if dtype is not None else self.dtype, name=name)
+
     # ---- properties ----------------------------------------------------------------------------
 
     @property

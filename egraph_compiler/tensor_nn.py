@@ -8,9 +8,13 @@ sum, gather and scatter_add by one-hot masks). Mixed into `Tensor`.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from egraph_compiler.diagnostics import DTypeError, InvalidArgument, ShapeMismatch
+import numpy as np
+
+from egraph_compiler.diagnostics import AxisError, DTypeError, InvalidArgument, ShapeMismatch
+from egraph_compiler.dtypes import DType, bf16_round, dtypes
 
 if TYPE_CHECKING:
     from egraph_compiler.tensor import Tensor
@@ -87,6 +91,156 @@ def _check_matrix(t: Tensor, what: str) -> None:
         raise ShapeMismatch(
             at=what, why=f"{what} needs at least 2 dims, got shape {t.shape}", suggestion="use a (..., rows, cols) tensor"
         )
+
+
+# ---- creation helpers (Tensor.uniform, normal, linspace, ... in tensor.py) ---------------------------------
+
+
+def _finite_number(v: Any, what: str) -> float:
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
+        raise InvalidArgument(at=what, why=f"{v!r} is not a number", suggestion="pass a finite int or float")
+    try:
+        f = float(v)
+    except OverflowError:
+        f = math.inf
+    if not math.isfinite(f):
+        raise InvalidArgument(at=what, why=f"{v!r} is not finite", suggestion="pass a finite int or float")
+    return f
+
+
+def _fan_shape(shape: tuple[Any, ...], what: str) -> tuple[int, ...]:
+    """A weight shape for fan-based initialisers: positive sizes, at least 2 dims (fan-in is prod(shape[1:]))."""
+    from egraph_compiler.tensor import _argfix, _check_shape
+
+    shp = _check_shape(_argfix(shape, what), what)
+    if len(shp) < 2:
+        raise ShapeMismatch(
+            at=what, why=f"shape {shp} has no fan-in (needs at least 2 dims)", suggestion="use (fan_out, fan_in, ...)"
+        )
+    return shp
+
+
+def _as_dtype_value(x: float, dt: DType) -> float:
+    """x rounded to the nearest value of float dtype dt (inf beyond its range)."""
+    with np.errstate(over="ignore"):
+        if dt is dtypes.bfloat16:
+            return float(bf16_round(np.float32(x)).reshape(()))
+        return float(dt.np.type(x))
+
+
+def _dtype_step(c: float, dt: DType, up: bool) -> float:
+    """The next value of float dtype dt after c, upwards or downwards."""
+    if dt is not dtypes.bfloat16:
+        return float(np.nextafter(dt.np.type(c), dt.np.type(math.inf if up else -math.inf)))
+    if c == 0:
+        return 2.0**-133 if up else -(2.0**-133)  # the smallest bfloat16 subnormal
+    bits = int(np.float32(c).view(np.uint32))
+    bits += 0x10000 if (c > 0) == up else -0x10000  # bfloat16 is float32's upper half
+    return float(np.uint32(bits).view(np.float32))
+
+
+def _fits_values(vals: np.ndarray, dt: DType, what: str) -> np.ndarray:
+    """`vals` (float64 or int) as the array a Tensor of dtype dt is built from; a value the dtype cannot hold
+    (out of its range, or an integer a float rounds) is a diagnostic, not a wrapped or rounded number."""
+    if dt.is_int:
+        lo, hi = int(vals.min()), int(vals.max())
+        if lo < dt.min or hi > dt.max:
+            raise DTypeError(at=what, why=f"values {lo}..{hi} do not fit {dt.name}", suggestion="use a wider dtype")
+        return vals.astype(dt.np)
+    with np.errstate(over="ignore"):
+        out = vals.astype(np.float32 if dt is dtypes.bfloat16 else dt.np)
+    rounded = bf16_round(out) if dt is dtypes.bfloat16 else out
+    if not np.isfinite(rounded).all():
+        raise DTypeError(at=what, why=f"values beyond the range of {dt.name}", suggestion="use a wider float dtype")
+    if vals.dtype.kind in "iu" and not np.array_equal(rounded.astype(np.float64), vals):
+        raise DTypeError(at=what, why=f"integers {vals.min()}..{vals.max()} are not exact in {dt.name}", suggestion="use int32")
+    return out
+
+
+def _uniform_values(u: np.ndarray, lo: float, hi: float, dt: DType, what: str) -> np.ndarray:
+    """lo + (hi - lo) * u for u in [0, 1), kept inside [lo, hi) after rounding to float dtype dt."""
+    top, bot = _as_dtype_value(hi, dt), _as_dtype_value(lo, dt)
+    if not (math.isfinite(top) and math.isfinite(bot)):
+        raise DTypeError(at=what, why=f"[{lo}, {hi}) is beyond the range of {dt.name}", suggestion="use a wider dtype")
+    while top >= hi:
+        top = _dtype_step(top, dt, up=False)
+    while bot < lo:
+        bot = _dtype_step(bot, dt, up=True)
+    if bot > top:
+        raise InvalidArgument(
+            at=what, why=f"no {dt.name} value lies in [{lo}, {hi})", suggestion="widen the range or use a wider dtype"
+        )
+    out = _fits_values(lo + (hi - lo) * u, dt, what)
+    if dt is dtypes.bfloat16:
+        out = bf16_round(out)
+    return np.clip(out, out.dtype.type(bot), out.dtype.type(top))
+
+
+# ---- shared checks of the layers' functional forms ----------------------------------------------------------
+
+_REDUCTIONS = ("none", "sum", "mean")
+
+
+def _check_reduction(reduction: Any, what: str) -> str:
+    if reduction not in _REDUCTIONS:
+        raise InvalidArgument(at=what, why=f"reduction={reduction!r}", suggestion="use 'none', 'sum' or 'mean'")
+    return str(reduction)
+
+
+def _reduce_loss(loss: Tensor, reduction: str) -> Tensor:
+    return loss if reduction == "none" else loss.sum() if reduction == "sum" else loss.mean()
+
+
+def _check_tensor(x: Any, what: str, name: str) -> Tensor:
+    from egraph_compiler.tensor import Tensor
+
+    if not isinstance(x, Tensor):
+        raise InvalidArgument(at=what, why=f"{name} is a {type(x).__name__}, not a Tensor", suggestion=f"wrap {name} in Tensor")
+    return x
+
+
+def _check_labels(y: Any, shape: tuple[int, ...], what: str) -> Tensor:
+    """Integer class labels of the given shape."""
+    t = _check_tensor(y, what, "the target")
+    if not t.dtype.is_int:
+        raise DTypeError(at=what, why=f"class labels of dtype {t.dtype.name}", suggestion="pass integer labels (int32)")
+    if t.shape != shape:
+        raise ShapeMismatch(at=what, why=f"labels of shape {t.shape}, expected {shape}", suggestion="one label per sample")
+    return t
+
+
+def _smoothing(label_smoothing: Any, what: str) -> float:
+    ls = _finite_number(label_smoothing, f"{what} label_smoothing")
+    if not 0.0 <= ls <= 1.0:
+        raise InvalidArgument(at=what, why=f"label_smoothing={label_smoothing} is outside [0, 1]", suggestion="use 0 to 1")
+    return ls
+
+
+def _one_hot_at(y: Tensor, n: int, dim: int) -> Tensor:
+    """Integer labels y -> a bool one-hot mask with a new axis of n classes at position `dim` of the result."""
+    hot = y.unsqueeze(-1)._one_hot(n)  # y.shape + (n,)
+    d = dim % hot.ndim
+    order = list(range(y.ndim))
+    order.insert(d, y.ndim)
+    return hot.permute(order) if order != list(range(hot.ndim)) else hot
+
+
+def _logsigmoid(x: Tensor) -> Tensor:
+    """log(sigmoid(x)) = min(x, 0) - log(1 + exp(-|x|)): no overflow for large |x|."""
+    return x.minimum(0) - (1 + (-x.abs()).exp()).log()
+
+
+def _ints(x: Any, n: int, what: str) -> tuple[int, ...]:
+    """An int (repeated) or a sequence of n ints."""
+    if isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_)):
+        return (int(x),) * n
+    if (
+        isinstance(x, (tuple, list))
+        and len(x) == n
+        and all(isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) for v in x)
+    ):
+        return tuple(int(v) for v in x)
+    raise InvalidArgument(at=what, why=f"{x!r} is not an int or {n} ints", suggestion=f"pass an int or a tuple of {n} ints")
 
 
 class TensorNN:
@@ -302,7 +456,9 @@ class TensorNN:
         """(..., 1) integer tensor -> (..., n) bool mask: mask[..., k] = (self == k)."""
         from egraph_compiler.tensor import Tensor
 
-        return self == Tensor.arange(n, dtype=self.dtype)
+        # an index dtype too narrow for n-1 (uint8 and 300 classes) compares as int64: arange must not wrap
+        idx = self if self.dtype.is_int and n - 1 <= self.dtype.max else self.cast(dtypes.int64)
+        return idx == Tensor.arange(n, dtype=idx.dtype)
 
     def gather(self: Tensor, dim: int, index: Tensor) -> Tensor:  # type: ignore[misc]
         """out[..., i, ...] = self[..., index[..., i, ...], ...] along `dim` (torch/tinygrad semantics)."""
@@ -365,3 +521,348 @@ class TensorNN:
         r, c = self.shape[-2], self.shape[-1]
         keep = Tensor.arange(r).reshape(r, 1) + diagonal <= Tensor.arange(c).reshape(1, c)
         return keep.where(self, 0)
+
+    # ---- layers' functional forms ---------------------------------------------------------------
+
+    def linear(self: Tensor, weight: Tensor, bias: Tensor | None = None, dtype: DType | str | None = None) -> Tensor:  # type: ignore[misc]
+        """self @ weight + bias, with tinygrad's weight layout (in_features, out_features); a 1-d weight scales
+        elementwise. `dtype`: cast all three first."""
+        w = _check_tensor(weight, "linear", "weight")
+        b = None if bias is None else _check_tensor(bias, "linear", "bias")
+        if dtype is not None:
+            return self.cast(dtype).linear(w.cast(dtype), None if b is None else b.cast(dtype))
+        if w.ndim == 1:
+            out = self * w
+        else:
+            if self.ndim == 0 or self.shape[-1] != w.shape[-2]:
+                raise ShapeMismatch(
+                    at="linear",
+                    why=f"input {self.shape} does not match weight {w.shape} (in_features, out_features)",
+                    suggestion="the input's last axis must equal the weight's first (transpose a torch weight)",
+                )
+            out = self.matmul(w)
+        return out if b is None else out + b
+
+    def batchnorm(  # type: ignore[misc]
+        self: Tensor,
+        weight: Tensor | None,
+        bias: Tensor | None,
+        mean: Tensor,
+        invstd: Tensor,
+        axis: int | tuple[int, ...] = 1,
+    ) -> Tensor:
+        """(self - mean) * weight * invstd + bias, the statistics along `axis` (the channels, 1 by default) and
+        broadcast over the other axes; an `invstd` of another rank than len(axis) is broadcast as it is."""
+        axes_in = axis if isinstance(axis, (tuple, list)) else (axis,)
+        axes = tuple(self._resolve_axis(a, what="batchnorm axis") for a in axes_in)
+        if len(set(axes)) != len(axes):
+            raise AxisError(at="batchnorm", why=f"repeated axis in {axis}", suggestion="list each axis once")
+        shape = tuple(s if i in axes else 1 for i, s in enumerate(self.shape))
+        stats = tuple(self.shape[a] for a in sorted(axes))
+
+        def fit(t: Tensor | None, name: str) -> Tensor | None:
+            if t is None:
+                return None
+            _check_tensor(t, "batchnorm", name)
+            if t.numel() != math.prod(shape):
+                raise ShapeMismatch(
+                    at="batchnorm",
+                    why=f"{name} has shape {t.shape}, the input {self.shape} has {stats} along axis {axis}",
+                    suggestion=f"pass one value per channel: shape {stats}",
+                )
+            return t.reshape(shape)
+
+        if mean is None or invstd is None:
+            raise InvalidArgument(at="batchnorm", why="mean and invstd are required", suggestion="pass both statistics")
+        _check_tensor(invstd, "batchnorm", "invstd")
+        x = self - fit(mean, "mean")
+        w = fit(weight, "weight")
+        if w is not None:
+            x = x * w
+        out = x * (fit(invstd, "invstd") if invstd.ndim == len(axes) else invstd)
+        b = fit(bias, "bias")
+        return out if b is None else out + b
+
+    def dropout(self: Tensor, p: float = 0.5) -> Tensor:  # type: ignore[misc]
+        """Inference only: the identity (p is checked to lie in [0, 1]). tinygrad drops values only under its
+        TRAINING context variable; this compiler builds inference graphs and has no training mode."""
+        q = _finite_number(p, "dropout p")
+        if not 0.0 <= q <= 1.0:
+            raise InvalidArgument(at="dropout", why=f"p={p} is outside [0, 1]", suggestion="use a probability in [0, 1]")
+        return self
+
+    # ---- losses --------------------------------------------------------------------------------
+
+    def cross_entropy(  # type: ignore[misc]
+        self: Tensor,
+        Y: Tensor,  # noqa: N803 - tinygrad's name
+        reduction: str = "mean",
+        label_smoothing: float = 0.0,
+    ) -> Tensor:
+        """Softmax cross entropy of logits `self` (classes on axis 1, or 0 for a 1-d input) against integer labels
+        (the input's shape without the class axis) or class probabilities (the input's shape)."""
+        red, ls = _check_reduction(reduction, "cross_entropy"), _smoothing(label_smoothing, "cross_entropy")
+        y = _check_tensor(Y, "cross_entropy", "Y")
+        if self.ndim == 0:
+            raise ShapeMismatch(at="cross_entropy", why="0-d logits", suggestion="pass (N, C, ...) or (C,) logits")
+        cdim = 0 if self.ndim == 1 else 1
+        n = self.shape[cdim]
+        x = self._float()
+        if y.shape == self.shape:
+            probs = y.cast(x.dtype)
+        else:
+            probs = _one_hot_at(_check_labels(y, self.shape[:cdim] + self.shape[cdim + 1 :], "cross_entropy"), n, cdim)
+            probs = probs.cast(x.dtype)
+        if ls:
+            probs = (1 - ls) * probs + ls / n
+        return _reduce_loss(-(x.log_softmax(cdim) * probs).sum(cdim), red)
+
+    def sparse_categorical_crossentropy(  # type: ignore[misc]
+        self: Tensor,
+        Y: Tensor,  # noqa: N803 - tinygrad's name
+        ignore_index: int = -1,
+        label_smoothing: float = 0.0,
+        reduction: str = "mean",
+        *,
+        loss_mask: Tensor | None = None,
+    ) -> Tensor:
+        """Softmax cross entropy of logits `self` (classes on the LAST axis) against integer labels of shape
+        self.shape[:-1]. Labels equal to `ignore_index` (unless it is -1, tinygrad's "none") and, an extension of
+        tinygrad's signature, positions where the bool `loss_mask` is False count neither in the loss nor in the mean."""
+        from egraph_compiler.tensor import Tensor
+
+        red = _check_reduction(reduction, "sparse_categorical_crossentropy")
+        ls = _smoothing(label_smoothing, "sparse_categorical_crossentropy")
+        if self.ndim == 0:
+            raise ShapeMismatch(at="sparse_categorical_crossentropy", why="0-d logits", suggestion="pass (..., C) logits")
+        y = _check_labels(Y, self.shape[:-1], "sparse_categorical_crossentropy")
+        if not isinstance(ignore_index, (int, np.integer)) or isinstance(ignore_index, (bool, np.bool_)):
+            raise InvalidArgument(
+                at="sparse_categorical_crossentropy", why=f"ignore_index={ignore_index!r}", suggestion="pass an int"
+            )
+        mask = (y != int(ignore_index)) if ignore_index != -1 else Tensor.full(y.shape, True)
+        if loss_mask is not None:
+            m = _check_tensor(loss_mask, "sparse_categorical_crossentropy", "loss_mask")
+            if m.shape != y.shape:
+                raise ShapeMismatch(
+                    at="sparse_categorical_crossentropy",
+                    why=f"loss_mask of shape {m.shape}, labels of shape {y.shape}",
+                    suggestion="one mask value per label",
+                )
+            mask = mask & m.cast(dtypes.bool)
+        logp = self.log_softmax(-1)
+        picked = (_one_hot_at(y, self.shape[-1], -1) & mask.unsqueeze(-1)).where(logp, 0).sum(-1)
+        loss = -((1 - ls) * picked + ls * mask.where(logp.mean(-1), 0))
+        return loss.sum() / mask.sum().cast(loss.dtype) if red == "mean" else _reduce_loss(loss, red)
+
+    def binary_crossentropy(self: Tensor, Y: Tensor, reduction: str = "mean") -> Tensor:  # type: ignore[misc]  # noqa: N803
+        """-(Y log p + (1 - Y) log(1 - p)) of probabilities p = self."""
+        red = _check_reduction(reduction, "binary_crossentropy")
+        y = _check_tensor(Y, "binary_crossentropy", "Y")
+        p = self._float()
+        return _reduce_loss(-y * p.log() - (1 - y) * (1 - p).log(), red)
+
+    def binary_crossentropy_logits(  # type: ignore[misc]
+        self: Tensor,
+        Y: Tensor,  # noqa: N803 - tinygrad's name
+        reduction: str = "mean",
+        pos_weight: Tensor | None = None,
+    ) -> Tensor:
+        """binary_crossentropy of sigmoid(self), computed stably from the logits; `pos_weight` scales the positive
+        term (as torch's BCEWithLogitsLoss)."""
+        red = _check_reduction(reduction, "binary_crossentropy_logits")
+        y = _check_tensor(Y, "binary_crossentropy_logits", "Y")
+        x = self._float()
+        pos = y * _logsigmoid(x)
+        if pos_weight is not None:
+            pos = _check_tensor(pos_weight, "binary_crossentropy_logits", "pos_weight") * pos
+        return _reduce_loss(-(pos + (1 - y) * _logsigmoid(-x)), red)
+
+    def nll_loss(  # type: ignore[misc]
+        self: Tensor,
+        Y: Tensor,  # noqa: N803 - tinygrad's name
+        weight: Tensor | None = None,
+        ignore_index: int | None = None,
+        reduction: str = "mean",
+    ) -> Tensor:
+        """Negative log likelihood of log-probabilities `self` (N, C, d...) at integer labels Y (N, d...); `weight`
+        (C,) weighs each class, and "mean" divides by the summed weights of the labels not ignored."""
+        red = _check_reduction(reduction, "nll_loss")
+        if self.ndim < 2:
+            raise ShapeMismatch(
+                at="nll_loss", why=f"log-probabilities of shape {self.shape}", suggestion="pass (N, C, ...): unsqueeze(0)"
+            )
+        y = _check_labels(Y, self.shape[:1] + self.shape[2:], "nll_loss")
+        x = self._float()
+        picked = x.gather(1, y.unsqueeze(1)).squeeze(1)
+        if weight is None:
+            w = picked.ones_like()
+        else:
+            wt = _check_tensor(weight, "nll_loss", "weight")
+            if wt.shape != (self.shape[1],):
+                raise ShapeMismatch(
+                    at="nll_loss", why=f"weight of shape {wt.shape}", suggestion=f"one weight per class: ({self.shape[1]},)"
+                )
+            w = wt.cast(x.dtype).gather(0, y.flatten()).reshape(y.shape)
+        if ignore_index is not None:
+            if not isinstance(ignore_index, (int, np.integer)) or isinstance(ignore_index, (bool, np.bool_)):
+                raise InvalidArgument(at="nll_loss", why=f"ignore_index={ignore_index!r}", suggestion="pass an int or None")
+            w = (y != int(ignore_index)).where(w, 0)
+        loss = -picked * w
+        return loss.sum() / w.sum() if red == "mean" else _reduce_loss(loss, red)
+
+    # ---- transposed convolution, resampling, unpooling -----------------------------------------
+
+    def conv_transpose2d(  # type: ignore[misc]
+        self: Tensor,
+        weight: Tensor,
+        bias: Tensor | None = None,
+        groups: int = 1,
+        stride: Any = 1,
+        dilation: Any = 1,
+        padding: Any = 0,
+        output_padding: Any = 0,
+    ) -> Tensor:
+        """The transpose of conv2d (tinygrad's argument order): NCHW input, (Cin, Cout/groups, kh, kw) weight. The
+        input is spread by the stride (zeros between its pixels) and padded by dilation*(k-1) - padding (plus
+        output_padding after), then convolved with the flipped, transposed weight. padding: an int, (h, w), or
+        torch's (left, right, top, bottom)."""
+        w = _check_tensor(weight, "conv_transpose2d", "weight")
+        if self.ndim != 4 or w.ndim != 4:
+            raise ShapeMismatch(
+                at="conv_transpose2d",
+                why=f"expects 4-d input and weight, got {self.shape} and {w.shape}",
+                suggestion="use NCHW input and a (Cin, Cout/groups, kh, kw) weight",
+            )
+        if not isinstance(groups, (int, np.integer)) or isinstance(groups, (bool, np.bool_)) or groups <= 0:
+            raise InvalidArgument(at="conv_transpose2d", why=f"groups={groups!r}", suggestion="groups is a positive int")
+        g = int(groups)
+        (sh, sw), (dh, dw) = _pair(stride, "conv_transpose2d stride"), _pair(dilation, "conv_transpose2d dilation")
+        oph, opw = _pair(output_padding, "conv_transpose2d output_padding")
+        pt, pb, pl, pr = _pads(padding, "conv_transpose2d padding")
+        if min(sh, sw, dh, dw) <= 0 or min(pt, pb, pl, pr, oph, opw) < 0:
+            raise InvalidArgument(
+                at="conv_transpose2d",
+                why="stride and dilation must be positive, padding and output_padding non-negative",
+                suggestion="check stride, dilation, padding and output_padding",
+            )
+        n, cin, h, wd = self.shape
+        cin_w, cout_g, kh, kw = w.shape
+        if cin != cin_w or cin % g:
+            raise ShapeMismatch(
+                at="conv_transpose2d",
+                why=f"input channels {cin} != weight's {cin_w} (or not divisible by groups {g})",
+                suggestion="the weight is (Cin, Cout/groups, kh, kw)",
+            )
+        if bias is not None and _check_tensor(bias, "conv_transpose2d", "bias").shape != (cout_g * g,):
+            raise ShapeMismatch(
+                at="conv_transpose2d", why=f"bias shape {bias.shape} != ({cout_g * g},)", suggestion="one bias per channel"
+            )
+        ho = (h - 1) * sh - pt - pb + dh * (kh - 1) + oph + 1
+        wo = (wd - 1) * sw - pl - pr + dw * (kw - 1) + opw + 1
+        if ho <= 0 or wo <= 0:
+            raise ShapeMismatch(
+                at="conv_transpose2d", why=f"the output would be {ho}x{wo}", suggestion="use less padding or a larger input"
+            )
+        x = self
+        if sh > 1 or sw > 1:  # stride-1 zeros after each pixel, the trailing ones cut
+            x = x.reshape(n, cin, h, 1, wd, 1).pad(((0, 0), (0, 0), (0, 0), (0, sh - 1), (0, 0), (0, sw - 1)))
+            x = x.reshape(n, cin, h * sh, wd * sw).shrink((None, None, (0, (h - 1) * sh + 1), (0, (wd - 1) * sw + 1)))
+        eh, ew = dh * (kh - 1), dw * (kw - 1)
+        x = x.pad(((0, 0), (0, 0), (eh - pt, eh - pb + oph), (ew - pl, ew - pr + opw)))  # negative: cut
+        wt = w.reshape(g, cin // g, cout_g, kh, kw).transpose(1, 2).flip(3, 4).reshape(g * cout_g, cin // g, kh, kw)
+        return x.conv2d(wt, bias, stride=1, padding=0, dilation=(dh, dw), groups=g)
+
+    def interpolate(self: Tensor, size: Sequence[int], mode: str = "linear", align_corners: bool = False) -> Tensor:  # type: ignore[misc]
+        """Resample the last len(size) axes to `size` (any leading batch axes): "linear" (bilinear, trilinear, ...
+        by the size's length), "nearest" or "nearest-exact", as tinygrad and torch (half-pixel centres unless
+        `align_corners`); the result keeps the input's dtype."""
+        from egraph_compiler.tensor import Tensor
+
+        if not isinstance(size, (tuple, list)) or not 0 < len(size) <= self.ndim:
+            raise InvalidArgument(
+                at="interpolate",
+                why=f"size={size!r} for an input of shape {self.shape}",
+                suggestion="pass a tuple of output sizes for the last axes",
+            )
+        sizes = _ints(tuple(size), len(size), "interpolate size")
+        if min(sizes) <= 0:
+            raise InvalidArgument(at="interpolate", why=f"size={size!r}", suggestion="output sizes must be positive")
+        if mode not in ("linear", "nearest", "nearest-exact"):
+            raise InvalidArgument(
+                at="interpolate", why=f"mode={mode!r}", suggestion="use 'linear', 'nearest' or 'nearest-exact'"
+            )
+        if not isinstance(align_corners, (bool, np.bool_)) or (align_corners and mode != "linear"):
+            raise InvalidArgument(
+                at="interpolate",
+                why=f"align_corners={align_corners!r} with mode {mode!r}",
+                suggestion="align_corners is a bool, and True only with mode='linear'",
+            )
+        x, cur = self, list(self.shape)
+        for k in range(1, len(sizes) + 1):
+            ax, out, n = self.ndim - k, sizes[-k], self.shape[-k]
+            cur[ax] = out
+            view = [out if i == ax else 1 for i in range(self.ndim)]
+
+            def index(v: np.ndarray, cur: list[int] = cur, view: list[int] = view) -> Tensor:
+                return Tensor(v.astype(np.int32)).reshape(view).expand(cur)
+
+            if mode == "linear":
+                arr = np.arange(out, dtype=np.int64)
+                if align_corners:
+                    num, den = arr * (n - 1), max(out - 1, 1)
+                else:
+                    num, den = (2 * arr + 1) * n - out, 2 * out
+                num = np.clip(num, 0, (n - 1) * den)
+                frac = Tensor((num % den).astype(np.float32) / np.float32(den)).reshape(view)
+                lo, hi = x.gather(ax, index(num // den)), x.gather(ax, index(-(-num // den)))
+                x = lo + (hi - lo) * frac
+            else:
+                pos = np.arange(out, dtype=np.float32) + (np.float32(0.5) if mode == "nearest-exact" else np.float32(0))
+                x = x.gather(ax, index(np.minimum((np.float32(n / out) * pos).astype(np.int64), n - 1)))
+        return x.cast(self.dtype)
+
+    def max_unpool2d(  # type: ignore[misc]
+        self: Tensor,
+        indices: Tensor,
+        kernel_size: Any = (2, 2),
+        stride: Any = None,
+        dilation: Any = 1,
+        padding: Any = 0,
+        output_size: Sequence[int] | None = None,
+    ) -> Tensor:
+        """The partial inverse of max_pool2d: each value of self (N, C, H, W) lands at its flat index (into the
+        output's H*W plane) from `indices`, zeros elsewhere; an index that several windows share (overlapping
+        windows) holds the value once, as torch's (tinygrad 0.14 adds the copies up). The output plane is
+        `output_size` (its last 2 entries) or what the pooling's kernel, stride, dilation and padding imply."""
+        ix = _check_tensor(indices, "max_unpool2d", "indices")
+        if self.ndim != 4:
+            raise ShapeMismatch(at="max_unpool2d", why=f"expects a 4-d NCHW input, got {self.shape}", suggestion="use NCHW")
+        if not ix.dtype.is_int:
+            raise DTypeError(at="max_unpool2d", why=f"indices of dtype {ix.dtype.name}", suggestion="pass integer indices")
+        if ix.shape != self.shape:
+            raise ShapeMismatch(
+                at="max_unpool2d", why=f"indices {ix.shape} != input {self.shape}", suggestion="use max_pool2d's indices"
+            )
+        n, c, h, w = self.shape
+        if output_size is None:
+            (kh, kw), (dh, dw) = _pair(kernel_size, "max_unpool2d kernel_size"), _pair(dilation, "max_unpool2d dilation")
+            sh, sw = _pair(stride if stride is not None else kernel_size, "max_unpool2d stride")
+            pt, pb, pl, pr = _pads(padding, "max_unpool2d padding")
+            oh, ow = (h - 1) * sh - (pt + pb) + dh * (kh - 1) + 1, (w - 1) * sw - (pl + pr) + dw * (kw - 1) + 1
+        else:
+            if not isinstance(output_size, (tuple, list)) or len(output_size) < 2:
+                raise InvalidArgument(
+                    at="max_unpool2d", why=f"output_size={output_size!r}", suggestion="pass (H, W) or (N, C, H, W)"
+                )
+            oh, ow = _ints(tuple(output_size[-2:]), 2, "max_unpool2d output_size")
+        if oh <= 0 or ow <= 0:
+            raise ShapeMismatch(at="max_unpool2d", why=f"the output would be {oh}x{ow}", suggestion="check the pooling")
+        hot = ix.reshape(n, c, h * w, 1)._one_hot(oh * ow)  # (n, c, h*w, oh*ow)
+        vals = self.reshape(n, c, h * w, 1)
+        if self.dtype.is_bool:
+            return (hot & vals).sum(2).reshape(n, c, oh, ow) > 0
+        # an index named by several (overlapping) windows holds its value once, as torch's (tinygrad 0.14 sums them)
+        fill = -math.inf if self.dtype.is_float else self.dtype.min
+        picked = hot.where(vals, fill).max(2)
+        return (hot.sum(2) > 0).where(picked, 0).cast(self.dtype).reshape(n, c, oh, ow)
