@@ -535,15 +535,81 @@ def _gather_elements(ins: list[Value], at: dict[str, Any], opset: int) -> list[V
     return [x.gather(a, (idx < 0).where(idx + x.shape[a], idx))]
 
 
-def _cumsum(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
-    x = _t(ins[0])
-    a = _axis(_ints(ins[1], "axis")[0], x.ndim)
-    if at.get("reverse", 0):
-        x = x.flip(a)
-    out = x.cumsum(a)
-    if at.get("exclusive", 0):
-        out = out - x
-    return [out.flip(a) if at.get("reverse", 0) else out]
+def _scan(kind: str) -> Callable[..., list[Value]]:
+    """CumSum / CumProd: `exclusive` shifts the input by one step first (the identity comes in), `reverse` runs
+    from the end."""
+
+    def op(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
+        x = _t(ins[0])
+        a = _axis(_ints(ins[1], "axis")[0], x.ndim)
+        if at.get("reverse", 0):
+            x = x.flip(a)
+        if at.get("exclusive", 0):
+            n = x.shape[a]
+            x = x.pad(tuple((1, 0) if i == a else None for i in range(x.ndim)), value=0 if kind == "sum" else 1)
+            x = _span(x, a, 0, n)
+        out = x.cumsum(a) if kind == "sum" else x.cumprod(a)
+        return [out.flip(a) if at.get("reverse", 0) else out]
+
+    return op
+
+
+def _topk(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
+    x, k = _t(ins[0]), _ints(ins[1], "K")[0]
+    values, indices = x.topk(k, dim=at.get("axis", -1), largest=bool(at.get("largest", 1)))
+    return [values, indices.cast("int64")]
+
+
+def _wrapped(index: Tensor, n: int) -> Tensor:
+    """Indices in [-n, n) as positions: a negative one counts from the end."""
+    return (index < 0).where(index + n, index)
+
+
+def _scatter_elements(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
+    x, index, updates = _t(ins[0]), _t(ins[1]), _t(ins[2])
+    a = _axis(at.get("axis", 0), x.ndim)
+    reduction = _text(at, "reduction", "none")
+    index = _wrapped(index, x.shape[a])
+    if reduction == "none":
+        return [x.scatter(a, index, updates)]
+    how = {"add": "sum", "mul": "prod", "max": "amax", "min": "amin"}.get(reduction)
+    if how is None:
+        raise _NotSupportedError(f"reduction {reduction!r}")
+    return [x.scatter_reduce(a, index, updates, how)]
+
+
+def _scatter_nd(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
+    """Rows of the data's first k axes (k = the indices' last axis) replaced or reduced: the k indices become one
+    position in those axes flattened, and the rows are scattered along it."""
+    x, index, updates = _t(ins[0]), _t(ins[1]), _t(ins[2])
+    k = index.shape[-1]
+    lead, rest = x.shape[:k], x.shape[k:]
+    flat = None
+    for j in range(k):
+        part = _wrapped(index[..., j], lead[j]) * math.prod(lead[j + 1 :])
+        flat = part if flat is None else flat + part
+    assert flat is not None
+    m = math.prod(index.shape[:-1])
+    rows = updates.reshape(m, *rest)
+    where = flat.reshape(m, *([1] * len(rest))).expand(m, *rest)
+    table = x.reshape(math.prod(lead), *rest)
+    reduction = _text(at, "reduction", "none")
+    if reduction == "none":
+        out = table.scatter(0, where, rows)
+    elif reduction in ("add", "mul", "max", "min"):
+        out = table.scatter_reduce(0, where, rows, {"add": "sum", "mul": "prod", "max": "amax", "min": "amin"}[reduction])
+    else:
+        raise _NotSupportedError(f"reduction {reduction!r}")
+    return [out.reshape(*x.shape)]
+
+
+def _one_hot_op(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
+    index, depth = _t(ins[0]), int(np.asarray(_known(ins[1], "depth")).reshape(-1)[0])
+    off_on = _t(ins[2])
+    hot = _wrapped(index.cast("int32") if index.dtype.is_float else index, depth).one_hot(depth)
+    out = (hot != 0).where(off_on[1], off_on[0])
+    a = _axis(at.get("axis", -1), out.ndim)
+    return [out if a == out.ndim - 1 else out.permute(*range(a), out.ndim - 1, *range(a, out.ndim - 1))]
 
 
 def _expand(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
@@ -1302,7 +1368,14 @@ OPS: dict[str, Callable[..., list[Value]]] = {
     "Slice": _slice,
     "Gather": _gather,
     "GatherElements": _gather_elements,
-    "CumSum": _cumsum,
+    "CumSum": _scan("sum"),
+    "CumProd": _scan("prod"),
+    "TopK": _topk,
+    "ScatterElements": _scatter_elements,
+    "Scatter": _scatter_elements,
+    "ScatterND": _scatter_nd,
+    "OneHot": _one_hot_op,
+    "Einsum": lambda ins, at, opset: [Tensor.einsum(_text(at, "equation", ""), *[_t(v) for v in ins])],
     "Expand": _expand,
     "Tile": _tile,
     "Shape": _shape_op,

@@ -263,6 +263,13 @@ class Tensor(TensorNN, TensorMath, TensorSelect):
                 suggestion="choose start/stop/step so that at least one value results",
             )
         _check_materialized((n,), "Tensor.arange")
+        last = start + (n - 1) * step
+        if dt.is_int and not (_int_fits(math.floor(min(start, last)), dt) and _int_fits(math.ceil(max(start, last)), dt)):
+            raise DTypeError(
+                at="Tensor.arange",
+                why=f"arange({start}, {stop}, {step}) runs past the range of {dt.name} (its values would wrap)",
+                suggestion="use a wider integer dtype",
+            )
         return Tensor(
             (start + np.arange(n, dtype=np.float64) * step).astype(dt.np if dt is not dtypes.bfloat16 else np.float32), dt
         )
@@ -291,7 +298,10 @@ class Tensor(TensorNN, TensorMath, TensorSelect):
     def randn(*shape: Any, dtype: DType | str | None = None, seed: int | None = None) -> Tensor:
         shp = _check_materialized(_check_shape(_argfix(shape, "Tensor.randn"), "Tensor.randn"), "Tensor.randn")
         rng = _rng(seed, "Tensor.randn")
-        return Tensor(rng.standard_normal(shp, dtype=np.float32), dtype or dtypes.default_float)
+        dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
+        if not dt.is_float:
+            raise DTypeError(at="Tensor.randn", why=f"randn makes floats, not {dt.name}", suggestion="use a float dtype")
+        return Tensor(rng.standard_normal(shp, dtype=np.float32), dt)
 
     @staticmethod
     def linspace(start: Scalar, stop: Scalar, steps: int, dtype: DType | str | None = None) -> Tensor:
@@ -652,11 +662,9 @@ class Tensor(TensorNN, TensorMath, TensorSelect):
 
     def where(self, x: Any, y: Any) -> Tensor:
         cond = self if self.dtype.is_bool else self.cast(dtypes.bool)
-        xt, yt = cond._to_tensor(x, "where"), cond._to_tensor(y, "where")
-        if not isinstance(x, Tensor) and isinstance(y, Tensor):
-            xt = y._to_tensor(x, "where")
-        if not isinstance(y, Tensor) and isinstance(x, Tensor):
-            yt = x._to_tensor(y, "where")
+        # a python scalar takes the other branch's dtype when that one is a Tensor (NEP 50), else its own default
+        xt = x if isinstance(x, Tensor) else (y if isinstance(y, Tensor) else cond)._to_tensor(x, "where")
+        yt = y if isinstance(y, Tensor) else (x if isinstance(x, Tensor) else cond)._to_tensor(y, "where")
         dt = promote(xt.dtype, yt.dtype)
         c, a, b = Tensor._broadcast(cond, xt.cast(dt), yt.cast(dt), at="Tensor.where")
         return Tensor(UOp.build(Ops.WHERE, (c.uop, a.uop, b.uop)))
@@ -1178,7 +1186,8 @@ class Tensor(TensorNN, TensorMath, TensorSelect):
         x = self._float()
         n = math.prod(self.shape[a] for a in self._axes(axis))
         d = x - x.mean(axis, keepdim=True)
-        return (d * d).sum(axis, keepdim) * (1.0 / max(n - correction, 1))
+        # as numpy and tinygrad: no degrees of freedom left divides by zero (NaN, or inf), never by a made-up 1
+        return (d * d).sum(axis, keepdim) / float(max(n - correction, 0))
 
     def std(self, axis: Any = None, keepdim: bool = False, correction: int = 1) -> Tensor:
         return self.var(axis, keepdim, correction).sqrt()

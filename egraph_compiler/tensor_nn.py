@@ -306,12 +306,13 @@ class TensorNN:
         self: Tensor,
         weight: Tensor,
         bias: Tensor | None = None,
-        stride: Any = 1,  # type: ignore[misc]
-        padding: Any = 0,
+        groups: int = 1,  # type: ignore[misc]
+        stride: Any = 1,
         dilation: Any = 1,
-        groups: int = 1,
+        padding: Any = 0,
     ) -> Tensor:
-        """NCHW input, (Cout, Cin/groups, kh, kw) weight; built from pad + movement + mul + reduce."""
+        """NCHW input, (Cout, Cin/groups, kh, kw) weight; built from pad + movement + mul + reduce. The arguments in
+        tinygrad's order (groups, stride, dilation, padding)."""
         from egraph_compiler.tensor import Tensor
 
         if not isinstance(weight, Tensor) or (bias is not None and not isinstance(bias, Tensor)):
