@@ -25,6 +25,10 @@ class DType:
     def __repr__(self) -> str:
         return f"dtypes.{self.name}"
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # unpickled (the disk cache) as the one instance of its name: the backends compare dtypes by identity
+        return (to_dtype, (self.name,))
+
     @cached_property
     def np(self) -> np.dtype:
         return np.dtype(self.np_name)

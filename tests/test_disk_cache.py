@@ -95,6 +95,27 @@ def test_a_loaded_program_and_its_loaded_machine_code_compute_numpys_values() ->
     assert "define" in prog.backend.optimized_ir(prog.kernels[0], prog)  # the optimized IR is kept beside it
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "int8", "bool"])
+def test_a_loaded_program_of_narrow_dtypes_computes_what_a_fresh_one_does(dtype: str) -> None:
+    """Unpickled dtypes are the very instances the backends compare with `is` (a loaded float16 program failed to
+    compile: its dtypes were copies)."""
+    import pickle
+
+    from egraph_compiler.dtypes import ALL_DTYPES
+
+    assert all(pickle.loads(pickle.dumps(d)) is d for d in ALL_DTYPES)
+    x = Tensor.empty(6, dtype=dtype, name="x")
+    graph = lambda: ((x.cast("float32") < 0.5).where(x.cast("float32"), 1.0).cast(dtype), x)  # noqa: E731
+    value = (np.arange(6) % 2 == 0) if dtype == "bool" else np.array([7.5, -7.5, 0.25, 3, -1, 0.5])
+    value = value.astype(np.float32 if dtype == "bfloat16" else dtype)  # bfloat16 inputs come as float32 values
+    want = optimize(list(graph()), target="llvm")(x=value)[0]
+    compile_cache.clear()
+    llvm.clear_cache()
+    prog = optimize(list(graph()), target="llvm")
+    assert any("disk cache" in n for n in prog.report.notes)
+    np.testing.assert_array_equal(np.asarray(prog(x=value)[0], np.float32), np.asarray(want, np.float32))
+
+
 def test_processes_share_one_cache_folder(tmp_path: Path) -> None:
     """Four processes at once, two graphs between them: every result right, every entry whole."""
     env = {**os.environ, "EGC_CACHE_DIR": str(tmp_path), "EGC_DISK_CACHE": "1"}
