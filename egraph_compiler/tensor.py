@@ -216,7 +216,19 @@ class Tensor(TensorNN, TensorMath, TensorSelect):
                 at="Tensor.full", why=f"fill value {fill_value!r} is not a scalar", suggestion="pass a bool, int or float"
             )
         v = _py_scalar(fill_value)
-        c = Tensor(UOp.const(v, to_dtype(dtype) if dtype is not None else default_dtype_for(v)))
+        dt = to_dtype(dtype) if dtype is not None else default_dtype_for(v)
+        exact = (
+            not dt.is_int
+            or (isinstance(v, (bool, int)) and _int_fits(int(v), dt))
+            or (float(v).is_integer() and _int_fits(int(v), dt))
+        )
+        if not exact:  # as numpy: a value the dtype cannot hold is an error, not a wrap or a truncation
+            raise DTypeError(
+                at="Tensor.full",
+                why=f"{fill_value!r} is not a {dt.name} value",
+                suggestion=f"use a value in [{dt.min}, {dt.max}] without a fraction, or another dtype",
+            )
+        c = Tensor(UOp.const(v, dt))
         return c.reshape((1,) * len(shp)).expand(shp)
 
     @staticmethod

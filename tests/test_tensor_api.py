@@ -529,3 +529,46 @@ def test_numpy_functions_compute_the_tensor() -> None:
     assert np.asarray(t, dtype=np.float64).dtype == np.float64
     with pytest.raises(MissingInput):
         np.asarray(Tensor.empty(3, name="x"))
+
+
+def test_values_a_dtype_cannot_hold_are_refused_not_wrapped() -> None:
+    """full, arange and where's scalars keep numpy's rule: a value outside the dtype (or with a fraction, for
+    integers) is a diagnostic; values that fit are exact."""
+    from egraph_compiler.diagnostics import DTypeError
+
+    for bad in (
+        lambda: Tensor.full((2,), 300, "uint8"),
+        lambda: Tensor.full(2, 1.5, "int32"),
+        lambda: Tensor.full(2, -1, "uint8"),
+    ):
+        with pytest.raises(DTypeError):
+            bad()
+    check(run(Tensor.full((2,), 255, "uint8")), np.full(2, 255), dtype=np.uint8)
+    with pytest.raises(DTypeError, match="wrap"):
+        Tensor.arange(130, dtype="int8")
+    check(run(Tensor.arange(-128, 128, 5, dtype="int8")), np.arange(-128, 128, 5), dtype=np.int8)
+    with pytest.raises(DTypeError):
+        Tensor.randn(3, dtype="int32")
+    # a python scalar takes the other branch's dtype: int64's extremes fit
+    lo = np.iinfo(np.int64).min
+    check(run(Tensor([True, False]).where(Tensor(np.array([5, 6], np.int64)), lo)), np.array([5, lo]), dtype=np.int64)
+
+
+def test_var_with_no_degrees_of_freedom_left_is_nan_as_in_numpy() -> None:
+    with np.errstate(all="ignore"):
+        check(run(Tensor([1.0]).var()), np.var(np.float32([1.0]), ddof=1))
+        check(run(Tensor([1.0, 3.0]).var(correction=2)), np.var(np.float32([1.0, 3.0]), ddof=2))
+    check(run(Tensor([1.0, 2.0, 4.0]).var()), np.var([1.0, 2.0, 4.0], ddof=1))
+
+
+def test_conv2d_takes_tinygrads_positional_order() -> None:
+    """(weight, bias, groups, stride, dilation, padding), as tinygrad: conv2d(w, None, 2) groups by two."""
+    x, w = rand_array((1, 4, 5, 5), seed=70), rand_array((4, 2, 3, 3), seed=71)
+    grouped = run(Tensor(x).conv2d(Tensor(w), None, 2))
+    want = np.zeros((1, 4, 3, 3), np.float32)
+    for g in range(2):
+        for o in range(2 * g, 2 * g + 2):
+            for i in range(3):
+                for j in range(3):
+                    want[0, o, i, j] = (x[0, 2 * g : 2 * g + 2, i : i + 3, j : j + 3] * w[o]).sum()
+    check(grouped, want, rtol=1e-4, atol=1e-4)
