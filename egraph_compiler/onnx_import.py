@@ -218,7 +218,7 @@ def _t(v: Value) -> Tensor:
     a = np.asarray(v)
     if a.dtype.kind not in "biuf":
         raise _NotSupportedError(f"a {a.dtype} value")
-    return Tensor(np.ascontiguousarray(a))
+    return Tensor(a if a.flags.c_contiguous else np.ascontiguousarray(a))  # (ascontiguousarray makes 0-d 1-d)
 
 
 def _known(v: Value, what: str) -> np.ndarray:
@@ -272,15 +272,6 @@ def _unary(t_fn: Callable[[Tensor], Tensor], np_fn: Callable[[np.ndarray], Any] 
 
 
 # ---- elementwise -----------------------------------------------------------------------------------------
-
-
-def _erf(x: Tensor) -> Tensor:
-    """erf by Abramowitz and Stegun 7.1.26 (absolute error under 1.5e-7)."""
-    s = x.sign()
-    a = x.abs()
-    t = 1.0 / (1.0 + 0.3275911 * a)
-    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
-    return s * (1.0 - poly * (-(a * a)).exp())
 
 
 def _int_div(a: Tensor, b: Tensor) -> Tensor:
@@ -451,9 +442,11 @@ def _split(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
         n = at.get("num_outputs", n_out)
         each = -(-x.shape[a] // n)
         sizes = [min(each, x.shape[a] - i * each) for i in range(n)]
-    outs, start = [], 0
-    for s in sizes:
-        outs.append(x.shrink(tuple((start, start + s) if i == a else None for i in range(x.ndim))))
+    outs: list[Value] = []
+    start = 0
+    for s in sizes:  # an empty part has one value: known here
+        empty = np.zeros([0 if i == a else n for i, n in enumerate(x.shape)], NP.get(x.dtype.name, np.float32))
+        outs.append(x.shrink(tuple((start, start + s) if i == a else None for i in range(x.ndim))) if s else empty)
         start += s
     return outs
 
@@ -476,6 +469,9 @@ def _slice(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
         index[a] = slice(*slice(s, e, st).indices(x.shape[a]))
     if not isinstance(x, Tensor):
         return [np.asarray(x)[tuple(index)]]
+    shape = [len(range(*sl.indices(n))) for sl, n in zip(index, x.shape)]
+    if 0 in shape:  # an empty slice has one value: known here (a Concat drops it)
+        return [np.zeros(shape, NP.get(x.dtype.name, np.float32))]
     t = x
     for a, sl in enumerate(index):
         start, stop, st = sl.indices(t.shape[a]) if isinstance(sl, slice) else (0, t.shape[a], 1)
@@ -1228,28 +1224,12 @@ def _leaky(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
     return [_t(ins[0]).leaky_relu(at.get("alpha", 0.01))]
 
 
-def _elu(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
-    x, alpha = _t(ins[0]), at.get("alpha", 1.0)
-    return [(x > 0).where(x, (x.exp() - 1.0) * alpha)]
-
-
-def _selu(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
-    x = _t(ins[0])
-    alpha, gamma = at.get("alpha", 1.67326319217681884765625), at.get("gamma", 1.05070102214813232421875)
-    return [(x > 0).where(x * gamma, (x.exp() * alpha - alpha) * gamma)]
-
-
-def _hard_sigmoid(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
-    x = _t(ins[0])
-    return [(x * at.get("alpha", 0.2) + at.get("beta", 0.5)).clip(0.0, 1.0)]
-
-
 def _gelu(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
     x = _t(ins[0])
     approx = _text(at, "approximate", "none")
     if approx == "tanh":
         return [x.gelu()]
-    return [x * 0.5 * (1.0 + _erf(x * (1 / math.sqrt(2))))]
+    return [x * 0.5 * (1.0 + (x * (1 / math.sqrt(2))).erf())]
 
 
 def _prelu(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
@@ -1337,18 +1317,29 @@ OPS: dict[str, Callable[..., list[Value]]] = {
     "Cos": _unary(lambda x: x.cos(), np.cos),
     "Tan": _unary(lambda x: x.tan()),
     "Sign": _unary(lambda x: x.sign(), np.sign),
-    "Erf": _unary(_erf),
-    "Softplus": _unary(lambda x: (x.exp() + 1.0).log()),
-    "Softsign": _unary(lambda x: x / (x.abs() + 1.0)),
-    "HardSwish": _unary(lambda x: x * (x * (1 / 6) + 0.5).clip(0.0, 1.0)),
-    "Mish": _unary(lambda x: x * (x.exp() + 1.0).log().tanh()),
-    "IsNaN": _unary(lambda x: x != x),
+    "Erf": _unary(lambda x: x.erf()),
+    "Softplus": _unary(lambda x: x.softplus()),
+    "Softsign": _unary(lambda x: x.softsign()),
+    "HardSwish": _unary(lambda x: x.hardswish()),
+    "Mish": _unary(lambda x: x.mish()),
+    "IsNaN": _unary(lambda x: x.isnan()),
+    "IsInf": lambda ins, at, opset: [_t(ins[0]).isinf(bool(at.get("detect_positive", 1)), bool(at.get("detect_negative", 1)))],
+    "Round": _unary(lambda x: x.round(), np.round),
+    "Acos": _unary(lambda x: x.acos()),
+    "Acosh": _unary(lambda x: x.acosh()),
+    "Asin": _unary(lambda x: x.asin()),
+    "Asinh": _unary(lambda x: x.asinh()),
+    "Atan": _unary(lambda x: x.atan()),
+    "Atanh": _unary(lambda x: x.atanh()),
+    "Cosh": _unary(lambda x: x.cosh()),
+    "Sinh": _unary(lambda x: x.sinh()),
+    "Celu": lambda ins, at, opset: [_t(ins[0]).celu(at.get("alpha", 1.0))],
     "LeakyRelu": _leaky,
     "ThresholdedRelu": lambda ins, at, opset: [(_t(ins[0]) > at.get("alpha", 1.0)).where(_t(ins[0]), 0.0)],
     "Swish": lambda ins, at, opset: [_t(ins[0]) * (at.get("alpha", 1.0) * _t(ins[0])).sigmoid()],
-    "Elu": _elu,
-    "Selu": _selu,
-    "HardSigmoid": _hard_sigmoid,
+    "Elu": lambda ins, at, opset: [_t(ins[0]).elu(at.get("alpha", 1.0))],
+    "Selu": lambda ins, at, opset: [_t(ins[0]).selu(at.get("alpha", 1.6732632423543772), at.get("gamma", 1.0507009873554805))],
+    "HardSigmoid": lambda ins, at, opset: [_t(ins[0]).hardsigmoid(at.get("alpha", 0.2), at.get("beta", 0.5))],
     "Gelu": _gelu,
     "PRelu": _prelu,
     "Clip": _clip,
