@@ -23,40 +23,19 @@ from typing import Any
 import numpy as np
 
 from egraph_compiler.diagnostics import InvalidArgument, UnsupportedOp
+from egraph_compiler.onnx_values import (
+    NP,
+    NotSupportedError,
+    Value,
+    axis_of,
+    dtype_of,
+    ints,
+    known,
+    shape_of,
+    tensor_of,
+    text,
+)
 from egraph_compiler.tensor import Tensor
-
-Value = Any  # np.ndarray (known at import) or Tensor
-
-# TensorProto element types -> our dtype names
-DTYPES = {
-    1: "float32",
-    2: "uint8",
-    3: "int8",
-    4: "uint16",
-    5: "int16",
-    6: "int32",
-    7: "int64",
-    9: "bool",
-    10: "float16",
-    11: "float64",
-    12: "uint32",
-    13: "uint64",
-    16: "bfloat16",
-}
-NP = {
-    "float32": np.float32,
-    "uint8": np.uint8,
-    "int8": np.int8,
-    "uint16": np.uint16,
-    "int16": np.int16,
-    "int32": np.int32,
-    "int64": np.int64,
-    "bool": np.bool_,
-    "float16": np.float16,
-    "float64": np.float64,
-    "uint32": np.uint32,
-    "uint64": np.uint64,
-}
 
 
 @dataclass
@@ -69,10 +48,6 @@ class OnnxModel:
     output_names: list[str]
     opset: int
     notes: list[str] = field(default_factory=list)
-
-
-class _NotSupportedError(Exception):
-    """What a node lacks; from_onnx turns it into a diagnostic naming the node."""
 
 
 def from_onnx(model: Any, static: dict[str, Any] | None = None, shapes: dict[str, Any] | None = None) -> OnnxModel:
@@ -108,7 +83,7 @@ def from_onnx(model: Any, static: dict[str, Any] | None = None, shapes: dict[str
             env[vi.name] = np.asarray(static[vi.name])
             continue
         tt = vi.type.tensor_type
-        dt = _dtype(tt.elem_type, f"input {vi.name!r}")
+        dt = dtype_of(tt.elem_type, f"input {vi.name!r}")
         dims = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
         if shapes and vi.name in shapes:
             fixed = [int(d) for d in shapes[vi.name]]
@@ -144,7 +119,7 @@ def from_onnx(model: Any, static: dict[str, Any] | None = None, shapes: dict[str
         try:
             missing = [n for n in node.input if n not in env]
             if missing:
-                raise _NotSupportedError(f"input {missing[0]!r} is not produced by any earlier node")
+                raise NotSupportedError(f"input {missing[0]!r} is not produced by any earlier node")
             attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
             attrs["_outputs"] = len(node.output)
             ins = [env[n] for n in node.input]
@@ -152,7 +127,7 @@ def from_onnx(model: Any, static: dict[str, Any] | None = None, shapes: dict[str
                 outs = _fold_empty(node, ins, opset)  # a tensor without elements has no Tensor form
             else:
                 outs = fn(ins, attrs, opset)
-        except _NotSupportedError as e:
+        except NotSupportedError as e:
             raise UnsupportedOp(at=where, why=str(e), suggestion="see docs/ONNX.md for what each op supports") from None
         except (ValueError, TypeError, IndexError, KeyError) as e:  # malformed attributes or shapes
             raise InvalidArgument(
@@ -167,8 +142,8 @@ def from_onnx(model: Any, static: dict[str, Any] | None = None, shapes: dict[str
         if v is None:
             raise UnsupportedOp(at=f"output {vo.name!r}", why="no node produces it", suggestion="check the graph")
         try:
-            outputs.append(_t(v))
-        except _NotSupportedError as e:
+            outputs.append(tensor_of(v))
+        except NotSupportedError as e:
             raise UnsupportedOp(at=f"output {vo.name!r}", why=str(e), suggestion="see docs/ONNX.md") from None
         names.append(vo.name)
     return OnnxModel(inputs, outputs, names, opset)
@@ -196,55 +171,11 @@ def _fold_empty(node: Any, ins: list[Value], opset: int) -> list[Value]:
     try:
         got = ReferenceEvaluator(model).run(None, {n: np.asarray(v) for n, v in zip(names, ins) if n})
     except Exception as e:  # the reference's own refusal of these inputs
-        raise _NotSupportedError(f"folding it at import: {type(e).__name__}: {e}") from None
+        raise NotSupportedError(f"folding it at import: {type(e).__name__}: {e}") from None
     return [np.asarray(g) for g in got]
 
 
 # ---- values --------------------------------------------------------------------------------------------
-
-
-def _dtype(elem: int, what: str) -> str:
-    if elem not in DTYPES:
-        raise UnsupportedOp(
-            at=what, why=f"ONNX element type {elem} is not supported", suggestion="use a float, int or bool type"
-        )
-    return DTYPES[elem]
-
-
-def _t(v: Value) -> Tensor:
-    """A Tensor of a value (a known array becomes a data-backed tensor)."""
-    if isinstance(v, Tensor):
-        return v
-    a = np.asarray(v)
-    if a.dtype.kind not in "biuf":
-        raise _NotSupportedError(f"a {a.dtype} value")
-    return Tensor(a if a.flags.c_contiguous else np.ascontiguousarray(a))  # (ascontiguousarray makes 0-d 1-d)
-
-
-def _known(v: Value, what: str) -> np.ndarray:
-    if isinstance(v, Tensor):
-        raise _NotSupportedError(f"its {what} must be known at import (a constant or a static= input)")
-    return np.asarray(v)
-
-
-def _text(at: dict[str, Any], name: str, default: str) -> str:
-    """A string attribute (onnx gives bytes)."""
-    v = at.get(name, default)
-    return v.decode() if isinstance(v, bytes) else str(v)
-
-
-def _ints(v: Value, what: str) -> list[int]:
-    return [int(x) for x in _known(v, what).reshape(-1)]
-
-
-def _axis(a: int, ndim: int) -> int:
-    if not -max(ndim, 1) <= a < max(ndim, 1):
-        raise ValueError(f"axis {a} out of range for rank {ndim}")
-    return a % max(ndim, 1)
-
-
-def _shape(v: Value) -> tuple[int, ...]:
-    return tuple(v.shape)
 
 
 def _both(np_fn: Callable[..., Any], t_fn: Callable[..., Tensor]) -> Callable[..., list[Value]]:
@@ -254,7 +185,7 @@ def _both(np_fn: Callable[..., Any], t_fn: Callable[..., Tensor]) -> Callable[..
         if all(not isinstance(v, Tensor) for v in ins):
             with np.errstate(all="ignore"):
                 return [np.asarray(np_fn(*ins))]
-        return [t_fn(*[_t(v) for v in ins])]
+        return [t_fn(*[tensor_of(v) for v in ins])]
 
     return op
 
@@ -266,7 +197,7 @@ def _unary(t_fn: Callable[[Tensor], Tensor], np_fn: Callable[[np.ndarray], Any] 
         if np_fn is not None and not isinstance(ins[0], Tensor):
             with np.errstate(all="ignore"):
                 return [np.asarray(np_fn(np.asarray(ins[0]))).astype(np.asarray(ins[0]).dtype)]
-        return [t_fn(_t(ins[0]))]
+        return [t_fn(tensor_of(ins[0]))]
 
     return op
 
@@ -294,7 +225,7 @@ def _mod(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
     if not isinstance(ins[0], Tensor) and not isinstance(ins[1], Tensor):
         with np.errstate(all="ignore"):
             return [np.asarray((np.fmod if at.get("fmod", 0) else np.mod)(ins[0], ins[1]))]
-    a, b = _t(ins[0]), _t(ins[1])
+    a, b = tensor_of(ins[0]), tensor_of(ins[1])
     if a.dtype.is_int:
         return [a - _div(a, b) * b if at.get("fmod", 0) else a % b]
     # C fmod (the sign of the dividend), exact for an infinite divisor; the Python mod moves a remainder whose sign
@@ -317,54 +248,54 @@ def _variadic(
     def op(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
         if np_fn is not None and all(not isinstance(v, Tensor) for v in ins):
             return [np.asarray(functools.reduce(np_fn, [np.asarray(v) for v in ins]))]
-        out = _t(ins[0])
+        out = tensor_of(ins[0])
         for v in ins[1:]:
-            out = t_fn(out, _t(v))
+            out = t_fn(out, tensor_of(v))
         return [out / len(ins) if mean else out]
 
     return op
 
 
 def _clip(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
-    x = _t(ins[0])
+    x = tensor_of(ins[0])
     lo = ins[1] if len(ins) > 1 and ins[1] is not None else at.get("min")
     hi = ins[2] if len(ins) > 2 and ins[2] is not None else at.get("max")
     if lo is not None:
-        x = x.maximum(_t(np.asarray(lo, x.dtype.np)) if not isinstance(lo, Tensor) else lo)
+        x = x.maximum(tensor_of(np.asarray(lo, x.dtype.np)) if not isinstance(lo, Tensor) else lo)
     if hi is not None:
-        x = x.minimum(_t(np.asarray(hi, x.dtype.np)) if not isinstance(hi, Tensor) else hi)
+        x = x.minimum(tensor_of(np.asarray(hi, x.dtype.np)) if not isinstance(hi, Tensor) else hi)
     return [x]
 
 
 def _cast_to(v: Value, dt: str) -> Value:
     if not isinstance(v, Tensor) and dt != "bfloat16":
         return np.asarray(v).astype(NP[dt])
-    return _t(v).cast(dt)
+    return tensor_of(v).cast(dt)
 
 
 def _cast(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
-    return [_cast_to(ins[0], _dtype(at["to"], "Cast to"))]
+    return [_cast_to(ins[0], dtype_of(at["to"], "Cast to"))]
 
 
 def _bitcast(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
-    dt = _dtype(at["to"], "BitCast to")
+    dt = dtype_of(at["to"], "BitCast to")
     if not isinstance(ins[0], Tensor) and dt != "bfloat16":
         return [np.ascontiguousarray(ins[0]).view(NP[dt])]
-    return [_t(ins[0]).bitcast(dt)]
+    return [tensor_of(ins[0]).bitcast(dt)]
 
 
 def _cast_like(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
     like = ins[1]  # only its type is read: it may be an empty array
     dt = like.dtype.name if isinstance(like, Tensor) else np.asarray(like).dtype.name
     if dt not in NP and dt != "bfloat16":
-        raise _NotSupportedError(f"CastLike to {dt}")
+        raise NotSupportedError(f"CastLike to {dt}")
     return [_cast_to(ins[0], dt)]
 
 
 def _where(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
     if all(not isinstance(v, Tensor) for v in ins):
         return [np.where(*ins)]
-    c, a, b = (_t(v) for v in ins)
+    c, a, b = (tensor_of(v) for v in ins)
     return [c.cast("bool").where(a, b)]
 
 
@@ -372,12 +303,12 @@ def _where(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
 
 
 def _reshape(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
-    x, shape = ins[0], _ints(ins[1], "shape")
+    x, shape = ins[0], ints(ins[1], "shape")
     if not at.get("allowzero", 0):
         shape = [x.shape[i] if s == 0 else s for i, s in enumerate(shape)]
     if -1 in shape:
-        known = math.prod(s for s in shape if s != -1)
-        shape = [math.prod(x.shape) // known if s == -1 else s for s in shape]
+        rest = math.prod(s for s in shape if s != -1)
+        shape = [math.prod(x.shape) // rest if s == -1 else s for s in shape]
     return [np.reshape(x, shape) if not isinstance(x, Tensor) else x.reshape(*shape) if shape else x.reshape(())]
 
 
@@ -398,7 +329,7 @@ def _flatten(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
 
 def _axes_of(ins: list[Value], at: dict[str, Any], idx: int = 1) -> list[int] | None:
     if len(ins) > idx and ins[idx] is not None:
-        return _ints(ins[idx], "axes")
+        return ints(ins[idx], "axes")
     return list(at["axes"]) if "axes" in at else None
 
 
@@ -406,7 +337,7 @@ def _squeeze(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
     x = ins[0]
     axes = _axes_of(ins, at)
     nd = len(x.shape)
-    axes = [_axis(a, nd) for a in axes] if axes is not None else [i for i, s in enumerate(x.shape) if s == 1]
+    axes = [axis_of(a, nd) for a in axes] if axes is not None else [i for i, s in enumerate(x.shape) if s == 1]
     shape = [s for i, s in enumerate(x.shape) if i not in axes]
     return [np.reshape(x, shape) if not isinstance(x, Tensor) else x.reshape(*shape) if shape else x.reshape(())]
 
@@ -416,26 +347,26 @@ def _unsqueeze(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
     axes = _axes_of(ins, at) or []
     nd = len(x.shape) + len(axes)
     shape = list(x.shape)
-    for a in sorted(_axis(a, nd) for a in axes):
+    for a in sorted(axis_of(a, nd) for a in axes):
         shape.insert(a, 1)
     return [np.reshape(x, shape) if not isinstance(x, Tensor) else x.reshape(*shape)]
 
 
 def _concat(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
     vals = [v for v in ins if v is not None and math.prod(v.shape) > 0] or [ins[0]]
-    a = _axis(at["axis"], len(vals[0].shape))
+    a = axis_of(at["axis"], len(vals[0].shape))
     if all(not isinstance(v, Tensor) for v in vals):
         return [np.concatenate(vals, axis=a)]
-    ts = [_t(v) for v in vals]
+    ts = [tensor_of(v) for v in vals]
     return [ts[0].cat(*ts[1:], dim=a) if len(ts) > 1 else ts[0]]
 
 
 def _split(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
     n_out = at["_outputs"]
-    x = _t(ins[0])
-    a = _axis(at.get("axis", 0), x.ndim)
+    x = tensor_of(ins[0])
+    a = axis_of(at.get("axis", 0), x.ndim)
     if len(ins) > 1 and ins[1] is not None:
-        sizes = _ints(ins[1], "split")
+        sizes = ints(ins[1], "split")
     elif "split" in at:
         sizes = list(at["split"])
     else:
@@ -456,11 +387,11 @@ def _slice(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
     if opset < 10:
         starts, ends, axes, steps = list(at["starts"]), list(at["ends"]), at.get("axes"), None
     else:
-        starts, ends = _ints(ins[1], "starts"), _ints(ins[2], "ends")
-        axes = _ints(ins[3], "axes") if len(ins) > 3 and ins[3] is not None else None
-        steps = _ints(ins[4], "steps") if len(ins) > 4 and ins[4] is not None else None
+        starts, ends = ints(ins[1], "starts"), ints(ins[2], "ends")
+        axes = ints(ins[3], "axes") if len(ins) > 3 and ins[3] is not None else None
+        steps = ints(ins[4], "steps") if len(ins) > 4 and ins[4] is not None else None
     nd = len(x.shape)
-    axes = [_axis(a, nd) for a in (axes if axes is not None else range(len(starts)))]
+    axes = [axis_of(a, nd) for a in (axes if axes is not None else range(len(starts)))]
     steps = steps or [1] * len(axes)
     index: list[Any] = [slice(None)] * nd
     for a, s, e, st in zip(axes, starts, ends, steps):
@@ -504,12 +435,12 @@ def _take(t: Tensor, idx: np.ndarray, axis: int) -> Tensor:
 
 def _gather(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
     x, idx = ins
-    a = _axis(at.get("axis", 0), len(x.shape))
+    a = axis_of(at.get("axis", 0), len(x.shape))
     if not isinstance(x, Tensor) and not isinstance(idx, Tensor):
         return [np.take(x, np.asarray(idx), axis=a)]
     if not isinstance(idx, Tensor):
-        return [_take(_t(x), np.asarray(idx, np.int64), a)]
-    xt, it = _t(x), idx.cast("int32")
+        return [_take(tensor_of(x), np.asarray(idx, np.int64), a)]
+    xt, it = tensor_of(x), idx.cast("int32")
     n = xt.shape[a]
     it = (it < 0).where(it + n, it)
     # one-hot selection along the axis: out[..., i, ...] = sum_j x[..., j, ...] * (idx[i] == j)
@@ -525,8 +456,8 @@ def _gather(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
 
 
 def _gather_elements(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
-    x, idx = _t(ins[0]), _t(ins[1])
-    a = _axis(at.get("axis", 0), x.ndim)
+    x, idx = tensor_of(ins[0]), tensor_of(ins[1])
+    a = axis_of(at.get("axis", 0), x.ndim)
     idx = idx.cast("int32")
     return [x.gather(a, (idx < 0).where(idx + x.shape[a], idx))]
 
@@ -536,8 +467,8 @@ def _scan(kind: str) -> Callable[..., list[Value]]:
     from the end."""
 
     def op(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
-        x = _t(ins[0])
-        a = _axis(_ints(ins[1], "axis")[0], x.ndim)
+        x = tensor_of(ins[0])
+        a = axis_of(ints(ins[1], "axis")[0], x.ndim)
         if at.get("reverse", 0):
             x = x.flip(a)
         if at.get("exclusive", 0):
@@ -551,7 +482,7 @@ def _scan(kind: str) -> Callable[..., list[Value]]:
 
 
 def _topk(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
-    x, k = _t(ins[0]), _ints(ins[1], "K")[0]
+    x, k = tensor_of(ins[0]), ints(ins[1], "K")[0]
     values, indices = x.topk(k, dim=at.get("axis", -1), largest=bool(at.get("largest", 1)))
     return [values, indices.cast("int64")]
 
@@ -562,22 +493,22 @@ def _wrapped(index: Tensor, n: int) -> Tensor:
 
 
 def _scatter_elements(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
-    x, index, updates = _t(ins[0]), _t(ins[1]), _t(ins[2])
-    a = _axis(at.get("axis", 0), x.ndim)
-    reduction = _text(at, "reduction", "none")
+    x, index, updates = tensor_of(ins[0]), tensor_of(ins[1]), tensor_of(ins[2])
+    a = axis_of(at.get("axis", 0), x.ndim)
+    reduction = text(at, "reduction", "none")
     index = _wrapped(index, x.shape[a])
     if reduction == "none":
         return [x.scatter(a, index, updates)]
     how = {"add": "sum", "mul": "prod", "max": "amax", "min": "amin"}.get(reduction)
     if how is None:
-        raise _NotSupportedError(f"reduction {reduction!r}")
+        raise NotSupportedError(f"reduction {reduction!r}")
     return [x.scatter_reduce(a, index, updates, how)]
 
 
 def _scatter_nd(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
     """Rows of the data's first k axes (k = the indices' last axis) replaced or reduced: the k indices become one
     position in those axes flattened, and the rows are scattered along it."""
-    x, index, updates = _t(ins[0]), _t(ins[1]), _t(ins[2])
+    x, index, updates = tensor_of(ins[0]), tensor_of(ins[1]), tensor_of(ins[2])
     k = index.shape[-1]
     lead, rest = x.shape[:k], x.shape[k:]
     flat = None
@@ -589,27 +520,27 @@ def _scatter_nd(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]
     rows = updates.reshape(m, *rest)
     where = flat.reshape(m, *([1] * len(rest))).expand(m, *rest)
     table = x.reshape(math.prod(lead), *rest)
-    reduction = _text(at, "reduction", "none")
+    reduction = text(at, "reduction", "none")
     if reduction == "none":
         out = table.scatter(0, where, rows)
     elif reduction in ("add", "mul", "max", "min"):
         out = table.scatter_reduce(0, where, rows, {"add": "sum", "mul": "prod", "max": "amax", "min": "amin"}[reduction])
     else:
-        raise _NotSupportedError(f"reduction {reduction!r}")
+        raise NotSupportedError(f"reduction {reduction!r}")
     return [out.reshape(*x.shape)]
 
 
 def _one_hot_op(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
-    index, depth = _t(ins[0]), int(np.asarray(_known(ins[1], "depth")).reshape(-1)[0])
-    off_on = _t(ins[2])
+    index, depth = tensor_of(ins[0]), int(np.asarray(known(ins[1], "depth")).reshape(-1)[0])
+    off_on = tensor_of(ins[2])
     hot = _wrapped(index.cast("int32") if index.dtype.is_float else index, depth).one_hot(depth)
     out = (hot != 0).where(off_on[1], off_on[0])
-    a = _axis(at.get("axis", -1), out.ndim)
+    a = axis_of(at.get("axis", -1), out.ndim)
     return [out if a == out.ndim - 1 else out.permute(*range(a), out.ndim - 1, *range(a, out.ndim - 1))]
 
 
 def _expand(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
-    x, shape = ins[0], _ints(ins[1], "shape")
+    x, shape = ins[0], ints(ins[1], "shape")
     out = np.broadcast_shapes(tuple(x.shape), tuple(shape))
     if not isinstance(x, Tensor):
         return [np.broadcast_to(x, out).copy()]
@@ -618,7 +549,7 @@ def _expand(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
 
 
 def _tile(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
-    x, reps = _t(ins[0]), _ints(ins[1], "repeats")
+    x, reps = tensor_of(ins[0]), ints(ins[1], "repeats")
     return [x.repeat(*reps)]
 
 
@@ -635,19 +566,19 @@ def _constant(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
     for k, dt in (("value_float", np.float32), ("value_int", np.int64), ("value_floats", np.float32), ("value_ints", np.int64)):
         if k in at:
             return [np.asarray(at[k], dt)]
-    raise _NotSupportedError(f"Constant with {sorted(at)}")
+    raise NotSupportedError(f"Constant with {sorted(at)}")
 
 
 def _constant_of_shape(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
     from onnx import numpy_helper
 
-    shape = _ints(ins[0], "shape")
+    shape = ints(ins[0], "shape")
     v = numpy_helper.to_array(at["value"]).reshape(-1) if "value" in at else np.zeros(1, np.float32)
     return [np.full(shape, v[0], v.dtype)]
 
 
 def _range(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
-    s, e, d = (_known(v, "start, limit and delta") for v in ins)
+    s, e, d = (known(v, "start, limit and delta") for v in ins)
     return [np.arange(s, e, d, dtype=np.asarray(s).dtype)]
 
 
@@ -658,10 +589,10 @@ def _resize_coeffs(mode: str, at: dict[str, Any], ratio: float, scale: float) ->
     if mode == "nearest":
         if float(ratio).is_integer():
             return np.array([0.0, 1.0])
-        rule = _text(at, "nearest_mode", "round_prefer_floor")
+        rule = text(at, "nearest_mode", "round_prefer_floor")
         up = {"round_prefer_floor": ratio > 0.5, "round_prefer_ceil": ratio >= 0.5, "floor": False, "ceil": True}
         if rule not in up:
-            raise _NotSupportedError(f"nearest_mode {rule!r}")
+            raise NotSupportedError(f"nearest_mode {rule!r}")
         return np.array([0.0, 1.0]) if up[rule] else np.array([1.0, 0.0])
 
     def cubic(x: np.ndarray) -> np.ndarray:
@@ -683,7 +614,7 @@ def _resize_coeffs(mode: str, at: dict[str, Any], ratio: float, scale: float) ->
 
 def _resize_axis(n_in: int, n_out: int, scale: float, mode: str, at: dict[str, Any], roi: tuple[float, float] | None):
     """(weights (n_out, n_in), extrapolated rows or None) of one resized axis, per Resize's coordinate modes."""
-    how = _text(at, "coordinate_transformation_mode", "half_pixel")
+    how = text(at, "coordinate_transformation_mode", "half_pixel")
     y = np.arange(n_out, dtype=np.float64)
     width = scale * n_in
     outside = None
@@ -703,7 +634,7 @@ def _resize_axis(n_in: int, n_out: int, scale: float, mode: str, at: dict[str, A
     elif how == "half_pixel_symmetric":
         x = n_in / 2 * (1 - n_out / width) + (y + 0.5) / scale - 0.5
     else:
-        raise _NotSupportedError(f"coordinate_transformation_mode {how!r}")
+        raise NotSupportedError(f"coordinate_transformation_mode {how!r}")
     w = np.zeros((n_out, n_in))
     for j, xj in enumerate(x):
         left = math.floor(xj)
@@ -721,20 +652,20 @@ def _resize_axis(n_in: int, n_out: int, scale: float, mode: str, at: dict[str, A
 
 
 def _resize(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
-    x = _t(ins[0])
-    mode = _text(at, "mode", "nearest")
+    x = tensor_of(ins[0])
+    mode = text(at, "mode", "nearest")
     if mode not in ("nearest", "linear", "cubic"):
-        raise _NotSupportedError(f"mode {mode!r}")
-    axes = [_axis(a, x.ndim) for a in at.get("axes", range(x.ndim))]
-    known = [None if v is None or (not isinstance(v, Tensor) and np.size(v) == 0) else _known(v, "scales") for v in ins[1:4]]
-    roi_v, scales_v, sizes_v = (known + [None, None])[:3] if opset >= 11 else (None, known[0], None)
+        raise NotSupportedError(f"mode {mode!r}")
+    axes = [axis_of(a, x.ndim) for a in at.get("axes", range(x.ndim))]
+    given = [None if v is None or (not isinstance(v, Tensor) and np.size(v) == 0) else known(v, "scales") for v in ins[1:4]]
+    roi_v, scales_v, sizes_v = (given + [None, None])[:3] if opset >= 11 else (None, given[0], None)
     if scales_v is None and sizes_v is None:
-        raise _NotSupportedError("Resize without scales or sizes")
+        raise NotSupportedError("Resize without scales or sizes")
     n = len(axes)
     if sizes_v is not None:
         sizes = [int(v) for v in sizes_v]
         scales = [sizes[i] / x.shape[a] for i, a in enumerate(axes)]
-        policy = _text(at, "keep_aspect_ratio_policy", "stretch")
+        policy = text(at, "keep_aspect_ratio_policy", "stretch")
         if policy != "stretch":  # one scale for every axis, the smaller or the larger; sizes rounded half up
             one = min(scales) if policy == "not_larger" else max(scales)
             scales, sizes = [one] * n, [int(one * x.shape[a] + 0.5) for a in axes]
@@ -772,7 +703,7 @@ def _pad_from_values(x: Tensor, axis: int, lo: int, hi: int, mode: str) -> Tenso
     """x padded along `axis` with its own values: repeated edges, a reflection (the edge not repeated) or a wrap."""
     n = x.shape[axis]
     if (mode == "reflect" and (lo >= n or hi >= n)) or (mode == "wrap" and (lo > n or hi > n)):
-        raise _NotSupportedError(f"{mode} padding wider than the axis ({n})")
+        raise NotSupportedError(f"{mode} padding wider than the axis ({n})")
     if mode == "edge":
         left = _span(x, axis, 0, 1).expand(*[lo if i == axis else s for i, s in enumerate(x.shape)]) if lo else None
         right = _span(x, axis, n - 1, n).expand(*[hi if i == axis else s for i, s in enumerate(x.shape)]) if hi else None
@@ -787,9 +718,9 @@ def _pad_from_values(x: Tensor, axis: int, lo: int, hi: int, mode: str) -> Tenso
 
 
 def _depth_to_space(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
-    x, b = _t(ins[0]), int(at["blocksize"])
+    x, b = tensor_of(ins[0]), int(at["blocksize"])
     n, c, h, w = x.shape
-    if _text(at, "mode", "DCR") == "DCR":  # depth, column, row: the blocks outermost in the channels
+    if text(at, "mode", "DCR") == "DCR":  # depth, column, row: the blocks outermost in the channels
         y = x.reshape(n, b, b, c // (b * b), h, w).permute(0, 3, 4, 1, 5, 2)
     else:
         y = x.reshape(n, c // (b * b), b, b, h, w).permute(0, 1, 4, 2, 5, 3)
@@ -797,10 +728,10 @@ def _depth_to_space(ins: list[Value], at: dict[str, Any], opset: int) -> list[Va
 
 
 def _space_to_depth(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
-    x, b = _t(ins[0]), int(at["blocksize"])
+    x, b = tensor_of(ins[0]), int(at["blocksize"])
     n, c, h, w = x.shape
     order = (
-        (0, 3, 5, 1, 2, 4) if _text(at, "mode", "DCR") == "DCR" else (0, 1, 3, 5, 2, 4)
+        (0, 3, 5, 1, 2, 4) if text(at, "mode", "DCR") == "DCR" else (0, 1, 3, 5, 2, 4)
     )  # blocks outside the channels, or inside
     return [x.reshape(n, c, h // b, b, w // b, b).permute(*order).reshape(n, c * b * b, h // b, w // b)]
 
@@ -808,9 +739,9 @@ def _space_to_depth(ins: list[Value], at: dict[str, Any], opset: int) -> list[Va
 def _center_crop_pad(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
     """Each listed axis cropped (the larger half of an odd excess dropped at the end) or zero-padded (the larger
     half added at the end) to its new size, around the centre."""
-    x = _t(ins[0])
-    sizes = _ints(ins[1], "shape")
-    axes = [_axis(a, x.ndim) for a in at.get("axes", range(x.ndim))]
+    x = tensor_of(ins[0])
+    sizes = ints(ins[1], "shape")
+    axes = [axis_of(a, x.ndim) for a in at.get("axes", range(x.ndim))]
     for a, want in zip(axes, sizes):
         have = x.shape[a]
         if want < have:
@@ -822,7 +753,7 @@ def _center_crop_pad(ins: list[Value], at: dict[str, Any], opset: int) -> list[V
 
 def _reverse_sequence(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
     """Each batch entry's first seq_lens[b] time steps reversed, the rest kept: a gather by known positions."""
-    x, lens = _t(ins[0]), _ints(ins[1], "sequence_lens")
+    x, lens = tensor_of(ins[0]), ints(ins[1], "sequence_lens")
     t_axis, b_axis = at.get("time_axis", 0), at.get("batch_axis", 1)
     steps = x.shape[t_axis]
     rows = [
@@ -833,23 +764,23 @@ def _reverse_sequence(ins: list[Value], at: dict[str, Any], opset: int) -> list[
 
 def _upsample(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
     """The deprecated Upsample: Resize with the asymmetric coordinates and the floor of nearest."""
-    scales = at["scales"] if "scales" in at else _known(ins[1], "scales")
+    scales = at["scales"] if "scales" in at else known(ins[1], "scales")
     attrs = {**at, "coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"}
     return _resize([ins[0], None, np.asarray(scales, np.float32)], attrs, max(opset, 11))
 
 
 def _pad(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
-    x = _t(ins[0])
-    mode = _text(at, "mode", "constant")
+    x = tensor_of(ins[0])
+    mode = text(at, "mode", "constant")
     if mode not in ("constant", "edge", "reflect", "wrap"):
-        raise _NotSupportedError(f"Pad mode {mode!r}")
-    pads = _ints(ins[1], "pads") if opset >= 11 else list(at["pads"])
+        raise NotSupportedError(f"Pad mode {mode!r}")
+    pads = ints(ins[1], "pads") if opset >= 11 else list(at["pads"])
     fill = ins[2] if len(ins) > 2 else None
     value = (
         at.get("value", 0.0) if fill is None else 0.0 if isinstance(fill, Tensor) else float(np.asarray(fill).reshape(-1)[0])
     )
     nd = x.ndim
-    axes = [_axis(a, nd) for a in _ints(ins[3], "axes")] if len(ins) > 3 and ins[3] is not None else list(range(nd))
+    axes = [axis_of(a, nd) for a in ints(ins[3], "axes")] if len(ins) > 3 and ins[3] is not None else list(range(nd))
     k = len(axes)
     widths = [(0, 0)] * nd
     for j, a in enumerate(axes):
@@ -869,8 +800,8 @@ def _pad(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
 
 
 def _trilu(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
-    x = _t(ins[0])
-    k = _ints(ins[1], "k")[0] if len(ins) > 1 and ins[1] is not None else 0
+    x = tensor_of(ins[0])
+    k = ints(ins[1], "k")[0] if len(ins) > 1 and ins[1] is not None else 0
     return [x.triu(k) if at.get("upper", 1) else x.tril(k)]
 
 
@@ -879,13 +810,13 @@ def _trilu(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
 
 def _reduce(kind: str) -> Callable[..., list[Value]]:
     def op(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
-        x = _t(ins[0])
+        x = tensor_of(ins[0])
         axes = _axes_of(ins, at)
         if axes is None or (not axes and len(ins) > 1):
             if at.get("noop_with_empty_axes", 0):
                 return [x]
             axes = list(range(x.ndim))
-        axes = sorted({_axis(a, x.ndim) for a in axes})
+        axes = sorted({axis_of(a, x.ndim) for a in axes})
         keep = bool(at.get("keepdims", 1))
         ax = tuple(axes)
         if x.ndim == 0:
@@ -913,7 +844,7 @@ def _reduce(kind: str) -> Callable[..., list[Value]]:
             out = (x - m).exp().sum(ax, keepdim=True).log() + m
             out = out if keep else out.reshape(*[s for i, s in enumerate(out.shape) if i not in axes])
         else:  # pragma: no cover
-            raise _NotSupportedError(kind)
+            raise NotSupportedError(kind)
         return [out.cast(x.dtype) if out.dtype != x.dtype and x.dtype.is_int else out]
 
     return op
@@ -933,8 +864,8 @@ def _position(hit: Tensor, a: int, last: bool, keep: bool) -> Tensor:
 
 def _arg(kind: str) -> Callable[..., list[Value]]:
     def op(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
-        x = _t(ins[0])
-        a = _axis(at.get("axis", 0), x.ndim)
+        x = tensor_of(ins[0])
+        a = axis_of(at.get("axis", 0), x.ndim)
         keep = bool(at.get("keepdims", 1))
         best = x.max(a, keepdim=True) if kind == "max" else x.min(a, keepdim=True)
         return [_position(x == best, a, bool(at.get("select_last_index", 0)), keep).cast("int64")]
@@ -946,14 +877,14 @@ def _arg(kind: str) -> Callable[..., list[Value]]:
 
 
 def _matmul(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
-    a, b = _t(ins[0]), _t(ins[1])
+    a, b = tensor_of(ins[0]), tensor_of(ins[1])
     if a.ndim == 0 or b.ndim == 0:
         raise ValueError("MatMul of a scalar")
     return [a @ b]
 
 
 def _gemm(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
-    a, b = _t(ins[0]), _t(ins[1])
+    a, b = tensor_of(ins[0]), tensor_of(ins[1])
     a = a.T if at.get("transA", 0) else a
     b = b.T if at.get("transB", 0) else b
     out = a @ b
@@ -961,7 +892,7 @@ def _gemm(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
     if alpha != 1.0:
         out = out * alpha
     if len(ins) > 2 and ins[2] is not None:
-        c = _t(ins[2])
+        c = tensor_of(ins[2])
         out = out + (c * beta if beta != 1.0 else c)
     return [out]
 
@@ -970,11 +901,11 @@ def _spatial(at: dict[str, Any], x: Tensor, kernel: tuple[int, ...], what: str) 
     """(strides, dilations, pads as [begin..., end...]) of a 2-D window op, auto_pad resolved."""
     nd = len(kernel)
     if nd != 2:
-        raise _NotSupportedError(f"{what} over {nd} spatial dimensions (only 2)")
+        raise NotSupportedError(f"{what} over {nd} spatial dimensions (only 2)")
     strides = list(at.get("strides", [1] * nd))
     dil = list(at.get("dilations", [1] * nd))
     pads = list(at.get("pads", [0] * (2 * nd)))
-    auto = _text(at, "auto_pad", "NOTSET")
+    auto = text(at, "auto_pad", "NOTSET")
     if auto in ("SAME_UPPER", "SAME_LOWER"):
         pads = [0] * (2 * nd)
         for i in range(nd):
@@ -986,7 +917,7 @@ def _spatial(at: dict[str, Any], x: Tensor, kernel: tuple[int, ...], what: str) 
     elif auto == "VALID":
         pads = [0] * (2 * nd)
     elif auto not in ("NOTSET", ""):
-        raise _NotSupportedError(f"auto_pad {auto!r}")
+        raise NotSupportedError(f"auto_pad {auto!r}")
     return strides, dil, pads
 
 
@@ -996,8 +927,8 @@ def _torch_pads(p: list[int]) -> tuple[int, int, int, int]:
 
 
 def _conv(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
-    x, w = _t(ins[0]), _t(ins[1])
-    b = _t(ins[2]) if len(ins) > 2 and ins[2] is not None else None
+    x, w = tensor_of(ins[0]), tensor_of(ins[1])
+    b = tensor_of(ins[2]) if len(ins) > 2 and ins[2] is not None else None
     kernel = tuple(at.get("kernel_shape", w.shape[2:]))
     x, at, kernel, squeeze = _as_2d(x, at, kernel)
     if squeeze:
@@ -1020,12 +951,12 @@ def _as_2d(x: Tensor, at: dict[str, Any], kernel: tuple[int, ...]) -> tuple[Tens
 def _pool(kind: str) -> Callable[..., list[Value]]:
     def op(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
         if at["_outputs"] > 1:
-            raise _NotSupportedError("the Indices output")
-        x, at, kernel, one_d = _as_2d(_t(ins[0]), at, tuple(at["kernel_shape"]))
+            raise NotSupportedError("the Indices output")
+        x, at, kernel, one_d = _as_2d(tensor_of(ins[0]), at, tuple(at["kernel_shape"]))
         s, d, p = _spatial(at, x, kernel, f"{kind.title()}Pool")
         if at.get("ceil_mode", 0):  # windows rounded up: more padding at the end, never a window starting past it
             if kind == "avg" and at.get("count_include_pad", 0):
-                raise _NotSupportedError("ceil_mode=1 with count_include_pad=1")
+                raise NotSupportedError("ceil_mode=1 with count_include_pad=1")
             for i in range(2):
                 size = x.shape[2 + i] + p[i] + p[i + 2]
                 span = d[i] * (kernel[i] - 1) + 1
@@ -1047,7 +978,7 @@ def _pool(kind: str) -> Callable[..., list[Value]]:
 
 def _lppool(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
     """(sum of |x|**p over each window, zero padding)**(1/p)."""
-    x, at, kernel, one_d = _as_2d(_t(ins[0]), at, tuple(at["kernel_shape"]))
+    x, at, kernel, one_d = _as_2d(tensor_of(ins[0]), at, tuple(at["kernel_shape"]))
     s, d, p = _spatial(at, x, kernel, "LpPool")
     power = float(at.get("p", 2))
     total = (x.abs() ** power).avg_pool2d(
@@ -1059,7 +990,7 @@ def _lppool(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
 
 def _global(kind: str) -> Callable[..., list[Value]]:
     def op(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
-        x = _t(ins[0])
+        x = tensor_of(ins[0])
         ax = tuple(range(2, x.ndim))
         return [x.mean(ax, keepdim=True) if kind == "avg" else x.max(ax, keepdim=True)]
 
@@ -1067,17 +998,17 @@ def _global(kind: str) -> Callable[..., list[Value]]:
 
 
 def _batchnorm(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
-    x, scale, bias, mean, var = (_t(v) for v in ins[:5])
+    x, scale, bias, mean, var = (tensor_of(v) for v in ins[:5])
     if at.get("training_mode", 0):
-        raise _NotSupportedError("training_mode=1")
+        raise NotSupportedError("training_mode=1")
     shape = (1, -1, *([1] * (x.ndim - 2)))
     inv = (var.reshape(*shape) + at.get("epsilon", 1e-5)).rsqrt()
     return [(x - mean.reshape(*shape)) * inv * scale.reshape(*shape) + bias.reshape(*shape)]
 
 
 def _layernorm(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
-    x = _t(ins[0])
-    a = _axis(at.get("axis", -1), x.ndim)
+    x = tensor_of(ins[0])
+    a = axis_of(at.get("axis", -1), x.ndim)
     axes = tuple(range(a, x.ndim))
     xf = x.cast("float32") if x.dtype != "float32" and at.get("stash_type", 1) == 1 else x
     mean = xf.mean(axes, keepdim=True)
@@ -1085,34 +1016,34 @@ def _layernorm(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
     inv = (var + at.get("epsilon", 1e-5)).rsqrt()
     y = ((xf - mean) * inv).cast(x.dtype)
     if len(ins) > 1 and ins[1] is not None:
-        y = y * _t(ins[1])
+        y = y * tensor_of(ins[1])
     if len(ins) > 2 and ins[2] is not None:
-        y = y + _t(ins[2])
+        y = y + tensor_of(ins[2])
     return [y, mean, inv]  # the optional outputs Mean and InvStdDev (stash type, reduced axes kept)
 
 
 def _rmsnorm(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
-    x = _t(ins[0])
-    a = _axis(at.get("axis", -1), x.ndim)
+    x = tensor_of(ins[0])
+    a = axis_of(at.get("axis", -1), x.ndim)
     xf = x.cast("float32") if x.dtype != "float32" else x
     ms = (xf * xf).mean(tuple(range(a, x.ndim)), keepdim=True)
     y = (xf * (ms + at.get("epsilon", 1e-5)).rsqrt()).cast(x.dtype)
-    return [y * _t(ins[1]) if len(ins) > 1 and ins[1] is not None else y]
+    return [y * tensor_of(ins[1]) if len(ins) > 1 and ins[1] is not None else y]
 
 
 def _hardmax(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
-    x = _t(ins[0])
-    a = _axis(at.get("axis", -1), x.ndim)
+    x = tensor_of(ins[0])
+    a = axis_of(at.get("axis", -1), x.ndim)
     first = _position(x == x.max(a, keepdim=True), a, last=False, keep=True)  # the first maximum
     return [(_positions(x.shape[a], a, x.ndim) == first).cast(x.dtype)]
 
 
 def _lpnorm(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
-    x = _t(ins[0])
-    a = _axis(at.get("axis", -1), x.ndim)
+    x = tensor_of(ins[0])
+    a = axis_of(at.get("axis", -1), x.ndim)
     p = at.get("p", 2)
     if p not in (1, 2):
-        raise _NotSupportedError(f"p={p} (1 or 2)")
+        raise NotSupportedError(f"p={p} (1 or 2)")
     norm = x.abs().sum(a, keepdim=True) if p == 1 else (x * x).sum(a, keepdim=True).sqrt()
     return [(norm == 0).where(0.0, x / norm)]  # an all-zero slice stays zero
 
@@ -1120,15 +1051,15 @@ def _lpnorm(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
 def _nll(logp: Tensor, target: Value, weight: Value, at: dict[str, Any]) -> Tensor:
     """The negative log-likelihood of `target` classes under log-probabilities (N, C, d...), as ONNX defines it."""
     c = logp.shape[1]
-    tgt = _t(target).cast("int32")
+    tgt = tensor_of(target).cast("int32")
     classes = _positions(c, 1, logp.ndim)
     hot = (tgt.unsqueeze(1) == classes).cast(logp.dtype)  # (N, C, d...)
-    w = hot if weight is None else hot * _t(weight).reshape(1, c, *([1] * (logp.ndim - 2)))
+    w = hot if weight is None else hot * tensor_of(weight).reshape(1, c, *([1] * (logp.ndim - 2)))
     ignore = at.get("ignore_index")
     if ignore is not None:
         w = w * (tgt.unsqueeze(1) != ignore).cast(logp.dtype)
     loss = -(logp * w).sum(1)
-    reduction = _text(at, "reduction", "mean")
+    reduction = text(at, "reduction", "mean")
     if reduction == "none":
         return loss
     if reduction == "sum":
@@ -1137,11 +1068,11 @@ def _nll(logp: Tensor, target: Value, weight: Value, at: dict[str, Any]) -> Tens
 
 
 def _nll_loss(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
-    return [_nll(_t(ins[0]), ins[1], ins[2] if len(ins) > 2 else None, at)]
+    return [_nll(tensor_of(ins[0]), ins[1], ins[2] if len(ins) > 2 else None, at)]
 
 
 def _softmax_ce(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
-    logp = _t(ins[0]).log_softmax(1)
+    logp = tensor_of(ins[0]).log_softmax(1)
     return [_nll(logp, ins[1], ins[2] if len(ins) > 2 else None, at), logp]
 
 
@@ -1149,12 +1080,12 @@ def _attention(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
     """ONNX Attention (opset 23+): 3-D or 4-D Q, K, V, grouped K/V heads, a boolean or additive mask, causal
     masking aligned bottom-right (after a past cache), softcap, past/present key and value, the QK output."""
     ins = ins + [None] * (7 - len(ins))
-    q, k, v = _t(ins[0]), _t(ins[1]), _t(ins[2])
+    q, k, v = tensor_of(ins[0]), tensor_of(ins[1]), tensor_of(ins[2])
     mask, past_k, past_v, nonpad = ins[3], ins[4], ins[5], ins[6]
     if nonpad is not None or at.get("left_window_size", -1) != -1 or at.get("right_window_size", -1) != -1:
-        raise _NotSupportedError("nonpad_kv_seqlen and sliding windows")
+        raise NotSupportedError("nonpad_kv_seqlen and sliding windows")
     if "softmax_precision" in at:
-        raise _NotSupportedError("softmax_precision")
+        raise NotSupportedError("softmax_precision")
     three_d = q.ndim == 3
     if three_d:  # (B, S, heads * size) -> (B, heads, S, size)
         qh, kh = at["q_num_heads"], at["kv_num_heads"]
@@ -1163,8 +1094,8 @@ def _attention(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
         k = k.reshape(b, k.shape[1], kh, k.shape[2] // kh).permute(0, 2, 1, 3)
         v = v.reshape(b, v.shape[1], kh, v.shape[2] // kh).permute(0, 2, 1, 3)
     if past_k is not None:
-        k = _t(past_k).cat(k, dim=2)
-        v = _t(past_v).cat(v, dim=2)
+        k = tensor_of(past_k).cat(k, dim=2)
+        v = tensor_of(past_v).cat(v, dim=2)
     present_k, present_v = k, v
     hq, hk = q.shape[1], k.shape[1]
     if hq != hk:  # grouped-query attention: each K/V head serves hq // hk query heads
@@ -1180,13 +1111,13 @@ def _attention(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
     sq, skv = qk.shape[-2], qk.shape[-1]
     allowed = None
     if at.get("is_causal", 0):
-        offset = 0 if past_k is None else _t(past_k).shape[2]
+        offset = 0 if past_k is None else tensor_of(past_k).shape[2]
         i = Tensor.arange(sq).reshape(sq, 1)
         j = Tensor.arange(skv).reshape(1, skv)
         allowed = j <= i + offset
     bias = None
     if mask is not None:
-        m = _t(mask)
+        m = tensor_of(mask)
         if m.dtype.name == "bool":
             allowed = m if allowed is None else allowed & m
         else:
@@ -1208,38 +1139,38 @@ def _attention(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
 
 def _softmax(log: bool) -> Callable[..., list[Value]]:
     def op(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
-        x = _t(ins[0])
+        x = tensor_of(ins[0])
         if opset < 13:  # the input as 2-D: [0, axis) x [axis, n)
-            a = _axis(at.get("axis", 1), x.ndim)
+            a = axis_of(at.get("axis", 1), x.ndim)
             flat = x.reshape(math.prod(x.shape[:a]), math.prod(x.shape[a:]))
             y = flat.log_softmax(1) if log else flat.softmax(1)
             return [y.reshape(*x.shape)]
-        a = _axis(at.get("axis", -1), x.ndim)
+        a = axis_of(at.get("axis", -1), x.ndim)
         return [x.log_softmax(a) if log else x.softmax(a)]
 
     return op
 
 
 def _leaky(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
-    return [_t(ins[0]).leaky_relu(at.get("alpha", 0.01))]
+    return [tensor_of(ins[0]).leaky_relu(at.get("alpha", 0.01))]
 
 
 def _gelu(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
-    x = _t(ins[0])
-    approx = _text(at, "approximate", "none")
+    x = tensor_of(ins[0])
+    approx = text(at, "approximate", "none")
     if approx == "tanh":
         return [x.gelu()]
     return [x * 0.5 * (1.0 + (x * (1 / math.sqrt(2))).erf())]
 
 
 def _prelu(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
-    x, slope = _t(ins[0]), _t(ins[1])
+    x, slope = tensor_of(ins[0]), tensor_of(ins[1])
     return [(x < 0).where(x * slope, x)]
 
 
 def _dropout(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
     x = ins[0]
-    return [x, _t(np.ones(_shape(x), np.bool_))]
+    return [x, tensor_of(np.ones(shape_of(x), np.bool_))]
 
 
 def _identity(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
@@ -1252,9 +1183,9 @@ def _size(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
 
 def _bit_shift(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
     """Amounts outside [0, bit width) shift every bit out: 0, or -1 for a right shift of a negative value."""
-    direction = _text(at, "direction", "")
+    direction = text(at, "direction", "")
     if direction not in ("LEFT", "RIGHT"):
-        raise _NotSupportedError(f"direction {direction!r} (LEFT or RIGHT)")
+        raise NotSupportedError(f"direction {direction!r} (LEFT or RIGHT)")
     left = direction == "LEFT"
 
     def folded(a: np.ndarray, n: np.ndarray) -> np.ndarray:
@@ -1323,7 +1254,9 @@ OPS: dict[str, Callable[..., list[Value]]] = {
     "HardSwish": _unary(lambda x: x.hardswish()),
     "Mish": _unary(lambda x: x.mish()),
     "IsNaN": _unary(lambda x: x.isnan()),
-    "IsInf": lambda ins, at, opset: [_t(ins[0]).isinf(bool(at.get("detect_positive", 1)), bool(at.get("detect_negative", 1)))],
+    "IsInf": lambda ins, at, opset: [
+        tensor_of(ins[0]).isinf(bool(at.get("detect_positive", 1)), bool(at.get("detect_negative", 1)))
+    ],
     "Round": _unary(lambda x: x.round(), np.round),
     "Acos": _unary(lambda x: x.acos()),
     "Acosh": _unary(lambda x: x.acosh()),
@@ -1333,13 +1266,15 @@ OPS: dict[str, Callable[..., list[Value]]] = {
     "Atanh": _unary(lambda x: x.atanh()),
     "Cosh": _unary(lambda x: x.cosh()),
     "Sinh": _unary(lambda x: x.sinh()),
-    "Celu": lambda ins, at, opset: [_t(ins[0]).celu(at.get("alpha", 1.0))],
+    "Celu": lambda ins, at, opset: [tensor_of(ins[0]).celu(at.get("alpha", 1.0))],
     "LeakyRelu": _leaky,
-    "ThresholdedRelu": lambda ins, at, opset: [(_t(ins[0]) > at.get("alpha", 1.0)).where(_t(ins[0]), 0.0)],
-    "Swish": lambda ins, at, opset: [_t(ins[0]) * (at.get("alpha", 1.0) * _t(ins[0])).sigmoid()],
-    "Elu": lambda ins, at, opset: [_t(ins[0]).elu(at.get("alpha", 1.0))],
-    "Selu": lambda ins, at, opset: [_t(ins[0]).selu(at.get("alpha", 1.6732632423543772), at.get("gamma", 1.0507009873554805))],
-    "HardSigmoid": lambda ins, at, opset: [_t(ins[0]).hardsigmoid(at.get("alpha", 0.2), at.get("beta", 0.5))],
+    "ThresholdedRelu": lambda ins, at, opset: [(tensor_of(ins[0]) > at.get("alpha", 1.0)).where(tensor_of(ins[0]), 0.0)],
+    "Swish": lambda ins, at, opset: [tensor_of(ins[0]) * (at.get("alpha", 1.0) * tensor_of(ins[0])).sigmoid()],
+    "Elu": lambda ins, at, opset: [tensor_of(ins[0]).elu(at.get("alpha", 1.0))],
+    "Selu": lambda ins, at, opset: [
+        tensor_of(ins[0]).selu(at.get("alpha", 1.6732632423543772), at.get("gamma", 1.0507009873554805))
+    ],
+    "HardSigmoid": lambda ins, at, opset: [tensor_of(ins[0]).hardsigmoid(at.get("alpha", 0.2), at.get("beta", 0.5))],
     "Gelu": _gelu,
     "PRelu": _prelu,
     "Clip": _clip,
@@ -1366,7 +1301,7 @@ OPS: dict[str, Callable[..., list[Value]]] = {
     "Scatter": _scatter_elements,
     "ScatterND": _scatter_nd,
     "OneHot": _one_hot_op,
-    "Einsum": lambda ins, at, opset: [Tensor.einsum(_text(at, "equation", ""), *[_t(v) for v in ins])],
+    "Einsum": lambda ins, at, opset: [Tensor.einsum(text(at, "equation", ""), *[tensor_of(v) for v in ins])],
     "Expand": _expand,
     "Tile": _tile,
     "Shape": _shape_op,
