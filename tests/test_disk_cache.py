@@ -105,7 +105,7 @@ def test_a_loaded_program_of_narrow_dtypes_computes_what_a_fresh_one_does(dtype:
 
     assert all(pickle.loads(pickle.dumps(d)) is d for d in ALL_DTYPES)
     x = Tensor.empty(6, dtype=dtype, name="x")
-    graph = lambda: ((x.cast("float32") < 0.5).where(x.cast("float32"), 1.0).cast(dtype), x)  # noqa: E731
+    graph = lambda: ((x.cast("float32") < 0.5).where(x.cast("float32"), 1.0).cast(dtype), x)
     value = (np.arange(6) % 2 == 0) if dtype == "bool" else np.array([7.5, -7.5, 0.25, 3, -1, 0.5])
     value = value.astype(np.float32 if dtype == "bfloat16" else dtype)  # bfloat16 inputs come as float32 values
     want = optimize(list(graph()), target="llvm")(x=value)[0]
