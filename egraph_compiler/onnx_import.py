@@ -455,6 +455,55 @@ def _gather(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
     return [picked.permute(*order) if order != list(range(len(order))) else picked]
 
 
+def _gather_nd(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
+    """data[b..., idx[b..., m..., :], ...]: the k index components become one position in the data's next k axes
+    flattened, gathered along it."""
+    x, idx = tensor_of(ins[0]), ins[1]
+    nb = int(at.get("batch_dims", 0))
+    it = tensor_of(idx).cast("int32")
+    k = it.shape[-1]
+    lead, keys, rest = x.shape[:nb], x.shape[nb : nb + k], x.shape[nb + k :]
+    flat = None
+    for j in range(k):
+        part = _wrapped(it[..., j], keys[j]) * math.prod(keys[j + 1 :])
+        flat = part if flat is None else flat + part
+    b, m = math.prod(lead), math.prod(it.shape[nb:-1])
+    table = x.reshape(b, math.prod(keys), *rest)
+    where = (flat if flat is not None else Tensor.zeros(*it.shape[:-1], dtype="int32")).reshape(b, m, *([1] * len(rest)))
+    out = table.gather(1, where.expand(b, m, *rest))
+    return [out.reshape(*lead, *it.shape[nb:-1], *rest)]
+
+
+def _rotary_embedding(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
+    """Pairs of a head's features rotated by the cached cos/sin of each position: the two halves of the first
+    rotary_embedding_dim features, or (interleaved) each even feature with the next."""
+    x, cos, sin = tensor_of(ins[0]), tensor_of(ins[1]), tensor_of(ins[2])
+    pos = ins[3] if len(ins) > 3 else None
+    if x.ndim == 4:  # (batch, heads, seq, head size) -> (batch, seq, heads, head size)
+        xt = x.permute(0, 2, 1, 3)
+    else:
+        heads = int(at.get("num_heads", 0))
+        if heads <= 0:
+            raise NotSupportedError("a 3-D input without num_heads")
+        xt = x.reshape(x.shape[0], x.shape[1], heads, x.shape[2] // heads)
+    b, s, h, d = xt.shape
+    r = int(at.get("rotary_embedding_dim", 0)) or d
+    half = r // 2
+    if pos is not None:
+        cos, sin = (_gather([c, pos], {"axis": 0}, opset)[0] for c in (cos, sin))
+    cos, sin = tensor_of(cos).unsqueeze(2), tensor_of(sin).unsqueeze(2)  # (batch, seq, 1, half)
+    rot = _span(xt, 3, 0, r)
+    if at.get("interleaved", 0):
+        pairs = rot.reshape(b, s, h, half, 2)
+        x1, x2 = pairs[..., 0], pairs[..., 1]
+    else:
+        x1, x2 = _span(rot, 3, 0, half), _span(rot, 3, half, r)
+    real, imag = cos * x1 - sin * x2, sin * x1 + cos * x2
+    rot = real.stack(imag, dim=-1).reshape(b, s, h, r) if at.get("interleaved", 0) else real.cat(imag, dim=3)
+    out = rot.cat(_span(xt, 3, r, d), dim=3) if r < d else rot
+    return [out.permute(0, 2, 1, 3) if x.ndim == 4 else out.reshape(*x.shape)]
+
+
 def _gather_elements(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
     x, idx = tensor_of(ins[0]), tensor_of(ins[1])
     a = axis_of(at.get("axis", 0), x.ndim)
@@ -938,6 +987,118 @@ def _conv(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
     return [out.squeeze(2) if squeeze else out]
 
 
+def _conv_transpose(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
+    """ConvTranspose in 1-D or 2-D; output_shape (or SAME auto_pad) sets the padding, the excess going to the end
+    for SAME_UPPER and to the beginning otherwise."""
+    x, w = tensor_of(ins[0]), tensor_of(ins[1])
+    b = tensor_of(ins[2]) if len(ins) > 2 and ins[2] is not None else None
+    kernel = tuple(at.get("kernel_shape", w.shape[2:]))
+    squeeze = x.ndim == 3
+    if squeeze:  # 1-D as 2-D over a height of 1
+        x, w = x.unsqueeze(2), w.unsqueeze(2)
+        kernel = (1, *kernel)
+        at = {
+            **at,
+            **{k: [1 if k != "output_padding" else 0, *at[k]] for k in ("strides", "dilations", "output_padding") if k in at},
+        }
+        if "pads" in at:
+            at["pads"] = [0, at["pads"][0], 0, at["pads"][1]]
+        if "output_shape" in at:
+            at["output_shape"] = [1, *at["output_shape"]]
+    nd = len(kernel)
+    if nd != 2:
+        raise NotSupportedError(f"ConvTranspose over {nd} spatial dimensions (1 or 2)")
+    strides, dil = list(at.get("strides", [1] * nd)), list(at.get("dilations", [1] * nd))
+    outpad = list(at.get("output_padding", [0] * nd))
+    pads = list(at.get("pads", [0] * (2 * nd)))
+    auto = text(at, "auto_pad", "NOTSET")
+    wanted = list(at["output_shape"])[-nd:] if "output_shape" in at else None
+    if wanted is None and auto in ("SAME_UPPER", "SAME_LOWER"):
+        wanted = [x.shape[2 + i] * strides[i] for i in range(nd)]
+    if wanted is not None:
+        for i in range(nd):
+            total = strides[i] * (x.shape[2 + i] - 1) + outpad[i] + (kernel[i] - 1) * dil[i] + 1 - wanted[i]
+            lo = total // 2 if auto == "SAME_UPPER" else total - total // 2
+            pads[i], pads[i + nd] = lo, total - lo
+            if total < 0:  # the output grows past the transposed convolution: output padding at the end
+                pads[i], pads[i + nd], outpad[i] = 0, 0, outpad[i] - total
+    out = x.conv_transpose2d(
+        w,
+        b,
+        groups=at.get("group", 1),
+        stride=tuple(strides),
+        dilation=tuple(dil),
+        padding=_torch_pads(pads),
+        output_padding=tuple(outpad),
+    )
+    return [out.squeeze(2) if squeeze else out]
+
+
+def _per_axis(v: Tensor, shape: tuple[int, ...], axis: int, block: int) -> Tensor:
+    """A quantization scale or zero point shaped to broadcast over `shape`: one value, one per slice along `axis`,
+    or one per block of `block` slices along it."""
+    if v.ndim == 0 or (v.numel() == 1 and not block):
+        return v.reshape(())
+    if block:
+        v = v.repeat_interleave(block, dim=axis)
+        return v.shrink(tuple((0, shape[axis]) if i == axis else None for i in range(v.ndim)))
+    return v.reshape(*[shape[axis] if i == axis else 1 for i in range(len(shape))])
+
+
+def _quantized(x: Tensor, scale: Tensor, zero: Tensor | None, dt: str) -> Tensor:
+    """x / scale rounded half to even, plus the zero point, saturated to the integer dtype `dt`."""
+    q = (x.cast("float32") / scale.cast("float32")).round()
+    if zero is not None:
+        q = q + zero.cast("float32")
+    info = np.iinfo(NP[dt])
+    return q.clip(float(info.min), float(info.max)).cast(dt)
+
+
+def _quantize_linear(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
+    x, scale = tensor_of(ins[0]), tensor_of(ins[1])
+    zero = tensor_of(ins[2]) if len(ins) > 2 and ins[2] is not None else None
+    dt = zero.dtype.name if zero is not None else dtype_of(at.get("output_dtype", 2) or 2, "QuantizeLinear output")
+    if dt not in ("uint8", "int8", "uint16", "int16"):
+        raise NotSupportedError(f"quantizing to {dt}")
+    a, block = axis_of(at.get("axis", 1), x.ndim) if scale.numel() > 1 else 0, int(at.get("block_size", 0))
+    zero_b = _per_axis(zero, x.shape, a, block) if zero is not None else None
+    return [_quantized(x, _per_axis(scale, x.shape, a, block), zero_b, dt)]
+
+
+def _dequantize_linear(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
+    x, scale = tensor_of(ins[0]), tensor_of(ins[1])
+    zero = tensor_of(ins[2]) if len(ins) > 2 and ins[2] is not None else None
+    if x.dtype.name not in ("uint8", "int8", "uint16", "int16", "int32"):
+        raise NotSupportedError(f"dequantizing {x.dtype.name}")
+    a, block = axis_of(at.get("axis", 1), x.ndim) if scale.numel() > 1 else 0, int(at.get("block_size", 0))
+    y = x.cast("float32")
+    if zero is not None:
+        y = y - _per_axis(zero, x.shape, a, block).cast("float32")
+    out = y * _per_axis(scale, x.shape, a, block).cast("float32")
+    to = dtype_of(at["output_dtype"], "DequantizeLinear output") if at.get("output_dtype") else scale.dtype.name
+    return [out.cast(to)]
+
+
+def _dynamic_quantize_linear(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
+    """uint8 with the scale and zero point that map [min(x, 0), max(x, 0)] onto [0, 255]."""
+    x = tensor_of(ins[0]).cast("float32")
+    hi, lo = x.max().maximum(0.0), x.min().minimum(0.0)
+    scale = (hi == lo).where(1.0, hi - lo) / 255.0
+    zero = (0.0 - lo / scale).clip(0.0, 255.0).round()
+    return [_quantized(x, scale, zero, "uint8"), scale.cast(tensor_of(ins[0]).dtype), zero.cast("uint8")]
+
+
+def _qlinear_matmul(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
+    """Integer products of the zero-point-shifted operands, scaled by a_scale * b_scale / y_scale into y's type."""
+    a, a_scale, a_zero, b, b_scale, b_zero, y_scale, y_zero = (tensor_of(v) if v is not None else None for v in ins[:8])
+    assert a is not None and b is not None and a_scale is not None and b_scale is not None and y_scale is not None
+    ai = a.cast("int32") - (a_zero.cast("int32") if a_zero is not None else 0)
+    bi = b.cast("int32") - (b_zero.cast("int32") if b_zero is not None else 0)
+    scale = a_scale.cast("float32") * b_scale.cast("float32") / y_scale.cast("float32")
+    d = (ai @ bi).cast("float32") * scale
+    return [_quantized(d, Tensor(np.float32(1.0)), y_zero, (y_zero if y_zero is not None else a).dtype.name)]
+
+
 def _as_2d(x: Tensor, at: dict[str, Any], kernel: tuple[int, ...]) -> tuple[Tensor, dict[str, Any], tuple[int, ...], bool]:
     """A 1-D window op (N, C, W) as a 2-D one over a height of 1: the input, attributes and kernel, and True."""
     if x.ndim != 3:
@@ -1294,6 +1455,18 @@ OPS: dict[str, Callable[..., list[Value]]] = {
     "Slice": _slice,
     "Gather": _gather,
     "GatherElements": _gather_elements,
+    "GatherND": _gather_nd,
+    "RotaryEmbedding": _rotary_embedding,
+    "SwiGLU": lambda ins, at, opset: [
+        tensor_of(ins[0]) * (at.get("alpha", 1.0) * tensor_of(ins[0])).sigmoid() * tensor_of(ins[1])
+    ],
+    "EyeLike": lambda ins, at, opset: [
+        np.eye(
+            *ins[0].shape,
+            k=int(at.get("k", 0)),
+            dtype=NP[dtype_of(at["dtype"], "EyeLike") if "dtype" in at else ins[0].dtype.name],
+        )
+    ],
     "CumSum": _scan("sum"),
     "CumProd": _scan("prod"),
     "TopK": _topk,
@@ -1334,6 +1507,11 @@ OPS: dict[str, Callable[..., list[Value]]] = {
     "MatMul": _matmul,
     "Gemm": _gemm,
     "Conv": _conv,
+    "QuantizeLinear": _quantize_linear,
+    "DequantizeLinear": _dequantize_linear,
+    "DynamicQuantizeLinear": _dynamic_quantize_linear,
+    "QLinearMatMul": _qlinear_matmul,
+    "ConvTranspose": _conv_transpose,
     "MaxPool": _pool("max"),
     "AveragePool": _pool("avg"),
     "LpPool": _lppool,
