@@ -946,11 +946,13 @@ def _gemm(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
     return [out]
 
 
-def _spatial(at: dict[str, Any], x: Tensor, kernel: tuple[int, ...], what: str) -> tuple[list[int], list[int], list[int]]:
-    """(strides, dilations, pads as [begin..., end...]) of a 2-D window op, auto_pad resolved."""
+def _spatial(
+    at: dict[str, Any], x: Tensor, kernel: tuple[int, ...], what: str, most: int = 2
+) -> tuple[list[int], list[int], list[int]]:
+    """(strides, dilations, pads as [begin..., end...]) of a window op over up to `most` axes, auto_pad resolved."""
     nd = len(kernel)
-    if nd != 2:
-        raise NotSupportedError(f"{what} over {nd} spatial dimensions (only 2)")
+    if nd > most:
+        raise NotSupportedError(f"{what} over {nd} spatial dimensions (at most {most})")
     strides = list(at.get("strides", [1] * nd))
     dil = list(at.get("dilations", [1] * nd))
     pads = list(at.get("pads", [0] * (2 * nd)))
@@ -1114,24 +1116,41 @@ def _pool(kind: str) -> Callable[..., list[Value]]:
         if at["_outputs"] > 1:
             raise NotSupportedError("the Indices output")
         x, at, kernel, one_d = _as_2d(tensor_of(ins[0]), at, tuple(at["kernel_shape"]))
-        s, d, p = _spatial(at, x, kernel, f"{kind.title()}Pool")
+        s, d, p = _spatial(at, x, kernel, f"{kind.title()}Pool", most=3)
+        nd = len(kernel)
+        given = list(p)
         if at.get("ceil_mode", 0):  # windows rounded up: more padding at the end, never a window starting past it
-            if kind == "avg" and at.get("count_include_pad", 0):
-                raise NotSupportedError("ceil_mode=1 with count_include_pad=1")
-            for i in range(2):
-                size = x.shape[2 + i] + p[i] + p[i + 2]
+            for i in range(nd):
+                size = x.shape[2 + i] + p[i] + p[i + nd]
                 span = d[i] * (kernel[i] - 1) + 1
                 out = -(-(size - span) // s[i]) + 1
                 if (out - 1) * s[i] >= x.shape[2 + i] + p[i]:
                     out -= 1
-                p[i + 2] += max(0, (out - 1) * s[i] + span - size)
-        pad = _torch_pads(p)
-        if kind == "max":
-            y = x.max_pool2d(kernel, stride=tuple(s), padding=pad, dilation=tuple(d))
+                p[i + nd] += max(0, (out - 1) * s[i] + span - size)
+        include = bool(at.get("count_include_pad", 0))
+
+        def pool2d(t: Tensor, k: tuple[int, ...], st: list[int], dl: list[int], pads: list[int]) -> Tensor:
+            if kind == "max":
+                return t.max_pool2d(k, stride=tuple(st), padding=_torch_pads(pads), dilation=tuple(dl))
+            return t.avg_pool2d(k, stride=tuple(st), padding=_torch_pads(pads), dilation=tuple(dl), count_include_pad=include)
+
+        def pool(t: Tensor, pads: list[int]) -> Tensor:
+            if nd == 2:
+                return pool2d(t, kernel, s, d, pads)
+            # a box is separable, for the max and for both means: (h, w) per depth slice, then the depth
+            n, c, depth, h, w = t.shape
+            y = pool2d(t.reshape(n, c * depth, h, w), kernel[1:], s[1:], d[1:], [pads[1], pads[2], pads[4], pads[5]])
+            ho, wo = y.shape[2:]
+            y = pool2d(y.reshape(n, c, depth, ho * wo), (kernel[0], 1), [s[0], 1], [d[0], 1], [pads[0], 0, pads[3], 0])
+            return y.reshape(n, c, y.shape[2], ho, wo)
+
+        if kind == "avg" and include and p != given:  # the given padding counts, the ceil's extra padding does not
+            inner = tuple((0, 0) if i < 2 else (given[i - 2], given[i - 2 + nd]) for i in range(x.ndim))
+            extra = [b - a for a, b in zip(given, p)]
+            ones = Tensor.ones(*x.shape, dtype=x.dtype).pad(inner, value=1.0)
+            y = pool(x.pad(inner), extra) / pool(ones, extra)
         else:
-            y = x.avg_pool2d(
-                kernel, stride=tuple(s), padding=pad, dilation=tuple(d), count_include_pad=bool(at.get("count_include_pad", 0))
-            )
+            y = pool(x, p)
         return [y.squeeze(2) if one_d else y]
 
     return op
