@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from egraph_compiler import onnx_recurrent, onnx_spatial
 from egraph_compiler.diagnostics import InvalidArgument, UnsupportedOp
 from egraph_compiler.onnx_values import (
     NP,
@@ -1257,15 +1258,13 @@ def _softmax_ce(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]
 
 
 def _attention(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
-    """ONNX Attention (opset 23+): 3-D or 4-D Q, K, V, grouped K/V heads, a boolean or additive mask, causal
-    masking aligned bottom-right (after a past cache), softcap, past/present key and value, the QK output."""
+    """ONNX Attention (opset 23+): 3-D or 4-D Q, K, V, grouped K/V heads, a boolean or additive mask (padded to the
+    key length), causal masking aligned bottom-right (after a past cache, or per batch after nonpad_kv_seqlen),
+    sliding windows, the keys past each batch's nonpad_kv_seqlen masked, softcap, softmax_precision, past/present
+    key and value, the QK output. Masks become one additive bias of 0 and -inf, as the reference builds it."""
     ins = ins + [None] * (7 - len(ins))
     q, k, v = tensor_of(ins[0]), tensor_of(ins[1]), tensor_of(ins[2])
     mask, past_k, past_v, nonpad = ins[3], ins[4], ins[5], ins[6]
-    if nonpad is not None or at.get("left_window_size", -1) != -1 or at.get("right_window_size", -1) != -1:
-        raise NotSupportedError("nonpad_kv_seqlen and sliding windows")
-    if "softmax_precision" in at:
-        raise NotSupportedError("softmax_precision")
     three_d = q.ndim == 3
     if three_d:  # (B, S, heads * size) -> (B, heads, S, size)
         qh, kh = at["q_num_heads"], at["kv_num_heads"]
@@ -1281,35 +1280,57 @@ def _attention(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
     if hq != hk:  # grouped-query attention: each K/V head serves hq // hk query heads
         k = k.unsqueeze(2).expand(k.shape[0], hk, hq // hk, *k.shape[2:]).reshape(k.shape[0], hq, *k.shape[2:])
         v = v.unsqueeze(2).expand(v.shape[0], hk, hq // hk, *v.shape[2:]).reshape(v.shape[0], hq, *v.shape[2:])
-    scale = at.get("scale", 1.0 / math.sqrt(q.shape[-1]))
-    qk = (q @ k.transpose(-1, -2)) * scale
+    root = math.sqrt(at.get("scale", 1.0 / math.sqrt(q.shape[-1])))  # on both sides, as the reference rounds it
+    qk = (q * root) @ (k * root).transpose(-1, -2)
     outs_qk = [qk]
     softcap = at.get("softcap", 0.0)
     if softcap:
         qk = (qk * (1.0 / softcap)).tanh() * softcap
     outs_qk.append(qk)
     sq, skv = qk.shape[-2], qk.shape[-1]
-    allowed = None
-    if at.get("is_causal", 0):
+    i, j = Tensor.arange(sq).reshape(sq, 1), Tensor.arange(skv).reshape(1, skv)
+    if nonpad is not None:
+        lens = tensor_of(nonpad).cast("int32").reshape(-1, 1, 1, 1)
+        offset: Any = lens - sq  # per batch: where this batch's queries sit in its keys
+    else:
         offset = 0 if past_k is None else tensor_of(past_k).shape[2]
-        i = Tensor.arange(sq).reshape(sq, 1)
-        j = Tensor.arange(skv).reshape(1, skv)
-        allowed = j <= i + offset
+    blocked = None  # bool: key j is masked for query i
+
+    def block(b: Tensor) -> None:
+        nonlocal blocked
+        blocked = b if blocked is None else blocked | b
+
     bias = None
     if mask is not None:
         m = tensor_of(mask)
+        if m.shape[-1] < skv:  # a short mask: the keys past it are masked
+            m = m.pad(
+                tuple([(0, 0)] * (m.ndim - 1) + [(0, skv - m.shape[-1])]), value=False if m.dtype.name == "bool" else -math.inf
+            )
         if m.dtype.name == "bool":
-            allowed = m if allowed is None else allowed & m
+            block(m.logical_not())
         else:
             bias = m.cast(qk.dtype)
-    if allowed is not None:
-        qk = allowed.where(qk, -math.inf)
+    if at.get("is_causal", 0):
+        block(j > i + offset)
+    left, right = at.get("left_window_size", -1), at.get("right_window_size", -1)
+    if left >= 0:
+        block(i + offset - j > left)
+    if right >= 0:
+        block(j - (i + offset) > right)
+    if nonpad is not None:
+        block(j >= lens)
+    if blocked is not None:
+        wall = blocked.where(-math.inf, 0.0).cast(qk.dtype)
+        bias = wall if bias is None else bias + wall
     if bias is not None:
         qk = qk + bias
     outs_qk.append(qk)
-    p = qk.softmax(-1)
-    if allowed is not None:  # a fully masked row gives zeros, not NaN
-        p = (p != p).where(0.0, p)
+    logits = qk.cast(dtype_of(at["softmax_precision"], "softmax_precision")) if "softmax_precision" in at else qk
+    p = logits.softmax(-1)
+    if bias is not None:  # a fully masked row gives zeros, not NaN
+        p = (bias.max(-1, keepdim=True) == -math.inf).where(0.0, p)
+    p = p.cast(q.dtype)
     outs_qk.append(p)
     y = p.cast(v.dtype) @ v
     if three_d:
@@ -1546,4 +1567,6 @@ OPS: dict[str, Callable[..., list[Value]]] = {
     "SoftmaxCrossEntropyLoss": _softmax_ce,
     "Softmax": _softmax(False),
     "LogSoftmax": _softmax(True),
+    **onnx_recurrent.OPS,  # RNN, GRU, LSTM
+    **onnx_spatial.OPS,  # GridSample, AffineGrid, Col2Im, DFT, STFT, windows, MelWeightMatrix
 }
