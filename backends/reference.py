@@ -69,6 +69,8 @@ def coerce_input(name: str, value: Any, shape: tuple[int, ...], dtype: DType, xp
             why=f"a {type(value).__name__} that is not an array ({str(e).splitlines()[0][:120]})",
             suggestion=f"pass {want} (nested lists must be rectangular)",
         ) from None
+    if arr.dtype.kind == "V" and arr.dtype.name.startswith(("bfloat16", "float8", "float6", "float4")):
+        arr = arr.astype(np.float32)  # ml_dtypes' narrow floats (bfloat16 from torch, jax, onnx): float32 holds them exactly
     if arr.dtype.kind not in "biuf":
         got = f"a {type(value).__name__}" + (f" of dtype {arr.dtype}" if hasattr(value, "dtype") else "")
         raise MissingInput(at=f"input {name!r}", why=f"{got}, which is not numeric", suggestion=f"pass {want}")

@@ -47,10 +47,11 @@ def _array(v: Any) -> np.ndarray | None:
     from onnx import numpy_helper
 
     if isinstance(v, onnx.TensorProto):
-        return numpy_helper.to_array(v)
-    if isinstance(v, (np.ndarray, np.generic)):
-        return np.asarray(v)
-    return None
+        v = numpy_helper.to_array(v)
+    if not isinstance(v, (np.ndarray, np.generic)):
+        return None
+    a = np.asarray(v)
+    return a.astype(np.float32) if a.dtype.name == "bfloat16" else a  # ml_dtypes' bfloat16: float32 holds it exactly
 
 
 def run_case(case: Any, mode: str) -> tuple[bool, str]:
