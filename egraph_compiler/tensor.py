@@ -925,7 +925,7 @@ class Tensor(TensorNN, TensorMath, TensorSelect):
 
     def squeeze(self, dim: int | None = None) -> Tensor:
         if dim is None:
-            return self.reshape(tuple(s for s in self.shape if s != 1) or (1,)) if self.ndim else self
+            return self.reshape(tuple(s for s in self.shape if s != 1)) if self.ndim else self  # all ones: 0-d
         d = self._resolve_axis(dim, what="squeeze")
         return self if self.shape[d] != 1 else self.reshape(self.shape[:d] + self.shape[d + 1 :])
 

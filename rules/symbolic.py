@@ -14,7 +14,7 @@ can match; float rules are checked by random evaluation.
 from __future__ import annotations
 
 from egraph_compiler.rules.dsl import RuleSet, k, kf, rewrite, rule
-from egraph_compiler.rules.intervals import MUL_BOUND, floordiv, floormod, small, wildcards
+from egraph_compiler.rules.intervals import MUL_BOUND, bounds_of, floordiv, floormod, in_dtype, small, wildcards
 from egraph_compiler.rules.linear import can_be_index, ik, lin_of
 
 from egraph_compiler.ops import OP_TABLE, Category, Ops
@@ -1212,6 +1212,24 @@ def compare_rules(rs: RuleSet) -> None:
         category=c,
         doc="g*Q + R < c -> Q < c/g when 0 <= R < g (bounds) and g | c: the small term R drops out",
     )
+    for side, summed in {"left": "(ADD dt y (MUL dt x {c}))", "right": "(ADD dt (MUL dt x {c}) y)"}.items():
+        rewrite(
+            rs,
+            f"lt-sum-fold-{side}",
+            f"(CMPLT db {summed.format(c=k('m'))} {k('n')})",
+            f"(CMPLT db x {k('t')})",
+            when=[
+                "(dt-int dt)",
+                "(>= m 1)",
+                *bounds_of("x", "y"),
+                *small("m", "n", "lx", "hx", "ly", "hy"),
+                *in_dtype("(+ (* m lx) ly)", "(+ (* m hx) hy)"),
+                f"(= t (- 0 {floordiv('(- ly n)', 'm')}))",  # from here on m*x + y >= n for every y
+                f"(= (- t 1) {floordiv('(- (- n 1) hy)', 'm')})",  # ... and below it m*x + y < n for every y
+            ],
+            category=c,
+            doc="m*x + y < n -> x < t when y's bounds put the threshold of x at the same t for every y",
+        )
     rewrite(
         rs,
         "lt-negated",
@@ -1284,6 +1302,43 @@ def boolean_rules(rs: RuleSet) -> None:
         rs, "not-not", f"(CMPNE dt (CMPNE dt x {T}) {T})", "x", when=b, category=c, doc="!!x -> x for bools (!x is x != true)"
     )
     rewrite(rs, "ne-false", f"(CMPNE dt x {F_})", "x", when=b, category=c, doc="x != false -> x for bools")
+    rewrite(
+        rs,
+        "and-lt-lt",
+        f"(AND {BOOL} (CMPLT {BOOL} x {k('c1')}) (CMPLT {BOOL} x {k('c2')}))",
+        f"(CMPLT {BOOL} x {k('(min c1 c2)')})",
+        category=c,
+        doc="(x < c1) & (x < c2) -> x < min(c1, c2)",
+    )
+    rewrite(
+        rs,
+        "and-gt-gt",
+        f"(AND {BOOL} (CMPLT {BOOL} {k('c1')} x) (CMPLT {BOOL} {k('c2')} x))",
+        f"(CMPLT {BOOL} {k('(max c1 c2)')} x)",
+        category=c,
+        doc="(c1 < x) & (c2 < x) -> max(c1, c2) < x",
+    )
+    for side, (lhs, rhs) in {
+        "left": ("(ADD dt (MUL dt a {c}) r)", "(ADD dt a r)"),
+        "right": ("(ADD dt r (MUL dt a {c}))", "(ADD dt r a)"),
+    }.items():
+        rewrite(
+            rs,
+            f"pos-sum-unscale-{side}",
+            f"(CMPLT {BOOL} {k(0)} {lhs.format(c=k('m'))})",
+            f"(CMPLT {BOOL} {k(0)} {rhs})",
+            when=[
+                "(dt-int dt)",
+                "(>= m 1)",
+                *bounds_of("a", "r"),
+                "(>= la 0)",
+                "(>= lr 0)",
+                *small("m", "ha", "hr"),
+                *in_dtype("0", "(+ (* m ha) hr)"),
+            ],
+            category=c,
+            doc="0 < m*a + r -> 0 < a + r for m >= 1, a and r never negative and the sum within the dtype",
+        )
     rewrite(rs, "and-not-self", f"(AND dt x (CMPNE dt x {T}))", F_, when=b, category=c, doc="x & !x -> false for bools")
     rewrite(rs, "or-not-self", f"(OR dt x (CMPNE dt x {T}))", T, when=b, category=c, doc="x | !x -> true for bools")
     rewrite(rs, "xor-true", f"(XOR dt x {T})", f"(CMPNE dt x {T})", when=b, category=c, doc="x ^ true -> !x for bools")
@@ -1316,6 +1371,30 @@ def where_rules(rs: RuleSet) -> None:
         "(WHERE dt p a c)",
         category=c,
         doc="where(p, a, where(p, b, c)) -> where(p, a, c)",
+    )
+    rewrite(
+        rs,
+        "where-then-merge",
+        "(WHERE dt p (WHERE dt q a b) b)",
+        f"(WHERE dt (AND {BOOL} p q) a b)",
+        category=c,
+        doc="where(p, where(q, a, b), b) -> where(p & q, a, b)",
+    )
+    rewrite(
+        rs,
+        "where-else-merge",
+        "(WHERE dt p a (WHERE dt q a b))",
+        f"(WHERE dt (OR {BOOL} p q) a b)",
+        category=c,
+        doc="where(p, a, where(q, a, b)) -> where(p | q, a, b)",
+    )
+    rewrite(
+        rs,
+        "where-max-merge",
+        "(MAX dt (WHERE dt p a b) (WHERE dt p c d))",
+        "(WHERE dt p (MAX dt a c) (MAX dt b d))",
+        category=c,
+        doc="max(where(p, a, b), where(p, c, d)) -> where(p, max(a, c), max(b, d))",
     )
     rewrite(
         rs,

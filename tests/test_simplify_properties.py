@@ -237,3 +237,30 @@ def test_the_late_simplifier_settles_split_ranges_without_an_egraph(monkeypatch:
     f = evaluator(out)
     assert all(f({"jo": a, "ji": b}) == a * 100 + b for a in range(24) for b in range(32))
     assert not any(x.op in (Ops.IDIV, Ops.MOD) for x in out.toposort())
+
+
+def test_nested_selections_and_bounded_comparisons_fold_as_tinygrads_do() -> None:
+    """The forms tinygrad reaches on its oracle cases (#287, #322, #348, #355-#357), checked exhaustively over the
+    variables' ranges: nested wheres on one branch merge their conditions, a comparison of a sum whose small term
+    cannot move the threshold drops it, positive scales of never-negative terms drop out of `0 < sum`."""
+    s, x, y = UOp.variable("s", 0, 10), UOp.variable("x", 0, 4), UOp.variable("y", 0, 4)
+    a, b = UOp.variable("a", 0, 5), UOp.variable("b", 0, 5)
+    u, big = UOp.variable("uidx", 0, 3), UOp.variable("big", 0, 1529)
+    cases = [
+        ((s < 5).where((s < 6).where(a, b), b), "where((s<5), a, b)"),
+        ((s < 6).where((s > 2).where(a, b), b), "where(((2<s)&(s<6)), a, b)"),
+        ((x < 2).where(a, (y < 2).where(a, b)), None),
+        ((x < 2).where(a, 0).maximum((x < 2).where(b, 1)), None),
+        ((u + big * 12) < 268, "(big<23)"),
+        ((a * 3 + b * 4) > 0, "(0<(a+b))"),
+    ]
+    for e, want in cases:
+        out = simplify(e).result
+        names = sorted({v.arg[0] for v in toposort([e]) if v.op is Ops.DEFINE_VAR})
+        vs = {v.arg[0]: v for v in toposort([e]) if v.op is Ops.DEFINE_VAR}
+        for env in itertools.product(*(range(int(vs[n].vmin), int(vs[n].vmax) + 1, 7 if n == "big" else 1) for n in names)):
+            values = dict(zip(names, env))
+            assert evaluator(out)(values) == evaluator(e)(values), (e.render(), out.render(), values)
+        assert len(toposort([out])) <= len(toposort([e])), (e.render(), out.render())
+        if want is not None:
+            assert out.render() == want

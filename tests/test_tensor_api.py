@@ -572,3 +572,8 @@ def test_conv2d_takes_tinygrads_positional_order() -> None:
                 for j in range(3):
                     want[0, o, i, j] = (x[0, 2 * g : 2 * g + 2, i : i + 3, j : j + 3] * w[o]).sum()
     check(grouped, want, rtol=1e-4, atol=1e-4)
+
+
+def test_squeeze_of_all_ones_is_zero_dimensional_as_in_numpy() -> None:
+    check(run(Tensor(np.full((1, 1), 5.0, np.float32)).squeeze()), np.full((1, 1), 5.0).squeeze(), dtype=np.float32)
+    check(run(Tensor(np.ones((1, 3, 1), np.int32)).squeeze()), np.ones((1, 3, 1)).squeeze(), dtype=np.int32)
