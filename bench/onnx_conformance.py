@@ -54,8 +54,82 @@ def _array(v: Any) -> np.ndarray | None:
     return a.astype(np.float32) if a.dtype.name == "bfloat16" else a  # ml_dtypes' bfloat16: float32 holds it exactly
 
 
+class _UnreadableError(Exception):
+    """A test value that is neither a tensor, a sequence of them nor an optional (a map)."""
+
+
+def _value(v: Any) -> Any:
+    """A test value: an array, a list of values (a sequence) or None (an empty optional)."""
+    if v is None:
+        return None
+    if isinstance(v, (list, tuple)):
+        return [_value(e) for e in v]
+    a = _array(v)
+    if a is None:
+        raise _UnreadableError(type(v).__name__)
+    return a
+
+
+def _flat(name: str, v: Any) -> dict[str, np.ndarray]:
+    """The placeholders of a value as from_onnx names them: a sequence `s` is s_0, s_1, ..."""
+    if v is None:
+        return {}
+    if isinstance(v, list):
+        return {k: a for i, e in enumerate(v) for k, a in _flat(f"{name}_{i}", e).items()}
+    return {name: np.asarray(v)}
+
+
+def _shape(v: Any) -> Any:
+    """What from_onnx's `shapes` takes for a value: its shape, a list of them (a sequence) or None (empty optional)."""
+    return None if v is None else [_shape(e) for e in v] if isinstance(v, list) else np.asarray(v).shape
+
+
+def _binds(v: Any, pred: Any) -> bool:
+    """Whether `pred` holds for every array of a value (an empty optional is bound at import)."""
+    if v is None:
+        return True
+    if isinstance(v, list):
+        return all(_binds(e, pred) for e in v)
+    return bool(pred(np.asarray(v)))
+
+
+def _structured(structure: Any, got: list[Any]) -> Any:
+    """A graph output regrouped from the flat outputs by from_onnx's output_structure entry."""
+    if structure is None:
+        return None
+    if isinstance(structure, list):
+        return [_structured(s, got) for s in structure]
+    return got[structure]
+
+
+def _compare(g: Any, w: Any, case: Any) -> str:
+    """Why a result differs from the expected value ("" when it does not)."""
+    if w is None or g is None:
+        return "" if w is None and g is None else f"{'an empty' if w is None else 'a'} optional expected"
+    if isinstance(w, list) or isinstance(g, list):
+        if not (isinstance(w, list) and isinstance(g, list)):
+            return "a sequence and a tensor"
+        if len(g) != len(w):
+            return f"a sequence of {len(g)} elements, {len(w)} expected"
+        return next((f"element {i}: {why}" for i, (a, b) in enumerate(zip(g, w)) if (why := _compare(a, b, case))), "")
+    w = np.asarray(w)
+    g = np.asarray(g)
+    if w.dtype.kind not in "biuf":
+        return f"expected dtype {w.dtype}"
+    if g.shape != w.shape:
+        return f"shape {g.shape} != {w.shape}"
+    if w.dtype.kind == "f":
+        tol = {"rtol": max(case.rtol, 1e-4), "atol": max(case.atol, 1e-5)}
+        if not np.allclose(g.astype(np.float64), w.astype(np.float64), **tol, equal_nan=True):
+            return "values differ"
+    elif not np.array_equal(g.astype(w.dtype), w):
+        return "values differ"
+    return ""
+
+
 def run_case(case: Any, mode: str) -> tuple[bool, str]:
-    """(passed, why not) for one case."""
+    """(passed, why not) for one case. Sequences are lists of arrays (a sequence input given to from_onnx by the
+    shapes of its elements, fed as its placeholders s_0, s_1, ...), optionals None or their value."""
     from egraph_compiler.backends.reference import evaluate
 
     from egraph_compiler import optimize
@@ -64,27 +138,31 @@ def run_case(case: Any, mode: str) -> tuple[bool, str]:
 
     graph_inputs = [i.name for i in case.model.graph.input if i.name not in {t.name for t in case.model.graph.initializer}]
     for ins, outs in case.data_sets:
-        ins, outs = [_array(v) for v in ins], [_array(v) for v in outs]
-        if any(v is None for v in (*ins, *outs)):
-            return False, "sequence or optional values"
+        try:
+            ins, outs = [_value(v) for v in ins], [_value(v) for v in outs]
+        except _UnreadableError as e:
+            return False, f"a {e} value"
         given = dict(zip(graph_inputs, ins))
-        shapes = {k: np.asarray(v).shape for k, v in given.items()}  # fixes free dimensions, as a user would
+        shapes = {k: _shape(v) for k, v in given.items()}  # fixes free dimensions, as a user would
+        flat = {n: a for k, v in given.items() for n, a in _flat(k, v).items()}
         try:
             # every input a placeholder; where the import needs a value (shapes, axes, Resize's scales), the integer
-            # inputs are bound at import, then the small 1-D float ones too
+            # inputs are bound at import, then the small 1-D float ones too (an empty optional always)
             binds = (lambda v: False, lambda v: v.dtype.kind in "iub", lambda v: v.dtype.kind in "iub" or v.size <= 8)
             for i, bind in enumerate(binds):
                 try:
-                    static = {k: v for k, v in given.items() if bind(np.asarray(v))}
+                    static = {k: v for k, v in given.items() if _binds(v, bind)}
                     m = from_onnx(case.model, static=static, shapes=shapes)
                     break
                 except CompilerError as e:
                     if "must be known at import" not in str(e) or i == len(binds) - 1:
                         raise
-            feed = {k: np.asarray(v) for k, v in given.items() if k in m.inputs}
-            if any(np.asarray(v).dtype.kind not in "biuf" for v in feed.values()):
+            feed = {k: v for k, v in flat.items() if k in m.inputs}
+            if any(v.dtype.kind not in "biuf" for v in feed.values()):
                 return False, "non-numeric input"
-            if mode == "reference":
+            if not m.outputs:  # every output an empty sequence or optional
+                got: Any = ()
+            elif mode == "reference":
                 got = evaluate([t.uop for t in m.outputs], feed)
             else:
                 prog = optimize(m.outputs, target=mode)
@@ -94,21 +172,13 @@ def run_case(case: Any, mode: str) -> tuple[bool, str]:
             return False, f"{e.code} {str(e).splitlines()[0][:100]}"
         except Exception as e:  # a raw exception is a bug of ours: counted and shown
             return False, f"RAW {type(e).__name__}: {str(e)[:100]}"
-        if len(got) < len(outs):
+        results = [_structured(s, list(got)) for s in m.output_structure]
+        if len(results) < len(outs):
             return False, "fewer outputs"
-        for g, w in zip(got, outs):
-            w = np.asarray(w)
-            g = np.asarray(g)
-            if w.dtype.kind not in "biuf":
-                return False, f"expected dtype {w.dtype}"
-            if g.shape != w.shape:
-                return False, f"shape {g.shape} != {w.shape}"
-            if w.dtype.kind == "f":
-                tol = {"rtol": max(case.rtol, 1e-4), "atol": max(case.atol, 1e-5)}
-                if not np.allclose(g.astype(np.float64), w.astype(np.float64), **tol, equal_nan=True):
-                    return False, "values differ"
-            elif not np.array_equal(g.astype(w.dtype), w):
-                return False, "values differ"
+        for g, w in zip(results, outs):
+            why = _compare(g, w, case)
+            if why:
+                return False, why
     return True, ""
 
 

@@ -54,7 +54,7 @@ class Limits:
     ban_length: int = 3  # ... for this many steps
     analysis_steps: int = 30  # bound on analysis saturation per step
     step_growth: float = 4.0  # a step may multiply the e-graph by at most this (once past GROWTH_FLOOR nodes)
-    patience: int = 3  # steps without a better watched root before a stage counts as converged
+    patience: int = 4  # steps without a better watched root before a stage counts as converged
     search_time: float = 20.0  # seconds of fusion trials after saturation (extract/fusion.py)
     plain_below: int = 2_000  # smaller e-graphs run their rules without the back-off scheduler (no bans):
     #                               a scheduler compiles every rule on its first run, which costs more here

@@ -30,6 +30,7 @@ from egraph_compiler.ops import OP_TABLE, Ops
 from egraph_compiler.uop import UOp
 
 LEAVES = (Ops.CONST, Ops.RANGE, Ops.DEFINE_VAR)
+LATE_PATIENCE = 3  # steps without a better result before the e-graph of a kernel's index math stops
 NEEDS_WORK = (Ops.IDIV, Ops.MOD)
 
 
@@ -184,7 +185,9 @@ class LateSimplifier:
                     hard.append(u)
                 else:
                     self.memo[u] = folded if folded.dtype is u.dtype else u
-        for u, r in zip(hard, simplify_all(hard, self.session) if hard else []):  # one e-graph for all of them
+        # one e-graph for all of them; every schedule candidate brings some, so they stop sooner than simplify()
+        done = simplify_all(hard, self.session, patience=LATE_PATIENCE) if hard else []
+        for u, r in zip(hard, done):
             self.memo[u] = r.result if r.result.dtype is u.dtype else u
         mapping = {u: self.memo[u] for u in exprs if self.memo[u] is not u}
         return ast.substitute(mapping) if mapping else ast

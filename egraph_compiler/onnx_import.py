@@ -9,20 +9,25 @@ given in `static` are bound the same way (a shape or index input of a graph whos
 Shapes are static: every graph input needs a fixed shape (or a `static` value). An op, attribute or dtype the
 import does not support is a diagnostic naming the node, the op and what is missing; never a traceback and
 never a silently different result. onnx is an optional dependency (`pip install egraph-compiler[onnx]`).
+
+Control flow (If, Loop, Scan) is resolved at import and sequences and optionals are values of the import (a list,
+None): onnx_control.py. A subgraph is imported by the same node loop (`_run_nodes`), the names of the scopes around it
+visible.
 """
 
 from __future__ import annotations
 
+import collections
 import functools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from egraph_compiler import onnx_recurrent, onnx_spatial
+from egraph_compiler import onnx_control, onnx_recurrent, onnx_spatial
 from egraph_compiler.diagnostics import InvalidArgument, UnsupportedOp
 from egraph_compiler.onnx_values import (
     NP,
@@ -41,19 +46,27 @@ from egraph_compiler.tensor import Tensor
 
 @dataclass
 class OnnxModel:
-    """An imported graph: `inputs` (name -> placeholder, graph order, without the `static` ones) and `outputs`
-    (graph order; `output_names` beside them)."""
+    """An imported graph: `inputs` (name -> placeholder, graph order, without the `static` ones; a sequence input
+    `s` is its elements s_0, s_1, ...) and `outputs` (graph order; `output_names` beside them; a sequence output `s`
+    is its elements, named s_0, s_1, ...). `output_structure` has one entry per graph output: the index of its
+    Tensor in `outputs`, a list of such entries (a sequence) or None (an empty optional)."""
 
     inputs: dict[str, Tensor]
     outputs: list[Tensor]
     output_names: list[str]
     opset: int
     notes: list[str] = field(default_factory=list)
+    output_structure: list[Any] = field(default_factory=list)
 
 
 def from_onnx(model: Any, static: dict[str, Any] | None = None, shapes: dict[str, Any] | None = None) -> OnnxModel:
     """Import an ONNX model (a path or a ModelProto). `static`: graph inputs bound to these values at import;
-    `shapes`: fixed shapes for graph inputs whose declared shape has free dimensions (a batch size)."""
+    `shapes`: fixed shapes for graph inputs whose declared shape has free dimensions (a batch size).
+
+    Sequence and optional inputs: a sequence input `s` (ONNX seq(tensor)) needs its length and element shapes,
+    `shapes={"s": [shape0, shape1, ...]}` (`[]`: an empty sequence), and becomes the placeholders s_0, s_1, ... in
+    `inputs`; or its value in `static` as a list of arrays. An optional input is its element (a tensor or a sequence,
+    given as above), or empty with `static={"o": None}` (or `shapes={"o": None}`)."""
     try:
         import onnx
         from onnx import numpy_helper
@@ -72,6 +85,7 @@ def from_onnx(model: Any, static: dict[str, Any] | None = None, shapes: dict[str
         raise InvalidArgument(at="from_onnx", why=f"got {type(model).__name__}", suggestion="pass a path or an onnx.ModelProto")
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
     static = dict(static or {})
+    shapes = dict(shapes or {})
     g = model.graph
     env: dict[str, Value] = {"": None}
     for init in g.initializer:
@@ -81,33 +95,107 @@ def from_onnx(model: Any, static: dict[str, Any] | None = None, shapes: dict[str
         if vi.name in env:  # an initializer listed as an input too: its value
             continue
         if vi.name in static:
-            env[vi.name] = np.asarray(static[vi.name])
+            env[vi.name] = _static_value(static[vi.name])
             continue
-        tt = vi.type.tensor_type
-        dt = dtype_of(tt.elem_type, f"input {vi.name!r}")
-        dims = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
-        if shapes and vi.name in shapes:
-            fixed = [int(d) for d in shapes[vi.name]]
-            declared = tt.HasField("shape")  # a graph may leave an input's rank unknown too
-            if declared and (len(fixed) != len(dims) or any(d is not None and d != f for d, f in zip(dims, fixed))):
-                raise InvalidArgument(
-                    at=f"shapes[{vi.name!r}]",
-                    why=f"{fixed} does not fit the declared shape {[d if d else '?' for d in dims]}",
-                    suggestion="give every dimension, equal to the declared ones where they are fixed",
-                )
-            dims = fixed
-        if all(d is not None for d in dims) and 0 in dims:  # an empty input has one value: known here
-            env[vi.name] = np.zeros(dims, np.dtype(dt) if dt != "bfloat16" else np.float32)
-            continue
-        if any(d is None or d <= 0 for d in dims):
+        env[vi.name] = _input_value(vi.name, vi.type, shapes, inputs)
+    _run_nodes(g.node, env, opset, "")
+    outputs: list[Tensor] = []
+    names: list[str] = []
+    structure: list[Any] = []
+    for vo in g.output:
+        v = env.get(vo.name)
+        if vo.name not in env or (v is None and vo.type.WhichOneof("value") != "optional_type"):
+            raise UnsupportedOp(at=f"output {vo.name!r}", why="no node produces it", suggestion="check the graph")
+        try:
+            structure.append(_output_value(vo.name, v, outputs, names))
+        except NotSupportedError as e:
+            raise UnsupportedOp(at=f"output {vo.name!r}", why=str(e), suggestion="see docs/ONNX.md") from None
+    return OnnxModel(inputs, outputs, names, opset, output_structure=structure)
+
+
+def _static_value(v: Any) -> Value:
+    """A `static` input's value: an array, a sequence (a list of arrays) or an empty optional (None)."""
+    if v is None:
+        return None
+    if isinstance(v, (list, tuple)):
+        return [_static_value(e) for e in v]
+    return np.asarray(v)
+
+
+def _input_value(name: str, tp: Any, shapes: dict[str, Any], inputs: dict[str, Tensor]) -> Value:
+    """A graph input's placeholder: a Tensor, a list of them (a sequence) or None (an empty optional)."""
+    kind = tp.WhichOneof("value")
+    if kind == "optional_type":
+        if name in shapes and shapes[name] is None:
+            return None
+        return _input_value(name, tp.optional_type.elem_type, shapes, inputs)
+    if kind == "sequence_type":
+        elem = tp.sequence_type.elem_type
+        if elem.WhichOneof("value") != "tensor_type":
             raise UnsupportedOp(
-                at=f"input {vi.name!r}",
-                why=f"its shape {[d if d else '?' for d in dims]} is not fixed",
-                suggestion=f"pass shapes={{{vi.name!r}: (...)}} (or the input's value in static=)",
+                at=f"input {name!r}", why="a sequence of non-tensors is not supported", suggestion="use a sequence of tensors"
             )
-        env[vi.name] = inputs[vi.name] = Tensor.empty(*dims, dtype=dt, name=vi.name)
-    for i, node in enumerate(g.node):
-        where = f"node {i} ({node.name or node.output[0]!r}, {node.op_type})"
+        given = shapes.get(name)
+        if not isinstance(given, (list, tuple)) or not all(isinstance(s, (list, tuple)) for s in given):
+            raise UnsupportedOp(
+                at=f"input {name!r}",
+                why="a sequence input needs its length and the shape of each element",
+                suggestion=f"pass shapes={{{name!r}: [shape0, shape1, ...]}} (or its value, a list of arrays, in static=)",
+            )
+        return [_tensor_input(f"{name}_{i}", elem.tensor_type, s, inputs, name) for i, s in enumerate(given)]
+    if kind not in (None, "tensor_type"):
+        raise UnsupportedOp(at=f"input {name!r}", why=f"a {kind} input is not supported", suggestion="use tensor inputs")
+    return _tensor_input(name, tp.tensor_type, shapes.get(name), inputs, name)
+
+
+def _tensor_input(name: str, tt: Any, fixed: Any, inputs: dict[str, Tensor], given_as: str) -> Value:
+    """A tensor input's placeholder (`fixed`: its shape from `shapes`, or None); `given_as`: its key in shapes."""
+    dt = dtype_of(tt.elem_type, f"input {name!r}")
+    dims = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
+    if fixed is not None:
+        fixed = [int(d) for d in fixed]
+        declared = tt.HasField("shape")  # a graph may leave an input's rank unknown too
+        if declared and (len(fixed) != len(dims) or any(d is not None and d != f for d, f in zip(dims, fixed))):
+            raise InvalidArgument(
+                at=f"shapes[{given_as!r}]",
+                why=f"{fixed} does not fit the declared shape {[d if d else '?' for d in dims]}",
+                suggestion="give every dimension, equal to the declared ones where they are fixed",
+            )
+        dims = fixed
+    if all(d is not None for d in dims) and 0 in dims:  # an empty input has one value: known here
+        return np.zeros(dims, np.dtype(dt) if dt != "bfloat16" else np.float32)
+    if any(d is None or d <= 0 for d in dims):
+        raise UnsupportedOp(
+            at=f"input {name!r}",
+            why=f"its shape {[d if d else '?' for d in dims]} is not fixed",
+            suggestion=f"pass shapes={{{given_as!r}: (...)}} (or the input's value in static=)",
+        )
+    if name in inputs:
+        raise InvalidArgument(
+            at=f"input {name!r}", why="two graph inputs give this placeholder name", suggestion="rename one of the inputs"
+        )
+    inputs[name] = Tensor.empty(*dims, dtype=dt, name=name)
+    return inputs[name]
+
+
+def _output_value(name: str, v: Value, outputs: list[Tensor], names: list[str]) -> Any:
+    """A graph output's Tensors appended to `outputs`; its entry of output_structure returned."""
+    if v is None:
+        return None
+    if isinstance(v, list):
+        return [_output_value(f"{name}_{i}", e, outputs, names) for i, e in enumerate(v)]
+    outputs.append(tensor_of(v))
+    names.append(name)
+    return len(outputs) - 1
+
+
+def _run_nodes(nodes: Any, env: MutableMapping[str, Value], opset: int, prefix: str) -> None:
+    """Import `nodes` in order, their outputs added to `env` (which holds their inputs: the graph's values and, in a
+    subgraph, those of the scopes around it). `prefix` names the node that holds a subgraph in diagnostics."""
+    import onnx
+
+    for i, node in enumerate(nodes):
+        where = f"{prefix}node {i} ({node.name or next(iter(node.output), '')!r}, {node.op_type})"
         if node.domain not in ("", "ai.onnx"):
             raise UnsupportedOp(
                 at=where, why=f"domain {node.domain!r} is not supported", suggestion="export with the standard ONNX domain"
@@ -123,8 +211,14 @@ def from_onnx(model: Any, static: dict[str, Any] | None = None, shapes: dict[str
                 raise NotSupportedError(f"input {missing[0]!r} is not produced by any earlier node")
             attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
             attrs["_outputs"] = len(node.output)
+            if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
+                attrs["_run_graph"] = functools.partial(_run_graph, outer=env, opset=opset, where=where)
             ins = [env[n] for n in node.input]
-            if any(isinstance(v, np.ndarray) and v.size == 0 for v in ins) and not any(isinstance(v, Tensor) for v in ins):
+            takes_lists = node.op_type in onnx_control.OPS or node.op_type == "Identity"
+            if not takes_lists and any(isinstance(v, list) for v in ins):
+                raise NotSupportedError(f"a sequence input (the op {node.op_type} takes tensors)")
+            folds = not takes_lists and any(isinstance(v, np.ndarray) and v.size == 0 for v in ins)
+            if folds and not any(isinstance(v, Tensor) for v in ins):
                 outs = _fold_empty(node, ins, opset)  # a tensor without elements has no Tensor form
             else:
                 outs = fn(ins, attrs, opset)
@@ -137,17 +231,28 @@ def from_onnx(model: Any, static: dict[str, Any] | None = None, shapes: dict[str
         for name, v in zip(node.output, outs):
             if name:
                 env[name] = v
-    outputs, names = [], []
-    for vo in g.output:
-        v = env.get(vo.name)
-        if v is None:
-            raise UnsupportedOp(at=f"output {vo.name!r}", why="no node produces it", suggestion="check the graph")
-        try:
-            outputs.append(tensor_of(v))
-        except NotSupportedError as e:
-            raise UnsupportedOp(at=f"output {vo.name!r}", why=str(e), suggestion="see docs/ONNX.md") from None
-        names.append(vo.name)
-    return OnnxModel(inputs, outputs, names, opset)
+
+
+def _run_graph(
+    graph: Any, values: list[Value], label: str, *, outer: MutableMapping[str, Value], opset: int, where: str
+) -> list[Value]:
+    """A subgraph (If's branches, Loop's and Scan's body) imported with its inputs bound to `values` (in order) and
+    the names of the scopes around it visible: its outputs. Control-flow ops get it as at["_run_graph"](graph,
+    values, label), `label` naming the subgraph (and the iteration) in diagnostics."""
+    from onnx import numpy_helper
+
+    if len(values) != len(graph.input):
+        raise ValueError(f"{label} takes {len(graph.input)} inputs, given {len(values)}")
+    env: MutableMapping[str, Value] = collections.ChainMap({}, outer)
+    for init in graph.initializer:
+        env[init.name] = numpy_helper.to_array(init)
+    for vi, v in zip(graph.input, values):
+        env[vi.name] = v
+    _run_nodes(graph.node, env, opset, f"{where} {label}: ")
+    missing = [vo.name for vo in graph.output if vo.name not in env]
+    if missing:
+        raise NotSupportedError(f"the output {missing[0]!r} of its {label} is not produced by any node")
+    return [env[vo.name] for vo in graph.output]
 
 
 def _fold_empty(node: Any, ins: list[Value], opset: int) -> list[Value]:
@@ -364,7 +469,7 @@ def _concat(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
 
 def _split(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
     n_out = at["_outputs"]
-    x = tensor_of(ins[0])
+    x = ins[0] if isinstance(ins[0], Tensor) else np.asarray(ins[0])  # a known input splits into known parts
     a = axis_of(at.get("axis", 0), x.ndim)
     if len(ins) > 1 and ins[1] is not None:
         sizes = ints(ins[1], "split")
@@ -377,6 +482,10 @@ def _split(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
     outs: list[Value] = []
     start = 0
     for s in sizes:  # an empty part has one value: known here
+        if not isinstance(x, Tensor):
+            outs.append(x[(slice(None),) * a + (slice(start, start + s),)])
+            start += s
+            continue
         empty = np.zeros([0 if i == a else n for i, n in enumerate(x.shape)], NP.get(x.dtype.name, np.float32))
         outs.append(x.shrink(tuple((start, start + s) if i == a else None for i in range(x.ndim))) if s else empty)
         start += s
@@ -628,7 +737,8 @@ def _constant_of_shape(ins: list[Value], at: dict[str, Any], opset: int) -> list
 
 
 def _range(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
-    s, e, d = (known(v, "start, limit and delta") for v in ins)
+    # one-element 1-D values too (AffineGrid's function body passes them)
+    s, e, d = (known(v, "start, limit and delta").reshape(()) for v in ins)
     return [np.arange(s, e, d, dtype=np.asarray(s).dtype)]
 
 
@@ -1569,4 +1679,5 @@ OPS: dict[str, Callable[..., list[Value]]] = {
     "LogSoftmax": _softmax(True),
     **onnx_recurrent.OPS,  # RNN, GRU, LSTM
     **onnx_spatial.OPS,  # GridSample, AffineGrid, Col2Im, DFT, STFT, windows, MelWeightMatrix
+    **onnx_control.OPS,  # If, Loop, Scan, sequences, optionals
 }
