@@ -253,9 +253,16 @@ class GroupNorm:
         self.bias: Tensor | None = _data(np.zeros(c, np.float32)) if affine else None
 
     def __call__(self, x: Tensor) -> Tensor:
-        _channels(x, self.num_channels, "GroupNorm")
-        y = x.reshape(x.shape[0], self.num_groups, -1).layernorm(eps=self.eps).reshape(x.shape)
-        return _affine(y, self.weight, self.bias)
+        return _grouped_norm(x, self.num_groups, self.num_channels, self.eps, self.weight, self.bias, "GroupNorm")
+
+
+def _grouped_norm(
+    x: Tensor, groups: int, channels: int, eps: float, weight: Tensor | None, bias: Tensor | None, what: str
+) -> Tensor:
+    """Each sample's channels in `groups` groups, each normalised over its channels and spatial axes."""
+    _channels(x, channels, what)
+    y = x.reshape(x.shape[0], groups, -1).layernorm(eps=eps).reshape(x.shape)
+    return _affine(y, weight, bias)
 
 
 class InstanceNorm:
@@ -266,10 +273,8 @@ class InstanceNorm:
         self.weight: Tensor | None = _data(np.ones(self.num_features, np.float32)) if affine else None
         self.bias: Tensor | None = _data(np.zeros(self.num_features, np.float32)) if affine else None
 
-    def __call__(self, x: Tensor) -> Tensor:
-        _channels(x, self.num_features, "InstanceNorm")
-        y = x.reshape(x.shape[0], self.num_features, -1).layernorm(eps=self.eps).reshape(x.shape)
-        return _affine(y, self.weight, self.bias)
+    def __call__(self, x: Tensor) -> Tensor:  # a group per channel
+        return _grouped_norm(x, self.num_features, self.num_features, self.eps, self.weight, self.bias, "InstanceNorm")
 
 
 class RMSNorm:

@@ -130,6 +130,18 @@ def _flag(v: Any, what: str) -> bool:
     return v
 
 
+def _promoted_pair(t: Tensor, other: Any, what: str, numbers: bool = False) -> tuple[Tensor, Tensor, DType]:
+    """t and other in their promoted dtype, broadcast together (`numbers`: bools refused)."""
+    from egraph_compiler.tensor import Tensor
+
+    o = t._to_tensor(other, what)
+    dt = promote(t.dtype, o.dtype)
+    if numbers and dt.is_bool:
+        raise DTypeError(at=what, why=f"{what} of bools", suggestion="cast to a number dtype first")
+    a, b = Tensor._broadcast(t.cast(dt), o.cast(dt), at=what)
+    return a, b, dt
+
+
 class TensorMath:
     """Elementwise math, activations and dtype helpers."""
 
@@ -231,11 +243,8 @@ class TensorMath:
     def logaddexp(self: Tensor, other: Any) -> Tensor:  # type: ignore[misc]
         """log(exp(self) + exp(other)) as max + log1p(exp(-|self - other|)): no overflow; equal infinities give
         themselves."""
-        from egraph_compiler.tensor import Tensor
 
-        o = self._to_tensor(other, "logaddexp")
-        dt = promote(self.dtype, o.dtype)
-        a, b = Tensor._broadcast(self.cast(dt), o.cast(dt), at="logaddexp")
+        a, b, _ = _promoted_pair(self, other, "logaddexp")
         (a, out), (b, _) = _work(a), _work(b)
         m = a.maximum(b)
         r = m + _log1p(_exp(-(a - b).abs()))
@@ -256,13 +265,8 @@ class TensorMath:
     def copysign(self: Tensor, other: Any) -> Tensor:  # type: ignore[misc]
         """The magnitude of self with the sign of other (floats: its sign bit, so -0.0 counts as negative); the
         promoted dtype of the two, as tinygrad (ints stay ints)."""
-        from egraph_compiler.tensor import Tensor
 
-        o = self._to_tensor(other, "copysign")
-        dt = promote(self.dtype, o.dtype)
-        if dt.is_bool:
-            raise DTypeError(at="copysign", why="copysign of bools", suggestion="cast to a number dtype first")
-        a, b = Tensor._broadcast(self.cast(dt), o.cast(dt), at="copysign")
+        a, b, dt = _promoted_pair(self, other, "copysign", numbers=True)
         if dt.is_float:
             return _with_sign_of(a, b)
         return (b < 0).where(-a.abs(), a.abs())
@@ -270,13 +274,8 @@ class TensorMath:
     def fmod(self: Tensor, x: Any) -> Tensor:  # type: ignore[misc]
         """C's remainder: the sign of self, |result| < |x| (`%` takes the sign of x). Floats of 32 bits or fewer are
         exact while |self / x| < 2^29 (computed in float64); fmod(x, 0) is NaN for floats and 0 for ints (as numpy)."""
-        from egraph_compiler.tensor import Tensor
 
-        o = self._to_tensor(x, "fmod")
-        dt = promote(self.dtype, o.dtype)
-        if dt.is_bool:
-            raise DTypeError(at="fmod", why="fmod of bools", suggestion="cast to a number dtype first")
-        a, b = Tensor._broadcast(self.cast(dt), o.cast(dt), at="fmod")
+        a, b, dt = _promoted_pair(self, x, "fmod", numbers=True)
         if dt.is_int:
             r = a % b  # the sign of b: step back by one b where the signs differ
             return ((r != 0) & ((r < 0) != (a < 0))).where(r - b, r)
