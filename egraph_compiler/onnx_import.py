@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from egraph_compiler import onnx_control, onnx_recurrent, onnx_spatial
+from egraph_compiler import onnx_control, onnx_microsoft, onnx_recurrent, onnx_spatial
 from egraph_compiler.diagnostics import InvalidArgument, UnsupportedOp
 from egraph_compiler.onnx_values import (
     NP,
@@ -196,11 +196,14 @@ def _run_nodes(nodes: Any, env: MutableMapping[str, Value], opset: int, prefix: 
 
     for i, node in enumerate(nodes):
         where = f"{prefix}node {i} ({node.name or next(iter(node.output), '')!r}, {node.op_type})"
-        if node.domain not in ("", "ai.onnx"):
+        table = DOMAINS.get(node.domain)
+        if table is None:
             raise UnsupportedOp(
-                at=where, why=f"domain {node.domain!r} is not supported", suggestion="export with the standard ONNX domain"
+                at=where,
+                why=f"domain {node.domain!r} is not supported",
+                suggestion="export with the standard ONNX domain (com.microsoft's common transformer ops are supported)",
             )
-        fn = OPS.get(node.op_type)
+        fn = table.get(node.op_type)
         if fn is None:
             raise UnsupportedOp(
                 at=where, why=f"the op {node.op_type} is not supported", suggestion="see docs/ONNX.md for the supported ops"
@@ -1680,4 +1683,11 @@ OPS: dict[str, Callable[..., list[Value]]] = {
     **onnx_recurrent.OPS,  # RNN, GRU, LSTM
     **onnx_spatial.OPS,  # GridSample, AffineGrid, Col2Im, DFT, STFT, windows, MelWeightMatrix
     **onnx_control.OPS,  # If, Loop, Scan, sequences, optionals
+}
+# op tables by node domain; com.microsoft: onnxruntime's contrib ops that exported transformers carry, and the
+# standard ops some exporters put in that domain
+DOMAINS: dict[str, dict[str, Callable[..., list[Value]]]] = {
+    "": OPS,
+    "ai.onnx": OPS,
+    "com.microsoft": {**onnx_microsoft.OPS, "LayerNormalization": OPS["LayerNormalization"]},
 }
