@@ -1316,6 +1316,23 @@ def _layernorm(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
     return [y, mean, inv]  # the optional outputs Mean and InvStdDev (stash type, reduced axes kept)
 
 
+def _group_norm(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
+    """GroupNormalization (and InstanceNormalization, a group per channel): each sample's channels in groups, each
+    normalised over its channels and spatial axes in float32; scale and bias per channel (per group before
+    opset 21, expanded to the group's channels)."""
+    x, scale, bias = tensor_of(ins[0]), tensor_of(ins[1]), tensor_of(ins[2])
+    n, c = x.shape[0], x.shape[1]
+    groups = int(at["num_groups"]) if "num_groups" in at else c
+    xf = x.cast("float32").reshape(n, groups, -1)
+    mean = xf.mean(-1, keepdim=True)
+    centered = xf - mean
+    y = (centered * ((centered * centered).mean(-1, keepdim=True) + float(at.get("epsilon", 1e-5))).rsqrt()).reshape(*x.shape)
+    if scale.shape[0] != c:  # per group: each group's value for its channels
+        scale, bias = (t.repeat_interleave(c // groups, dim=0) for t in (scale, bias))
+    per_channel = (1, c, *([1] * (x.ndim - 2)))
+    return [(y * scale.cast("float32").reshape(*per_channel) + bias.cast("float32").reshape(*per_channel)).cast(x.dtype)]
+
+
 def _rmsnorm(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
     x = tensor_of(ins[0])
     a = axis_of(at.get("axis", -1), x.ndim)
@@ -1673,6 +1690,8 @@ OPS: dict[str, Callable[..., list[Value]]] = {
     "BatchNormalization": _batchnorm,
     "LayerNormalization": _layernorm,
     "RMSNormalization": _rmsnorm,
+    "GroupNormalization": _group_norm,
+    "InstanceNormalization": _group_norm,
     "Hardmax": _hardmax,
     "LpNormalization": _lpnorm,
     "Attention": _attention,
