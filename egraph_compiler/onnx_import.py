@@ -851,10 +851,7 @@ def _resize(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
             moved = Tensor(outside).where(float(at.get("extrapolation_value", 0.0)), moved)
         out = moved.transpose(a, -1)
     if x.dtype.is_int:  # rounded half to even and saturated, as the reference casts
-        out = out.clip(float(x.dtype.min), float(x.dtype.max))
-        f = out.floor()
-        odd = f - 2 * (f / 2).floor()
-        out = (out - f > 0.5).where(f + 1, (out - f < 0.5).where(f, f + odd))
+        out = out.clip(float(x.dtype.min), float(x.dtype.max)).round()
     return [out.cast(x.dtype) if out.dtype != x.dtype else out]
 
 
