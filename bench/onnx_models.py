@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.perf_counter()
             try:
                 model = from_onnx(path)
-                prog = optimize(model.outputs, target="llvm")
+                prog = optimize(model.outputs, target="llvm", inputs=model.inputs)
                 got = prog(x=xv)[0]
             except Exception as e:
                 print(f"{name}  ERR  {type(e).__name__}: {str(e).splitlines()[0][:200]}")

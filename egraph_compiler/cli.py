@@ -92,12 +92,19 @@ def _progress(args: argparse.Namespace) -> Progress | None:
     return Progress(sys.stderr, tty) if (args.progress or tty) else None
 
 
-def _compile(graph: FrontendGraph, args: argparse.Namespace) -> Any:
+def _compile(graph: Any, args: argparse.Namespace, inputs: Any = None) -> Any:
     """optimize() under the command's target and limits, with the progress line if wanted."""
     prog_line = _progress(args)
     try:
         program = _optimize_fn()(
-            graph, args.target, progress=prog_line, tune=args.tune, nolocals=args.nolocals, cpu=args.cpu, **_limits(args)
+            graph,
+            args.target,
+            progress=prog_line,
+            tune=args.tune,
+            nolocals=args.nolocals,
+            cpu=args.cpu,
+            inputs=inputs,
+            **_limits(args),
         )
     finally:
         if prog_line is not None:
@@ -344,9 +351,9 @@ def cmd_onnx(args: argparse.Namespace) -> int:
         inputs = {n: _random_like(t, rng) for n, t in model.inputs.items()}
     else:
         inputs = _load_npz(args.inputs, {n: t.shape for n, t in model.inputs.items()})
-    program = _compile(model.outputs, args)  # type: ignore[arg-type]
+    program = _compile(model.outputs, args, inputs=model.inputs)
     t0 = time.perf_counter()
-    outs = _as_tuple(program(**{n: v for n, v in inputs.items() if n in program.inputs}))
+    outs = _as_tuple(program(**inputs))
     dt = time.perf_counter() - t0
     print(f"ran {args.file} on {args.target}: {len(program.kernels)} kernel(s), {dt * 1e3:.2f} ms (first run)")
     for name, a in zip(model.output_names, outs):

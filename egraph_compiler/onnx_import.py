@@ -1,5 +1,6 @@
 """ONNX models in: `from_onnx(path or ModelProto)` gives placeholder Tensors for the graph inputs and Tensors for
-its outputs, built with the Tensor API, so `optimize(model.outputs)` compiles the whole graph.
+its outputs, built with the Tensor API, so `optimize(model.outputs, inputs=model.inputs)` compiles the whole graph
+(`inputs=` keeps a graph input that no output reads in the program's signature: it is checked, then ignored).
 
 Weights (initializers) become data-backed tensors: buffers bound to the program, passed by nobody. A value the
 import knows (an initializer, a Constant, a Shape, and arithmetic on those) stays a numpy array while it is only

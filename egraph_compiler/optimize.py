@@ -101,8 +101,12 @@ def kernel_session() -> EGraphSession:
 # ---- inputs ----------------------------------------------------------------------------------------
 
 
-def output_roots(graph: Any) -> tuple[list[UOp], list[str], bool]:
-    """(roots, output names, single output?) for every input form optimize accepts."""
+def output_roots(graph: Any, inputs: Any = None) -> tuple[list[UOp], list[str], bool, list[UOp]]:
+    """(roots, output names, single output?, declared placeholders) for every input form optimize accepts.
+
+    The declared placeholders are the program's inputs, in signature order, whether or not an output still reads
+    them once optimized: `inputs` when given (Tensors or placeholder UOps, or a name -> Tensor mapping), a
+    FrontendGraph's signature, else every placeholder of the graph in the order the graph first reaches them."""
     from egraph_compiler.frontend_ir import FrontendGraph, load_frontend_ir
     from egraph_compiler.tensor import Tensor
 
@@ -110,18 +114,51 @@ def output_roots(graph: Any) -> tuple[list[UOp], list[str], bool]:
         graph = load_frontend_ir(graph)
     if isinstance(graph, FrontendGraph):
         names = list(graph.outputs)
-        return [t.uop for t in graph.outputs.values()], names, len(names) == 1
-    single = isinstance(graph, (Tensor, UOp))
-    items = [graph] if single else list(graph) if isinstance(graph, (list, tuple)) else None
-    if not items or not all(isinstance(x, (Tensor, UOp)) for x in items):
+        roots = [t.uop for t in graph.outputs.values()]
+        single = len(names) == 1
+        if inputs is None:
+            inputs = graph.inputs
+    else:
+        single = isinstance(graph, (Tensor, UOp))
+        items = [graph] if single else list(graph) if isinstance(graph, (list, tuple)) else None
+        if not items or not all(isinstance(x, (Tensor, UOp)) for x in items):
+            raise InvalidArgument(
+                at="optimize",
+                why=f"cannot optimize a {type(graph).__name__}",
+                suggestion="pass a Tensor, a list of Tensors, a UOp graph, a FrontendGraph or a Frontend-IR JSON path",
+            )
+        roots = [x.uop if isinstance(x, Tensor) else x for x in items]
+        names = [f"out{i}" for i in range(len(roots))]
+    declared = _declared(roots, inputs)
+    check_placeholder_names([*roots, *declared])
+    return roots, names, single, declared
+
+
+def _declared(roots: list[UOp], inputs: Any) -> list[UOp]:
+    """The placeholders `inputs` names (see output_roots), or the graph's own."""
+    from egraph_compiler.tensor import Tensor
+
+    if inputs is None:
+        return [u for u in toposort(roots) if u.op is Ops.BUFFER and not u.src]
+    items = list(inputs.values()) if isinstance(inputs, dict) else list(inputs) if isinstance(inputs, (list, tuple)) else None
+    uops = None if items is None else [x.uop if isinstance(x, Tensor) else x for x in items]
+    bad = next((u for u in uops or [] if not (isinstance(u, UOp) and u.op is Ops.BUFFER and not u.src)), None)
+    if uops is None or bad is not None:
+        what = type(inputs).__name__ if uops is None else f"an input that is not a placeholder ({type(bad).__name__})"
         raise InvalidArgument(
-            at="optimize",
-            why=f"cannot optimize a {type(graph).__name__}",
-            suggestion="pass a Tensor, a list of Tensors, a UOp graph, a FrontendGraph or a Frontend-IR JSON path",
+            at="optimize(inputs=...)",
+            why=f"got {what}",
+            suggestion="pass the program's placeholders: a list of Tensor.empty(...) tensors or a name -> Tensor dict",
         )
-    roots = [x.uop if isinstance(x, Tensor) else x for x in items]
-    check_placeholder_names(roots)
-    return roots, [f"out{i}" for i in range(len(roots))], single
+    used = {u.arg[0] for u in toposort(roots) if u.op is Ops.BUFFER and not u.src}
+    missing = sorted(used - {u.arg[0] for u in uops})
+    if missing:
+        raise InvalidArgument(
+            at="optimize(inputs=...)",
+            why=f"the graph reads the placeholder {missing[0]!r}, which `inputs` does not list",
+            suggestion="list every placeholder the outputs read (or leave inputs out)",
+        )
+    return uops
 
 
 def _inline(roots: list[UOp]) -> list[UOp]:
@@ -194,6 +231,7 @@ def optimize(
     progress: Callable[[IterationStats | str], None] | None = None,
     alternatives: list[tuple[str, Program]] | None = None,
     cache: bool = True,
+    inputs: Any = None,
 ) -> Program:
     """Optimize a tensor program for `target` ("llvm", "cuda" or "reference"); returns a runnable Program.
 
@@ -212,12 +250,15 @@ def optimize(
     other kernels at their chosen schedule), best first per kernel: for inspection and testing.
     cache: return the program an earlier call built for the same graph structure, options and machine: from
     memory (`compile_cache`, this process), else from disk (`disk_cache`, any process; its kernels' machine code
-    too); False always optimizes afresh and stores nothing."""
+    too); False always optimizes afresh and stores nothing.
+    inputs: the program's inputs in call order (Tensors or a name -> Tensor dict): a placeholder listed here is
+    an input of the program even where no output reads it (the program checks and ignores its value). Default:
+    a Frontend-IR graph's signature, else every placeholder of the graph."""
     backend = get_backend(target, cpu)
-    roots, names, single = output_roots(graph)
+    roots, names, single, declared = output_roots(graph, inputs)
     limits = {"node_limit": node_limit, "iter_limit": iter_limit, "time_limit": time_limit, "search_time": search_time}
     machine = backend.cpu.name if target == "llvm" else target
-    key = (tuple(roots), tuple(names), single, target, machine, tuple(limits.values()), tune, nolocals)
+    key = (tuple(roots), tuple(declared), tuple(names), single, target, machine, tuple(limits.values()), tune, nolocals)
     try:
         hash(key)
     except TypeError:  # an unhashable limit: _optimize's validation says what is wrong with it
@@ -230,7 +271,9 @@ def optimize(
     stored = None
     if use_cache and disk_cache.enabled():
         limits_key = {**limits, "cores": os.cpu_count()}  # the cost model prices the cores it sees
-        stored = disk_cache.key(disk_cache.graph_digest(roots), names, single, target, machine, limits_key, tune, nolocals)
+        stored = disk_cache.key(
+            disk_cache.graph_digest([*roots, *declared]), names, single, target, machine, limits_key, tune, nolocals
+        )
         if (hit := _from_disk(stored, backend)) is not None:
             if progress is not None:
                 progress(f"the disk cache ({disk_cache.directory()}) holds this graph's program: no optimization needed")
@@ -239,7 +282,7 @@ def optimize(
     collecting = gc.isenabled()
     gc.disable()  # optimize allocates many small objects and frees them at the end: collections would only scan
     try:
-        prog = _optimize(roots, names, single, backend, target, limits, tune, nolocals, progress, alternatives)
+        prog = _optimize(roots, names, single, declared, backend, target, limits, tune, nolocals, progress, alternatives)
     finally:
         if collecting:
             gc.enable()
@@ -286,6 +329,7 @@ def _optimize(
     roots: list[UOp],
     names: list[str],
     single: bool,
+    declared: list[UOp],
     backend: Any,
     target: str,
     limits: dict[str, float | None],
@@ -321,6 +365,7 @@ def _optimize(
             "lower node_limit, or optimize the graph in parts",
         ) from None
     program.backend, program.target, program.single_output, program.report = backend, target, single, report
+    _declare_inputs(program, declared)
     report.extra["input_graph"] = "\n".join(pretty(r) for r in roots)
     if (arena := program.memory_plan()) is not None:
         rest = sum(s.size * backend.storage_np(s.dtype).itemsize for s in program.buffers.values() if s.kind != "intermediate")
@@ -331,6 +376,20 @@ def _optimize(
             "intermediates": len(arena.offsets),
         }
     return program
+
+
+def _declare_inputs(program: Program, declared: list[UOp]) -> None:
+    """Every declared placeholder is an input of the program, in the declared order: one no kernel reads (the
+    graph never used it, or the optimizer found the outputs do not depend on it) is still checked when given."""
+    for u in declared:
+        name, shape = u.arg
+        if name not in program.buffers:
+            program.buffers[name] = BufferSpec(name, u.dtype, max(1, math.prod(shape)), "input", tuple(shape))
+    order = {u.arg[0]: i for i, u in enumerate(declared)}
+    program.inputs = sorted(
+        {*program.inputs, *order},
+        key=lambda n: (order.get(n, len(order)), program.inputs.index(n) if n in program.inputs else 0),
+    )
 
 
 def reshape_groups(old: tuple[int, ...], new: tuple[int, ...]) -> list[tuple[list[int], list[int]]]:
