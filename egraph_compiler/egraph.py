@@ -35,6 +35,8 @@ from egraph_compiler.uop import UOp
 
 ANALYSIS_CHUNK = 1  # analysis iterations between two limit checks
 GROWTH_FLOOR = 3_000  # e-graphs smaller than this may grow by any factor in one step
+MAX_BATCH, FAST_STEP_S, SLOW_STEP_S = 16, 0.01, 0.1  # iterations a baseline step may batch, and when it does
+COUNT_ALLOWANCE_S = 0.05  # class counts for the report always fit in this much time, then in 10% of saturation
 # even the unlimited stages stop here (optimize then rebuilds with every candidate behind a barrier): past it,
 # extracting the e-graph would take more memory than a machine has (a 544-op graph whose values are read in many
 # index contexts reached 2.5M nodes and was killed for memory)
@@ -264,6 +266,7 @@ class EGraphSession:
                 report.rule_doc[r.name] = r.doc
                 report.rule_ruleset[r.name] = rs.name
         start = clock = time.perf_counter()
+        counting = 0.0  # seconds spent counting e-classes for the report
         reason = "saturated"
         cut = False  # a node, time or growth limit ends saturation, but for a stage's after_limit_steps
         base = 0  # nodes of the unlimited stages (the baseline): node_limit counts the growth past them
@@ -293,16 +296,22 @@ class EGraphSession:
                 f"(run {analyses} {ANALYSIS_CHUNK})",
                 f"(run-schedule (repeat {ANALYSIS_CHUNK} (run-with {sched}_an {analyses})))",
             )
-            main_cmds = (f"(run {main} 1)", f"(run-schedule (run-with {sched} {main}))")
-            if cut:
-                if stage.after_limit_steps:
+            if cut:  # a few cheap steps, unless the caller's time is up
+                if stage.after_limit_steps and (deadline is None or time.perf_counter() < deadline):
                     only = self._ruleset_for(stage.after_limit_rulesets or stage.rulesets)
                     self._steps_after_limit(stage, f"(run-schedule (run-with {sched} {only}))", report, progress)
                 continue
             stage_reason: str | None = None
             best: tuple[int, ...] | None = None
             stale = steps = 0
+            # the baseline's rules (no analyses, no limit) run several iterations a step while steps are quick: a deep
+            # graph's rangeify takes hundreds of tiny steps, each paying for the limit checks and the report
+            batch = 1
             while stage_reason is None:
+                main_cmds = (
+                    f"(run {main} {batch})",
+                    f"(run-schedule (repeat {batch} (run-with {sched} {main})))",
+                )
                 t0 = time.perf_counter()
                 step_start = self.size()
                 scheduled = step_start >= limits.plain_below * stage.plain_factor
@@ -320,12 +329,19 @@ class EGraphSession:
                     updated |= main_updated
                 dt = time.perf_counter() - t0
                 nodes = self.size()
-                classes = self.num_classes() if nodes <= count_classes else None
+                # counting classes freezes the e-graph (~5 ms at 10k nodes): for the report, at most ~10% of the time
+                classes = None
+                if nodes <= count_classes and counting <= 0.1 * (time.perf_counter() - start) + COUNT_ALLOWANCE_S:
+                    t_count = time.perf_counter()
+                    classes = self.num_classes()
+                    counting += time.perf_counter() - t_count
                 stats = IterationStats(len(report.iterations), stage.name, nodes, classes, dt, matches)
                 report.iterations.append(stats)
                 if progress is not None:
                     progress(stats)
-                steps += 1
+                steps += batch
+                if not stage.limited and not analyses:
+                    batch = min(MAX_BATCH, 2 * batch) if dt < FAST_STEP_S else max(1, batch // 2) if dt > SLOW_STEP_S else batch
                 if stage_reason is not None:
                     break
                 if not updated and can_stop:

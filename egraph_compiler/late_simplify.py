@@ -23,6 +23,7 @@ e-graph costs ~0.1 s, and every schedule candidate brings new expressions.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 from egraph_compiler.egraph import EGraphSession
@@ -167,21 +168,24 @@ def _fold(u: UOp) -> tuple[UOp, dict[UOp, Affine]]:
 
 
 class LateSimplifier:
-    def __init__(self, session: EGraphSession | None = None) -> None:
+    def __init__(self, session: EGraphSession | None = None, deadline: float | None = None) -> None:
         """session: a session with the symbolic rules to work in (optimize passes its kernel session: building
-        the symbolic one would cost a first call ~0.1 s)."""
+        the symbolic one would cost a first call ~0.1 s); deadline: a perf_counter time (the caller's time limit)
+        past which expressions get the affine fold alone, no saturation."""
         self.memo: dict[UOp, UOp] = {}
         self.session = session
+        self.deadline = deadline
 
     def __call__(self, ast: UOp) -> UOp:
         from egraph_compiler.pipeline import simplify_all
 
         exprs = maximal_index_exprs(ast)
         hard: list[UOp] = []
+        late = self.deadline is not None and time.perf_counter() > self.deadline
         for u in exprs:
             if u not in self.memo:
                 folded = fold_affine_divmod(u)
-                if any(x.op in NEEDS_WORK and x.src[0].op not in LEAVES for x in folded.toposort()):
+                if not late and any(x.op in NEEDS_WORK and x.src[0].op not in LEAVES for x in folded.toposort()):
                     hard.append(u)
                 else:
                     self.memo[u] = folded if folded.dtype is u.dtype else u

@@ -576,7 +576,7 @@ def _build(
             suggestion="raise iter_limit/node_limit/time_limit, or report the graph as a bug",
         )
     # a limit may have left index math the rules simplify when it is alone: finish it per expression
-    late: Callable[[UOp], UOp] = LateSimplifier(sess) if report.limit_hit else (lambda a: a)
+    late: Callable[[UOp], UOp] = LateSimplifier(sess, deadline) if report.limit_hit else (lambda a: a)
     cost_model = cost_model_for(target, backend.cpu if target == "llvm" else None)
     report.extra["machine"] = cost_model.machine
     if progress is not None:

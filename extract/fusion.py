@@ -180,6 +180,7 @@ class _Search:
         model: CostModel,
         candidates: dict[str, tuple[str, int]],
         barriers: set[str],
+        deadline: float | None = None,
     ) -> None:
         # trials re-rank kernels, mostly into the same loop nests, and a model's repeated layers give the same
         # kernels over other buffers
@@ -192,6 +193,8 @@ class _Search:
             return estimates[key]
 
         self.view, self.ex, self.roots, self.decode = view, ex, roots, decode
+        self.deadline = deadline
+        self.unranked: set[int] = set()  # kernels (SINK classes) that got the extraction's loop nest past the deadline
         self.model = replace(model, estimate=remembered)
         self.offers = offers(view)
         self.order = [n for n in [*sorted(barriers), *candidates] if n in self.offers]  # load preference order
@@ -270,12 +273,19 @@ class _Search:
         """The kernel's schedules ranked (each kernel's own, whatever the rankings before it: a fused REDUCE
         brings loop nests of its own, such as a GEMM's tensor-core tiles). `quick` for trials; a full ranking,
         once made, serves both. A kernel shaped like one ranked before (the same kernel over other buffers, and
-        the same schedules offered) replays that ranking's best schedules."""
+        the same schedules offered) replays that ranking's best schedules. Past the caller's deadline a kernel
+        not ranked yet gets the extraction's loop nest alone."""
         for key in ((sink, loaded, False), (sink, loaded, True)) if quick else ((sink, loaded, False),):
             if key in self.rankings:
                 return self.rankings[key]
         ex = Overridden(self.ex, self.choice(mat))
         space = ScheduleSpace(self.view, ex, sink)
+        if self.deadline is not None and time.perf_counter() > self.deadline:
+            decoded = self.decoded.setdefault((sink, loaded), {})
+            ks = rank_kernel(self.view, ex, sink, self.decode, self.model, quick, space, decoded, plain=True)
+            self.rankings[(sink, loaded, quick)] = ks
+            self.unranked.add(sink)
+            return ks
         kernel = self.kernel(sink, loaded, mat)
         shape = None if kernel is None or space.shape is None else (canonical_kernel(kernel), frozenset(space.shape))
         # a full ranking of the shape serves any request; a quick one serves only quick ones
@@ -353,7 +363,7 @@ def choose_fusion(
     barriers: buffers that are never fused (CONTIGUOUS); time_budget: seconds of trials (`Limits.search_time`;
     the baseline and the final ranking are not counted); deadline: a perf_counter time past which no trial
     starts and kernels ranked quickly are not ranked again in full (`optimize`'s time_limit)."""
-    s = _Search(view, ex, roots, decode, model, candidates, barriers)
+    s = _Search(view, ex, roots, decode, model, candidates, barriers, deadline)
     notes: list[str] = []
     mat = frozenset(n for n in candidates if n in s.offers)
     kernels = s.program(mat)
@@ -479,6 +489,11 @@ def choose_fusion(
     }
     if past:
         notes.append("the time limit was reached: kernels ranked quickly in the fusion search keep that ranking")
+    if unranked := s.unranked & set(kernels):
+        notes.append(
+            f"the time limit was reached before {len(unranked)} of {len(kernels)} kernels were ranked: they keep the "
+            "extraction's loop nest (no schedule search)"
+        )
     chosen = sum(min(full[k], costs[k]) for k in kernels)
     choice = s.choice(mat)
     for b in candidates:

@@ -389,20 +389,22 @@ def rank_kernel(
     quick: bool = False,
     space: ScheduleSpace | None = None,
     evaluated: dict[tuple[int, ...], Candidate | None] | None = None,
+    plain: bool = False,
 ) -> KernelSchedule:
     """The kernel's schedules ranked by estimate. `quick` (fusion trials): every combination only up to
     QUICK_COMBINATIONS, else one round of coordinate descent from the extraction's choice. `evaluated`: the
     candidates decoded so far, by their binders (coordinate descent comes back to the same choices, and a full
-    ranking to a quick one's), filled in."""
+    ranking to a quick one's), filled in. `plain`: the extraction's loop nest alone (the caller's time is up)."""
     space = space or ScheduleSpace(view, ex, sink)
     alts = space.alts
     evaluated = {} if evaluated is None else evaluated
     too_unrolled: set[tuple[int, ...]] = set()
     candidate = _decoder(ex, sink, decode, model, space.variant)
-    if not alts:  # the extraction's loop nest is the only one
-        if () not in evaluated:
-            evaluated[()] = candidate({})
-        return _ranked(sink, [c for c in [evaluated[()]] if c is not None], model)
+    if not alts or plain:  # the extraction's loop nest: the only one, or the only one there is time for
+        key = tuple(id(ex.node(c)) for c in alts)
+        if key not in evaluated:
+            evaluated[key] = candidate({})
+        return _ranked(sink, [c for c in [evaluated[key]] if c is not None], model)
 
     # an upper bound of a choice's unrolling: every binder some choice reaches, the schedule classes at theirs
     own: dict[int, int] = {}

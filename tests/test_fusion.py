@@ -365,6 +365,19 @@ def test_time_limit_bounds_the_whole_call() -> None:
     np.testing.assert_allclose(full(**x), evaluate(t.uop, x), rtol=1e-4, atol=1e-4)
 
 
+def test_past_the_time_limit_kernels_keep_the_extractions_loop_nest() -> None:
+    """A limit already spent when the ranking starts: no kernel's schedules are searched (each keeps the loop nest
+    the extraction chose, one candidate), no index expression is saturated again, the report says so, and the
+    program is correct."""
+    x, w = E(16, 32, name="x"), E(32, 24, name="w")
+    t = ((x @ w).gelu() @ E(24, 8, name="v")).softmax(-1) + E(16, 8, name="r")
+    prog = optimize(t, target="llvm", time_limit=1e-6)
+    assert any("kernels were ranked: they keep the extraction's loop nest" in n for n in prog.report.notes), prog.report.notes
+    assert all(s["candidates"] == 1 for s in prog.report.extra["schedules"])
+    v = _inputs(t)
+    np.testing.assert_allclose(prog(**v), evaluate(t.uop, v), rtol=1e-4, atol=1e-4)
+
+
 def test_a_chain_of_1000_elementwise_ops_compiles() -> None:
     """Deep graphs are walked with loops, not recursion (describing the schedule of a 1,000-op chain raised
     RecursionError)."""

@@ -1,0 +1,64 @@
+"""How closely `optimize(..., time_limit=T)` keeps to T: wall time against the limit, for the benchmark models.
+
+    python bench/time_limits.py [--quick] [--limits 0.25,1,2,4] [--only NAME[,NAME]]
+
+For each model and limit: optimize's wall time, its ratio to the limit, whether it kept within 10% or 0.2 s
+(the goal), the chosen program's estimate (a tight limit leaves kernels unranked: a slower program) and whether
+its result matches the reference interpreter. The compile caches are off (`cache=False`): every call optimizes
+afresh. Exit status 1 if a result was wrong.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+import warnings
+
+import numpy as np
+from egraph_compiler.backends.reference import evaluate
+from model_defs import suite
+
+from egraph_compiler import Tensor, optimize
+from egraph_compiler.cpu_target import host_cpu
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="the small sizes of the models")
+    ap.add_argument("--limits", default="0.25,1,2,4", help="comma-separated time limits in seconds")
+    ap.add_argument("--only", default="gpt2,mlp,resnet_block,dense_chain_8,dense_chain_48", help="model name prefixes")
+    args = ap.parse_args(argv)
+    limits = [float(x) for x in args.limits.split(",")]
+    only = [p for p in args.only.split(",") if p]
+    models = [m for m in suite(args.quick) if not only or any(m.name.startswith(p) for p in only)]
+    print(f"# CPU {host_cpu().name}, load {os.getloadavg()[0]:.1f}; goal: wall <= limit + max(10%, 0.2 s)")
+    print(f"{'model':24s} {'limit s':>8s} {'wall s':>8s} {'ratio':>6s} {'kept':>5s} {'estimate ms':>12s} {'correct':>8s}")
+    ok_all = True
+    for m in models:
+        for limit in limits:
+            ts = {k: Tensor.empty(s, dtype="float32", name=k) for k, s in m.shapes.items()}
+            out = m.ours(**ts)
+            t0 = time.perf_counter()
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # the roofline warning of a program left unranked
+                prog = optimize(out, target="llvm", time_limit=limit, cache=False)
+            wall = time.perf_counter() - t0
+            x = m.inputs()
+            want = evaluate([out.uop], x)
+            want = want[0] if isinstance(want, (list, tuple)) else want
+            ok = bool(np.allclose(prog(**x), want, rtol=m.rtol, atol=m.atol))
+            ok_all &= ok
+            kept = wall <= limit + max(0.1 * limit, 0.2)
+            est = prog.report.cost_after * 1e3
+            print(
+                f"{m.name:24s} {limit:8.2f} {wall:8.2f} {wall / limit:6.2f} {'yes' if kept else 'NO':>5s} "
+                f"{est:12.3g} {'ok' if ok else 'WRONG':>8s}",
+                flush=True,
+            )
+    return 0 if ok_all else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
