@@ -247,13 +247,16 @@ class EGraphSession:
         count_classes: int = 20_000,
         watch: Sequence[str] = (),
         deadline: float | None = None,
-        cut_baseline: bool = True,
+        cut_baseline: float | bool = True,
+        reserve_per_node: float = 0.0,
     ) -> str:
         """Run the stages in order under `limits`; returns (and records) the stop reason.
 
         `deadline` (a perf_counter time: the caller's time limit for its whole call) stops every stage, the
         unlimited ones too where `cut_baseline` ("time_ceiling": their result is then incomplete, like at the node
-        ceiling).
+        ceiling); a float `cut_baseline` is an earlier perf_counter time at which they stop. `reserve_per_node`:
+        seconds per e-node the caller needs after saturation (optimize: extraction); a limited stage stops once
+        what is left before the deadline would not cover the e-graph it has.
 
         Each step saturates the analyses in chunks of ANALYSIS_CHUNK iterations, checking the limits after every
         chunk (an analysis iteration can grow the e-graph as much as a rule step), then runs the stage's rules
@@ -271,13 +274,18 @@ class EGraphSession:
         cut = False  # a node, time or growth limit ends saturation, but for a stage's after_limit_steps
         base = 0  # nodes of the unlimited stages (the baseline): node_limit counts the growth past them
 
+        def out_of_time(nodes: int) -> bool:
+            return deadline is not None and time.perf_counter() + reserve_per_node * nodes > deadline
+
+        ceiling = None if deadline is None or cut_baseline is False else deadline if cut_baseline is True else cut_baseline
+
         def over_limit(stage: Stage, step_start: int) -> str | None:
-            late = deadline is not None and time.perf_counter() > deadline
             if not stage.limited:
-                return "node_ceiling" if self.size() > BASELINE_CEILING else "time_ceiling" if late and cut_baseline else None
-            if late:
-                return "time_limit"
+                late = ceiling is not None and time.perf_counter() > ceiling
+                return "node_ceiling" if self.size() > BASELINE_CEILING else "time_ceiling" if late else None
             nodes = self.size()
+            if out_of_time(nodes):
+                return "time_limit"
             if nodes - base > limits.node_limit + stage.extra_nodes:
                 return "node_limit"
             if stage.growth_check and nodes > max(GROWTH_FLOOR, limits.step_growth * step_start):
@@ -297,7 +305,7 @@ class EGraphSession:
                 f"(run-schedule (repeat {ANALYSIS_CHUNK} (run-with {sched}_an {analyses})))",
             )
             if cut:  # a few cheap steps, unless the caller's time is up
-                if stage.after_limit_steps and (deadline is None or time.perf_counter() < deadline):
+                if stage.after_limit_steps and not out_of_time(self.size()):
                     only = self._ruleset_for(stage.after_limit_rulesets or stage.rulesets)
                     self._steps_after_limit(stage, f"(run-schedule (run-with {sched} {only}))", report, progress)
                 continue

@@ -82,6 +82,9 @@ def stages_for(target: str, nolocals: bool, depth: int = 0, reduces: int = 0) ->
 
 
 KERNEL_LIMITS = {"node_limit": 10_000, "iter_limit": 10, "time_limit": 10.0, "analysis_steps": 8}
+# seconds per e-node to view, price and extract the e-graph (GPT-2 block: 41k nodes, ~1.1 s): a caller's time_limit
+# stops the limited stages early enough to leave this much for extraction
+EXTRACT_S_PER_NODE = 30e-6
 # under the default node_limit the schedule stage may grow SCHEDULE_NODES_PER_REDUCE more nodes per reduction of the
 # program, up to SCHEDULE_NODES_CAP: it offers every reduction kernel its splits at once, and a fixed budget shared
 # by many kernels stopped after two steps (a 12-layer 64x128 dense chain got 8 schedules a layer and ran 2.2x slower)
@@ -530,22 +533,30 @@ def _build(
         report.add_phase("encode", time.perf_counter() - t0)
         # inline alternatives past the ceiling: every candidate gets a buffer (tinygrad's default schedule), and
         # the graph is built again with nothing to inline across them, which grows linearly
-        reason = sess.saturate(stages, lim, report, progress, deadline=deadline, cut_baseline=not every_barrier)
+        # with a time limit, offering values inline everywhere may take half of it: the default schedule built
+        # again (below) needs the other half
+        cut: float | bool = False if every_barrier else True if deadline is None else t0 + (deadline - t0) / 2
+        reason = sess.saturate(
+            stages, lim, report, progress, deadline=deadline, cut_baseline=cut, reserve_per_node=EXTRACT_S_PER_NODE
+        )
         fall_back = reason in CEILINGS and not every_barrier
+        nodes = sess.size()
+        if deadline is not None and not every_barrier and time.perf_counter() + EXTRACT_S_PER_NODE * nodes > deadline:
+            fall_back, reason = True, "extract_time"  # the default schedule's smaller e-graph extracts in time
         if not fall_back:
             t1 = time.perf_counter()
             view = sess.view()
             reg = sess.reg
             root_classes = {r: view.lets[let[1:]] if let[1:] in view.lets else view.lets[let] for r, let in kernel_lets.items()}
     if fall_back:
-        why = (
-            f"the e-graph passed {BASELINE_CEILING:,} nodes"
-            if reason == "node_ceiling"
-            else "the time limit was reached before rangeify finished"
-        )
+        inline = "offering values inline in every index context that reads them"
+        why = {
+            "node_ceiling": f"the e-graph passed {BASELINE_CEILING:,} nodes {inline}",
+            "extract_time": f"extracting the e-graph {inline} ({nodes:,} nodes) would not fit in the time limit",
+        }.get(reason, f"the time limit was reached before rangeify finished {inline}")
         report.notes.append(
-            f"{why} offering values inline in every index context that reads them: every materialization candidate "
-            "got its own buffer (the default schedule), and only values with one reader at the same index were fused"
+            f"{why}: every materialization candidate got its own buffer (the default schedule), and only values "
+            "with one reader at the same index were fused"
         )
         if progress is not None:
             progress("the inline alternatives outgrew the e-graph: building the default schedule instead")
