@@ -603,6 +603,7 @@ def _build(
         lim.search_time,
         progress,
         deadline,
+        pairs=target == "cuda",
     )
     fusion, schedules = fused.choice, fused.schedules
     report.notes += fused.notes

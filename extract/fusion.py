@@ -356,13 +356,16 @@ def choose_fusion(
     time_budget: float,
     progress: Callable[[str], None] | None = None,
     deadline: float | None = None,
+    pairs: bool = True,
 ) -> FusionResult:
     """The materialized buffers and every kernel's schedules, from the baseline by estimated savings.
 
     candidates: buffer name -> (a label for the report, bytes) for each intermediate that may be fused;
     barriers: buffers that are never fused (CONTIGUOUS); time_budget: seconds of trials (`Limits.search_time`;
     the baseline and the final ranking are not counted); deadline: a perf_counter time past which no trial
-    starts and kernels ranked quickly are not ranked again in full (`optimize`'s time_limit)."""
+    starts and kernels ranked quickly are not ranked again in full (`optimize`'s time_limit); pairs: when no single
+    fusion pays, try the buffers one kernel loads two at a time (a GEMM's two cast operands enable tensor cores
+    only together: on CPUs no pair has paid where no single did, and the pass cost GPT-2 ~0.8 s)."""
     s = _Search(view, ex, roots, decode, model, candidates, barriers, deadline)
     notes: list[str] = []
     mat = frozenset(n for n in candidates if n in s.offers)
@@ -436,12 +439,12 @@ def choose_fusion(
         weight = {b: candidates[b][1] * (1 + used[b]) for b in used if b in mat}
         if size == 1:
             return [(b,) for b in sorted(weight, key=lambda b: (-weight[b], order[b]))]
-        pairs = {
+        twos = {
             tuple(sorted(p))
             for loaded in kernels.values()
             for p in itertools.combinations(sorted(b for b in loaded if b in weight)[:MAX_PAIRED], 2)
         }
-        return sorted(pairs, key=lambda p: (-sum(weight[b] for b in p), [order[b] for b in p]))  # type: ignore[return-value]
+        return sorted(twos, key=lambda p: (-sum(weight[b] for b in p), [order[b] for b in p]))  # type: ignore[return-value]
 
     def live(b: str) -> bool:
         return b in mat and any(b in v for v in kernels.values())
@@ -451,7 +454,7 @@ def choose_fusion(
     # kernels it grows, so one buffer at a time costs quadratic time
     batching = sum(map(live, candidates)) > BATCH_ABOVE
     size = 1
-    while size <= 2 and not budget_hit:
+    while size <= (2 if pairs else 1) and not budget_hit:
         improved = False
         todo, i, batch = groups(size), 0, 1
         while i < len(todo):
