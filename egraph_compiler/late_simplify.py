@@ -167,12 +167,20 @@ def _fold(u: UOp) -> tuple[UOp, dict[UOp, Affine]]:
     return new[u], aff
 
 
+def _rename_ranges(u: UOp, prefix: str = "late") -> tuple[UOp, dict[UOp, UOp]]:
+    """u with its RANGEs named prefix0, prefix1, ... by first appearance (same bounds and kinds), and the map back."""
+    ranges = [x for x in u.toposort() if x.op is Ops.RANGE]
+    to = {r: UOp(Ops.RANGE, r.dtype, r.src, (f"{prefix}{i}", *r.arg[1:])) for i, r in enumerate(ranges)}
+    return (u.substitute(to) if to else u), {v: k for k, v in to.items()}
+
+
 class LateSimplifier:
     def __init__(self, session: EGraphSession | None = None, deadline: float | None = None) -> None:
         """session: a session with the symbolic rules to work in (optimize passes its kernel session: building
         the symbolic one would cost a first call ~0.1 s); deadline: a perf_counter time (the caller's time limit)
         past which expressions get the affine fold alone, no saturation."""
         self.memo: dict[UOp, UOp] = {}
+        self.canonical: dict[UOp, UOp] = {}  # an expression with its ranges renamed by position -> its result
         self.session = session
         self.deadline = deadline
 
@@ -189,9 +197,18 @@ class LateSimplifier:
                     hard.append(u)
                 else:
                     self.memo[u] = folded if folded.dtype is u.dtype else u
-        # one e-graph for all of them; every schedule candidate brings some, so they stop sooner than simplify()
-        done = simplify_all(hard, self.session, patience=LATE_PATIENCE) if hard else []
-        for u, r in zip(hard, done):
-            self.memo[u] = r.result if r.result.dtype is u.dtype else u
+        # the same index math over other ranges (a model's repeated layers, a kernel's candidates over one range
+        # another e-class named) is simplified once: ranges renamed by first appearance
+        renamed = [_rename_ranges(u) for u in hard]
+        todo = list(dict.fromkeys(c for c, _ in renamed if c not in self.canonical))
+        # one e-graph for all of them (every schedule candidate brings some, so they stop sooner than simplify()),
+        # each over ranges of its own, as the kernel had them: ranges shared between expressions make their
+        # rewrites meet and the e-graph reach its limits sooner
+        apart = [_rename_ranges(c, f"late{j}_") for j, c in enumerate(todo)]
+        done = simplify_all([a for a, _ in apart], self.session, patience=LATE_PATIENCE) if todo else []
+        for c, (_, back), r in zip(todo, apart, done):
+            self.canonical[c] = r.result.substitute(back) if r.result.dtype is c.dtype else c
+        for u, (c, back) in zip(hard, renamed):
+            self.memo[u] = self.canonical[c].substitute(back) if self.canonical[c] is not c else u
         mapping = {u: self.memo[u] for u in exprs if self.memo[u] is not u}
         return ast.substitute(mapping) if mapping else ast

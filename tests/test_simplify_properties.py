@@ -264,3 +264,36 @@ def test_nested_selections_and_bounded_comparisons_fold_as_tinygrads_do() -> Non
         assert len(toposort([out])) <= len(toposort([e])), (e.render(), out.render())
         if want is not None:
             assert out.render() == want
+
+
+def test_the_late_simplifier_simplifies_index_math_over_other_ranges_once(monkeypatch: Any) -> None:
+    """A model's repeated layers (and a kernel's schedule candidates) bring the same index math over ranges of
+    other names: it is saturated once, and each kernel gets the result over its own ranges, equal to its input at
+    every point. (A ResNet-18's late simplification went from 54 e-graphs to 20, its optimize from 72 s to 40 s.)"""
+    from egraph_compiler import pipeline
+    from egraph_compiler.late_simplify import LateSimplifier
+    from egraph_compiler.ops import AxisType
+
+    calls: list[int] = []
+    real = pipeline.simplify_all
+    monkeypatch.setattr(pipeline, "simplify_all", lambda us, *a, **k: calls.append(len(us)) or real(us, *a, **k))
+
+    def index_math(layer: int) -> tuple[UOp, list[UOp]]:
+        r = [UOp.range(n, (layer, i), AxisType.REDUCE if i % 2 else AxisType.LOOP) for i, n in enumerate((7, 3, 7, 3))]
+        e = (((r[1] * 10 + r[0]) % 30) % 9) * 9 + ((r[3] * 10 + r[2]) % 30) % 9
+        return e, r
+
+    late = LateSimplifier()
+    outs = []
+    for layer in range(3):
+        e, r = index_math(layer)
+        out = late(e)
+        assert {x for x in out.toposort() if x.op is Ops.RANGE} <= set(r)  # its own ranges, no other layer's
+        f_in, f_out = evaluator(e), evaluator(out)
+        names = [x.render() for x in r]
+        for vals in itertools.product(range(7), range(3), range(7), range(3)):
+            env = dict(zip(names, vals))
+            assert f_out(env) == f_in(env), f"{e.render()} => {out.render()} at {env}"
+        outs.append(out)
+    assert len(calls) == 1, calls
+    assert not any(x.op is Ops.MOD for x in outs[0].toposort()), outs[0].render()
