@@ -388,11 +388,8 @@ def _declare_inputs(program: Program, declared: list[UOp]) -> None:
         name, shape = u.arg
         if name not in program.buffers:
             program.buffers[name] = BufferSpec(name, u.dtype, max(1, math.prod(shape)), "input", tuple(shape))
-    order = {u.arg[0]: i for i, u in enumerate(declared)}
-    program.inputs = sorted(
-        {*program.inputs, *order},
-        key=lambda n: (order.get(n, len(order)), program.inputs.index(n) if n in program.inputs else 0),
-    )
+    assert set(program.inputs) <= {u.arg[0] for u in declared}  # output_roots checked that
+    program.inputs = list(dict.fromkeys(u.arg[0] for u in declared))
 
 
 def reshape_groups(old: tuple[int, ...], new: tuple[int, ...]) -> list[tuple[list[int], list[int]]]:
@@ -559,7 +556,7 @@ def _build(
             "with one reader at the same index were fused"
         )
         if progress is not None:
-            progress("the inline alternatives outgrew the e-graph: building the default schedule instead")
+            progress(f"{why}: building the default schedule instead")
         again = barrier_every_candidate(given)
         return _build(
             again, names, target, backend, tune, lim, report, progress, alternatives, nolocals, deadline, fixed_nodes, True
