@@ -132,17 +132,17 @@ def output_roots(graph: Any, inputs: Any = None) -> tuple[list[UOp], list[str], 
             )
         roots = [x.uop if isinstance(x, Tensor) else x for x in items]
         names = [f"out{i}" for i in range(len(roots))]
-    declared = _declared(roots, inputs)
-    check_placeholder_names([*roots, *declared])
-    return roots, names, single, declared
+    return roots, names, single, _declared(roots, inputs)
 
 
 def _declared(roots: list[UOp], inputs: Any) -> list[UOp]:
-    """The placeholders `inputs` names (see output_roots), or the graph's own."""
+    """The placeholders `inputs` names (see output_roots), or the graph's own; two of one name are refused."""
     from egraph_compiler.tensor import Tensor
 
+    own = [u for u in toposort(roots) if u.op is Ops.BUFFER and not u.src]
     if inputs is None:
-        return [u for u in toposort(roots) if u.op is Ops.BUFFER and not u.src]
+        check_placeholder_names(own)
+        return own
     items = list(inputs.values()) if isinstance(inputs, dict) else list(inputs) if isinstance(inputs, (list, tuple)) else None
     uops = None if items is None else [x.uop if isinstance(x, Tensor) else x for x in items]
     bad = next((u for u in uops or [] if not (isinstance(u, UOp) and u.op is Ops.BUFFER and not u.src)), None)
@@ -153,8 +153,8 @@ def _declared(roots: list[UOp], inputs: Any) -> list[UOp]:
             why=f"got {what}",
             suggestion="pass the program's placeholders: a list of Tensor.empty(...) tensors or a name -> Tensor dict",
         )
-    used = {u.arg[0] for u in toposort(roots) if u.op is Ops.BUFFER and not u.src}
-    missing = sorted(used - {u.arg[0] for u in uops})
+    check_placeholder_names([*own, *uops])
+    missing = sorted({u.arg[0] for u in own} - {u.arg[0] for u in uops})
     if missing:
         raise InvalidArgument(
             at="optimize(inputs=...)",
