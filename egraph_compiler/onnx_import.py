@@ -1300,13 +1300,8 @@ def _batchnorm(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
 
 def _layernorm(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
     x = tensor_of(ins[0])
-    a = axis_of(at.get("axis", -1), x.ndim)
-    axes = tuple(range(a, x.ndim))
-    xf = x.cast("float32") if x.dtype != "float32" and at.get("stash_type", 1) == 1 else x
-    mean = xf.mean(axes, keepdim=True)
-    var = ((xf - mean) * (xf - mean)).mean(axes, keepdim=True)
-    inv = (var + at.get("epsilon", 1e-5)).rsqrt()
-    y = ((xf - mean) * inv).cast(x.dtype)
+    eps, stash = float(at.get("epsilon", 1e-5)), at.get("stash_type", 1) == 1
+    y, mean, inv = onnx_microsoft.normalized(x, False, eps, axis_of(at.get("axis", -1), x.ndim), in_float32=stash)
     if len(ins) > 1 and ins[1] is not None:
         y = y * tensor_of(ins[1])
     if len(ins) > 2 and ins[2] is not None:
@@ -1333,10 +1328,7 @@ def _group_norm(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]
 
 def _rmsnorm(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
     x = tensor_of(ins[0])
-    a = axis_of(at.get("axis", -1), x.ndim)
-    xf = x.cast("float32") if x.dtype != "float32" else x
-    ms = (xf * xf).mean(tuple(range(a, x.ndim)), keepdim=True)
-    y = (xf * (ms + at.get("epsilon", 1e-5)).rsqrt()).cast(x.dtype)
+    y, _, _ = onnx_microsoft.normalized(x, True, float(at.get("epsilon", 1e-5)), axis_of(at.get("axis", -1), x.ndim))
     return [y * tensor_of(ins[1]) if len(ins) > 1 and ins[1] is not None else y]
 
 
@@ -1489,7 +1481,7 @@ def _gelu(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
     approx = text(at, "approximate", "none")
     if approx == "tanh":
         return [x.gelu()]
-    return [x * 0.5 * (1.0 + (x * (1 / math.sqrt(2))).erf())]
+    return [onnx_microsoft.erf_gelu(x)]
 
 
 def _prelu(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:

@@ -1,6 +1,7 @@
 """The com.microsoft ops that exported transformers commonly carry (onnxruntime's contrib ops), where they are
 compositions of the Tensor API: FusedMatMul, the GELU variants, QuickGelu, BiasAdd, and the skip / simplified
-layer normalizations. `OPS` is merged into the importer's table for the com.microsoft domain."""
+layer normalizations. `OPS` is merged into the importer's table for the com.microsoft domain; `erf_gelu` and
+`normalized` serve the standard domain's Gelu, LayerNormalization and RMSNormalization too."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ def _given(ins: list[Value], i: int) -> Tensor | None:
     return tensor_of(ins[i]) if len(ins) > i and ins[i] is not None else None
 
 
-def _erf_gelu(x: Tensor) -> Tensor:
+def erf_gelu(x: Tensor) -> Tensor:
+    """GELU with the exact erf (ONNX Gelu's default, com.microsoft Gelu)."""
     return x * 0.5 * (1.0 + (x * (1 / math.sqrt(2))).erf())
 
 
@@ -48,16 +50,18 @@ def _skip_norm(simplified: bool) -> Callable[..., list[Value]]:
         x, skip, gamma = tensor_of(ins[0]), tensor_of(ins[1]), tensor_of(ins[2])
         beta, bias = (None, _given(ins, 3)) if simplified else (_given(ins, 3), _given(ins, 4))
         s = x + skip + bias if bias is not None else x + skip
-        y, mean, inv = _normalized(s, simplified, float(at.get("epsilon", 1e-12 if not simplified else 1e-6)), -1)
+        y, mean, inv = normalized(s, simplified, float(at.get("epsilon", 1e-12 if not simplified else 1e-6)), -1)
         y = y * gamma
         return [y + beta if beta is not None else y, mean, inv, s]
 
     return op
 
 
-def _normalized(x: Tensor, simplified: bool, eps: float, axis: int) -> tuple[Tensor, Tensor, Tensor]:
-    """(normalized x, mean, 1/std) over the axes from `axis` on, in float32, the result in x's dtype."""
-    xf = x.cast("float32") if x.dtype.name != "float32" else x
+def normalized(x: Tensor, simplified: bool, eps: float, axis: int, in_float32: bool = True) -> tuple[Tensor, Tensor, Tensor]:
+    """(normalized x, mean, 1/std) over the axes from `axis` on, in float32 (else in x's dtype, where
+    `in_float32` is False: LayerNormalization's stash_type), the result in x's dtype; `simplified`: RMS
+    normalization, no mean subtracted (the mean output is 0)."""
+    xf = x.cast("float32") if in_float32 and x.dtype.name != "float32" else x
     axes = tuple(range(axis % x.ndim, x.ndim))
     mean = xf.mean(axes, keepdim=True) if not simplified else xf.zeros_like().sum(axes, keepdim=True)
     centered = xf - mean if not simplified else xf
@@ -68,14 +72,14 @@ def _normalized(x: Tensor, simplified: bool, eps: float, axis: int) -> tuple[Ten
 def _simplified_layernorm(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
     """x / sqrt(mean(x**2) + eps) * scale over the axes from `axis` on (RMSNorm); outputs the result and 1/rms."""
     x, scale = tensor_of(ins[0]), tensor_of(ins[1])
-    y, _, inv = _normalized(x, True, float(at.get("epsilon", 1e-5)), int(at.get("axis", -1)))
+    y, _, inv = normalized(x, True, float(at.get("epsilon", 1e-5)), int(at.get("axis", -1)))
     return [y * scale, inv]
 
 
 OPS: dict[str, Callable[..., list[Value]]] = {
     "FusedMatMul": _fused_matmul,
-    "Gelu": lambda ins, at, opset: [_erf_gelu(tensor_of(ins[0]))],
-    "BiasGelu": lambda ins, at, opset: [_erf_gelu(tensor_of(ins[0]) + tensor_of(ins[1]))],
+    "Gelu": lambda ins, at, opset: [erf_gelu(tensor_of(ins[0]))],
+    "BiasGelu": lambda ins, at, opset: [erf_gelu(tensor_of(ins[0]) + tensor_of(ins[1]))],
     "FastGelu": _fast_gelu,
     "QuickGelu": lambda ins, at, opset: [tensor_of(ins[0]) * (float(at.get("alpha", 1.702)) * tensor_of(ins[0])).sigmoid()],
     "BiasAdd": lambda ins, at, opset: [tensor_of(ins[0]) + tensor_of(ins[1]) + tensor_of(ins[2])],
