@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from egraph_compiler.diagnostics import InvalidArgument
+from egraph_compiler.ir.diagnostics import InvalidArgument
+from egraph_compiler.kernel.program import Backend
 
 TARGETS = ("reference", "llvm", "cuda")
 
 
-def get_backend(target: str, cpu: str | None = None) -> Any:
+def get_backend(target: str, cpu: str | None = None) -> Backend:
     """The backend object for a target name (imported lazily: llvmlite/cupy load only when used); `cpu` names
     the CPU the llvm target generates code for (default $EGC_CPU, else the host)."""
     if cpu is not None and target != "llvm":

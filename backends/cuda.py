@@ -2,7 +2,7 @@
 
 Rendering needs neither a GPU nor CuPy; `compile` does (CuPy is imported lazily).
 
-How a kernel maps onto CUDA (the AST contract is in egraph_compiler/program.py)
+How a kernel maps onto CUDA (the AST contract is in egraph_compiler/kernel/program.py)
 ------------------------------------------------------------------------------
 * Every SINK item is a STORE under END(..., *ranges). Consecutive items with the same
   parallel ranges that do not touch each other's outputs form one *phase*. A kernel with
@@ -103,13 +103,13 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
-from egraph_compiler.backends.reference import coerce_input
 
-from egraph_compiler.diagnostics import BackendError, BackendUnavailable, UnsupportedOp
-from egraph_compiler.dtypes import DType, as_const, bf16_round, dtypes
-from egraph_compiler.ops import OP_TABLE, AxisType, Ops
-from egraph_compiler.program import BufferSpec, HostBuffers, Kernel, buffer_of
-from egraph_compiler.uop import UOp, range_name
+from egraph_compiler.ir.diagnostics import BackendError, BackendUnavailable, UnsupportedOp
+from egraph_compiler.ir.dtypes import DType, as_const, bf16_round, dtypes
+from egraph_compiler.ir.interpret import coerce_input
+from egraph_compiler.ir.ops import OP_TABLE, AxisType, Ops
+from egraph_compiler.ir.uop import UOp, range_name
+from egraph_compiler.kernel.program import BufferSpec, HostBuffers, Kernel, buffer_of
 
 # ---- C types -----------------------------------------------------------------------------------
 
@@ -305,7 +305,7 @@ def _atype(r: UOp) -> AxisType:
 
 
 def _unsupported(
-    at: str, why: str, suggestion: str = "check the kernel AST against egraph_compiler/program.py"
+    at: str, why: str, suggestion: str = "check the kernel AST against egraph_compiler/kernel/program.py"
 ) -> UnsupportedOp:
     return UnsupportedOp(at=at, why=why, suggestion=suggestion)
 

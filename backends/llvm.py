@@ -96,15 +96,15 @@ from typing import Any
 
 import llvmlite.binding as llvm
 import numpy as np
-from egraph_compiler.backends import cpu_pool
 
-from egraph_compiler import disk_cache
-from egraph_compiler.cpu_target import CPUTarget, cpu_target, host_cpu
-from egraph_compiler.diagnostics import BackendError, InvalidArgument, UnsupportedOp
-from egraph_compiler.dtypes import DType, dtypes
-from egraph_compiler.ops import OP_TABLE, AxisType, Ops
-from egraph_compiler.program import HostBuffers, Kernel, Program, accumulator_axis, buffer_of, stride
-from egraph_compiler.uop import UOp
+from egraph_compiler.backends import cpu_pool
+from egraph_compiler.ir.diagnostics import BackendError, InvalidArgument, UnsupportedOp
+from egraph_compiler.ir.dtypes import DType, bf16_round, dtypes
+from egraph_compiler.ir.ops import OP_TABLE, AxisType, Ops
+from egraph_compiler.ir.uop import UOp
+from egraph_compiler.kernel import disk_cache
+from egraph_compiler.kernel.cpu_target import CPUTarget, cpu_target, host_cpu
+from egraph_compiler.kernel.program import HostBuffers, Kernel, Program, accumulator_axis, buffer_of, stride
 
 UNROLLED = frozenset({AxisType.UPCAST, AxisType.UNROLL})
 MASKED_LOAD_DTYPES = frozenset(
@@ -164,8 +164,6 @@ def literal(value: Any, d: DType) -> str:
     with np.errstate(over="ignore"):
         v = float(value)
         if d is dtypes.bfloat16:
-            from egraph_compiler.dtypes import bf16_round
-
             v = float(bf16_round(np.array([v], np.float32))[0])
         return _fhex(v, reg_ty(d))
 
@@ -1055,7 +1053,7 @@ class _Alu:
         return self.fix(f, self.call(f, name, ty, x), d)
 
     def exp2_f32(self, f: _Fn, x: str) -> str:
-        """2**x in float32 from plain arithmetic (decompositions.exp2's algorithm): libm's exp2f is one scalar
+        """2**x in float32 from plain arithmetic (range reduction and a polynomial): libm's exp2f is one scalar
         call per element, which no vectorizer widens. Round x to q, a degree-8 Taylor polynomial of e**(r ln 2)
         on the remainder r in [-0.5, 0.5], and two exact power-of-two scalings (subnormals and the 2**128 edge);
         overflow to inf, underflow to 0, NaN through. About one float32 ulp from the true value."""

@@ -30,13 +30,13 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import model_defs
-from egraph_compiler.extract.loop_cost import CPUMachine, estimate
-from egraph_compiler.extract.schedule import describe_schedule, tie_winner
 
 from egraph_compiler import Tensor, optimize
-from egraph_compiler.cpu_target import cpu_target
-from egraph_compiler.ops import Ops
-from egraph_compiler.program import canonical_kernel
+from egraph_compiler.extract.loop_cost import CPUMachine, estimate
+from egraph_compiler.extract.schedule import describe_schedule, tie_winner
+from egraph_compiler.ir.ops import Ops
+from egraph_compiler.kernel.cpu_target import cpu_target
+from egraph_compiler.kernel.program import canonical_kernel
 
 
 def _t(*shape: int, name: str) -> Tensor:

@@ -252,8 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     os.environ.setdefault("EGC_DISK_CACHE", "0")  # first-call times measured cold, not from a disk cache
     from egraph_compiler.extract.loop_cost import CPUMachine
-
-    from egraph_compiler.cpu_target import cpu_target
+    from egraph_compiler.kernel.cpu_target import cpu_target
 
     machine = CPUMachine.for_cpu(cpu_target(args.cpu))
     peak = machine.peak_flops() / 1e9

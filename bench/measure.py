@@ -94,9 +94,8 @@ def run_ours(
 ) -> tuple[Result, np.ndarray | None]:
     """First call (optimize + compile + first run, kernel cache cleared) and steady-state times of our compiler;
     with the first call's output (None if it failed). `say` hears which step is running."""
-    from egraph_compiler.backends import llvm
-
     from egraph_compiler import Tensor
+    from egraph_compiler.backends import llvm
     from egraph_compiler.optimize import optimize
 
     res = Result()

@@ -130,11 +130,10 @@ def _compare(g: Any, w: Any, case: Any) -> str:
 def run_case(case: Any, mode: str) -> tuple[bool, str]:
     """(passed, why not) for one case. Sequences are lists of arrays (a sequence input given to from_onnx by the
     shapes of its elements, fed as its placeholders s_0, s_1, ...), optionals None or their value."""
-    from egraph_compiler.backends.reference import evaluate
-
     from egraph_compiler import optimize
-    from egraph_compiler.diagnostics import CompilerError
-    from egraph_compiler.onnx_import import from_onnx
+    from egraph_compiler.frontend.onnx.importer import from_onnx
+    from egraph_compiler.ir.diagnostics import CompilerError
+    from egraph_compiler.ir.interpret import evaluate
 
     graph_inputs = [i.name for i in case.model.graph.input if i.name not in {t.name for t in case.model.graph.initializer}]
     for ins, outs in case.data_sets:

@@ -17,11 +17,11 @@ import time
 import warnings
 
 import numpy as np
-from egraph_compiler.backends.reference import evaluate
 from model_defs import suite
 
 from egraph_compiler import Tensor, optimize
-from egraph_compiler.cpu_target import host_cpu
+from egraph_compiler.ir.interpret import evaluate
+from egraph_compiler.kernel.cpu_target import host_cpu
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -27,9 +27,16 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from egraph_compiler.diagnostics import CompilerError, InvalidArgument, MalformedJSON, MissingInput
-from egraph_compiler.frontend_ir import FrontendGraph, describe, load_frontend_ir
-from egraph_compiler.report import IterationStats
+from egraph_compiler import __version__
+from egraph_compiler.egraph.report import IterationStats
+from egraph_compiler.frontend.frontend_ir import FrontendGraph, describe, load_frontend_ir
+from egraph_compiler.frontend.onnx.importer import from_onnx
+from egraph_compiler.ir.diagnostics import CompilerError, InvalidArgument, MalformedJSON, MissingInput
+from egraph_compiler.ir.interpret import evaluate
+from egraph_compiler.ir.uop import pretty
+from egraph_compiler.kernel import disk_cache
+from egraph_compiler.report.html import render_html
+from egraph_compiler.rules import catalog
 
 TARGETS = ("llvm", "cuda", "reference")
 DUMP_STAGES = ("frontend", "uops", "egraph", "kernels", "source")
@@ -221,8 +228,6 @@ def _parse_dump(spec: str | None) -> list[str]:
 
 
 def uops_text(graph: FrontendGraph, max_lines: int = 400) -> str:
-    from egraph_compiler.uop import pretty
-
     return "\n".join(f"output {name}:\n{pretty(t.uop, max_lines=max_lines)}" for name, t in graph.outputs.items())
 
 
@@ -238,8 +243,6 @@ def egraph_text(report: Any) -> str:
 
 
 def kernels_text(program: Any) -> str:
-    from egraph_compiler.uop import pretty
-
     report = getattr(program, "report", None)
     extra = {k.get("name"): k for k in (report.extra.get("kernels", []) if report is not None else []) if isinstance(k, dict)}
     out = [program.describe() if hasattr(program, "describe") else ""]
@@ -260,8 +263,6 @@ def kernels_text(program: Any) -> str:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from egraph_compiler.backends.reference import evaluate
-
     graph = load_frontend_ir(args.file)
     inputs = _load_inputs(args.inputs, graph, args.seed)  # before optimizing: a bad .npz fails fast
     program = _compile(graph, args)
@@ -321,8 +322,6 @@ def cmd_optimize(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from egraph_compiler.report_html import render_html
-
     graph = load_frontend_ir(args.file)
     program = _compile(graph, args)
     report = program.report
@@ -342,9 +341,6 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_onnx(args: argparse.Namespace) -> int:
-    from egraph_compiler.onnx_import import from_onnx
-    from egraph_compiler.report_html import render_html
-
     model = from_onnx(args.file)
     if args.inputs == "random":
         rng = np.random.default_rng(args.seed)
@@ -406,8 +402,6 @@ def find_bench() -> Path | None:
 
 
 def cmd_rules(args: argparse.Namespace) -> int:
-    from egraph_compiler.rules import catalog
-
     known = sorted({r.category for r in catalog.rules()})
     if args.category is not None and args.category not in known:
         raise InvalidArgument(
@@ -418,8 +412,6 @@ def cmd_rules(args: argparse.Namespace) -> int:
 
 
 def cmd_cache(args: argparse.Namespace) -> int:
-    from egraph_compiler import disk_cache
-
     if args.action == "clear":
         print(f"removed {disk_cache.clear()} entries from {disk_cache.directory()}")
         return 0
@@ -599,8 +591,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _version() -> str:
-    from egraph_compiler import __version__
-
     return __version__
 
 

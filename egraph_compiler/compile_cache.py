@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from egraph_compiler.program import Program
+    from egraph_compiler.kernel.program import Program
 
 MAX_PROGRAMS = 64
 _programs: OrderedDict[Hashable, Program] = OrderedDict()

@@ -13,7 +13,10 @@ from pathlib import Path
 
 import numpy as np
 
-from egraph_compiler.diagnostics import CompilerError
+from egraph_compiler.frontend.frontend_ir import describe, load_frontend_ir
+from egraph_compiler.ir.diagnostics import CompilerError
+from egraph_compiler.ir.uop import pretty
+from egraph_compiler.optimize import optimize
 
 
 def example_path(name: str = "gemm_bias_relu.json") -> Path:
@@ -39,10 +42,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("file", nargs="?", default=str(EXAMPLE))
     ap.add_argument("--target", default="llvm")
     args = ap.parse_args(argv)
-    from egraph_compiler.frontend_ir import describe, load_frontend_ir
-    from egraph_compiler.optimize import optimize
-    from egraph_compiler.uop import pretty
-
     try:
         g = load_frontend_ir(args.file)
         print(describe(g))

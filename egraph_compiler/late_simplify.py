@@ -7,7 +7,7 @@ keep `(h + 35*kh) % 34`-style terms that the symbolic rules reduce to
 `h + kh` in a few steps when the expression is alone. So the maximal pure
 index expressions (integer/boolean ALU ops over ranges, variables and
 constants) that still contain a div or mod are simplified in a small
-e-graph by the same rules (`pipeline.simplify_all`: all of a kernel's new
+e-graph by the same rules (`simplify.simplify_all`: all of a kernel's new
 expressions in one e-graph), and substituted. Results
 are memoized, so the schedule candidates of a kernel (the same expressions
 with ranges bound differently) share the work.
@@ -26,9 +26,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from egraph_compiler.egraph import EGraphSession
-from egraph_compiler.ops import OP_TABLE, Ops
-from egraph_compiler.uop import UOp
+from egraph_compiler.egraph.session import EGraphSession
+from egraph_compiler.ir.ops import OP_TABLE, Ops
+from egraph_compiler.ir.uop import UOp
+from egraph_compiler.simplify import simplify_all
 
 LEAVES = (Ops.CONST, Ops.RANGE, Ops.DEFINE_VAR)
 LATE_PATIENCE = 3  # steps without a better result before the e-graph of a kernel's index math stops
@@ -185,8 +186,6 @@ class LateSimplifier:
         self.deadline = deadline
 
     def __call__(self, ast: UOp) -> UOp:
-        from egraph_compiler.pipeline import simplify_all
-
         exprs = maximal_index_exprs(ast)
         hard: list[UOp] = []
         late = self.deadline is not None and time.perf_counter() > self.deadline

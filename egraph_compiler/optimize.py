@@ -18,34 +18,36 @@ import math
 import os
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from pathlib import Path
-from typing import Any
+from os import PathLike
+from typing import Any, Protocol, runtime_checkable
 
-from egraph_compiler import compile_cache, disk_cache
+from egraph_compiler import compile_cache
 from egraph_compiler.backends import get_backend
-from egraph_compiler.decode import Decoder
-from egraph_compiler.diagnostics import EstimateWarning, InvalidArgument, OutOfMemory, UnguardedAccess, UnsupportedOp
-from egraph_compiler.egraph import BASELINE_CEILING, CEILINGS, EGraphSession, Limits, Stage
-from egraph_compiler.egraph_dot import attach_snapshot
-from egraph_compiler.encode import egg_ilist, egg_str
+from egraph_compiler.egraph.decode import Decoder
+from egraph_compiler.egraph.encode import egg_ilist, egg_str
+from egraph_compiler.egraph.report import IterationStats, Report
+from egraph_compiler.egraph.session import BASELINE_CEILING, CEILINGS, EGraphSession, Limits, Stage
+from egraph_compiler.egraph.view import ENode
 from egraph_compiler.extract.extractor import extract
 from egraph_compiler.extract.fusion import choose_fusion
 from egraph_compiler.extract.kernel_cost import KernelCost
 from egraph_compiler.extract.schedule import CostModel, cost_model_for, kernel_entry, schedule_report
-from egraph_compiler.extract.view import ENode
+from egraph_compiler.ir.diagnostics import EstimateWarning, InvalidArgument, OutOfMemory, UnguardedAccess, UnsupportedOp
+from egraph_compiler.ir.interpret import inline_functions
+from egraph_compiler.ir.ops import OP_TABLE, Category, Ops
+from egraph_compiler.ir.uop import UOp, check_placeholder_names, pretty, toposort
+from egraph_compiler.kernel import disk_cache
+from egraph_compiler.kernel.packing import pack_operands
+from egraph_compiler.kernel.program import Backend, BufferSpec, Kernel, Program, buffer_of
+from egraph_compiler.kernel.split_ranges import bind_split_ranges
 from egraph_compiler.late_simplify import LateSimplifier, affine_bounds
-from egraph_compiler.ops import OP_TABLE, Category, Ops
-from egraph_compiler.packing import pack_operands
-from egraph_compiler.pipeline import shared_session
-from egraph_compiler.program import BufferSpec, Kernel, Program, buffer_of
-from egraph_compiler.report import IterationStats, Report
+from egraph_compiler.report.dot import attach_snapshot
 from egraph_compiler.rules import intervals, linear, optops, rangeify, symbolic
 from egraph_compiler.rules.optops import MAX_POSITION
-from egraph_compiler.split_ranges import bind_split_ranges
+from egraph_compiler.simplify import shared_session
 from egraph_compiler.tuning import tune_schedules
-from egraph_compiler.uop import UOp, check_placeholder_names, pretty, toposort
 
 # rangeify terminates and builds the safe baseline (every materialization's load and kernel): no limit cuts it
 RANGEIFY_STAGE = Stage("rangeify", rulesets=("rangeify",), max_steps=500, growth_check=False, limited=False)
@@ -104,47 +106,71 @@ def kernel_session() -> EGraphSession:
 # ---- inputs ----------------------------------------------------------------------------------------
 
 
-def output_roots(graph: Any, inputs: Any = None) -> tuple[list[UOp], list[str], bool, list[UOp]]:
+@runtime_checkable
+class TensorLike(Protocol):
+    """A frontend's tensor: anything that names the UOp graph it stands for (the Tensor API's Tensor)."""
+
+    @property
+    def uop(self) -> UOp: ...
+
+
+@runtime_checkable
+class GraphLike(Protocol):
+    """A frontend's whole program: named outputs and named placeholder inputs (a loaded Frontend-IR graph)."""
+
+    inputs: Mapping[str, TensorLike]
+    outputs: Mapping[str, TensorLike]
+
+
+Outputs = UOp | TensorLike | Sequence[UOp | TensorLike] | GraphLike
+Inputs = Sequence[UOp | TensorLike] | Mapping[str, UOp | TensorLike]
+
+
+def _uop(x: object) -> UOp | None:
+    if isinstance(x, UOp):
+        return x
+    u = getattr(x, "uop", None) if isinstance(x, TensorLike) else None
+    return u if isinstance(u, UOp) else None
+
+
+def output_roots(graph: Outputs, inputs: Inputs | None = None) -> tuple[list[UOp], list[str], bool, list[UOp]]:
     """(roots, output names, single output?, declared placeholders) for every input form optimize accepts.
 
     The declared placeholders are the program's inputs, in signature order, whether or not an output still reads
     them once optimized: `inputs` when given (Tensors or placeholder UOps, or a name -> Tensor mapping), a
-    FrontendGraph's signature, else every placeholder of the graph in the order the graph first reaches them."""
-    from egraph_compiler.frontend_ir import FrontendGraph, load_frontend_ir
-    from egraph_compiler.tensor import Tensor
-
-    if isinstance(graph, (str, Path)):
-        graph = load_frontend_ir(graph)
-    if isinstance(graph, FrontendGraph):
+    GraphLike's inputs, else every placeholder of the graph in the order the graph first reaches them."""
+    if isinstance(graph, GraphLike) and isinstance(graph.outputs, Mapping):
         names = list(graph.outputs)
-        roots = [t.uop for t in graph.outputs.values()]
+        found = [_uop(t) for t in graph.outputs.values()]
         single = len(names) == 1
         if inputs is None:
             inputs = graph.inputs
     else:
-        single = isinstance(graph, (Tensor, UOp))
-        items = [graph] if single else list(graph) if isinstance(graph, (list, tuple)) else None
-        if not items or not all(isinstance(x, (Tensor, UOp)) for x in items):
-            raise InvalidArgument(
-                at="optimize",
-                why=f"cannot optimize a {type(graph).__name__}",
-                suggestion="pass a Tensor, a list of Tensors, a UOp graph, a FrontendGraph or a Frontend-IR JSON path",
-            )
-        roots = [x.uop if isinstance(x, Tensor) else x for x in items]
-        names = [f"out{i}" for i in range(len(roots))]
+        single = _uop(graph) is not None
+        items = [graph] if single else list(graph) if isinstance(graph, (list, tuple)) else []
+        found = [_uop(x) for x in items]
+        names = [f"out{i}" for i in range(len(found))]
+    roots = [u for u in found if u is not None]
+    if not roots or len(roots) < len(found):
+        hint = " (a Frontend-IR file: load it first, with load_frontend_ir)" if isinstance(graph, (str, PathLike)) else ""
+        raise InvalidArgument(
+            at="optimize",
+            why=f"cannot optimize a {type(graph).__name__}{hint}",
+            suggestion="pass a Tensor, a list of Tensors, a UOp graph or a FrontendGraph",
+        )
     return roots, names, single, _declared(roots, inputs)
 
 
-def _declared(roots: list[UOp], inputs: Any) -> list[UOp]:
+def _declared(roots: list[UOp], inputs: Inputs | None) -> list[UOp]:
     """The placeholders `inputs` names (see output_roots), or the graph's own; two of one name are refused."""
-    from egraph_compiler.tensor import Tensor
-
     own = [u for u in toposort(roots) if u.op is Ops.BUFFER and not u.src]
     if inputs is None:
         check_placeholder_names(own)
         return own
-    items = list(inputs.values()) if isinstance(inputs, dict) else list(inputs) if isinstance(inputs, (list, tuple)) else None
-    uops = None if items is None else [x.uop if isinstance(x, Tensor) else x for x in items]
+    items = (
+        list(inputs.values()) if isinstance(inputs, Mapping) else list(inputs) if isinstance(inputs, (list, tuple)) else None
+    )
+    uops = None if items is None else [_uop(x) or x for x in items]
     bad = next((u for u in uops or [] if not (isinstance(u, UOp) and u.op is Ops.BUFFER and not u.src)), None)
     if uops is None or bad is not None:
         what = type(inputs).__name__ if uops is None else f"an input that is not a placeholder ({type(bad).__name__})"
@@ -162,12 +188,6 @@ def _declared(roots: list[UOp], inputs: Any) -> list[UOp]:
             suggestion="list every placeholder the outputs read (or leave inputs out)",
         )
     return uops
-
-
-def _inline(roots: list[UOp]) -> list[UOp]:
-    from egraph_compiler.backends.reference import _inline_functions
-
-    return _inline_functions(roots)
 
 
 def materialization_candidates(roots: list[UOp]) -> list[UOp]:
@@ -221,7 +241,7 @@ def barrier_every_candidate(roots: list[UOp]) -> list[UOp]:
 
 
 def optimize(
-    graph: Any,
+    graph: Outputs,
     target: str = "llvm",
     *,
     node_limit: int | None = None,
@@ -234,7 +254,7 @@ def optimize(
     progress: Callable[[IterationStats | str], None] | None = None,
     alternatives: list[tuple[str, Program]] | None = None,
     cache: bool = True,
-    inputs: Any = None,
+    inputs: Inputs | None = None,
 ) -> Program:
     """Optimize a tensor program for `target` ("llvm", "cuda" or "reference"); returns a runnable Program.
 
@@ -309,7 +329,7 @@ def _to_disk(prog: Program) -> dict[str, Any]:
     }
 
 
-def _from_disk(name: str, backend: Any) -> Program | None:
+def _from_disk(name: str, backend: Backend) -> Program | None:
     entry = disk_cache.load("programs", name)
     if not isinstance(entry, dict):
         return None
@@ -333,7 +353,7 @@ def _optimize(
     names: list[str],
     single: bool,
     declared: list[UOp],
-    backend: Any,
+    backend: Backend,
     target: str,
     limits: dict[str, float | None],
     tune: bool,
@@ -342,7 +362,7 @@ def _optimize(
     alternatives: list[tuple[str, Program]] | None,
 ) -> Program:
     # an output that is an input tensor still needs its own buffer (and kernel): a copy
-    roots = [UOp(Ops.CONTIGUOUS, r.dtype, (r,)) if r.op is Ops.BUFFER else r for r in _inline(roots)]
+    roots = [UOp(Ops.CONTIGUOUS, r.dtype, (r,)) if r.op is Ops.BUFFER else r for r in inline_functions(roots)]
     for u in toposort(roots):
         if u.op in TENSOR_ONLY:
             raise UnsupportedOp(
@@ -480,7 +500,7 @@ def _build(
     roots: list[UOp],
     names: list[str],
     target: str,
-    backend: Any,
+    backend: Backend,
     tune: bool,
     lim: Limits,
     report: Report,

@@ -23,10 +23,10 @@ from typing import Any
 
 import numpy as np
 
-from egraph_compiler import disk_cache
+from egraph_compiler.egraph.view import ENode
 from egraph_compiler.extract.schedule import KernelSchedule
-from egraph_compiler.extract.view import ENode
-from egraph_compiler.program import Program
+from egraph_compiler.kernel import disk_cache
+from egraph_compiler.kernel.program import Program
 
 TOP_K = 4
 REPEATS = 3

@@ -10,10 +10,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from egraph_compiler.extract.view import EGraphView, ENode
-
-from egraph_compiler.ops import OP_TABLE, Category, Ops
-from egraph_compiler.schema import EGG_TO_OP
+from egraph_compiler.egraph.schema import EGG_TO_OP
+from egraph_compiler.egraph.view import EGraphView, ENode
+from egraph_compiler.ir.ops import OP_TABLE, Category, Ops
 
 INF = math.inf
 

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
-from egraph_compiler.extract.view import EGraphView, ENode
+from egraph_compiler.egraph.view import EGraphView, ENode
 
 
 class NodeCost(Protocol):

@@ -34,6 +34,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from egraph_compiler.egraph.view import EGraphView, ENode
 from egraph_compiler.extract.extractor import Extraction
 from egraph_compiler.extract.kernel_cost import ulist
 from egraph_compiler.extract.loop_cost import KernelEstimate
@@ -50,10 +51,8 @@ from egraph_compiler.extract.schedule import (
     rank_like,
     term_children,
 )
-from egraph_compiler.extract.view import EGraphView, ENode
-
-from egraph_compiler.program import canonical_kernel
-from egraph_compiler.uop import UOp
+from egraph_compiler.ir.uop import UOp
+from egraph_compiler.kernel.program import canonical_kernel
 
 NOISE = 0.001  # a fusion must save this fraction of the estimate of the kernels it changes
 RECHECK = 0.3  # a trial the quick ranking rejects (or, on big kernels, keeps) by less than this: ranked in full

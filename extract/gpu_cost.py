@@ -49,12 +49,11 @@ from egraph_compiler.backends.cuda import (
     _Renderer,
 )
 from egraph_compiler.extract.loop_cost import KernelEstimate, stride
-
-from egraph_compiler.diagnostics import CompilerError
-from egraph_compiler.dtypes import dtypes
-from egraph_compiler.ops import AxisType, Ops
-from egraph_compiler.program import Kernel, buffer_of, value_nodes
-from egraph_compiler.uop import UOp
+from egraph_compiler.ir.diagnostics import CompilerError
+from egraph_compiler.ir.dtypes import dtypes
+from egraph_compiler.ir.ops import AxisType, Ops
+from egraph_compiler.ir.uop import UOp
+from egraph_compiler.kernel.program import Kernel, buffer_of, value_nodes
 
 FREE = (
     Ops.CONST,

@@ -17,12 +17,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from egraph_compiler.egraph.schema import EGG_TO_OP
+from egraph_compiler.egraph.view import ClassRef, EGraphView, ENode
 from egraph_compiler.extract.cost import OP_COSTS
-from egraph_compiler.extract.view import ClassRef, EGraphView, ENode
-
-from egraph_compiler.dtypes import to_dtype
-from egraph_compiler.ops import OP_TABLE, Category, Ops
-from egraph_compiler.schema import EGG_TO_OP
+from egraph_compiler.ir.dtypes import to_dtype
+from egraph_compiler.ir.ops import OP_TABLE, Category, Ops
 
 INF = math.inf
 Footprint = frozenset[int]

@@ -47,10 +47,10 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from functools import cache, lru_cache
 
-from egraph_compiler.cpu_target import CPUTarget, host_cpu
-from egraph_compiler.ops import AxisType, Ops
-from egraph_compiler.program import accumulator_axis, buffer_of, stride, value_nodes, vector_accumulators
-from egraph_compiler.uop import UOp
+from egraph_compiler.ir.ops import AxisType, Ops
+from egraph_compiler.ir.uop import UOp
+from egraph_compiler.kernel.cpu_target import CPUTarget, host_cpu
+from egraph_compiler.kernel.program import accumulator_axis, buffer_of, stride, value_nodes, vector_accumulators
 
 UNROLLED = (AxisType.UPCAST, AxisType.UNROLL)
 # cycles per scalar operation (throughput on a modern x86 core); anything else costs DEFAULT_OP
@@ -377,7 +377,7 @@ class _Walk:
                 if lin is not None and depth == len(loops) > 0:
                     # a page or more ahead every iteration of its innermost loop (a GEMM's unpacked B column):
                     # the prefetchers stop at the page and the loop waits on the new line (packed operands,
-                    # egraph_compiler/packing.py, step a panel row instead)
+                    # egraph_compiler/kernel/packing.py, step a panel row instead)
                     st = stride(lin, loops[-1])
                     if st is None or abs(st) * itemsize >= PAGE:
                         self.stalls += trip * PAGE_STEP_CYCLES

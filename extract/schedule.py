@@ -20,14 +20,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from egraph_compiler.egraph.view import ClassRef, EGraphView, ENode
+from egraph_compiler.extract import gpu_cost
 from egraph_compiler.extract.extractor import Extraction
 from egraph_compiler.extract.loop_cost import MAX_UNROLLED, CPUMachine, KernelEstimate, estimate, work_floor
-from egraph_compiler.extract.view import ClassRef, EGraphView, ENode
-
-from egraph_compiler.cpu_target import CPUTarget, host_cpu
-from egraph_compiler.ops import Ops
-from egraph_compiler.split_ranges import bind_split_ranges
-from egraph_compiler.uop import UOp
+from egraph_compiler.ir.ops import Ops
+from egraph_compiler.ir.uop import UOp
+from egraph_compiler.kernel.cpu_target import CPUTarget, host_cpu
+from egraph_compiler.kernel.split_ranges import bind_split_ranges
 
 BINDERS = ("END", "REDUCE")
 UNROLLED_LETTERS = ("u", "r")
@@ -191,12 +191,10 @@ class CostModel:
 def cost_model_for(target: str, cpu: CPUTarget | None = None) -> CostModel:
     """The GPU roofline for CUDA, the CPU loop-nest one (for `cpu`, default the host) otherwise."""
     if target == "cuda":
-        from egraph_compiler.extract.gpu_cost import GPUMachine, estimate_gpu, renders_on_cuda
-
-        gpu = GPUMachine.device()
+        gpu = gpu_cost.GPUMachine.device()
         return CostModel(
-            lambda k: estimate_gpu(k, gpu),
-            renders=renders_on_cuda,
+            lambda k: gpu_cost.estimate_gpu(k, gpu),
+            renders=gpu_cost.renders_on_cuda,
             roofline=lambda f, b: max(f / (gpu.fp32_tflops * 1e12), b / (gpu.hbm_gbps * 1e9)) + gpu.launch_us * 1e-6,
             machine=str(gpu),
         )

@@ -6,8 +6,8 @@ by a test), and tests/test_rule_docs.py fails on a rule without a description.
 
 from __future__ import annotations
 
+from egraph_compiler.egraph.dsl import Rule, RuleSet
 from egraph_compiler.rules import intervals, linear, optops, rangeify, symbolic
-from egraph_compiler.rules.dsl import Rule, RuleSet
 
 CHECKS = {
     "z3": "proved with Z3 for every integer/boolean value",

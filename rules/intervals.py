@@ -10,10 +10,9 @@ Symbolic rules use these bounds as conditions.
 
 from __future__ import annotations
 
-from egraph_compiler.rules.dsl import RuleSet, k, rule
-
-from egraph_compiler.ops import OP_TABLE, OpSpec
-from egraph_compiler.schema import constructor_fields
+from egraph_compiler.egraph.dsl import RuleSet, k, rule
+from egraph_compiler.egraph.schema import constructor_fields
+from egraph_compiler.ir.ops import OP_TABLE, OpSpec
 
 
 def wildcards(sp: OpSpec) -> str:

@@ -18,10 +18,9 @@ combine more like terms.
 
 from __future__ import annotations
 
-from egraph_compiler.rules.dsl import RuleSet, rewrite, rule
+from egraph_compiler.egraph.dsl import RuleSet, rewrite, rule
+from egraph_compiler.ir.ops import OP_TABLE, Ops, OpSpec
 from egraph_compiler.rules.intervals import floordiv, floormod, small, wildcards
-
-from egraph_compiler.ops import OP_TABLE, Ops, OpSpec
 
 IX = '"index"'
 

@@ -54,7 +54,7 @@ from __future__ import annotations
 
 import os
 
-from egraph_compiler.rules.dsl import RuleSet, rule
+from egraph_compiler.egraph.dsl import RuleSet, rule
 
 IX = '"index"'
 GROUP_MIN = 1 << 16  # a reduce shorter than this is not worth a thread hand-off

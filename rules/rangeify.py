@@ -31,10 +31,9 @@ graph, set by the caller (`shape`, `invperm`, `rmask`).
 
 from __future__ import annotations
 
-from egraph_compiler.rules.dsl import RuleSet, rewrite, rule
-
-from egraph_compiler.dtypes import ALL_DTYPES
-from egraph_compiler.ops import OP_TABLE, ArgKind, Category, Ops
+from egraph_compiler.egraph.dsl import RuleSet, rewrite, rule
+from egraph_compiler.ir.dtypes import ALL_DTYPES
+from egraph_compiler.ir.ops import OP_TABLE, ArgKind, Category, Ops
 
 IX = '"index"'
 TRUE = '(CONST "bool" (I 1))'

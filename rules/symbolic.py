@@ -7,17 +7,16 @@ Dtype scope is explicit in every rule: `(dt-int dt)`, `(dt-bool dt)`,
 Integer rules hold under fixed-width wraparound unless they are restricted
 to "index" (index arithmetic is assumed not to overflow int64) or guarded
 by interval bounds, which are only recorded when no wraparound is possible.
-rules/prove.py proves each integer/boolean rule with Z3 for every dtype it
+tests/prove.py proves each integer/boolean rule with Z3 for every dtype it
 can match; float rules are checked by random evaluation.
 """
 
 from __future__ import annotations
 
-from egraph_compiler.rules.dsl import RuleSet, k, kf, rewrite, rule
+from egraph_compiler.egraph.dsl import RuleSet, k, kf, rewrite, rule
+from egraph_compiler.ir.ops import OP_TABLE, Category, Ops
 from egraph_compiler.rules.intervals import MUL_BOUND, bounds_of, floordiv, floormod, in_dtype, small, wildcards
 from egraph_compiler.rules.linear import can_be_index, ik, lin_of
-
-from egraph_compiler.ops import OP_TABLE, Category, Ops
 
 IX = '"index"'
 BOOL = '"bool"'

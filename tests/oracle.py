@@ -9,10 +9,10 @@ import re
 from pathlib import Path
 from typing import Any
 
-from egraph_compiler import UOp, dtypes
-from egraph_compiler.dtypes import DType
-from egraph_compiler.ops import Ops
-from egraph_compiler.uop import toposort
+from egraph_compiler import UOp
+from egraph_compiler.ir.dtypes import DType, dtypes
+from egraph_compiler.ir.ops import Ops
+from egraph_compiler.ir.uop import toposort
 
 ORACLE_CANDIDATES = [
     Path(__file__).resolve().parent.parent.parent / "shared" / "oracle" / "tinygrad_symbolic_public.jsonl",
@@ -106,14 +106,14 @@ def assignments(u: UOp, n_random: int = 300, seed: int = 0) -> list[dict[str, in
 
 
 def divides_by_zero(u: UOp, env: dict[str, int]) -> bool:
-    from egraph_compiler.backends.reference import evaluate
+    from egraph_compiler.ir.interpret import evaluate
 
     divisors = [n.src[1] for n in toposort([u]) if n.op in (Ops.IDIV, Ops.MOD)]
     return any(int(evaluate(d, var_values=env)) == 0 for d in divisors)
 
 
 def value(u: UOp, env: dict[str, int]) -> int | float:
-    from egraph_compiler.backends.reference import evaluate
+    from egraph_compiler.ir.interpret import evaluate
 
     return evaluate(u, var_values=env).item()
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from oracle import assignments, build, divides_by_zero, expected_size, load_cases, oracle_path, tree_size, value
 
-from egraph_compiler.pipeline import simplify
+from egraph_compiler.simplify import simplify
 
 CHUNKS = 2
 NO_LARGER_MIN = 0.90

@@ -7,9 +7,10 @@ other in the rule files, so dealing them out balances the shards).
 
 from __future__ import annotations
 
+from prove import check_rule, signatures
+
+from egraph_compiler.egraph.dsl import Rule
 from egraph_compiler.rules import intervals, linear, symbolic
-from egraph_compiler.rules.dsl import Rule
-from egraph_compiler.rules.prove import check_rule, signatures
 
 RULESETS = (intervals.ANALYSIS, linear.LINEAR, symbolic.SYMBOLIC)
 ALL_RULES: list[Rule] = [r for rs in RULESETS for r in rs.rules]

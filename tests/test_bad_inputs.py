@@ -21,9 +21,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from egraph_compiler import Tensor, UOp
-from egraph_compiler.diagnostics import ALL_DIAGNOSTICS, CompilerError
-from egraph_compiler.dtypes import to_dtype
-from egraph_compiler.frontend_ir import load_frontend_ir
+from egraph_compiler.frontend.frontend_ir import load_frontend_ir
+from egraph_compiler.ir.diagnostics import ALL_DIAGNOSTICS, CompilerError
+from egraph_compiler.ir.dtypes import to_dtype
 
 EXAMPLES = sorted((Path(__file__).resolve().parent.parent / "examples").glob("*.json"))
 
@@ -267,7 +267,7 @@ def test_unknown_dtype_names_raise(name: str) -> None:
 
 
 def _known_dtype_names() -> set[str]:
-    from egraph_compiler.dtypes import _ALIASES
+    from egraph_compiler.ir.dtypes import _ALIASES
 
     return set(_ALIASES)
 
@@ -390,7 +390,7 @@ def test_mutated_example_documents_raise_only_diagnostics(path: Path, data: st.D
         g = load_frontend_ir(copy.deepcopy(doc))
     except CompilerError:
         return
-    from egraph_compiler.backends.reference import evaluate
+    from egraph_compiler.ir.interpret import evaluate
 
     inputs = g.random_inputs(0)
     for t in g.outputs.values():

@@ -156,7 +156,7 @@ def test_gpu_bench_without_a_gpu_says_what_to_do() -> None:
 def test_kernel_bench_quick_runs_checks_and_names_its_machine(tmp_path: Path) -> None:
     """bench/kernels.py: a padded GEMM and a depthwise convolution, native and AVX2 code, checked against numpy
     (float64); the header names the machine model; no timing is asserted."""
-    from egraph_compiler.cpu_target import host_cpu
+    from egraph_compiler.kernel.cpu_target import host_cpu
 
     out = tmp_path / "k.json"
     for cpu in ([], ["--cpu", "haswell"]) if host_cpu().isa in ("avx2", "avx512") else ([],):

@@ -15,12 +15,13 @@ from typing import Any
 
 import numpy as np
 import pytest
-from egraph_compiler.backends.reference import ReferenceBackend
 
-from egraph_compiler import AxisType, Ops, UOp, cli, dtypes
-from egraph_compiler.frontend_ir import FrontendGraph
-from egraph_compiler.program import BufferSpec, Kernel, Program
-from egraph_compiler.report import IterationStats, Report
+from egraph_compiler import AxisType, Ops, UOp, cli
+from egraph_compiler.backends.reference import ReferenceBackend
+from egraph_compiler.egraph.report import IterationStats, Report
+from egraph_compiler.frontend.frontend_ir import FrontendGraph
+from egraph_compiler.ir.dtypes import dtypes
+from egraph_compiler.kernel.program import BufferSpec, Kernel, Program
 
 ROOT = Path(__file__).resolve().parent.parent
 GEMM = ROOT / "examples" / "gemm_bias_relu.json"
@@ -263,7 +264,7 @@ def test_internal_error_is_a_diagnostic_not_a_traceback(
 def test_compiler_error_from_optimize(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    from egraph_compiler.diagnostics import BackendUnavailable
+    from egraph_compiler.ir.diagnostics import BackendUnavailable
 
     def no_gpu(*a: Any, **k: Any) -> Any:
         raise BackendUnavailable(at="target 'cuda'", why="no NVIDIA GPU", suggestion="use --target llvm")

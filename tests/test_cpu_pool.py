@@ -12,10 +12,10 @@ from concurrent.futures import ThreadPoolExecutor
 import llvmlite.binding as llvm
 import numpy as np
 import pytest
-from egraph_compiler.backends import cpu_pool
-from egraph_compiler.backends.llvm import optimize_ir
 
 from egraph_compiler import Tensor, optimize
+from egraph_compiler.backends import cpu_pool
+from egraph_compiler.backends.llvm import optimize_ir
 
 # task(ctx, part): ctx[part] += 1 (each part is one slot, so counts show a part run twice or never)
 TASK = """

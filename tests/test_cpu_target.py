@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from egraph_compiler.backends.llvm import LLVMBackend
-from egraph_compiler.extract.loop_cost import CPUMachine
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from egraph_compiler import Tensor, optimize
-from egraph_compiler.cpu_target import ENV, NAMED, CPUTarget, cpu_target, host_cpu
-from egraph_compiler.diagnostics import InvalidArgument
+from egraph_compiler.backends.llvm import LLVMBackend
+from egraph_compiler.extract.loop_cost import CPUMachine
+from egraph_compiler.ir.diagnostics import InvalidArgument
+from egraph_compiler.kernel.cpu_target import ENV, NAMED, CPUTarget, cpu_target, host_cpu
 
 HOST = host_cpu()
 HAS_AVX2 = HOST.isa in ("avx2", "avx512")

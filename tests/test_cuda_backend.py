@@ -26,6 +26,9 @@ from typing import Any
 
 import numpy as np
 import pytest
+from helpers import check, gpu_or_skip
+
+from egraph_compiler import AxisType, Ops, UOp
 from egraph_compiler.backends.cuda import (
     CUDABackend,
     KernelPlan,
@@ -36,12 +39,9 @@ from egraph_compiler.backends.cuda import (
     nvcc_version,
 )
 from egraph_compiler.backends.reference import ReferenceBackend
-from helpers import check, gpu_or_skip
-
-from egraph_compiler import AxisType, Ops, UOp, dtypes
-from egraph_compiler.diagnostics import BackendUnavailable, UnsupportedOp
-from egraph_compiler.dtypes import DType, bf16_round
-from egraph_compiler.program import BufferSpec, HostBuffers, Kernel, Program, buffer_of
+from egraph_compiler.ir.diagnostics import BackendUnavailable, UnsupportedOp
+from egraph_compiler.ir.dtypes import DType, bf16_round, dtypes
+from egraph_compiler.kernel.program import BufferSpec, HostBuffers, Kernel, Program, buffer_of
 
 F32, F16, BF16, I32, IDX = dtypes.float32, dtypes.float16, dtypes.bfloat16, dtypes.int32, dtypes.index
 A = AxisType
@@ -823,7 +823,7 @@ def test_cupy_inputs_are_read_in_place_and_the_outputs_stay_on_the_gpu() -> None
     import cupy
 
     from egraph_compiler import Tensor, optimize
-    from egraph_compiler.diagnostics import MissingInput
+    from egraph_compiler.ir.diagnostics import MissingInput
 
     a, n = Tensor.empty(4, 8, name="a"), Tensor.empty(4, 8, dtype="int32", name="n")
     h = Tensor.empty(4, 8, dtype="bfloat16", name="h")

@@ -13,8 +13,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from egraph_compiler.backends import get_backend
-from egraph_compiler.backends.cuda import compile_ptx, find_nvcc
 from helpers import gpu_or_skip
 from test_cuda_backend import (
     BF16,
@@ -36,8 +34,10 @@ from test_cuda_backend import (
     store,
 )
 
-from egraph_compiler import Ops, dtypes
-from egraph_compiler.dtypes import DType
+from egraph_compiler import Ops
+from egraph_compiler.backends import get_backend
+from egraph_compiler.backends.cuda import compile_ptx, find_nvcc
+from egraph_compiler.ir.dtypes import DType, dtypes
 
 
 def rows_reduce(

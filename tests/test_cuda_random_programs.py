@@ -17,15 +17,15 @@ from typing import Any
 
 import numpy as np
 import pytest
-from egraph_compiler.backends.cuda import compile_ptx, find_nvcc
-from egraph_compiler.backends.reference import evaluate
 from helpers import examples, gpu_or_skip
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 from test_cuda_backend import Case, EmulatedCUDABackend, emulation_library
 
 from egraph_compiler import Tensor, optimize
-from egraph_compiler.program import Program
+from egraph_compiler.backends.cuda import compile_ptx, find_nvcc
+from egraph_compiler.ir.interpret import evaluate
+from egraph_compiler.kernel.program import Program
 
 SHAPES: list[tuple[int, ...]] = [
     (64, 300),

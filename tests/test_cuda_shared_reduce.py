@@ -12,12 +12,8 @@ from __future__ import annotations
 
 import re
 
-import egraph_compiler.backends.cuda as cuda
 import numpy as np
 import pytest
-from egraph_compiler.backends import get_backend
-from egraph_compiler.backends.cuda import compile_ptx, find_nvcc
-from egraph_compiler.extract.gpu_cost import GPUMachine, estimate_gpu
 from helpers import gpu_or_skip
 from test_cuda_backend import (
     BACKEND,
@@ -34,8 +30,12 @@ from test_cuda_backend import (
     store,
 )
 
-from egraph_compiler import AxisType, Ops, dtypes
-from egraph_compiler.dtypes import DType
+import egraph_compiler.backends.cuda as cuda
+from egraph_compiler import AxisType, Ops
+from egraph_compiler.backends import get_backend
+from egraph_compiler.backends.cuda import compile_ptx, find_nvcc
+from egraph_compiler.extract.gpu_cost import GPUMachine, estimate_gpu
+from egraph_compiler.ir.dtypes import DType, dtypes
 
 A = AxisType
 F32, F16, I32 = dtypes.float32, dtypes.float16, dtypes.int32

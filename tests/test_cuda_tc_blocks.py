@@ -13,7 +13,6 @@ import sys
 
 import numpy as np
 import pytest
-from egraph_compiler.backends.cuda import compile_ptx, find_nvcc
 from test_cuda_backend import (
     BF16,
     F16,
@@ -34,7 +33,8 @@ from test_cuda_backend import (
 )
 
 from egraph_compiler import UOp
-from egraph_compiler.dtypes import DType
+from egraph_compiler.backends.cuda import compile_ptx, find_nvcc
+from egraph_compiler.ir.dtypes import DType
 
 
 def tc_block(

@@ -8,22 +8,22 @@ from __future__ import annotations
 
 from typing import Any
 
-import egraph_compiler.backends.cuda as cuda
 import numpy as np
 import pytest
-from egraph_compiler.backends import get_backend
-from egraph_compiler.backends.cuda import compile_ptx, find_nvcc, vector_runs
-from egraph_compiler.rules.optops import SPLIT_FACTORS
 from helpers import check, gpu_or_skip, rand_array
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_cuda_backend import Case, EmulatedCUDABackend, emulation_library
 
-from egraph_compiler import Tensor, UOp, dtypes, optimize
-from egraph_compiler.diagnostics import BackendError
-from egraph_compiler.dtypes import DType
-from egraph_compiler.ops import AxisType, Ops
-from egraph_compiler.program import Kernel, Program
+import egraph_compiler.backends.cuda as cuda
+from egraph_compiler import Tensor, UOp, optimize
+from egraph_compiler.backends import get_backend
+from egraph_compiler.backends.cuda import compile_ptx, find_nvcc, vector_runs
+from egraph_compiler.ir.diagnostics import BackendError
+from egraph_compiler.ir.dtypes import DType, dtypes
+from egraph_compiler.ir.ops import AxisType, Ops
+from egraph_compiler.kernel.program import Kernel, Program
+from egraph_compiler.rules.optops import SPLIT_FACTORS
 
 UPCASTS = {"u": (4, 8), "l": (16,)}  # register tiles and vector widths, on 16-thread blocks
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from egraph_compiler import Tensor, cli, optimize
-from egraph_compiler.diagnostics import CompilerError
+from egraph_compiler.ir.diagnostics import CompilerError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -79,7 +79,7 @@ def test_an_onnx_graph_input_no_output_reads_is_accepted() -> None:
     onnx = pytest.importorskip("onnx")
     from onnx import TensorProto, helper
 
-    from egraph_compiler.onnx_import import from_onnx
+    from egraph_compiler.frontend.onnx.importer import from_onnx
 
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
     mask = helper.make_tensor_value_info("mask", TensorProto.FLOAT, [2, 3])

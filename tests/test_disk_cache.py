@@ -1,4 +1,4 @@
-"""The on-disk compile cache (egraph_compiler/disk_cache.py): a new process reuses the optimized program and its
+"""The on-disk compile cache (egraph_compiler/kernel/disk_cache.py): a new process reuses the optimized program and its
 kernels' machine code, gets the values numpy gives, and every change of graph, options, target or compiler
 version misses; processes share one cache folder safely; the size limit holds; `egc cache` shows and empties it."""
 
@@ -12,10 +12,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from egraph_compiler.backends import llvm
 
-from egraph_compiler import Tensor, compile_cache, disk_cache, optimize
+from egraph_compiler import Tensor, compile_cache, optimize
+from egraph_compiler.backends import llvm
 from egraph_compiler.cli import main
+from egraph_compiler.kernel import disk_cache
 
 pytestmark = pytest.mark.compile_cache  # conftest gives each test a cache folder of its own
 
@@ -101,7 +102,7 @@ def test_a_loaded_program_of_narrow_dtypes_computes_what_a_fresh_one_does(dtype:
     compile: its dtypes were copies)."""
     import pickle
 
-    from egraph_compiler.dtypes import ALL_DTYPES
+    from egraph_compiler.ir.dtypes import ALL_DTYPES
 
     assert all(pickle.loads(pickle.dumps(d)) is d for d in ALL_DTYPES)
     x = Tensor.empty(6, dtype=dtype, name="x")

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from egraph_compiler.diagnostics import CompilerError, DTypeError
-from egraph_compiler.dtypes import (
+from egraph_compiler.ir.diagnostics import CompilerError, DTypeError
+from egraph_compiler.ir.dtypes import (
     ALL_DTYPES,
     as_const,
     bf16_from_bits,
@@ -177,9 +177,8 @@ def test_bfloat16_rounding_keeps_nan() -> None:
 
 
 def test_bf16_round_keeps_a_scalar_a_scalar() -> None:
-    from egraph_compiler.backends.reference import evaluate
-
     from egraph_compiler import Tensor
+    from egraph_compiler.ir.interpret import evaluate
 
     x = Tensor.empty(4, 5, dtype="bfloat16", name="x")
     assert evaluate(x.sum().uop, {"x": np.ones((4, 5), np.float32)}).shape == ()

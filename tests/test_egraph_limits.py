@@ -14,19 +14,19 @@ import time
 
 import numpy as np
 import pytest
-from egraph_compiler.extract.cost import OP_COSTS
-from egraph_compiler.extract.extractor import extract
-from egraph_compiler.extract.view import ClassRef, EGraphView, ENode
-from egraph_compiler.rules import intervals, linear, symbolic
 from oracle import tree_size, value
 
 from egraph_compiler import UOp
-from egraph_compiler.diagnostics import InvalidArgument
-from egraph_compiler.egraph import Limits
-from egraph_compiler.ops import Ops
-from egraph_compiler.pipeline import SimplifyResult, simplify
-from egraph_compiler.report import IterationStats
-from egraph_compiler.uop import toposort
+from egraph_compiler.egraph.report import IterationStats
+from egraph_compiler.egraph.session import Limits
+from egraph_compiler.egraph.view import ClassRef, EGraphView, ENode
+from egraph_compiler.extract.cost import OP_COSTS
+from egraph_compiler.extract.extractor import extract
+from egraph_compiler.ir.diagnostics import InvalidArgument
+from egraph_compiler.ir.ops import Ops
+from egraph_compiler.ir.uop import toposort
+from egraph_compiler.rules import intervals, linear, symbolic
+from egraph_compiler.simplify import SimplifyResult, simplify
 
 ALL_RULES = {r.name: (rs.name, r.category) for rs in (intervals.ANALYSIS, linear.LINEAR, symbolic.SYMBOLIC) for r in rs.rules}
 
@@ -338,8 +338,9 @@ def test_a_baseline_past_the_ceiling_is_a_diagnostic(monkeypatch: pytest.MonkeyP
     """Rangeify, which no limit cuts, still stops at BASELINE_CEILING nodes (a 544-op graph whose values are read
     in many index contexts reached 2.5M nodes and was killed for memory): a graph it leaves without kernels gets
     a diagnostic that names the way out, never a kill."""
-    from egraph_compiler import Tensor, egraph, optimize
-    from egraph_compiler.diagnostics import UnsupportedOp
+    from egraph_compiler import Tensor, optimize
+    from egraph_compiler.egraph import session as egraph
+    from egraph_compiler.ir.diagnostics import UnsupportedOp
 
     monkeypatch.setattr(egraph, "BASELINE_CEILING", 300)
     x = Tensor.empty(8, 6, name="x")
@@ -357,7 +358,7 @@ def test_the_compiler_running_out_of_memory_is_a_diagnostic(monkeypatch: pytest.
     import importlib
 
     from egraph_compiler import Tensor, optimize
-    from egraph_compiler.diagnostics import OutOfMemory
+    from egraph_compiler.ir.diagnostics import OutOfMemory
 
     def no_memory(*args: object, **kw: object) -> None:
         raise MemoryError

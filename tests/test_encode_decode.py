@@ -13,12 +13,12 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from egraph_compiler import AxisType, Ops, UOp, dtypes
-from egraph_compiler.decode import Decoder
-from egraph_compiler.dtypes import ALL_DTYPES
-from egraph_compiler.egraph import EGraphSession, Limits
-from egraph_compiler.tensor import data_buffer
-from egraph_compiler.uop import toposort
+from egraph_compiler import AxisType, Ops, UOp
+from egraph_compiler.egraph.decode import Decoder
+from egraph_compiler.egraph.session import EGraphSession, Limits
+from egraph_compiler.frontend.tensor import data_buffer
+from egraph_compiler.ir.dtypes import ALL_DTYPES, dtypes
+from egraph_compiler.ir.uop import toposort
 
 F32, I32, IDX, BOOL, VOID = dtypes.float32, dtypes.int32, dtypes.index, dtypes.bool, dtypes.void
 

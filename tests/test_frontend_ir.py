@@ -10,11 +10,11 @@ from typing import Any
 
 import numpy as np
 import pytest
-from egraph_compiler.backends.reference import evaluate
 from helpers import check
 
-from egraph_compiler.diagnostics import CompilerError, DTypeError
-from egraph_compiler.frontend_ir import FrontendGraph, describe, load_frontend_ir
+from egraph_compiler.frontend.frontend_ir import FrontendGraph, describe, load_frontend_ir
+from egraph_compiler.ir.diagnostics import CompilerError, DTypeError
+from egraph_compiler.ir.interpret import evaluate
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 TOL = {"rtol": 1e-3, "atol": 1e-3}

@@ -11,19 +11,19 @@ import warnings
 
 import numpy as np
 import pytest
-from egraph_compiler.backends.reference import evaluate
-from egraph_compiler.extract.kernel_cost import KernelCost
-from egraph_compiler.extract.schedule import CostModel
 from helpers import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from egraph_compiler import Tensor
-from egraph_compiler.diagnostics import EstimateWarning
-from egraph_compiler.egraph import Limits
-from egraph_compiler.ops import Ops
+from egraph_compiler.egraph.report import Report
+from egraph_compiler.egraph.session import Limits
+from egraph_compiler.extract.kernel_cost import KernelCost
+from egraph_compiler.extract.schedule import CostModel
+from egraph_compiler.ir.diagnostics import EstimateWarning
+from egraph_compiler.ir.interpret import evaluate
+from egraph_compiler.ir.ops import Ops
 from egraph_compiler.optimize import RANGEIFY_STAGE, Facts, check_roofline, kernel_session, materialization_candidates, optimize
-from egraph_compiler.report import Report
 
 
 def E(*shape: int, name: str) -> Tensor:
@@ -489,7 +489,7 @@ def _shared_reductions(depth: int) -> Tensor:
 def test_inline_alternatives_past_the_ceiling_give_the_default_schedule(monkeypatch: pytest.MonkeyPatch, target: str) -> None:
     """When offering every value inline outgrows the e-graph's ceiling, optimize builds the graph again with
     every materialization candidate behind a barrier (linear growth) instead of failing, and says so."""
-    from egraph_compiler import egraph
+    from egraph_compiler.egraph import session as egraph
 
     t = _shared_reductions(8)
     monkeypatch.setattr(egraph, "BASELINE_CEILING", 10_000)  # the full graph needs ~19k nodes, the barriers ~3k
@@ -528,7 +528,7 @@ def _wide_random_dag(seed: int, uops: int) -> Tensor:
     return pool[-1]
 
 
-@pytest.mark.filterwarnings("ignore::egraph_compiler.diagnostics.EstimateWarning")  # ~900 tiny kernels
+@pytest.mark.filterwarnings("ignore::egraph_compiler.ir.diagnostics.EstimateWarning")  # ~900 tiny kernels
 def test_a_random_dag_of_2000_uops_compiles_under_default_limits() -> None:
     t = _wide_random_dag(0, 2000)
     assert len(t.uop.toposort()) >= 2000

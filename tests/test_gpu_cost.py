@@ -9,14 +9,15 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
+from test_llvm_backend import buf, kernel, load, reduce, rng, store
+
+from egraph_compiler import AxisType, Ops, UOp
 from egraph_compiler.backends.cuda import _Renderer, plan_kernel
 from egraph_compiler.backends.reference import run_kernel
 from egraph_compiler.extract.gpu_cost import GPUMachine, estimate_gpu, from_properties
-from test_llvm_backend import buf, kernel, load, reduce, rng, store
-
-from egraph_compiler import AxisType, Ops, UOp, dtypes
-from egraph_compiler.diagnostics import UnsupportedOp
-from egraph_compiler.program import Kernel, buffer_of
+from egraph_compiler.ir.diagnostics import UnsupportedOp
+from egraph_compiler.ir.dtypes import dtypes
+from egraph_compiler.kernel.program import Kernel, buffer_of
 
 H100 = GPUMachine()  # fixed, so rankings don't depend on the machine the tests run on
 A = AxisType
@@ -289,7 +290,6 @@ def test_a_best_schedule_the_renderer_rejects_is_not_chosen(monkeypatch: pytest.
     """Without hoisting group reductions out of a padded sum's WHERE, the estimate's favourite does not render: the
     ranking moves it back and the program still renders."""
     import egraph_compiler.extract.gpu_cost as gpu_cost
-
     from egraph_compiler import Tensor, optimize
 
     x, y = Tensor.empty(8, 4097, name="x"), Tensor.empty(8, 3, name="y")

@@ -12,16 +12,16 @@ from typing import Any
 
 import numpy as np
 import pytest
-from egraph_compiler.backends import llvm as llvm_backend
-from egraph_compiler.backends.llvm import CACHE_STATS, LLVMBackend
-from egraph_compiler.backends.reference import ReferenceBackend
 from helpers import check, rand_array
 from hypothesis import given
 from hypothesis import strategies as st
 
-from egraph_compiler import AxisType, Ops, UOp, dtypes
-from egraph_compiler.dtypes import DType
-from egraph_compiler.program import BufferSpec, Kernel, Program
+from egraph_compiler import AxisType, Ops, UOp
+from egraph_compiler.backends import llvm as llvm_backend
+from egraph_compiler.backends.llvm import CACHE_STATS, LLVMBackend
+from egraph_compiler.backends.reference import ReferenceBackend
+from egraph_compiler.ir.dtypes import DType, dtypes
+from egraph_compiler.kernel.program import BufferSpec, Kernel, Program
 
 F32 = dtypes.float32
 ALL = [d for d in dtypes.all() if d is not dtypes.void]
@@ -834,7 +834,7 @@ def test_render_names_arguments_in_order() -> None:
 
 
 def test_wrong_buffer_is_a_diagnostic() -> None:
-    from egraph_compiler.diagnostics import InvalidArgument
+    from egraph_compiler.ir.diagnostics import InvalidArgument
 
     i = rng(3, 0)
     fn = LLVMBackend().compile(Kernel.from_ast("k", kernel((store(buf("o", 3), i, load(buf("x", 3), i)), (i,)))), None)

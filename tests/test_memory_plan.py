@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from egraph_compiler import Tensor, optimize
-from egraph_compiler.memory_plan import ALIGN, lifetimes, plan
+from egraph_compiler.kernel.memory_plan import ALIGN, lifetimes, plan
 
 
 @st.composite

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from egraph_compiler.backends.reference import evaluate
 from helpers import gpu_or_skip
 
 from egraph_compiler import Tensor, optimize
-from egraph_compiler.diagnostics import InvalidArgument
+from egraph_compiler.ir.diagnostics import InvalidArgument
+from egraph_compiler.ir.interpret import evaluate
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))

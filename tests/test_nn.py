@@ -1,5 +1,5 @@
 """tinygrad's nn surface: the creation methods (uniform, normal, randint, linspace, the initialisers), the layers'
-functional forms (linear, batchnorm, losses, conv_transpose2d, interpolate, max_unpool2d), egraph_compiler.nn's
+functional forms (linear, batchnorm, losses, conv_transpose2d, interpolate, max_unpool2d), egraph_compiler.frontend.nn's
 layers and state dicts, and safetensors files. Oracles: numpy, torch (functional ops and layers with copied
 weights), tinygrad (default initialisation: names, shapes, dtypes); most values go through the reference
 interpreter, the models once through optimize + LLVM."""
@@ -17,13 +17,13 @@ from typing import Any
 
 import numpy as np
 import pytest
-from egraph_compiler.backends.reference import evaluate
 from helpers import check, rand_array, run
 from hypothesis import given
 from hypothesis import strategies as st
 
-from egraph_compiler import Tensor, dtypes, nn, optimize
-from egraph_compiler.diagnostics import (
+from egraph_compiler import Tensor, optimize
+from egraph_compiler.frontend import nn
+from egraph_compiler.ir.diagnostics import (
     AxisError,
     CompilerError,
     DTypeError,
@@ -32,7 +32,8 @@ from egraph_compiler.diagnostics import (
     MissingInput,
     ShapeMismatch,
 )
-from egraph_compiler.dtypes import bf16_round
+from egraph_compiler.ir.dtypes import bf16_round, dtypes
+from egraph_compiler.ir.interpret import evaluate
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from egraph_compiler.backends.reference import evaluate
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from egraph_compiler import Tensor, optimize
+from egraph_compiler.ir.interpret import evaluate
 
 SPECIAL = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-45, -1e-40, 1.0, -1.0, 3.4e38], np.float32)
 

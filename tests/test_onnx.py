@@ -1,4 +1,4 @@
-"""ONNX import (egraph_compiler/onnx_import.py): the ONNX backend node tests that the onnx package generates keep
+"""ONNX import (egraph_compiler/frontend/onnx/importer.py): the ONNX backend node tests that the onnx package generates keep
 passing (tests/onnx_expected_pass.txt, written by bench/onnx_conformance.py --write-expected), a sample of them
 through the whole compiler on LLVM, exported PyTorch models against onnxruntime where both are installed, and an
 unsupported op or a free dimension is a diagnostic naming the node."""
@@ -17,8 +17,8 @@ import onnx
 from onnx import TensorProto, helper
 
 from egraph_compiler import Tensor, optimize
-from egraph_compiler.diagnostics import CompilerError
-from egraph_compiler.onnx_import import from_onnx
+from egraph_compiler.frontend.onnx.importer import from_onnx
+from egraph_compiler.ir.diagnostics import CompilerError
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))

@@ -1,4 +1,4 @@
-"""ONNX control flow and sequence / optional values (egraph_compiler/onnx_control.py) through from_onnx: the ONNX
+"""ONNX control flow and sequence / optional values (egraph_compiler/frontend/onnx/control.py) through from_onnx: the ONNX
 backend node tests of If, Loop, Scan, the sequence and optional ops and the function bodies that use them, models
 against onnxruntime (If on a known and on a runtime condition, Loop with carried state and scan outputs, on a
 runtime condition, Scan with reverse directions and other axes, sequences and optionals round trips), one Loop
@@ -14,12 +14,13 @@ import numpy as np
 import pytest
 
 pytest.importorskip("onnx")
-from egraph_compiler.backends.reference import evaluate
 from onnx import TensorProto, helper, numpy_helper
 
-from egraph_compiler import onnx_control, optimize
-from egraph_compiler.diagnostics import InvalidArgument, UnsupportedOp
-from egraph_compiler.onnx_import import OnnxModel, from_onnx
+from egraph_compiler import optimize
+from egraph_compiler.frontend.onnx import control as onnx_control
+from egraph_compiler.frontend.onnx.importer import OnnxModel, from_onnx
+from egraph_compiler.ir.diagnostics import InvalidArgument, UnsupportedOp
+from egraph_compiler.ir.interpret import evaluate
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))

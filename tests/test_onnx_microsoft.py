@@ -1,4 +1,4 @@
-"""The com.microsoft ops of exported transformers (egraph_compiler/onnx_microsoft.py) against onnxruntime, which
+"""The com.microsoft ops of exported transformers (egraph_compiler/frontend/onnx/microsoft.py) against onnxruntime, which
 implements them: one-node models with random inputs, through the reference interpreter and through LLVM."""
 
 from __future__ import annotations
@@ -7,11 +7,11 @@ from typing import Any
 
 import numpy as np
 import pytest
-from egraph_compiler.backends.reference import evaluate
 
 from egraph_compiler import optimize
-from egraph_compiler.diagnostics import UnsupportedOp
-from egraph_compiler.onnx_import import from_onnx
+from egraph_compiler.frontend.onnx.importer import from_onnx
+from egraph_compiler.ir.diagnostics import UnsupportedOp
+from egraph_compiler.ir.interpret import evaluate
 
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")

@@ -1,4 +1,4 @@
-"""ONNX's recurrent ops (egraph_compiler/onnx_recurrent.py: RNN, GRU, LSTM) through from_onnx: the ONNX backend node
+"""ONNX's recurrent ops (egraph_compiler/frontend/onnx/recurrent.py: RNN, GRU, LSTM) through from_onnx: the ONNX backend node
 tests, models of every option against onnxruntime, PyTorch's nn.RNN/GRU/LSTM with their weights converted, one
 LSTM through the whole compiler on LLVM, and diagnostics for what is not supported. The ops are put in the
 import's op table for each test (monkeypatch), as onnx_import registers them."""
@@ -15,12 +15,14 @@ import pytest
 
 pytest.importorskip("onnx")
 import onnx
-from egraph_compiler.backends.reference import evaluate
 from onnx import TensorProto, helper, numpy_helper
 
-from egraph_compiler import onnx_import, onnx_recurrent, optimize
-from egraph_compiler.diagnostics import CompilerError, InvalidArgument, UnsupportedOp
-from egraph_compiler.onnx_import import from_onnx
+from egraph_compiler import optimize
+from egraph_compiler.frontend.onnx import importer as onnx_import
+from egraph_compiler.frontend.onnx import recurrent as onnx_recurrent
+from egraph_compiler.frontend.onnx.importer import from_onnx
+from egraph_compiler.ir.diagnostics import CompilerError, InvalidArgument, UnsupportedOp
+from egraph_compiler.ir.interpret import evaluate
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))

@@ -1,4 +1,4 @@
-"""ONNX sampling and signal ops (egraph_compiler/onnx_spatial.py): GridSample, AffineGrid, Col2Im, DFT, STFT, the
+"""ONNX sampling and signal ops (egraph_compiler/frontend/onnx/spatial.py): GridSample, AffineGrid, Col2Im, DFT, STFT, the
 windows and MelWeightMatrix, registered into the import's op table for each test. The ONNX backend node tests for
 them pass; random cases agree with onnxruntime and PyTorch (grid_sample, affine_grid, fold, torch.fft, stft and the
 windows); hypothesis draws small shapes and modes; one GridSample model goes through the whole compiler."""
@@ -16,13 +16,15 @@ from hypothesis import strategies as st
 
 pytest.importorskip("onnx")
 import onnx
-from egraph_compiler.backends.reference import evaluate
 from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
-from egraph_compiler import onnx_import, onnx_spatial, optimize
-from egraph_compiler.diagnostics import CompilerError
-from egraph_compiler.onnx_import import from_onnx
+from egraph_compiler import optimize
+from egraph_compiler.frontend.onnx import importer as onnx_import
+from egraph_compiler.frontend.onnx import spatial as onnx_spatial
+from egraph_compiler.frontend.onnx.importer import from_onnx
+from egraph_compiler.ir.diagnostics import CompilerError
+from egraph_compiler.ir.interpret import evaluate
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))

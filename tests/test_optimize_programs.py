@@ -12,14 +12,14 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
-from egraph_compiler.backends.reference import evaluate
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from egraph_compiler import Tensor
-from egraph_compiler.diagnostics import CompilerError
-from egraph_compiler.frontend_ir import load_frontend_ir
-from egraph_compiler.ops import Ops
+from egraph_compiler.frontend.frontend_ir import load_frontend_ir
+from egraph_compiler.ir.diagnostics import CompilerError
+from egraph_compiler.ir.interpret import evaluate
+from egraph_compiler.ir.ops import Ops
 from egraph_compiler.optimize import optimize, reshape_groups
 
 Build = Callable[[], tuple[Tensor, dict[str, tuple[int, ...]]]]

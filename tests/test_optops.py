@@ -9,16 +9,16 @@ from typing import Any
 import numpy as np
 import pytest
 import z3
-from egraph_compiler.extract.loop_cost import CPUMachine, estimate
-from egraph_compiler.extract.schedule import CODE_TIE
-from egraph_compiler.rules.optops import RULES, SPLIT_FACTORS
 from helpers import rand_array
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_llvm_backend import buf, kernel, load, reduce, rng, store
 
 from egraph_compiler import AxisType, Ops, Tensor, UOp, optimize
-from egraph_compiler.program import Program, accumulator_axis, stride
+from egraph_compiler.extract.loop_cost import CPUMachine, estimate
+from egraph_compiler.extract.schedule import CODE_TIE
+from egraph_compiler.kernel.program import Program, accumulator_axis, stride
+from egraph_compiler.rules.optops import RULES, SPLIT_FACTORS
 
 MACHINE = CPUMachine(cores=2, simd_bytes=32, vector_regs=16)  # fixed, so rankings don't depend on the host
 

@@ -13,9 +13,6 @@ from typing import Any
 import numpy as np
 import pytest
 import z3
-from egraph_compiler.backends import get_backend
-from egraph_compiler.backends.cuda import compile_ptx, find_nvcc
-from egraph_compiler.rules.optops import RULES, SPLIT_FACTORS
 from helpers import check, rand_array
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -23,7 +20,10 @@ from test_cuda_backend import Case, EmulatedCUDABackend, emulation_library
 from test_optops import bound_ranges_ok
 
 from egraph_compiler import Tensor, optimize
-from egraph_compiler.program import Kernel, Program
+from egraph_compiler.backends import get_backend
+from egraph_compiler.backends.cuda import compile_ptx, find_nvcc
+from egraph_compiler.kernel.program import Kernel, Program
+from egraph_compiler.rules.optops import RULES, SPLIT_FACTORS
 
 # every kind of split at a factor small kernels admit ("group": one slice per core on the CPU, here 2)
 ALL_OPTOPS = {

@@ -1,20 +1,20 @@
-"""Packed GEMM operands (egraph_compiler/packing.py) and the index strides through a packed panel's div/mod."""
+"""Packed GEMM operands (egraph_compiler/kernel/packing.py) and the index strides through a packed panel's div/mod."""
 
 from __future__ import annotations
 
 import itertools
 
 import numpy as np
-from egraph_compiler.backends.reference import evaluate
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from egraph_compiler import Tensor, optimize
-from egraph_compiler.cpu_target import cpu_target
-from egraph_compiler.ops import AxisType, Ops
-from egraph_compiler.packing import PANEL, pack_operands
-from egraph_compiler.program import accumulator_axis, ranges_in, stride
-from egraph_compiler.uop import UOp
+from egraph_compiler.ir.interpret import evaluate
+from egraph_compiler.ir.ops import AxisType, Ops
+from egraph_compiler.ir.uop import UOp
+from egraph_compiler.kernel.cpu_target import cpu_target
+from egraph_compiler.kernel.packing import PANEL, pack_operands
+from egraph_compiler.kernel.program import accumulator_axis, ranges_in, stride
 
 
 def E(*shape: int, name: str) -> Tensor:

@@ -11,12 +11,12 @@ from typing import Any
 
 import numpy as np
 import pytest
-from egraph_compiler.backends.reference import kernel_ranges, range_axes, run_kernel
 from helpers import check, rand_array
 
-from egraph_compiler import AxisType, Ops, UOp, dtypes
-from egraph_compiler.diagnostics import OutOfBounds, UnsupportedOp
-from egraph_compiler.dtypes import DType
+from egraph_compiler import AxisType, Ops, UOp
+from egraph_compiler.backends.reference import kernel_ranges, range_axes, run_kernel
+from egraph_compiler.ir.diagnostics import OutOfBounds, UnsupportedOp
+from egraph_compiler.ir.dtypes import DType, dtypes
 
 F32 = dtypes.float32
 

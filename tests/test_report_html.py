@@ -13,15 +13,16 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from egraph_compiler.backends.reference import ReferenceBackend
 
-from egraph_compiler import AxisType, Ops, UOp, dtypes
-from egraph_compiler import egraph_dot as egraph_dot_mod
-from egraph_compiler.egraph_dot import render_svg, snapshot
-from egraph_compiler.pipeline import SimplifyResult, simplify
-from egraph_compiler.program import BufferSpec, Kernel, Program
-from egraph_compiler.report import IterationStats, Report
-from egraph_compiler.report_html import render_html
+from egraph_compiler import AxisType, Ops, UOp
+from egraph_compiler.backends.reference import ReferenceBackend
+from egraph_compiler.egraph.report import IterationStats, Report
+from egraph_compiler.ir.dtypes import dtypes
+from egraph_compiler.kernel.program import BufferSpec, Kernel, Program
+from egraph_compiler.report import dot as egraph_dot_mod
+from egraph_compiler.report.dot import render_svg, snapshot
+from egraph_compiler.report.html import render_html
+from egraph_compiler.simplify import SimplifyResult, simplify
 
 CHROMIUMS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 
@@ -124,8 +125,8 @@ def test_empty_report_renders() -> None:
 
 
 def test_snapshot_truncates_and_says_so() -> None:
-    from egraph_compiler.egraph import Limits
-    from egraph_compiler.pipeline import SYMBOLIC_STAGE, shared_session, symbolic_session
+    from egraph_compiler.egraph.session import Limits
+    from egraph_compiler.simplify import SYMBOLIC_STAGE, shared_session, symbolic_session
 
     sess = shared_session("symbolic", symbolic_session)
     x = UOp.variable("x", 0, 100)

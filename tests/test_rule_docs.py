@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from egraph_compiler.rules import catalog
-
 from egraph_compiler.cli import main
+from egraph_compiler.rules import catalog
 
 RULES_MD = Path(__file__).resolve().parent.parent / "docs" / "RULES.md"
 

@@ -1,4 +1,4 @@
-"""Soundness of every rewrite and analysis rule (rules/prove.py), and the rules' metadata.
+"""Soundness of every rewrite and analysis rule (tests/prove.py), and the rules' metadata.
 
 Integer/boolean rules ("z3") must come out proved or proved-bounded, never failed or unknown; float rules
 are checked by random evaluation and must pass; "structural" rules (bookkeeping with no value meaning of
@@ -10,11 +10,11 @@ test_rule_proofs_{1,2,3}.py; see tests/rule_proofs.py.
 from __future__ import annotations
 
 import pytest
-from egraph_compiler.rules.dsl import Rule
-from egraph_compiler.rules.prove import parse_sexprs
+from prove import parse_sexprs
 from rule_proofs import ALL_RULES, CHECKS, RULESETS, SHARDS, assert_rule_sound, shard
 
-from egraph_compiler.schema import EGG_TO_OP
+from egraph_compiler.egraph.dsl import Rule
+from egraph_compiler.egraph.schema import EGG_TO_OP
 
 VALUE_FUNCTIONS = ("lo", "hi", "lin")
 

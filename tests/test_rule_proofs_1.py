@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from egraph_compiler.rules.dsl import Rule
 from rule_proofs import assert_rule_sound, shard
+
+from egraph_compiler.egraph.dsl import Rule
 
 RULES = shard(1)
 

@@ -8,11 +8,12 @@ from typing import Any
 
 import numpy as np
 import pytest
-from egraph_compiler.backends.reference import evaluate
 from helpers import check, rand_array, run
 
-from egraph_compiler import Tensor, dtypes
-from egraph_compiler.diagnostics import MissingInput
+from egraph_compiler import Tensor
+from egraph_compiler.ir.diagnostics import MissingInput
+from egraph_compiler.ir.dtypes import dtypes
+from egraph_compiler.ir.interpret import evaluate
 
 A = rand_array((3, 4), seed=1)
 B = rand_array((4, 5), seed=2)
@@ -473,7 +474,7 @@ def test_inputs_are_never_changed_silently(target: str) -> None:
 def test_python_ints_never_wrap_silently() -> None:
     """A python int too big for the default int32 makes an int64 tensor (as numpy infers); one that does not fit
     a dtype asked for, or a tensor's dtype it is combined with (NEP 50), is E1004; negation still wraps."""
-    from egraph_compiler.diagnostics import DTypeError
+    from egraph_compiler.ir.diagnostics import DTypeError
 
     big = Tensor(2**40)
     assert big.dtype is dtypes.int64 and run(big) == 2**40
@@ -499,7 +500,7 @@ def test_two_placeholders_with_one_name_are_refused(path: str) -> None:
     """One name for two different inputs would be one buffer read as two dtypes (a silently wrong result): E1006
     naming both; the same placeholder used twice is fine."""
     from egraph_compiler import optimize
-    from egraph_compiler.diagnostics import InvalidArgument
+    from egraph_compiler.ir.diagnostics import InvalidArgument
 
     a, b = Tensor.empty(3, name="a"), Tensor.empty(3, name="a", dtype="int32")
     with pytest.raises(InvalidArgument, match=r"float32\[3\] and int32\[3\]"):
@@ -513,7 +514,7 @@ def test_two_placeholders_with_one_name_are_refused(path: str) -> None:
 def test_truth_membership_and_iteration() -> None:
     """bool(t) and `x in t` would need the lazy tensor computed: E1006 saying how, not an always-True or a
     misleading index error; iteration yields the sub-tensors along the first axis, as numpy's does."""
-    from egraph_compiler.diagnostics import InvalidArgument
+    from egraph_compiler.ir.diagnostics import InvalidArgument
 
     t = Tensor(np.array([[1, 2], [3, 4]], np.int32))
     assert [run(x).tolist() for x in t] == [[1, 2], [3, 4]]
@@ -534,7 +535,7 @@ def test_numpy_functions_compute_the_tensor() -> None:
 def test_values_a_dtype_cannot_hold_are_refused_not_wrapped() -> None:
     """full, arange and where's scalars keep numpy's rule: a value outside the dtype (or with a fraction, for
     integers) is a diagnostic; values that fit are exact."""
-    from egraph_compiler.diagnostics import DTypeError
+    from egraph_compiler.ir.diagnostics import DTypeError
 
     for bad in (
         lambda: Tensor.full((2,), 300, "uint8"),

@@ -9,13 +9,14 @@ from typing import Any
 
 import numpy as np
 import pytest
-from egraph_compiler.backends.reference import evaluate
 from helpers import check, examples, rand_array, run
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from egraph_compiler import Tensor, dtypes, optimize
-from egraph_compiler.diagnostics import AxisError, BroadcastMismatch, DTypeError, InvalidArgument, MissingInput
+from egraph_compiler import Tensor, optimize
+from egraph_compiler.ir.diagnostics import AxisError, BroadcastMismatch, DTypeError, InvalidArgument, MissingInput
+from egraph_compiler.ir.dtypes import dtypes
+from egraph_compiler.ir.interpret import evaluate
 
 F32_MAX = float(np.finfo(np.float32).max)
 F32_TINY = float(np.finfo(np.float32).tiny)
@@ -473,7 +474,7 @@ def test_bad_inputs_raise_diagnostics(make: Callable[[Tensor, Tensor], Any], err
     f, i = Tensor.empty(2, 3, name="f"), Tensor.empty(2, 3, dtype="int32", name="i")
     with pytest.raises(err) as info:
         make(f, i)
-    assert type(info.value).__module__ == "egraph_compiler.diagnostics"
+    assert type(info.value).__module__ == "egraph_compiler.ir.diagnostics"
 
 
 def test_allclose_of_a_placeholder_says_which_input_is_missing() -> None:

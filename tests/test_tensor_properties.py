@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from egraph_compiler import Tensor
-from egraph_compiler.diagnostics import DTypeError
+from egraph_compiler.ir.diagnostics import DTypeError
 
 INT_DTYPES = [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32]
 ALL_DTYPES = [np.bool_, *INT_DTYPES, np.float16, np.float32, np.float64]

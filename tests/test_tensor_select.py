@@ -8,13 +8,12 @@ from typing import Any
 
 import numpy as np
 import pytest
-from egraph_compiler.backends.reference import evaluate
 from helpers import check, examples, rand_array, run
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from egraph_compiler import Tensor, optimize
-from egraph_compiler.diagnostics import (
+from egraph_compiler.ir.diagnostics import (
     AxisError,
     BroadcastMismatch,
     CompilerError,
@@ -24,6 +23,7 @@ from egraph_compiler.diagnostics import (
     ShapeMismatch,
     UnsupportedOp,
 )
+from egraph_compiler.ir.interpret import evaluate
 
 A = rand_array((3, 5), seed=1)
 I = rand_array((3, 5), np.int32, seed=2, lo=-3, hi=4)  # noqa: E741  (many ties)

@@ -12,12 +12,13 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from egraph_compiler.backends.reference import evaluate
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from egraph_compiler import AxisType, Ops, UOp, dtypes
-from egraph_compiler.diagnostics import CompilerError, DTypeError, InvalidArgument, ShapeMismatch
+from egraph_compiler import AxisType, Ops, UOp
+from egraph_compiler.ir.diagnostics import CompilerError, DTypeError, InvalidArgument, ShapeMismatch
+from egraph_compiler.ir.dtypes import dtypes
+from egraph_compiler.ir.interpret import evaluate
 
 Env = dict[str, int]
 Expr = tuple[UOp, Callable[[Env], Any]]

@@ -1,0 +1,1 @@
+"""ONNX import: one module per family of operators, `importer` walks the graph."""

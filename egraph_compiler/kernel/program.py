@@ -1,0 +1,697 @@
+"""Kernel programs: what `optimize` returns and every backend runs.
+
+A Program is an ordered list of kernels over named flat buffers. Each kernel
+AST follows one contract, shared by the reference interpreter and the
+renderers:
+
+    SINK(END(STORE(INDEX(BUFFER(name, (size,)), idx), value[, gate]), *ranges), ...)
+
+RANGE nodes carry `src=(CONST bound,)` and `arg=(key, AxisType)`; values read
+memory with `LOAD(INDEX(buf, idx)[, alt, gate])` and reduce with
+`REDUCE(value, *ranges)`, `arg=(Ops.ADD|MAX|MUL, ())`. A BUFFER's dtype is its
+element dtype; its size is in elements.
+
+A Backend turns a kernel into something callable on a dict of buffers. The
+Program owns the buffers: it checks the keyword inputs (the placeholder's
+shape, and a dtype they convert to exactly: `ir.interpret.coerce_input`;
+E1404 otherwise), allocates outputs and intermediates through the backend,
+runs kernels in order and hands the outputs back as numpy arrays.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import weakref
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any, NamedTuple, Protocol
+
+import numpy as np
+
+from egraph_compiler.ir.diagnostics import InvalidArgument, MissingInput, OutOfMemory
+from egraph_compiler.ir.dtypes import DType, bf16_from_bits, bf16_round, compute_np, dtypes
+from egraph_compiler.ir.interpret import coerce_input
+from egraph_compiler.ir.ops import OP_TABLE, Ops
+from egraph_compiler.ir.uop import UOp, arg_key
+from egraph_compiler.kernel.memory_plan import ALIGN, ArenaPlan, lifetimes, plan
+
+
+@dataclass(frozen=True)
+class BufferSpec:
+    """One flat buffer of a program. kind: input | output | intermediate | const."""
+
+    name: str
+    dtype: DType
+    size: int
+    kind: str
+    shape: tuple[int, ...] = ()
+    data: np.ndarray | None = field(default=None, compare=False, hash=False)  # const buffers only
+
+
+class Sources(str):
+    """A program's kernel sources: the text of all of them (blank lines between), and by kernel name."""
+
+    by_kernel: dict[str, str]
+
+    def __new__(cls, by_kernel: dict[str, str]) -> Sources:
+        text = super().__new__(cls, "\n\n".join(by_kernel.values()))
+        text.by_kernel = dict(by_kernel)
+        return text
+
+    def __getitem__(self, key: Any) -> str:  # type: ignore[override]
+        if isinstance(key, str):
+            return self.by_kernel[key]
+        return str.__getitem__(self, key)
+
+    def keys(self) -> Any:
+        return self.by_kernel.keys()
+
+    def items(self) -> Any:
+        return self.by_kernel.items()
+
+
+def kernel_flops(ast: UOp) -> int:
+    """The floating-point operations a kernel executes: every float ALU op and float REDUCE step, once per
+    combination of the ranges it depends on (a GEMM's multiply and add: 2*M*N*K). A schedule that pads a range
+    to a multiple executes, and so counts, the padding's operations too."""
+    ranges: dict[UOp, frozenset[UOp]] = {}  # the ranges a value depends on (a REDUCE's own ones end at it)
+    total = 0
+    for u in ast.toposort():
+        own = frozenset([u]) if u.op is Ops.RANGE else frozenset()
+        inside = own.union(*(ranges[x] for x in u.src))
+        if u.dtype.is_float and (u.op is Ops.REDUCE or OP_TABLE[u.op].is_alu):
+            total += math.prod(int(r.src[0].arg) for r in inside)
+        ranges[u] = inside - frozenset(u.src[1:]) if u.op is Ops.REDUCE else inside
+    return total
+
+
+@dataclass
+class Kernel:
+    name: str
+    ast: UOp
+    reads: tuple[str, ...]
+    writes: tuple[str, ...]
+    cost: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def flops(self) -> int:
+        """Floating-point operations per run (`kernel_flops`)."""
+        return kernel_flops(self.ast)
+
+    @staticmethod
+    def from_ast(name: str, ast: UOp) -> Kernel:
+        reads, writes = [], []
+        for u in ast.toposort():
+            if u.op is Ops.LOAD:
+                reads.append(buffer_of(u.src[0]).arg[0])
+            elif u.op is Ops.STORE:
+                writes.append(buffer_of(u.src[0]).arg[0])
+        return Kernel(name, ast, tuple(dict.fromkeys(reads)), tuple(dict.fromkeys(writes)))
+
+
+def value_nodes(root: UOp, skip: Iterable[UOp] = ()) -> Iterator[UOp]:
+    """Every node of a kernel's value under `root` once (users before their sources; nodes in `skip` and below
+    them left out): a REDUCE is yielded but not entered (its body runs inside its own loops), and an AFTER only
+    leads to its buffer (the kernel it waits on is another one)."""
+    seen: set[UOp] = set(skip)
+    stack = [root]
+    while stack:
+        u = stack.pop()
+        if u in seen:
+            continue
+        seen.add(u)
+        yield u
+        if u.op is Ops.AFTER:
+            stack.append(u.src[0])
+        elif u.op is not Ops.REDUCE:
+            stack.extend(u.src)
+
+
+def buffer_of(index: UOp) -> UOp:
+    """The BUFFER under an INDEX (looking through AFTER)."""
+    b = index.src[0]
+    while b.op is Ops.AFTER:
+        b = b.src[0]
+    return b
+
+
+CompiledKernel = Callable[[dict[str, Any]], None]
+
+
+class Backend(Protocol):
+    """What a target provides (every Program runs on one). Host backends hold buffers as numpy arrays. Optional:
+    `runner(program, compiled)` (run every kernel in one call), `storage_np(dtype)` (the numpy storage of a
+    dtype), `holds(value)` / `put_device` / `get_device` (arrays already on the device), `synchronize()`."""
+
+    name: str
+
+    def compile(self, kernel: Kernel, program: Program) -> CompiledKernel: ...
+
+    def render(self, kernel: Kernel, program: Program) -> str: ...
+
+    def alloc(self, spec: BufferSpec) -> Any: ...
+
+    def put(self, spec: BufferSpec, host: np.ndarray) -> Any: ...
+
+    def get(self, spec: BufferSpec, buf: Any) -> np.ndarray: ...
+
+
+class HostBuffers:
+    """Buffer handling for backends that run on host numpy arrays.
+
+    `storage` decides how a dtype is held: the reference interpreter keeps
+    compute dtypes (bfloat16 as rounded float32), native code keeps the raw
+    storage (bfloat16 as uint16 bits, bool as one byte).
+    """
+
+    native_storage: bool = True
+
+    def storage_np(self, d: DType) -> np.dtype:
+        if not self.native_storage:
+            return compute_np(d)
+        return np.dtype(np.uint16) if d is dtypes.bfloat16 else np.dtype(d.np)
+
+    def alloc(self, spec: BufferSpec) -> np.ndarray:
+        return np.zeros(spec.size, self.storage_np(spec.dtype))
+
+    def put(self, spec: BufferSpec, host: np.ndarray) -> np.ndarray:
+        flat = np.ascontiguousarray(host).reshape(-1)
+        if spec.dtype is dtypes.bfloat16:
+            r = bf16_round(flat.astype(np.float32))
+            return (r.view(np.uint32) >> 16).astype(np.uint16) if self.native_storage else r
+        return flat.astype(self.storage_np(spec.dtype), copy=False)  # kernels never write inputs: no copy
+
+    def get(self, spec: BufferSpec, buf: np.ndarray) -> np.ndarray:
+        if type(buf) is np.ndarray and buf.dtype is spec.dtype.np and spec.dtype is not dtypes.bfloat16:
+            # stored as computed: a view of the right shape
+            return buf.reshape(spec.shape)
+        arr = np.asarray(buf)
+        if spec.dtype is dtypes.bfloat16:
+            arr = bf16_from_bits(arr) if arr.dtype == np.uint16 else arr.astype(np.float32)
+        else:
+            arr = arr.astype(spec.dtype.np, copy=False)
+        return arr.reshape(spec.shape)  # buffers are fresh per call: no copy
+
+
+class Placement(NamedTuple):
+    """What every call of a program needs to know of its buffers, computed once."""
+
+    rows: list[tuple[str, str, BufferSpec, np.dtype | None]]  # name, kind, spec, numpy dtype used as it is
+    input_names: Any  # a keys view, to compare with the call's
+    kept: tuple[str, ...]  # what a finished call leaves for the next: intermediates and outputs
+    native: dict[str, np.dtype | None]  # name -> that numpy dtype (an out= array must have it)
+    intermediates: tuple[str, ...]
+    outputs: tuple[tuple[str, BufferSpec], ...]
+    repeated_output: bool  # one buffer returned twice: the later copies are independent arrays
+
+
+@dataclass
+class Program:
+    """Kernels in dependency order, their buffers, and how to run them on one target."""
+
+    kernels: list[Kernel]
+    buffers: dict[str, BufferSpec]
+    inputs: list[str]  # placeholder names, in signature order
+    outputs: list[str]  # output buffer names, in root order
+    backend: Backend
+    target: str
+    report: Any = None
+    single_output: bool = True
+    _compiled: list[CompiledKernel] | None = field(default=None, repr=False)
+    _consts: dict[str, Any] = field(default_factory=dict, repr=False)
+    _runner: Callable[[dict[str, Any]], None] | None = field(default=None, repr=False)
+    _temps: list[dict[str, Any]] = field(default_factory=list, repr=False)  # finished calls' buffers to reuse
+    _out_memo: tuple[list[Any], dict[str, Any], dict[str, np.ndarray]] | None = field(default=None, repr=False)
+    _plan: Placement | None = field(default=None, repr=False)
+    _arena: ArenaPlan | None = field(default=None, repr=False)
+
+    @property
+    def source(self) -> Sources:
+        """Every kernel rendered for this target: the text of all of them, one after another, which is also a
+        mapping from kernel name to that kernel's source (`prog.source["k0"]`, `prog.source.items()`)."""
+        return Sources({k.name: self.backend.render(k, self) for k in self.kernels})
+
+    def compile(self) -> list[CompiledKernel]:
+        if self._compiled is None:
+            self._compiled = [self.backend.compile(k, self) for k in self.kernels]
+        return self._compiled
+
+    def __call__(self, *, out: Any = None, **inputs: Any) -> Any:
+        """Run the program on `inputs` (by placeholder name); returns its output (a tuple for several).
+
+        out: arrays to write the outputs into (one array, or a tuple of one per output): C-contiguous numpy
+        arrays of the output's shape and dtype, not overlapping an input. The call then allocates no output
+        and returns `out`. (A program whose input is named "out" takes that input by this keyword.)
+        On target "cuda", CuPy inputs are read where they are (no host copy), and then the outputs come back as
+        CuPy arrays on the GPU."""
+        if "out" in self.inputs and out is not None:
+            inputs, out = {**inputs, "out": out}, None
+        given = self._outputs_into(out, inputs) if out is not None else {}
+        compiled = self.compile()
+        # a finished call's intermediates and outputs are reused (kernels write every element of what they store):
+        # no allocation, no page faults on fresh memory, no new addresses to take; concurrent calls each take
+        # their own set, and an output the caller still holds (or a view of it) is left to the caller
+        try:
+            temps = self._temps.pop()
+        except IndexError:
+            temps = None
+        else:
+            for n in self.outputs:
+                if n in temps and sys.getrefcount(temps[n]) > 2:  # the set's reference and getrefcount's argument
+                    del temps[n]
+        if given:
+            temps = {**(temps or {}), **given}
+        bufs = self._place(inputs, temps)
+        if self._runner is None and hasattr(self.backend, "runner"):  # native backends run the kernels in one go
+            self._runner = self.backend.runner(self, compiled)
+        if self._runner is not None:
+            self._runner(bufs)
+        else:
+            for run in compiled:
+                run(bufs)
+        plan = self._plan
+        assert plan is not None
+        if given:
+            self._temps.append({n: bufs[n] for n in plan.intermediates})
+            if len(given) < len(self.outputs):  # the same tensor returned twice: the later arrays get a copy
+                arrays = list(out)
+                for i, n in enumerate(self.outputs):
+                    if not np.may_share_memory(arrays[i], bufs[n]):
+                        arrays[i][...] = bufs[n].reshape(arrays[i].shape)
+            return out
+        holds = getattr(self.backend, "holds", None)
+        if holds is not None and any(holds(v) for v in inputs.values()):
+            # inputs on the GPU: the outputs stay there too, as the caller's own arrays (never reused)
+            self._temps.append({n: bufs[n] for n in plan.intermediates})
+            outs = [self.backend.get_device(spec, bufs[n]) for n, spec in plan.outputs]
+        else:
+            self._temps.append({n: bufs[n] for n in plan.kept})
+            get = self.backend.get
+            outs = [get(spec, bufs[n]) for n, spec in plan.outputs]
+        if plan.repeated_output:
+            outs = [o.copy() for o in outs]
+        return outs[0] if self.single_output else tuple(outs)
+
+    def _outputs_into(self, out: Any, inputs: dict[str, Any]) -> dict[str, np.ndarray]:
+        """The caller's output arrays as the kernels' output buffers (flat views), each checked: one per output,
+        the output's shape, its dtype as the kernels store it, C-contiguous, writeable, apart from every input."""
+        arrays = list(out) if isinstance(out, (tuple, list)) else [out]
+        if len(arrays) != len(self.outputs) or (self.single_output and isinstance(out, (tuple, list))):
+            want = "one array" if self.single_output else f"a tuple of {len(self.outputs)} arrays"
+            raise InvalidArgument(at="out=", why=f"the program has {len(self.outputs)} output(s)", suggestion=f"pass {want}")
+        if self._plan is None:
+            self._plan = self._placement()
+        memo = self._out_memo
+        if (
+            memo is not None
+            and len(memo[0]) == len(arrays)
+            and all(r() is a for r, a in zip(memo[0], arrays))
+            and memo[1].keys() == inputs.keys()
+            and all(memo[1][k]() is v for k, v in inputs.items())
+            and all(a.flags.writeable for a in arrays)
+        ):  # the arrays of the last call (a serving loop): checked then, and their flat views kept
+            return memo[2]
+        native = self._plan.native
+        given: dict[str, np.ndarray] = {}
+        for i, (name, a) in enumerate(zip(self.outputs, arrays)):
+            spec = self.buffers[name]
+            where = f"out[{i}]" if not self.single_output else "out"
+            if native.get(name) is None:
+                raise InvalidArgument(
+                    at=where,
+                    why=f"{spec.dtype.name} outputs are stored as {self.backend.storage_np(spec.dtype)} by this target"
+                    if hasattr(self.backend, "storage_np")
+                    else f"the {self.target} target keeps its buffers off the host",
+                    suggestion="call without out= and copy the result",
+                )
+            ok = type(a) is np.ndarray and a.dtype == native[name] and a.shape == spec.shape
+            if ok:
+                flags = a.flags
+                ok = flags.c_contiguous and flags.writeable
+            if not ok:
+                what = type(a).__name__
+                if isinstance(a, np.ndarray):
+                    what = f"a {a.dtype} array of shape {a.shape}" + "".join(
+                        f", {flag}"
+                        for flag, bad in (("not C-contiguous", not a.flags.c_contiguous), ("read-only", not a.flags.writeable))
+                        if bad
+                    )
+                raise InvalidArgument(
+                    at=where,
+                    why=f"got {what}; the output is a C-contiguous, writeable {native[name]} array of shape {spec.shape}",
+                    suggestion=f"allocate it with np.empty({spec.shape}, dtype=np.{native[name]})",
+                )
+            clash = next((k for k, v in inputs.items() if type(v) is np.ndarray and np.may_share_memory(a, v)), None)
+            if clash is not None:
+                raise InvalidArgument(
+                    at=where,
+                    why=f"it overlaps input {clash!r}: kernels read inputs while they write outputs",
+                    suggestion="write into a separate array",
+                )
+            other = next((n for n, g in given.items() if n != name and np.may_share_memory(a, g)), None)
+            if other is not None:
+                raise InvalidArgument(
+                    at=where,
+                    why=f"it overlaps the array given for output {self.outputs.index(other)}: two outputs would share memory",
+                    suggestion="pass a separate array for each output",
+                )
+            given.setdefault(name, a.reshape(-1))
+        try:
+            self._out_memo = ([weakref.ref(a) for a in arrays], {k: weakref.ref(v) for k, v in inputs.items()}, given)
+        except TypeError:  # an input that takes no weak reference (a list): checked every call
+            self._out_memo = None
+        return given
+
+    def place_buffers(self, **inputs: Any) -> dict[str, Any]:
+        """Every buffer of the program on its backend: inputs checked and placed, constants placed, the rest
+        allocated."""
+        return self._place(inputs, None)
+
+    def _place(self, inputs: dict[str, Any], temps: dict[str, Any] | None) -> dict[str, Any]:
+        if self._plan is None:
+            self._plan = self._placement()
+        if inputs.keys() != self._plan.input_names:
+            missing = [n for n in self.inputs if n not in inputs]
+            if missing:
+                spec = self.buffers[missing[0]]
+                raise MissingInput(
+                    at=f"input {missing[0]!r}",
+                    why=f"the program needs inputs {self.inputs}",
+                    suggestion=f"call the program with {missing[0]}=<array of shape {spec.shape}>",
+                )
+            extra = sorted(set(inputs) - set(self.inputs))
+            raise MissingInput(
+                at=f"input {extra[0]!r}",
+                why=f"the program has no input named {extra[0]!r}",
+                suggestion=f"its inputs are {self.inputs}",
+            )
+        try:
+            return self._placed(inputs, temps)
+        except MemoryError:
+            size = sum(spec.size * spec.dtype.itemsize for _, kind, spec, _ in self._plan.rows if kind != "input")
+            raise OutOfMemory(
+                at="program buffers",
+                why=f"the program's buffers ({size} bytes besides its inputs) could not be allocated",
+                suggestion="use smaller shapes, or free memory",
+            ) from None
+
+    def memory_plan(self) -> ArenaPlan | None:
+        """Where the intermediates live in one arena (host targets; None elsewhere, or with none)."""
+        storage = getattr(self.backend, "storage_np", None)
+        if self._arena is None and storage is not None:  # planned once (program calls ask again)
+            temps = {n: spec for n, spec in self.buffers.items() if spec.kind == "intermediate"}
+            if temps:
+                sizes = {n: spec.size * storage(spec.dtype).itemsize for n, spec in temps.items()}
+                self._arena = plan(sizes, lifetimes([(k.reads, k.writes) for k in self.kernels], temps))
+        return self._arena
+
+    def _arena_views(self) -> dict[str, np.ndarray]:
+        """A fresh arena (zeroed, as separate buffers were) and every intermediate's view of it."""
+        arena = self.memory_plan()
+        assert arena is not None
+        raw = np.zeros(arena.size + ALIGN, np.uint8)
+        base = raw[(-raw.ctypes.data) % ALIGN :][: arena.size]
+        views = {}
+        for name, off in arena.offsets.items():
+            spec = self.buffers[name]
+            dt = self.backend.storage_np(spec.dtype)
+            views[name] = base[off : off + spec.size * dt.itemsize].view(dt)
+        return views
+
+    def _placed(self, inputs: dict[str, Any], temps: dict[str, Any] | None) -> dict[str, Any]:
+        bufs: dict[str, Any] = {}
+        arena: dict[str, np.ndarray] | None = None
+        holds = getattr(self.backend, "holds", None)
+        for name, kind, spec, native in self._plan.rows:
+            if kind == "input":
+                v = inputs[name]
+                if (
+                    native is not None
+                    and type(v) is np.ndarray
+                    and (v.dtype is native or v.dtype == native)
+                    and v.shape == spec.shape
+                    and v.flags.c_contiguous
+                ):
+                    bufs[name] = v  # already what the kernels read (contiguous, in storage dtype): as it is
+                elif holds is not None and holds(v):  # already on the backend's device (a CuPy array)
+                    bufs[name] = self.backend.put_device(name, spec, v)
+                else:
+                    bufs[name] = self.backend.put(spec, coerce_input(name, v, spec.shape, spec.dtype))
+            elif kind == "const":  # kernels never write constants: placed once per program
+                if name not in self._consts:
+                    self._consts[name] = self.backend.put(spec, spec.data)
+                bufs[name] = self._consts[name]
+            elif temps is not None and name in temps and kind in ("intermediate", "output"):
+                bufs[name] = temps[name]
+            elif kind == "intermediate" and self.memory_plan() is not None:
+                if arena is None:
+                    arena = self._arena_views()
+                bufs[name] = arena[name]
+            else:
+                bufs[name] = self.backend.alloc(spec)
+        return bufs
+
+    def _placement(self) -> Placement:
+        """Per buffer: name, kind, spec and the numpy dtype an input already in place has (None: always
+        convert); the input names, as a keys view to compare with the call's; what a call leaves for the next;
+        per buffer, that numpy dtype again (an `out=` array must have it)."""
+        storage = getattr(self.backend, "storage_np", None)
+        rows = []
+        for name, spec in self.buffers.items():
+            native = None
+            if storage is not None and spec.dtype is not dtypes.bfloat16 and storage(spec.dtype) == spec.dtype.np:
+                native = np.dtype(spec.dtype.np)
+            rows.append((name, spec.kind, spec, native))
+        intermediates = tuple(n for n, spec in self.buffers.items() if spec.kind == "intermediate")
+        return Placement(
+            rows,
+            dict.fromkeys(self.inputs).keys(),
+            (*intermediates, *dict.fromkeys(self.outputs)),
+            {name: nat for name, _, _, nat in rows},
+            intermediates,
+            tuple((n, self.buffers[n]) for n in self.outputs),
+            len(set(self.outputs)) < len(self.outputs),
+        )
+
+    def profile(self, repeat: int = 5, **inputs: Any) -> dict[str, float]:
+        """Each kernel run alone on `inputs` (after one warm-up run of the whole program): kernel name -> median
+        seconds over `repeat` runs. For comparing with the estimate (`describe(measured=...)`)."""
+        import statistics
+        import time
+
+        compiled = self.compile()
+        bufs = self._place(inputs, None)
+        sync = getattr(self.backend, "synchronize", lambda: None)  # a GPU runs kernels asynchronously
+        for run in compiled:
+            run(bufs)
+        sync()
+        times: dict[str, float] = {}
+        for kernel, run in zip(self.kernels, compiled):
+            samples = []
+            for _ in range(max(1, repeat)):
+                t0 = time.perf_counter()
+                run(bufs)
+                sync()
+                samples.append(time.perf_counter() - t0)
+            times[kernel.name] = statistics.median(samples)
+        return times
+
+    def describe(self, measured: dict[str, float] | None = None) -> str:
+        """Every kernel in units a person reads: its loop nest (sizes with AxisType letters: L loop, u upcast,
+        R reduce, r unroll, ...), the buffers it reads and writes with their bytes, the estimate in us split
+        into compute, memory and overhead, and beside it the measured time where `measured` (`profile()`)
+        has one."""
+
+        def size(name: str) -> str:
+            spec = self.buffers.get(name)
+            return f"{name} ({_bytes(spec.size * spec.dtype.itemsize)})" if spec else name
+
+        entries = {e["name"]: e for e in (self.report.extra.get("kernels", []) if self.report is not None else [])}
+        lines = [self.summary().splitlines()[0]]
+        total_est = total_meas = 0.0
+        for k in self.kernels:
+            e = entries.get(k.name, {})
+            lines.append(f"  {k.name}  {e.get('schedule', '(no schedule recorded)')}")
+            lines.append(f"      reads  {', '.join(size(n) for n in k.reads) or '-'}")
+            lines.append(f"      writes {', '.join(size(n) for n in k.writes) or '-'}")
+            cost = e.get("cost") or {}
+            if "seconds" in cost:
+                total_est += cost["seconds"]
+                parts = " + ".join(
+                    f"{label} {cost[key] * 1e6:.1f}"
+                    for key, label in (("compute_s", "compute"), ("memory_s", "memory"), ("overhead_s", "overhead"))
+                    if key in cost
+                )
+                est = f"      estimate {cost['seconds'] * 1e6:.1f} us ({parts})"
+                if measured and k.name in measured:
+                    total_meas += measured[k.name]
+                    est += (
+                        f"; measured {measured[k.name] * 1e6:.1f} us ({measured[k.name] / cost['seconds']:.2f}x the estimate)"
+                    )
+                lines.append(est)
+            flops = k.flops
+            if flops:
+                rate = f", {flops / measured[k.name] / 1e9:.1f} GFLOP/s measured" if measured and k.name in measured else ""
+                lines.append(f"      work   {_count(flops)}FLOP{rate}")
+        if total_est:
+            tail = f"; measured {total_meas * 1e6:.1f} us" if measured else ""
+            lines.append(f"  total estimate {total_est * 1e6:.1f} us{tail}")
+        return "\n".join(lines + self._arena_lines())
+
+    def summary(self) -> str:
+        lines = [f"Program for {self.target}: {len(self.kernels)} kernel(s), inputs {self.inputs}, outputs {self.outputs}"]
+        for k in self.kernels:
+            lines.append(f"  {k.name}: reads {list(k.reads)} writes {list(k.writes)}")
+        return "\n".join(lines + self._arena_lines())
+
+    def _arena_lines(self) -> list[str]:
+        arena = self.memory_plan()
+        if arena is None:
+            return []
+        return [
+            f"  intermediates: {len(arena.offsets)} buffer(s) in one arena of {_bytes(arena.size)} "
+            f"({_bytes(arena.unplanned)} allocated one by one)"
+        ]
+
+
+def _count(n: float) -> str:
+    for unit, scale in (("G", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.2f} {unit}"
+    return f"{n:.0f} "
+
+
+def _bytes(n: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
+
+
+@lru_cache(maxsize=1 << 16)
+def ranges_in(u: UOp) -> frozenset[UOp]:
+    """The RANGEs u mentions."""
+    return frozenset(x for x in u.toposort() if x.op is Ops.RANGE)
+
+
+def stride(idx: UOp, r: UOp) -> int | None:
+    """Coefficient of range r in an index, over one run of r (0 if absent, None if r enters non-linearly). A
+    MOD or IDIV by a constant whose run of r never crosses a multiple of it (a packed panel's `j % 32` with j
+    split 16 x 16) steps by r's coefficient inside it, and its quotient not at all."""
+    if r not in ranges_in(idx):
+        return 0
+    if idx is r:
+        return 1
+    if idx.op is Ops.ADD:
+        a, b = (stride(s, r) for s in idx.src)
+        return None if a is None or b is None else a + b
+    if idx.op is Ops.MUL:
+        x, c = idx.src if idx.src[1].op is Ops.CONST else idx.src[::-1]
+        if c.op is Ops.CONST and (s := stride(x, r)) is not None:
+            return s * int(c.arg)
+    if idx.op in (Ops.MOD, Ops.IDIV) and idx.src[1].op is Ops.CONST and r.src[0].op is Ops.CONST:
+        terms = _linear(idx.src[0])
+        c, span = int(idx.src[1].arg), terms.get(r, 0) * int(r.src[0].arg) if terms is not None else 0
+        if (
+            terms is not None
+            and span > 0
+            and c > 0
+            and c % span == 0
+            and all(  # never negative, either
+                v >= 0 and v % span == 0 for k, v in terms.items() if k is not r
+            )
+        ):
+            return terms[r] if idx.op is Ops.MOD else 0
+    return None
+
+
+MAX_ACC_LANES = 64  # the widest vector of accumulators a REDUCE keeps along one unrolled axis
+
+
+def _loads_contiguous(body: UOp, r: UOp) -> bool:
+    """Every load in body whose index depends on r steps by 1 along it (a load that does not is broadcast)."""
+    for u in value_nodes(body):
+        if u.op is Ops.LOAD:
+            idx = u.src[0]
+            lin = idx.src[1] if idx.op is Ops.INDEX and len(idx.src) > 1 else None
+            if lin is None or stride(lin, r) not in (0, 1):
+                return False
+    return True
+
+
+def vector_accumulators(reduce: UOp) -> bool:
+    """Whether the CPU backend may keep a REDUCE's accumulators in vectors: a float32/float64 sum or product."""
+    return reduce.dtype in (dtypes.float32, dtypes.float64) and reduce.arg[0] in (Ops.ADD, Ops.MUL)
+
+
+def accumulator_axis(reduce: UOp, outer: list[UOp], store_contiguous: frozenset[UOp], lanes: int) -> UOp | None:
+    """The unrolled range along which the CPU backend keeps a REDUCE's accumulators in one vector (None: one
+    scalar accumulator per copy). `outer`: the unrolled ranges around the REDUCE that it depends on, in the
+    backend's emission order. The default is the last of them when the store steps by 1 along it (a GEMM tile's
+    columns) and it makes whole vectors or a power of two of lanes (LLVM splits 7 lanes into 4 + 2 + 1). When
+    that range does not fill whole vectors of `lanes`, or its loads step by more than 1, a range that does both
+    takes over: a convolution whose output channels read a packed weight (packing.py) keeps them in one
+    vector and broadcasts each input pixel, whatever the row's width or the stride."""
+
+    def usable(r: UOp) -> bool:
+        b = r.src[0]
+        return b.op is Ops.CONST and 2 <= int(b.arg) <= MAX_ACC_LANES
+
+    def full(r: UOp) -> bool:
+        return int(r.src[0].arg) % lanes == 0 and _loads_contiguous(reduce.src[0], r)
+
+    if not vector_accumulators(reduce):
+        return None
+    last = outer[-1] if outer else None
+    default = (
+        last
+        if last is not None
+        and last in store_contiguous
+        and usable(last)
+        and (int(last.src[0].arg) % lanes == 0 or int(last.src[0].arg) & (int(last.src[0].arg) - 1) == 0)
+        else None
+    )
+    if default is not None and full(default):
+        return default
+    better = [r for r in outer if usable(r) and full(r)]
+    if not better:
+        return default
+    first = {x: i for i, x in enumerate(reduce.src[0].toposort())}  # ties go the same way in every process
+    return max(better, key=lambda r: (r in store_contiguous, int(r.src[0].arg), first.get(r, -1)))
+
+
+def _linear(e: UOp) -> dict[UOp | None, int] | None:
+    """e as coefficients of its ranges (None: the constant term), if it is a linear combination of them."""
+    if e.op is Ops.RANGE:
+        return {e: 1}
+    if e.op is Ops.CONST and isinstance(e.arg, int):
+        return {None: e.arg}
+    if e.op is Ops.ADD:
+        a, b = _linear(e.src[0]), _linear(e.src[1])
+        if a is None or b is None:
+            return None
+        return {k: a.get(k, 0) + b.get(k, 0) for k in a.keys() | b.keys()}
+    if e.op is Ops.MUL:
+        x, c = e.src if e.src[1].op is Ops.CONST else e.src[::-1]
+        if c.op is Ops.CONST and isinstance(c.arg, int) and (t := _linear(x)) is not None:
+            return {k: v * c.arg for k, v in t.items()}
+    return None
+
+
+def canonical_kernel(kernel: UOp) -> tuple[tuple[Any, ...], ...]:
+    """The kernel's structure as a key: one row per node in topological order (op, dtype, arg, positions of its
+    sources), buffers and ranges named by first appearance. Kernels that differ only in which buffers they touch
+    and how their ranges were named (a model's repeated layers) get one key, for memoizing what depends on
+    structure and sizes alone, such as estimates. Rows, not a renamed UOp: nothing is interned."""
+    pos: dict[UOp, int] = {}
+    names: dict[object, int] = {}
+    rows: list[tuple[Any, ...]] = []
+    for u in kernel.toposort():
+        arg = u.arg
+        if u.op in (Ops.BUFFER, Ops.RANGE):
+            arg = (names.setdefault((u.op, arg[0]), len(names)), *arg[1:])
+        rows.append((u.op, u.dtype, arg_key(arg), tuple(pos[s] for s in u.src)))
+        pos[u] = len(rows) - 1
+    return tuple(rows)

@@ -1,0 +1,1 @@
+"""Reports for people: the HTML report and the e-graph picture."""
