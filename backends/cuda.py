@@ -1,6 +1,8 @@
 """CUDA backend: kernel ASTs rendered to CUDA C, compiled by NVRTC (CuPy) or nvcc, run on CuPy arrays.
 
-Rendering needs neither a GPU nor CuPy; `compile` does (CuPy is imported lazily).
+Rendering needs neither a GPU nor CuPy; `compile` does (CuPy is imported lazily). The launch plan (items,
+phases, tensor-core matches, shared and split reductions) is egraph_compiler/kernel/gpu_launch.py's, which the
+GPU estimate prices too; this module emits C from it.
 
 How a kernel maps onto CUDA (the AST contract is in egraph_compiler/kernel/program.py)
 ------------------------------------------------------------------------------
@@ -94,21 +96,39 @@ import itertools
 import math
 import os
 import re
-import shutil
-import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
 
-from egraph_compiler.ir.diagnostics import BackendError, BackendUnavailable, UnsupportedOp
+from egraph_compiler.backends.cuda_toolchain import compile_cubin, cuda_include_dirs, find_nvcc, import_cupy
+from egraph_compiler.ir.diagnostics import BackendError, CompilerError, UnsupportedOp
 from egraph_compiler.ir.dtypes import DType, as_const, bf16_round, dtypes
 from egraph_compiler.ir.interpret import coerce_input
 from egraph_compiler.ir.ops import OP_TABLE, AxisType, Ops
 from egraph_compiler.ir.uop import UOp, range_name
+from egraph_compiler.kernel.gpu_launch import (
+    FLAT_BLOCK,
+    GRID_LIMITS,
+    HALFS,
+    GridSplit,
+    Item,
+    LaunchPlanner,
+    Phase,
+    SharedBlock,
+    TCMatch,
+    TCOperand,
+    TCStage,
+    affine,
+    axis_type,
+    index_of,
+    range_size,
+    unsupported,
+)
 from egraph_compiler.kernel.program import BufferSpec, HostBuffers, Kernel, buffer_of
 
 # ---- C types -----------------------------------------------------------------------------------
@@ -136,13 +156,8 @@ _STORAGE: dict[DType, str] = {
     dtypes.bfloat16: "__nv_bfloat16",
 }
 _RAW: dict[int, str] = {1: "unsigned char", 2: "unsigned short", 4: "unsigned int", 8: "unsigned long long"}
-_HALFS = (dtypes.float16, dtypes.bfloat16)
-_GRID_LIMITS = (2**31 - 1, 65535, 65535)
 _BLOCK_LIMITS = (1024, 1024, 64)
 _MAX_THREADS = 1024
-_TC_MAX_TILES = 16  # accumulator fragments per warp (8 floats per thread each)
-_STATIC_SMEM = 48 << 10  # __shared__ arrays are static: 48 KiB per block
-_FLAT_BLOCK = 256
 _INT_MIN, _INT_MAX = -(2**31), 2**31 - 1
 _AXES = "xyz"
 
@@ -202,7 +217,7 @@ _PRELUDE_WMMA = """#ifndef EGC_CUDA_WMMA
 
 def _acc_dtype(d: DType) -> DType:
     """What a REDUCE of d accumulates in: 16-bit floats in float32."""
-    return dtypes.float32 if d in _HALFS else d
+    return dtypes.float32 if d in HALFS else d
 
 
 def c_storage_type(d: DType) -> str:
@@ -287,35 +302,6 @@ def _ident(s: str, prefix: str) -> str:
     out = re.sub(r"[^0-9A-Za-z_]", "_", s)
     bad = not out or out[0].isdigit() or out in _RESERVED or out.startswith(("__", "_egc"))
     return f"{prefix}{out}" if bad else out
-
-
-def _bound(r: UOp) -> int:
-    b = r.src[0]
-    if b.op is not Ops.CONST:
-        raise UnsupportedOp(
-            at=f"RANGE {r.arg[0]!r}",
-            why="the CUDA renderer needs constant range bounds",
-            suggestion="bind symbolic sizes before lowering",
-        )
-    return int(b.arg)
-
-
-def _atype(r: UOp) -> AxisType:
-    return r.arg[1]
-
-
-def _unsupported(
-    at: str, why: str, suggestion: str = "check the kernel AST against egraph_compiler/kernel/program.py"
-) -> UnsupportedOp:
-    return UnsupportedOp(at=at, why=why, suggestion=suggestion)
-
-
-def _index_of(ptr: UOp) -> UOp | None:
-    if ptr.op is not Ops.INDEX:
-        raise _unsupported(ptr.op.name, "a LOAD/STORE address must be INDEX(buffer, idx)")
-    if len(ptr.src) > 2:
-        raise _unsupported("INDEX", "kernel INDEX nodes address one flat element: INDEX(buffer, idx)")
-    return ptr.src[1] if len(ptr.src) > 1 else None
 
 
 # ---- constants and conversions -----------------------------------------------------------------
@@ -457,69 +443,15 @@ class KernelPlan:
     scratch: tuple[tuple[str, DType, int], ...] = ()  # (param, dtype, elements) the backend allocates itself
 
 
-@dataclass
-class _TC:
-    reduce: UOp
-    m: UOp
-    n: UOp
-    k: UOp
-    a: tuple[UOp, UOp, str, int]  # (buffer, index, layout, ldm)
-    b: tuple[UOp, UOp, str, int]
-    elem: str
-    ups: tuple[UOp, ...] = ()  # UPCAST ranges: tiles per warp, one accumulator fragment each
-
-
-@dataclass(frozen=True)
-class TCOperand:
-    """One operand's block tile in shared memory: `tiles` (the LOCAL/UPCAST ranges its index uses) 16x16 tiles side
-    by side, rows of `pitch` elements (padded: ldmatrix rows fall in distinct banks), for each of `ks` k steps."""
-
-    buf: UOp
-    index: UOp
-    layout: str
-    tiles: tuple[UOp, ...]
-    pitch: int
-
-
-@dataclass(frozen=True)
-class TCStage:
-    """How a TC item's k loop stages its operands: `ks` k steps of 16 per stage, two stages in flight (cp.async)."""
-
-    loop: UOp | None  # the reduce's one sequential range (None: a single k step)
-    ks: int
-    a: TCOperand
-    b: TCOperand
-    smem: int  # bytes of the two stages' buffers
-
-
-@dataclass
-class _Item:
-    store: UOp
-    loop: list[UOp]
-    grid: list[UOp] = field(default_factory=list)
-    block: list[UOp] = field(default_factory=list)
-    seq: list[UOp] = field(default_factory=list)
-    group: list[UOp] = field(default_factory=list)
-    tc: _TC | None = None
-    reads: set[str] = field(default_factory=set)
-    writes: set[str] = field(default_factory=set)
-
-
-@dataclass
-class _Phase:
-    items: list[_Item]
-    grid: list[UOp]
-    block: list[UOp]
-    group: list[UOp]
-    tc: bool
-
-
 class _Scope:
     """Values computed so far, visible to nested C blocks."""
 
     def __init__(self, parent: _Scope | None = None) -> None:
         self.vals: dict[UOp, str] = {}
         self.parent = parent
+
+    def holds(self, u: UOp) -> bool:
+        return self.lookup(u) is not None
 
     def lookup(self, u: UOp) -> str | None:
         s: _Scope | None = self
@@ -530,34 +462,8 @@ class _Scope:
         return None
 
 
-def _affine(u: UOp) -> dict[UOp | None, int] | None:
-    """u as {range: coefficient, None: constant} if it is an affine index expression, else None."""
-    memo: dict[UOp, dict[UOp | None, int] | None] = {}
-    for n in u.toposort():
-        if n.op is Ops.CONST and (n.dtype.is_int or n.dtype is dtypes.index):
-            memo[n] = {None: int(n.arg)}
-        elif n.op is Ops.RANGE:
-            memo[n] = {n: 1}
-        elif n.op is Ops.CAST and n.src[0].dtype.is_int:
-            memo[n] = memo[n.src[0]]
-        elif n.op is Ops.ADD and None not in (memo[n.src[0]], memo[n.src[1]]):
-            out = dict(memo[n.src[0]] or {})
-            for k, v in (memo[n.src[1]] or {}).items():
-                out[k] = out.get(k, 0) + v
-            memo[n] = out
-        elif n.op is Ops.MUL and None not in (memo[n.src[0]], memo[n.src[1]]):
-            x, y = memo[n.src[0]] or {}, memo[n.src[1]] or {}
-            if set(y) <= {None}:
-                x, y = y, x
-            memo[n] = {k: v * x.get(None, 0) for k, v in y.items()} if set(x) <= {None} else None
-        else:
-            memo[n] = None
-    return memo[u]
-
-
 # ---- upcast lanes and vector accesses ----------------------------------------------------------
 
-_MAX_LANES = 64  # UPCAST END ranges expanded into at most this many lanes; beyond, unrolled loops
 _VECTOR_BYTES = (16, 8, 4)
 # element types with a CUDA vector type (float4, int2, ...); 2-byte types travel in raw containers
 _VECTOR_NAMES: dict[DType, str] = {
@@ -572,39 +478,6 @@ _RAW_CONTAINERS = {4: "unsigned int", 8: "uint2", 16: "uint4"}
 _VECTOR_DTYPES = frozenset(_VECTOR_NAMES) | {dtypes.float16, dtypes.bfloat16, dtypes.int16, dtypes.uint16}
 
 # ---- block-shared reductions -----------------------------------------------------------------
-
-COOP_MIN_TRIPS = 128  # below this a block-uniform REDUCE is cheaper run whole by every thread than shared
-_SHUFFLE_TYPES = frozenset({"float", "double", "int", "unsigned int", "long long", "unsigned long long"})
-
-
-@dataclass(frozen=True)
-class SharedBlock:
-    """A phase whose blocks run its code in lockstep (no tail return, no per-thread branch around it): `threads`
-    per block, `varying` the ranges whose value differs between a block's threads, `ltid` the C expression of a
-    thread's linear index in its block."""
-
-    threads: int
-    varying: frozenset[UOp]
-    ltid: str
-    parts: int = 1  # a grid-split REDUCE: this many blocks share it, `part` (a C expression) is this block's
-    part: str = "0"
-
-
-# a REDUCE over many iterations whose kernel has few outputs (a full sum) is split over the grid: up to this many
-# blocks, each thread still taking at least _SPLIT_MIN_ITERS iterations
-_SPLIT_BLOCKS = 1024
-_SPLIT_MIN_ITERS = 32
-
-
-@dataclass(frozen=True)
-class GridSplit:
-    """A flat phase whose one REDUCE runs in two launches: `block.parts` blocks per output each combine their share
-    of the iterations into a partial in a scratch buffer, then one block per output combines the partials and
-    stores."""
-
-    reduce: UOp
-    outputs: int
-    block: SharedBlock
 
 
 def vector_type(d: DType, width: int) -> str:
@@ -629,7 +502,7 @@ def vector_runs(accesses: Sequence[tuple[UOp, UOp | None]]) -> list[list[int]]:
     runs: list[list[int]] = []
     groups: dict[tuple[UOp, frozenset[tuple[UOp | None, int]]], dict[int, int]] = {}
     for k, (buf, idx) in enumerate(accesses):
-        aff = _affine(idx) if idx is not None else {None: 0}
+        aff = affine(idx) if idx is not None else {None: 0}
         if aff is None or buf.dtype not in _VECTOR_DTYPES:
             runs.append([k])
             continue
@@ -662,20 +535,18 @@ def vector_runs(accesses: Sequence[tuple[UOp, UOp | None]]) -> list[list[int]]:
 # ---- the renderer ------------------------------------------------------------------------------
 
 
-class _Renderer:
+class _Renderer(LaunchPlanner):
+    """C emission of a kernel's launch plan (LaunchPlanner: items, phases, tensor cores, shared reductions)."""
+
     def __init__(self, kernel: Kernel) -> None:
-        self.kernel = kernel
-        self.ast = kernel.ast
+        super().__init__(kernel)
         self.lines: list[str] = []
         self.depth = 0
         self.count = 0
         self.cond = 0  # nesting of data-dependent `if`s (no barriers allowed inside)
         self.diverge = 0  # nesting of loops whose trip count differs between threads (block-shared REDUCE bodies)
         self.shared: SharedBlock | None = None
-        self.notes: list[str] = []
         self.uses: set[str] = set()
-        self._deps: dict[UOp, frozenset[UOp]] = {}
-        self._unsafe: dict[UOp, bool] = {}
         self.rnames: dict[UOp, str] = {}
         self.params: dict[str, tuple[str, DType]] = {}  # buffer name -> (C name, dtype)
         self.block_total = 1
@@ -686,100 +557,13 @@ class _Renderer:
 
     # ---- analysis -------------------------------------------------------------------------------
 
-    def deps(self, u: UOp) -> frozenset[UOp]:
-        """Ranges u's value depends on (a REDUCE binds its own ranges)."""
-        if u not in self._deps:
-            for n in u.toposort():
-                if n in self._deps:
-                    continue
-                if n.op is Ops.RANGE:
-                    d = frozenset([n])
-                elif n.op is Ops.REDUCE:
-                    d = self._deps[n.src[0]] - frozenset(n.src[1:])
-                else:
-                    d = frozenset().union(*(self._deps[s] for s in n.src))
-                self._deps[n] = d
-        return self._deps[u]
-
-    def unsafe(self, u: UOp) -> bool:
-        """Does evaluating u touch memory (so it must not be hoisted out of a condition)?"""
-        if u not in self._unsafe:
-            for n in u.toposort():
-                if n not in self._unsafe:
-                    self._unsafe[n] = n.op in (Ops.LOAD, Ops.REDUCE) or any(self._unsafe[s] for s in n.src)
-        return self._unsafe[u]
-
-    def shared_block(self, ph: _Phase, block: tuple[int, int, int] | None = None) -> SharedBlock | None:
-        """How the phase's blocks share work (see SharedBlock), or None when they cannot: a tensor-core phase, a
-        block that is not whole warps, a flat phase with a tail or several item grids (each behind its own `if`).
-        `block`: the launch's block shape, for the thread index (the renderer's own when omitted)."""
-        if ph.tc:
-            return None
-        if ph.block or ph.group:
-            threads, varying = math.prod(_bound(r) for r in ph.block + ph.group), frozenset(ph.block + ph.group)
-        else:
-            grid = ph.items[0].grid
-            total = math.prod(_bound(r) for r in grid)
-            threads = min(_FLAT_BLOCK, total)
-            if any(it.grid != grid for it in ph.items) or total % max(threads, 1) or total // _FLAT_BLOCK > _GRID_LIMITS[0]:
-                return None
-            varying, inner = frozenset(), 1  # a flat block spans the innermost ranges up to a multiple of its size
-            for r in reversed(grid):
-                if inner % max(threads, 1) == 0:
-                    break
-                varying, inner = varying | {r}, inner * _bound(r)
-        if threads < 32 or threads % 32:
-            return None
-        bx, by, _ = block or (threads, 1, 1)
-        ltid = "threadIdx.x" if bx == threads else f"(threadIdx.x + {bx}u * (threadIdx.y + {by}u * threadIdx.z))"
-        return SharedBlock(threads, varying, ltid)
-
-    def cooperative(self, u: UOp, shared: SharedBlock | None) -> bool:
-        """Is REDUCE u run by all threads of a block together: its value is the same for all of them (it depends
-        on no range that varies in the block), it loops at least COOP_MIN_TRIPS times, its accumulator can be
-        shuffled between lanes, and no group reduction (with barriers of its own) sits in its body."""
-        if shared is None or u.arg[0] not in (Ops.ADD, Ops.MUL, Ops.MAX) or self.deps(u) & shared.varying:
-            return False
-        rngs = [r for r in u.src[1:] if r.op is Ops.RANGE]
-        if not rngs or any(_atype(r) in (AxisType.GROUP_REDUCE, AxisType.GLOBAL, AxisType.LOCAL, AxisType.WARP) for r in rngs):
-            return False
-        acc = dtypes.float32 if u.dtype in _HALFS else u.dtype
-        if math.prod(_bound(r) for r in rngs) < COOP_MIN_TRIPS or _COMPUTE.get(acc) not in _SHUFFLE_TYPES:
-            return False
-        return not any(
-            n.op is Ops.REDUCE and any(r.op is Ops.RANGE and _atype(r) is AxisType.GROUP_REDUCE for r in n.src[1:])
-            for n in u.src[0].toposort()
-        )
-
-    def grid_split(self, ph: _Phase) -> GridSplit | None:
-        """The phase's REDUCE split over the grid (see GridSplit), or None: only a flat phase of one ungated item
-        without sequential END ranges whose value holds one REDUCE, evaluated unconditionally, that the blocks can
-        share (`cooperative`) and that is long enough to give every output at least 4 blocks."""
-        if ph.tc or ph.block or ph.group or len(ph.items) != 1:
-            return None
-        it = ph.items[0]
-        if it.seq or len(it.store.src) > 2:
-            return None
-        reds = [u for u in it.store.toposort() if u.op is Ops.REDUCE]
-        if len(reds) != 1:
-            return None
-        u, outputs = reds[0], math.prod(_bound(r) for r in it.grid)
-        trips = math.prod(_bound(r) for r in u.src[1:] if r.op is Ops.RANGE)
-        parts = min(_SPLIT_BLOCKS // max(outputs, 1), trips // (_FLAT_BLOCK * _SPLIT_MIN_ITERS))
-        if parts < 4:
-            return None
-        block = SharedBlock(_FLAT_BLOCK, frozenset(), "threadIdx.x", parts, f"(blockIdx.x % {parts}u)")
-        if not self.cooperative(u, block) or u not in self.uncond_order([it.store.src[1]], _Scope()):
-            return None
-        return GridSplit(u, outputs, block)
-
     def ctype(self, u: UOp) -> str:
         if u.dtype is dtypes.index:
             if u.op is Ops.RANGE:
-                return "int" if _bound(u) <= 2**31 else "long long"
+                return "int" if range_size(u) <= 2**31 else "long long"
             return "int" if u.vmin >= _INT_MIN and u.vmax <= _INT_MAX else "long long"
         if u.dtype not in _COMPUTE:
-            raise _unsupported(u.op.name, f"dtype {u.dtype.name} has no CUDA type")
+            raise unsupported(u.op.name, f"dtype {u.dtype.name} has no CUDA type")
         return _COMPUTE[u.dtype]
 
     # ---- output ---------------------------------------------------------------------------------
@@ -814,7 +598,7 @@ class _Renderer:
         if name not in self.params:
             self.params[name] = (_ident(f"buf_{name}", "buf_"), dt)
         elif self.params[name][1] != dt:
-            raise _unsupported(f"buffer {name!r}", f"used as {self.params[name][1].name} and as {dt.name}")
+            raise unsupported(f"buffer {name!r}", f"used as {self.params[name][1].name} and as {dt.name}")
         self.track(dt)
         return self.params[name][0]
 
@@ -826,35 +610,6 @@ class _Renderer:
 
     # ---- values ---------------------------------------------------------------------------------
 
-    def uncond_edges(self, n: UOp) -> tuple[UOp, ...]:
-        """Sources that are evaluated whenever n is (WHERE branches and gated addresses are not)."""
-        if n.op is Ops.REDUCE:
-            return ()
-        if n.op is Ops.WHERE:
-            return tuple(s for i, s in enumerate(n.src) if i == 0 or not self.unsafe(s))
-        if n.op is Ops.LOAD:
-            idx = _index_of(n.src[0])
-            if len(n.src) > 2:
-                return (n.src[1], n.src[2]) + ((idx,) if idx is not None and not self.unsafe(idx) else ())
-            return (idx,) if idx is not None else ()
-        return n.src
-
-    def uncond_order(self, roots: Iterable[UOp], scope: _Scope) -> list[UOp]:
-        order: list[UOp] = []
-        seen: set[UOp] = set()
-        stack: list[tuple[UOp, bool]] = [(r, False) for r in roots]
-        while stack:
-            u, done = stack.pop()
-            if done:
-                order.append(u)
-                continue
-            if u in seen or u.op is Ops.CONST or scope.lookup(u) is not None:
-                continue
-            seen.add(u)
-            stack.append((u, True))
-            stack.extend((s, False) for s in reversed(self.uncond_edges(u)))
-        return order
-
     def val(self, u: UOp, scope: _Scope) -> str:
         hit = scope.lookup(u)
         if hit is not None:
@@ -862,7 +617,7 @@ class _Renderer:
         if u.op is Ops.CONST:
             self.track(u.dtype)
             return _c_const(u.arg, u.dtype, self.ctype(u))
-        for n in self.uncond_order([u], scope):
+        for n in self.uncond_order([u], scope.holds):
             self.emit_node(n, scope)
         out = scope.lookup(u)
         assert out is not None
@@ -870,7 +625,7 @@ class _Renderer:
 
     def hoist(self, roots: Iterable[UOp], scope: _Scope, inner: set[UOp]) -> None:
         """Emit in `scope` what `roots` evaluate unconditionally and does not depend on `inner` ranges."""
-        for n in self.uncond_order(roots, scope):
+        for n in self.uncond_order(roots, scope.holds):
             if n.op is Ops.RANGE or self.deps(n) & inner:
                 continue
             if all(scope.lookup(r) is not None for r in self.deps(n)) and scope.lookup(n) is None:
@@ -882,7 +637,7 @@ class _Renderer:
         found = [
             u
             for u in root.toposort()
-            if u.op is Ops.REDUCE and any(r.op is Ops.RANGE and _atype(r) is AxisType.GROUP_REDUCE for r in u.src[1:])
+            if u.op is Ops.REDUCE and any(r.op is Ops.RANGE and axis_type(r) is AxisType.GROUP_REDUCE for r in u.src[1:])
         ]
         for u in found:
             if all(scope.lookup(r) is not None for r in self.deps(u)):
@@ -890,7 +645,7 @@ class _Renderer:
 
     def emit_node(self, n: UOp, scope: _Scope) -> None:
         if n.op is Ops.RANGE:
-            raise _unsupported(
+            raise unsupported(
                 f"RANGE {n.arg[0]!r}",
                 "the range is used where no END or REDUCE binds it",
                 "close every range the stored value uses with END or REDUCE",
@@ -902,12 +657,12 @@ class _Renderer:
         if n.op is Ops.WHERE and (self.unsafe(n.src[1]) or self.unsafe(n.src[2])):
             return self.emit_guarded_where(n, scope)
         if n.op is Ops.DEFINE_VAR:
-            raise _unsupported(
+            raise unsupported(
                 f"variable {n.arg[0]!r}", "CUDA kernels here take no symbolic variables", "bind variables before lowering"
             )
         spec = OP_TABLE[n.op]
         if not (spec.is_alu or n.op is Ops.BITCAST):
-            raise _unsupported(n.op.name, f"{n.op.name} cannot appear in a kernel value")
+            raise unsupported(n.op.name, f"{n.op.name} cannot appear in a kernel value")
         args = [self.val(s, scope) for s in n.src]
         v, t = self.fresh(), self.ctype(n)
         self.track(n.dtype)
@@ -917,7 +672,7 @@ class _Renderer:
     def emit_load(self, n: UOp, scope: _Scope) -> None:
         ptr = n.src[0]
         buf = buffer_of(ptr)
-        p, idx = self.param(buf), _index_of(ptr)
+        p, idx = self.param(buf), index_of(ptr)
         v, t = self.fresh(), self.ctype(n)
         scope.vals[n] = v
         if len(n.src) <= 2:
@@ -987,7 +742,7 @@ class _Renderer:
             return a[0]
         tmpl = OP_TABLE[op].c
         if tmpl is None:
-            raise _unsupported(op.name, f"{op.name} has no C spelling in the op table")
+            raise unsupported(op.name, f"{op.name} has no C spelling in the op table")
         if op in (Ops.TRUNC, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.COS, Ops.SQRT) and t == "float":
             tmpl = re.sub(r"^(\w+)\(", r"\1f(", tmpl)  # float versions: exp2f, sinf, ...
         expr = tmpl.format(*a)
@@ -1005,27 +760,27 @@ class _Renderer:
         u = us[0]
         op, d = u.arg[0], u.dtype
         if op not in (Ops.ADD, Ops.MUL, Ops.MAX):
-            raise _unsupported("REDUCE", f"reduce op {op} is not ADD, MUL or MAX")
+            raise unsupported("REDUCE", f"reduce op {op} is not ADD, MUL or MAX")
         rngs = [r for r in u.src[1:] if r.op is not Ops.CONST]  # a range of one proven 0 binds nothing
         for r in rngs:
             if r.op is not Ops.RANGE:
-                raise _unsupported("REDUCE", "REDUCE sources after the value must be RANGEs")
-            if _atype(r) in (AxisType.GLOBAL, AxisType.LOCAL, AxisType.WARP):
-                raise _unsupported(
+                raise unsupported("REDUCE", "REDUCE sources after the value must be RANGEs")
+            if axis_type(r) in (AxisType.GLOBAL, AxisType.LOCAL, AxisType.WARP):
+                raise unsupported(
                     f"RANGE {r.arg[0]!r}",
-                    f"a {_atype(r).name} range cannot be reduced over",
+                    f"a {axis_type(r).name} range cannot be reduced over",
                     "reduce over REDUCE, UNROLL or GROUP_REDUCE ranges",
                 )
         t = self.ctype(u)
-        if any(_bound(r) == 0 for r in rngs):  # empty reduction: 0, as the reference
+        if any(range_size(r) == 0 for r in rngs):  # empty reduction: 0, as the reference
             for x in us:
                 scope.vals[x] = _c_const(0, d, t)
             return [scope.vals[x] for x in us]
-        acc_d = dtypes.float32 if d in _HALFS else d
-        group = [r for r in rngs if _atype(r) is AxisType.GROUP_REDUCE]
+        acc_d = dtypes.float32 if d in HALFS else d
+        group = [r for r in rngs if axis_type(r) is AxisType.GROUP_REDUCE]
         seq = [r for r in rngs if r not in group]
         if group and self.cond:
-            raise _unsupported(
+            raise unsupported(
                 "REDUCE",
                 "a GROUP_REDUCE reduction sits under a data-dependent condition",
                 "move the group reduction out of WHERE branches and gated stores",
@@ -1041,7 +796,7 @@ class _Renderer:
         inner = scope
         if coop:  # the block's threads take the flattened iterations in turn (consecutive ones: coalesced)
             assert shared is not None
-            total, j = math.prod(_bound(r) for r in seq), self.fresh("j")
+            total, j = math.prod(range_size(r) for r in seq), self.fresh("j")
             step = shared.threads * shared.parts
             start = shared.ltid if shared.parts == 1 else f"{shared.part} * {shared.threads}u + {shared.ltid}"
             jt = "int" if total + step <= _INT_MAX else "long long"
@@ -1075,11 +830,11 @@ class _Renderer:
     def finish_reduces(self, us: list[UOp], accs: list[str], group: list[UOp], scope: _Scope) -> None:
         """The REDUCEs' values from their accumulators: combined over the group's threads, rounded to 16 bits."""
         op, d, t = us[0].arg[0], us[0].dtype, self.ctype(us[0])
-        acc_d = dtypes.float32 if d in _HALFS else d
+        acc_d = dtypes.float32 if d in HALFS else d
         for x, acc in zip(us, accs):
             if group:
                 acc = self.group_tree(op, acc_d, t, acc, group)
-            if d in _HALFS:
+            if d in HALFS:
                 res = self.fresh()
                 self.line(f"const float {res} = {_round(acc, d)};")
                 acc = res
@@ -1087,9 +842,9 @@ class _Renderer:
 
     def open_loop(self, r: UOp) -> None:
         name, t = self.rname(r), self.ctype(r)
-        if _atype(r) in (AxisType.UPCAST, AxisType.UNROLL):
+        if axis_type(r) in (AxisType.UPCAST, AxisType.UNROLL):
             self.line("#pragma unroll")
-        self.open(f"for ({t} {name} = 0; {name} < {_c_const(_bound(r), dtypes.index, t)}; ++{name})")
+        self.open(f"for ({t} {name} = 0; {name} < {_c_const(range_size(r), dtypes.index, t)}; ++{name})")
 
     def block_combine(self, op: Ops, d: DType, t: str, accs: list[str], shared: SharedBlock) -> list[str]:
         """Combine each accumulator over the block, every thread getting the result: a butterfly of shuffles in
@@ -1122,13 +877,13 @@ class _Renderer:
 
     def group_tree(self, op: Ops, d: DType, t: str, acc: str, group: list[UOp]) -> str:
         if self.tid is None:
-            raise _unsupported("GROUP_REDUCE", "group reduction outside a phase with group ranges")
+            raise unsupported("GROUP_REDUCE", "group reduction outside a phase with group ranges")
         sm, tid = self.fresh("smem"), self.tid
         self.line(f"__shared__ {t} {sm}[{self.block_total}];")
         self.line(f"{sm}[{tid}] = {acc};")
         self.line("__syncthreads();")
         for g in group:
-            n, stride, name = _bound(g), self.strides[g], self.rname(g)
+            n, stride, name = range_size(g), self.strides[g], self.rname(g)
             s = 1 << max(0, (n - 1).bit_length() - 1)
             if n > 1:
                 self.open(f"for (int s = {s}; s > 0; s >>= 1)")
@@ -1148,7 +903,7 @@ class _Renderer:
 
     def stored(self, st: UOp, scope: _Scope) -> tuple[str, str]:
         """(index, value in the buffer's storage type) of a STORE."""
-        buf, idx, value = buffer_of(st.src[0]), _index_of(st.src[0]), st.src[1]
+        buf, idx, value = buffer_of(st.src[0]), index_of(st.src[0]), st.src[1]
         i = self.val(idx, scope) if idx is not None else "0"
         v = self.val(value, scope)
         if value.dtype != buf.dtype:
@@ -1169,20 +924,15 @@ class _Renderer:
             i, v = self.stored(st, scope)
             self.line(f"if ({pred}) {p}[{i}] = {v};" if pred else f"{p}[{i}] = {v};")
 
-    def lanes(self, item: _Item) -> list[UOp]:
-        """The item's UPCAST END ranges that are expanded into lanes (none when they would be too many)."""
-        up = [r for r in item.seq if _atype(r) is AxisType.UPCAST]
-        return up if 1 < math.prod(_bound(r) for r in up) <= _MAX_LANES else []
-
-    def emit_item(self, item: _Item, scope: _Scope, pred: str | None) -> None:
-        if any(_bound(r) == 0 for r in item.loop):  # an empty loop nest stores nothing
+    def emit_item(self, item: Item, scope: _Scope, pred: str | None) -> None:
+        if any(range_size(r) == 0 for r in item.loop):  # an empty loop nest stores nothing
             return
         if item.tc is not None:
             return self.emit_tc(item, item.tc, scope)
         st = item.store
         lanes = self.lanes(item)
         loops = [r for r in item.seq if r not in lanes]
-        roots = [st.src[2]] if len(st.src) > 2 else [s for s in (_index_of(st.src[0]), st.src[1]) if s is not None]
+        roots = [st.src[2]] if len(st.src) > 2 else [s for s in (index_of(st.src[0]), st.src[1]) if s is not None]
         cur = scope
         for j, r in enumerate(loops):
             self.hoist(roots, cur, set(loops[j:]) | set(lanes))
@@ -1201,7 +951,7 @@ class _Renderer:
         """An upcast store, expanded: one copy per combination of lane values (tinygrad's expander). Copies share
         what does not depend on the lanes, their REDUCEs run in one loop, and consecutive aligned loads and stores
         become vector accesses (float4, half2 pairs, ...)."""
-        combos = itertools.product(*(range(_bound(r)) for r in lanes))
+        combos = itertools.product(*(range(range_size(r)) for r in lanes))
         stores = [st.substitute({r: UOp.const(v, r.dtype) for r, v in zip(lanes, c)}) for c in combos]
         if len(st.src) > 2:  # gated: each copy under its own gate (group reductions, with barriers, before)
             for s in stores:
@@ -1211,7 +961,7 @@ class _Renderer:
             return
         values = [s.src[1] for s in stores]
         reduces: dict[tuple[Any, ...], list[UOp]] = {}
-        for n in self.uncond_order(values, scope):
+        for n in self.uncond_order(values, scope.holds):
             if n.op is Ops.REDUCE and all(scope.lookup(r) is not None for r in self.deps(n)):
                 reduces.setdefault((n.arg, n.dtype, n.src[1:]), []).append(n)
         for us in reduces.values():
@@ -1219,11 +969,11 @@ class _Renderer:
                 self.emit_reduces(us, scope)
         for s in stores:
             self.pre_group(s, scope)
-        self.vector_loads([x for s in stores for x in (s.src[1], _index_of(s.src[0])) if x is not None], scope)
+        self.vector_loads([x for s in stores for x in (s.src[1], index_of(s.src[0])) if x is not None], scope)
         buf = buffer_of(st.src[0])
         p, written = self.param(buf), [self.stored(s, scope) for s in stores]
         guard = f"if ({pred}) " if pred else ""
-        for run in vector_runs([(buf, _index_of(s.src[0])) for s in stores]):
+        for run in vector_runs([(buf, index_of(s.src[0])) for s in stores]):
             i = written[run[0]][0]
             if len(run) == 1:
                 self.line(f"{guard}{p}[{i}] = {written[run[0]][1]};")
@@ -1241,17 +991,17 @@ class _Renderer:
         """Emit the loads `roots` evaluate unconditionally in `scope` as vector loads where they form runs."""
         loads = [
             n
-            for n in self.uncond_order(roots, scope)
+            for n in self.uncond_order(roots, scope.holds)
             if n.op is Ops.LOAD
             and len(n.src) <= 2
             and all(scope.lookup(r) is not None for r in self.deps(n))
             and not self.unsafe(n.src[0])
         ]
-        for run in vector_runs([(buffer_of(n.src[0]), _index_of(n.src[0])) for n in loads]):
+        for run in vector_runs([(buffer_of(n.src[0]), index_of(n.src[0])) for n in loads]):
             if len(run) == 1:
                 continue
             first = loads[run[0]]
-            buf, idx = buffer_of(first.src[0]), _index_of(first.src[0])
+            buf, idx = buffer_of(first.src[0]), index_of(first.src[0])
             p, vt, vec = self.param(buf), vector_type(buf.dtype, len(run)), self.fresh("vec")
             self.aligned.add(buf.arg[0])
             i = self.val(idx, scope) if idx is not None else "0"
@@ -1263,81 +1013,8 @@ class _Renderer:
 
     # ---- tensor cores ---------------------------------------------------------------------------
 
-    def match_tc(self, item: _Item) -> _TC | str:
-        """The item's wmma plan, or why it has none."""
-        warps = [r for r in item.loop if _atype(r) is AxisType.WARP]
-        if len(warps) != 2 or any(_bound(w) != 16 for w in warps):
-            return "needs exactly two WARP ranges of size 16"
-        rest = [r for r in item.loop if r not in warps]
-        has_global = any(_atype(r) is AxisType.GLOBAL for r in rest)
-        allowed = (
-            (AxisType.GLOBAL, AxisType.LOCAL, AxisType.UPCAST)
-            if has_global
-            else (AxisType.GLOBAL, AxisType.LOCAL, AxisType.UPCAST, AxisType.LOOP, AxisType.THREAD)
-        )
-        if any(_atype(r) not in allowed for r in rest):
-            return "other END ranges must be GLOBAL/LOCAL/UPCAST (or LOOP without GLOBAL)"
-        ups = tuple(r for r in rest if _atype(r) is AxisType.UPCAST)
-        if math.prod(_bound(r) for r in ups) > _TC_MAX_TILES:
-            return f"at most {_TC_MAX_TILES} tiles (UPCAST combinations) per warp"
-        k16 = [
-            u
-            for u in item.store.toposort()
-            if u.op is Ops.REDUCE
-            and any(r.op is Ops.RANGE and _atype(r) is AxisType.UNROLL and _bound(r) == 16 for r in u.src[1:])
-        ]
-        if len(k16) != 1:
-            return "needs exactly one REDUCE with an UNROLL range of size 16"
-        red = k16[0]
-        if red.arg[0] is not Ops.ADD or red.dtype is not dtypes.float32:
-            return "the REDUCE must be ADD in float32"
-        ks = [r for r in red.src[1:] if _atype(r) is AxisType.UNROLL and _bound(r) == 16]
-        if len(ks) != 1 or any(_atype(r) is AxisType.GROUP_REDUCE for r in red.src[1:]):
-            return "the REDUCE needs one UNROLL-16 range and no GROUP_REDUCE range"
-        k, body = ks[0], red.src[0]
-        if body.op is not Ops.MUL:
-            return "the REDUCE body must be a product"
-        loads: list[UOp] = []
-        for s in body.src:
-            x = s.src[0] if s.op is Ops.CAST else s
-            if x.op is not Ops.LOAD or len(x.src) > 2 or x.dtype not in _HALFS or s.dtype is not dtypes.float32:
-                return "the product must be of two ungated float16/bfloat16 loads cast to float32"
-            loads.append(x)
-        if loads[0].dtype != loads[1].dtype:
-            return "both operands must have the same dtype"
-        idx = [_index_of(x.src[0]) for x in loads]
-        if idx[0] is None or idx[1] is None:
-            return "loads need an index"
-        inside = set(rest) | set(red.src[1:])
-        wa = [w for w in warps if w in self.deps(idx[0])]
-        wb = [w for w in warps if w in self.deps(idx[1])]
-        if len(wa) != 1 or len(wb) != 1 or wa == wb:
-            return "each operand must depend on a different WARP range"
-        m, n = wa[0], wb[0]
-        sides = []
-        for x, ix, w, is_a in ((loads[0], idx[0], m, True), (loads[1], idx[1], n, False)):
-            if not self.deps(ix) <= inside | {w}:
-                return "operand indices use ranges outside the tile"
-            aff = _affine(ix)
-            if aff is None:
-                return "operand indices must be affine"
-            cw, ck = aff.get(w, 0), aff.get(k, 0)
-            if is_a:  # A: element (m, k); row_major: m*ldm + k
-                layout, ldm = ("row_major", cw) if ck == 1 else ("col_major", ck) if cw == 1 else ("", 0)
-            else:  # B: element (k, n); row_major: k*ldm + n
-                layout, ldm = ("row_major", ck) if cw == 1 else ("col_major", cw) if ck == 1 else ("", 0)
-            if not layout or ldm <= 0 or ldm % 8:
-                return "operands need a unit stride and a leading dimension that is a multiple of 8"
-            if any(c % 16 for key, c in aff.items() if key not in (w, k)):
-                return "tile origins must be 32-byte aligned (other coefficients multiples of 16)"
-            sides.append((buffer_of(x.src[0]), ix, layout, ldm))
-        if any((r in self.deps(idx[0])) == (r in self.deps(idx[1])) for r in ups):
-            return "each UPCAST range must select tiles of exactly one operand"
-        elem = "half" if loads[0].dtype is dtypes.float16 else "__nv_bfloat16"
-        return _TC(red, m, n, k, sides[0], sides[1], elem, ups)
-
     def emit_grid_split(
-        self, it: _Item, split: GridSplit, part: int, partials: UOp, scope: _Scope
+        self, it: Item, split: GridSplit, part: int, partials: UOp, scope: _Scope
     ) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
         """Launch `part` of a grid-split phase: 0, each block's partial of the REDUCE (its threads take every
         parts * threads-th iteration, combined over the block); 1, one block per output combines the partials,
@@ -1370,27 +1047,12 @@ class _Renderer:
         self.cond -= 1
         return (blocks, 1, 1), (sb.threads, 1, 1)
 
-    def tc_stage(self, item: _Item, tc: _TC) -> TCStage | None:
-        """How the item's k loop stages operand tiles in shared memory, or None (a reduce over several sequential
-        ranges, or tiles too big for 48 KiB: fragments are then loaded from global memory)."""
-        seq = [r for r in tc.reduce.src[1:] if r.op is Ops.RANGE and r is not tc.k]
-        if len(seq) > 1:
-            return None
-        loop = seq[0] if seq else None
-        ops = []
-        for buf, ix, layout, _ in (tc.a, tc.b):
-            tiles = tuple(r for r in (*item.block, *tc.ups) if r in self.deps(ix))
-            ops.append(TCOperand(buf, ix, layout, tiles, 16 * math.prod(_bound(r) for r in tiles) + 8))
-        step = 16 * (ops[0].pitch + ops[1].pitch) * 2  # bytes of one k step of both operands (2-byte elements)
-        budget = _STATIC_SMEM - 1024 * math.prod(_bound(r) for r in item.block)  # less the epilogue's tiles
-        trips = _bound(loop) if loop is not None else 1
-        for ks in (4, 2, 1):
-            if trips % ks == 0 and 2 * ks * step <= budget:
-                return TCStage(loop, ks, ops[0], ops[1], 2 * ks * step)
-        return None
-
     def tc_step(
-        self, tc: _TC, combos: list[tuple[int, ...]], accs: list[str], source: Callable[[int, dict[UOp, int]], tuple[str, int]]
+        self,
+        tc: TCMatch,
+        combos: list[tuple[int, ...]],
+        accs: list[str],
+        source: Callable[[int, dict[UOp, int]], tuple[str, int]],
     ) -> None:
         """One k step of 16: each operand tile the warp's accumulators need is loaded once (`source`: pointer and
         leading dimension of operand 0/1 at the given UPCAST values), then every accumulator takes its MMA."""
@@ -1410,7 +1072,7 @@ class _Renderer:
             kb = tuple(c[j] for j, r in enumerate(tc.ups) if r in self.deps(tc.b[1]))
             self.line(f"nvcuda::wmma::mma_sync({acc}, {frags[(0, ka)]}, {frags[(1, kb)]}, {acc});")
 
-    def tc_direct(self, tc: _TC, combos: list[tuple[int, ...]], accs: list[str], scope: _Scope) -> None:
+    def tc_direct(self, tc: TCMatch, combos: list[tuple[int, ...]], accs: list[str], scope: _Scope) -> None:
         """The k loop loading fragments straight from global memory (through L1)."""
         zero = UOp.const(0, dtypes.index)
         seq = [r for r in tc.reduce.src[1:] if r is not tc.k]
@@ -1431,13 +1093,13 @@ class _Renderer:
             self.close()
 
     def tc_staged(
-        self, item: _Item, tc: _TC, st: TCStage, combos: list[tuple[int, ...]], accs: list[str], scope: _Scope
+        self, item: Item, tc: TCMatch, st: TCStage, combos: list[tuple[int, ...]], accs: list[str], scope: _Scope
     ) -> None:
         """The k loop over stages of `st.ks` k steps: the block's threads copy the next stage's operand tiles to
         shared memory (cp.async, 16 bytes each) while the warps multiply the current one."""
         self.uses.add("async")
-        threads = 32 * math.prod(_bound(r) for r in item.block)
-        trips = (_bound(st.loop) if st.loop is not None else 1) // st.ks
+        threads = 32 * math.prod(range_size(r) for r in item.block)
+        trips = (range_size(st.loop) if st.loop is not None else 1) // st.ks
         ltid = self.fresh("ltid")
         self.line(f"const int {ltid} = threadIdx.x + 32 * threadIdx.y;")
         smem, bases, sizes = [], [], []
@@ -1445,7 +1107,7 @@ class _Renderer:
             size = st.ks * 16 * op.pitch
             name = self.fresh("stage")
             self.line(f"__shared__ __align__(128) {tc.elem} {name}[{2 * size}];")
-            aff = _affine(op.index) or {}
+            aff = affine(op.index) or {}
             inside = {w, tc.k, *op.tiles, st.loop}  # the rest (grid ranges) is the same for the whole block
             ll = "ll" if op.buf.arg[1][0] >= 2**31 else ""
             bases.append(
@@ -1462,15 +1124,15 @@ class _Renderer:
             out, stride = {}, 16
             for r in reversed(op.tiles):
                 out[r] = stride
-                stride *= _bound(r)
+                stride *= range_size(r)
             return out
 
         def load(t: str, stage: str) -> None:
             for k, (op, w) in enumerate(((st.a, tc.m), (st.b, tc.n))):
-                aff = _affine(op.index) or {}
+                aff = affine(op.index) or {}
                 unit, strided = (w, tc.k) if aff.get(w) == 1 else (tc.k, w)
                 dims = [(16, aff.get(strided, 0), op.pitch)]  # (count, global stride, shared stride)
-                dims += [(_bound(r), aff.get(r, 0), ss) for r, ss in tile_strides(op).items()]
+                dims += [(range_size(r), aff.get(r, 0), ss) for r, ss in tile_strides(op).items()]
                 if st.ks > 1 and st.loop is not None:
                     dims.append((st.ks, aff.get(st.loop, 0), 16 * op.pitch))
                 dims.sort(key=lambda d: -d[1])
@@ -1520,11 +1182,11 @@ class _Renderer:
         self.line("__syncthreads();")
         self.close()
 
-    def emit_tc(self, item: _Item, tc: _TC, scope: _Scope) -> None:
+    def emit_tc(self, item: Item, tc: TCMatch, scope: _Scope) -> None:
         """A tensor-core item: each warp's tiles (one per UPCAST combination) accumulate in fragments over the k
         loop, then go through a per-warp shared-memory tile to the store, one element per thread at a time."""
         self.uses.add("wmma")
-        combos = list(itertools.product(*(range(_bound(r)) for r in tc.ups)))
+        combos = list(itertools.product(*(range(range_size(r)) for r in tc.ups)))
         accs = [self.fresh("cfrag") for _ in combos]
         for cf in accs:
             self.line(f"nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> {cf};")
@@ -1555,98 +1217,25 @@ class _Renderer:
 
     # ---- items, phases, launches ----------------------------------------------------------------
 
-    def items(self) -> list[_Item]:
-        if self.ast.op is not Ops.SINK:
-            raise _unsupported(self.ast.op.name, "a kernel must be rooted at SINK", "wrap it in SINK(...)")
-        out = []
-        for it in self.ast.src:
-            loop: list[UOp] = []
-            st = it
-            while st.op is Ops.END:  # a constant in the list is a range of one proven 0: it binds nothing
-                loop += [r for r in st.src[1:] if r.op is not Ops.CONST]
-                st = st.src[0]
-            if st.op is not Ops.STORE:
-                raise _unsupported(st.op.name, "expected STORE under END")
-            if any(r.op is not Ops.RANGE for r in loop) or len(set(loop)) != len(loop):
-                raise _unsupported("END", "END closes distinct RANGEs")
-            free = self.deps(st) - set(loop)
-            if free:
-                raise _unsupported(
-                    f"RANGE {next(iter(free)).arg[0]!r}",
-                    "a stored value uses a range no END binds",
-                    "close every range the store uses with END, or reduce over it",
-                )
-            item = _Item(st, loop)
-            for u in st.toposort():
-                if u.op is Ops.LOAD:
-                    item.reads.add(buffer_of(u.src[0]).arg[0])
-            item.writes.add(buffer_of(st.src[0]).arg[0])
-            self.classify(item)
-            out.append(item)
-        return out
-
-    def classify(self, item: _Item) -> None:
-        for u in item.store.toposort():
-            if u.op is Ops.REDUCE:
-                item.group += [
-                    r for r in u.src[1:] if r.op is Ops.RANGE and _atype(r) is AxisType.GROUP_REDUCE and r not in item.group
-                ]
-        warp_as_local = True
-        if any(_atype(r) is AxisType.WARP for r in item.loop):
-            tc = self.match_tc(item) if not item.group else "GROUP_REDUCE ranges cannot share a tensor-core item"
-            if isinstance(tc, _TC):
-                item.tc, warp_as_local = tc, False
-            else:
-                self.notes.append(f"TC not used for the store to {buffer_of(item.store.src[0]).arg[0]!r}: {tc}")
-        has_global = any(_atype(r) is AxisType.GLOBAL for r in item.loop)
-        for r in item.loop:
-            a = _atype(r)
-            if a is AxisType.GLOBAL or (not has_global and a in (AxisType.LOOP, AxisType.THREAD)):
-                item.grid.append(r)
-            elif a in (AxisType.LOCAL, AxisType.GROUP_REDUCE) or (a is AxisType.WARP and warp_as_local):
-                item.block.append(r)
-            elif a is not AxisType.WARP:
-                item.seq.append(r)
-
-    def phases(self, items: list[_Item]) -> list[_Phase]:
-        """Consecutive independent items share a launch: same parallel ranges, or flat ones of any ranges."""
-        out: list[_Phase] = []
-        for it in items:
-            ph = out[-1] if out else None
-            flat = it.tc is None and not it.block and not it.group
-            if (
-                ph is not None
-                and not ph.tc
-                and it.tc is None
-                and ph.block == it.block
-                and ph.group == it.group
-                and (ph.grid == it.grid or (flat and not ph.block and not ph.group))
-                and not any(o.writes & it.reads or it.writes & (o.reads | o.writes) for o in ph.items)
-            ):
-                ph.items.append(it)
-            else:
-                out.append(_Phase([it], it.grid, it.block, it.group, it.tc is not None))
-        return out
-
-    def bind(self, ph: _Phase, scope: _Scope) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+    def bind(self, ph: Phase, scope: _Scope) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
         """Emit the thread -> range mapping of a phase (flat ones: only `gid`); returns (grid, block)."""
         block_rs = ph.block + ph.group
         self.tid, self.strides = None, {}
         if ph.tc:
-            nw = math.prod(_bound(r) for r in block_rs)
+            nw = math.prod(range_size(r) for r in block_rs)
             if 32 * nw > _MAX_THREADS:
-                raise _unsupported("LOCAL", f"{nw} warps of tensor-core tiles exceed 1024 threads per block")
+                raise unsupported("LOCAL", f"{nw} warps of tensor-core tiles exceed 1024 threads per block")
             block = (32, nw, 1)
             self.decompose("threadIdx.y", block_rs, "u", scope)
         elif block_rs:
-            total = math.prod(_bound(r) for r in block_rs)
+            total = math.prod(range_size(r) for r in block_rs)
             if total > _MAX_THREADS:
-                raise _unsupported(
+                raise unsupported(
                     "LOCAL",
                     f"LOCAL/GROUP_REDUCE ranges ask for {total} threads per block (max 1024)",
                     "split the local ranges further or make part of them UPCAST/LOOP",
                 )
-            sizes = [_bound(r) for r in reversed(block_rs)]
+            sizes = [range_size(r) for r in reversed(block_rs)]
             if not ph.group and len(sizes) <= 3 and all(s <= lim for s, lim in zip(sizes, _BLOCK_LIMITS)):
                 block = tuple(sizes + [1] * (3 - len(sizes)))  # type: ignore[assignment]
                 for ax, r in zip(_AXES, reversed(block_rs)):
@@ -1658,13 +1247,13 @@ class _Renderer:
                 stride = 1
                 for r in reversed(block_rs):
                     self.strides[r] = stride
-                    stride *= _bound(r)
+                    stride *= range_size(r)
                 if ph.group:
                     self.tid = "tid"
                     self.line("const int tid = threadIdx.x;")
         else:
             return self.bind_flat_threads(
-                max(math.prod(_bound(r) for r in it.grid) for it in ph.items), any(it.grid for it in ph.items)
+                max(math.prod(range_size(r) for r in it.grid) for it in ph.items), any(it.grid for it in ph.items)
             )
         self.block_total = math.prod(block)
         return self.bind_grid_blocks(ph.grid, scope), block  # type: ignore[return-value]
@@ -1672,7 +1261,7 @@ class _Renderer:
     def decompose(self, lin: str, rs: list[UOp], suf: str, scope: _Scope) -> None:
         stride = 1
         for j in reversed(range(len(rs))):
-            r, n = rs[j], _bound(rs[j])
+            r, n = rs[j], range_size(rs[j])
             e = lin if stride == 1 else f"{lin} / {stride}{suf}"
             if j > 0:
                 e = f"({e}) % {n}{suf}"
@@ -1683,7 +1272,7 @@ class _Renderer:
 
     def bind_flat_threads(self, total: int, need_gid: bool) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
         """`gid` over `total` threads in blocks of 256 (tail predicate where needed)."""
-        bd = min(_FLAT_BLOCK, max(total, 1))
+        bd = min(FLAT_BLOCK, max(total, 1))
         nb = -(-total // bd)
         self.block_total = bd
         self.gid_suffix = "u"
@@ -1691,7 +1280,7 @@ class _Renderer:
             if need_gid and total == 1:
                 self.line("const unsigned int gid = 0u;")
             return (nb, 1, 1), (bd, 1, 1)
-        if nb <= _GRID_LIMITS[0]:
+        if nb <= GRID_LIMITS[0]:
             gridd = (nb, 1, 1)
             wide = nb * bd > 2**32 - 1
             self.line(
@@ -1699,10 +1288,10 @@ class _Renderer:
                 f"{'(unsigned long long)' if wide else ''}blockIdx.x * {bd}u + threadIdx.x;"
             )
         else:
-            gx = _GRID_LIMITS[0]
+            gx = GRID_LIMITS[0]
             gy = -(-nb // gx)
-            if gy > _GRID_LIMITS[1]:
-                raise _unsupported("GLOBAL", f"{total} threads exceed the CUDA grid")
+            if gy > GRID_LIMITS[1]:
+                raise unsupported("GLOBAL", f"{total} threads exceed the CUDA grid")
             gridd, wide = (gx, gy, 1), True
             self.line(
                 f"const unsigned long long gid = ((unsigned long long)blockIdx.y * gridDim.x + blockIdx.x) * "
@@ -1714,8 +1303,8 @@ class _Renderer:
         return gridd, (bd, 1, 1)
 
     def bind_grid_blocks(self, grid: list[UOp], scope: _Scope) -> tuple[int, int, int]:
-        sizes = [_bound(r) for r in reversed(grid)]  # innermost first
-        if len(sizes) <= 3 and all(s <= lim for s, lim in zip(sizes, _GRID_LIMITS)):
+        sizes = [range_size(r) for r in reversed(grid)]  # innermost first
+        if len(sizes) <= 3 and all(s <= lim for s, lim in zip(sizes, GRID_LIMITS)):
             for ax, r in zip(_AXES, reversed(grid)):
                 self.line(f"const int {self.rname(r)} = blockIdx.{ax};")
                 scope.vals[r] = self.rname(r)
@@ -1723,11 +1312,11 @@ class _Renderer:
         groups: list[list[UOp]] = [[]]
         prod = 1
         for r in reversed(grid):  # greedy: merge consecutive ranges into x, then y, then z
-            n = _bound(r)
-            if prod * n > _GRID_LIMITS[len(groups) - 1]:
+            n = range_size(r)
+            if prod * n > GRID_LIMITS[len(groups) - 1]:
                 groups.append([])
                 prod = 1
-                if len(groups) > 3 or n > _GRID_LIMITS[len(groups) - 1]:
+                if len(groups) > 3 or n > GRID_LIMITS[len(groups) - 1]:
                     break
             groups[-1].insert(0, r)
             prod *= n
@@ -1735,15 +1324,15 @@ class _Renderer:
             dims = []
             for ax, g in zip(_AXES, groups):
                 self.decompose(f"blockIdx.{ax}", g, "u", scope)
-                dims.append(math.prod(_bound(r) for r in g))
+                dims.append(math.prod(range_size(r) for r in g))
             return tuple(dims + [1] * (3 - len(dims)))  # type: ignore[return-value]
         total = math.prod(sizes)  # flatten over a 3D grid with a block-uniform tail predicate
-        gx = min(total, _GRID_LIMITS[0])
+        gx = min(total, GRID_LIMITS[0])
         rest = -(-total // gx)
-        gy = min(rest, _GRID_LIMITS[1])
+        gy = min(rest, GRID_LIMITS[1])
         gz = -(-rest // gy)
-        if gz > _GRID_LIMITS[2]:
-            raise _unsupported("GLOBAL", f"{total} blocks exceed the CUDA grid")
+        if gz > GRID_LIMITS[2]:
+            raise unsupported("GLOBAL", f"{total} blocks exceed the CUDA grid")
         self.line(
             "const unsigned long long bid = blockIdx.x + (unsigned long long)gridDim.x * "
             "(blockIdx.y + (unsigned long long)gridDim.y * blockIdx.z);"
@@ -1789,17 +1378,17 @@ class _Renderer:
                     for it in ph.items:
                         self.emit_item(it, scope, pred)
                 else:  # flat: each run of items over the same ranges decomposes gid in its own block
-                    total = max(math.prod(_bound(r) for r in it.grid) for it in ph.items)
-                    runs: list[list[_Item]] = []
+                    total = max(math.prod(range_size(r) for r in it.grid) for it in ph.items)
+                    runs: list[list[Item]] = []
                     for it in ph.items:
-                        if math.prod(_bound(r) for r in it.grid) == 0:
+                        if math.prod(range_size(r) for r in it.grid) == 0:
                             continue
                         if runs and runs[-1][0].grid == it.grid:
                             runs[-1].append(it)
                         else:
                             runs.append([it])
                     for run in runs:
-                        n = math.prod(_bound(r) for r in run[0].grid)
+                        n = math.prod(range_size(r) for r in run[0].grid)
                         inner = scope if len(runs) == 1 else _Scope(scope)
                         if len(runs) > 1:
                             self.open(f"if (gid < {n}{self.gid_suffix})" if n < total else "")
@@ -1850,120 +1439,16 @@ def plan_kernel(kernel: Kernel) -> KernelPlan:
     return _Renderer(kernel).render()
 
 
-# ---- toolchains --------------------------------------------------------------------------------
-
-
-def find_nvcc() -> str | None:
-    """nvcc on PATH, under $CUDA_HOME/$CUDA_PATH, or in /usr/local/cuda."""
-    found = shutil.which("nvcc")
-    if found:
-        return found
-    for root in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
-        if root and os.path.isfile(os.path.join(root, "bin", "nvcc")):
-            return os.path.join(root, "bin", "nvcc")
-    return None
-
-
-def nvcc_version(nvcc: str | None = None) -> str | None:
-    exe = nvcc or find_nvcc()
-    if exe is None:
-        return None
-    out = subprocess.run([exe, "--version"], capture_output=True, text=True, check=False).stdout
-    m = re.search(r"release ([\d.]+)", out)
-    return m.group(1) if m else None
-
-
-def _arch(arch: str) -> str:
-    digits = re.sub(r"^(sm_|compute_)", "", arch)
-    if not digits.isdigit():
-        raise BackendError(at=f"arch {arch!r}", why="not a CUDA architecture", suggestion="use e.g. 'sm_80' or 'sm_90'")
-    return f"sm_{digits}"
-
-
-def _run_nvcc(source: str, arch: str, kind: str, options: Sequence[str], nvcc: str | None, timeout: float) -> bytes:
-    exe = nvcc or find_nvcc()
-    if exe is None:
-        raise BackendUnavailable(
-            at="nvcc",
-            why="nvcc was not found on PATH, $CUDA_HOME or /usr/local/cuda",
-            suggestion="install the CUDA toolkit (e.g. apt-get install nvidia-cuda-toolkit) or put nvcc on PATH",
-        )
-    with tempfile.TemporaryDirectory(prefix="egc_nvcc_") as d:
-        cu, out = os.path.join(d, "kernels.cu"), os.path.join(d, f"kernels.{kind}")
-        with open(cu, "w") as f:
-            f.write(source)
-        cmd = [exe, f"-{kind}", f"-arch={_arch(arch)}", "-std=c++17", *options, "-o", out, cu]
-        try:
-            r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
-        except subprocess.TimeoutExpired:
-            raise BackendError(
-                at=" ".join(cmd[:3]), why=f"nvcc ran longer than {timeout} s", suggestion="compile fewer kernels at once"
-            ) from None
-        if r.returncode != 0:
-            raise BackendError(
-                at=f"nvcc -{kind} -arch={_arch(arch)}",
-                why=(r.stderr or r.stdout).strip()[-6000:],
-                suggestion="this is a renderer bug if the kernel AST is valid; see the source above",
-            )
-        with open(out, "rb") as f:
-            return f.read()
-
-
-def compile_ptx(
-    source: str, arch: str = "sm_80", *, options: Sequence[str] = (), nvcc: str | None = None, timeout: float = 600
-) -> str:
-    """Compile CUDA C with `nvcc -ptx -arch=<arch>` in a temp dir; returns the PTX text."""
-    return _run_nvcc(source, arch, "ptx", options, nvcc, timeout).decode()
-
-
-def compile_cubin(
-    source: str, arch: str, *, options: Sequence[str] = (), nvcc: str | None = None, timeout: float = 600
-) -> bytes:
-    """Compile CUDA C with `nvcc -cubin -arch=<arch>`; returns the cubin bytes."""
-    return _run_nvcc(source, arch, "cubin", options, nvcc, timeout)
-
-
-def cuda_include_dirs() -> list[str]:
-    """CUDA header directories for NVRTC: $CUDA_PATH/$CUDA_HOME, /usr/local/cuda, nvcc's toolkit, pip nvidia-*."""
-    roots = [os.environ.get("CUDA_PATH"), os.environ.get("CUDA_HOME"), "/usr/local/cuda"]
-    nvcc = find_nvcc()
-    if nvcc:
-        roots.append(os.path.dirname(os.path.dirname(os.path.realpath(nvcc))))
-    dirs = [os.path.join(r, "include") for r in roots if r]
+@lru_cache(maxsize=4096)
+def renders(kernel: UOp) -> bool:
+    """Does the renderer emit this kernel AST? Rules the GPU estimate does not model are checked only in
+    emission (a group reduction left under a data-dependent branch): the schedule ranking asks this of its best
+    few candidates."""
     try:
-        import nvidia  # pip wheels: nvidia-cuda-runtime-cu12, nvidia-cuda-nvcc-cu12, ...
-
-        for base in getattr(nvidia, "__path__", []):
-            dirs += [os.path.join(base, sub, "include") for sub in ("cuda_runtime", "cuda_nvcc", "cuda_nvrtc", "cuda_cccl")]
-    except ImportError:
-        pass
-    return list(dict.fromkeys(d for d in dirs if os.path.isfile(os.path.join(d, "cuda_fp16.h"))))
-
-
-def _import_cupy() -> Any:
-    try:
-        import cupy
-    except ImportError:
-        raise BackendUnavailable(
-            at="target 'cuda'",
-            why="CuPy is not installed",
-            suggestion="pip install cupy-cuda12x (CUDA 12 driver) or cupy-cuda13x; or use target='llvm'",
-        ) from None
-    try:
-        n = cupy.cuda.runtime.getDeviceCount()
-    except Exception as e:  # CUDARuntimeError without a driver or device
-        raise BackendUnavailable(
-            at="target 'cuda'",
-            why=f"no usable CUDA GPU ({e})",
-            suggestion="run on a machine with an NVIDIA GPU and driver, or use target='llvm'",
-        ) from None
-    if n == 0:
-        raise BackendUnavailable(
-            at="target 'cuda'",
-            why="no CUDA GPU is visible",
-            suggestion="check CUDA_VISIBLE_DEVICES and the driver, or use target='llvm'",
-        )
-    return cupy
+        _Renderer(Kernel.from_ast("k", kernel if kernel.op is Ops.SINK else UOp(Ops.SINK, dtypes.void, (kernel,)))).render()
+    except CompilerError:
+        return False
+    return True
 
 
 # ---- the backend -------------------------------------------------------------------------------
@@ -1993,8 +1478,12 @@ class CUDABackend:
     def render(self, kernel: Kernel, program: Any = None) -> str:
         return self.plan(kernel).source
 
+    @staticmethod
+    def renders(kernel: UOp) -> bool:
+        return renders(kernel)
+
     def compile(self, kernel: Kernel, program: Any = None) -> Callable[[dict[str, Any]], None]:
-        cp = _import_cupy()
+        cp = import_cupy()
         plan = self.plan(kernel)
         fn = self._function(cp, plan)
         names = [b for b, _ in plan.params]
@@ -2061,22 +1550,22 @@ class CUDABackend:
         )
 
     def alloc(self, spec: BufferSpec) -> Any:
-        cp = _import_cupy()
+        cp = import_cupy()
         return cp.zeros(spec.size, self._host.storage_np(spec.dtype))
 
     def put(self, spec: BufferSpec, host: Any) -> Any:
-        cp = _import_cupy()
+        cp = import_cupy()
         if isinstance(host, cp.ndarray):
             return self._stored(cp, spec, host)
         return cp.asarray(self._host.put(spec, np.asarray(host)))
 
     def get(self, spec: BufferSpec, buf: Any) -> np.ndarray:
-        cp = _import_cupy()
+        cp = import_cupy()
         return self._host.get(spec, cp.asnumpy(buf))
 
     def synchronize(self) -> None:
         """Wait for the kernels launched so far (timing: launches return before the kernel ends)."""
-        _import_cupy().cuda.Device().synchronize()
+        import_cupy().cuda.Device().synchronize()
 
     # arrays already on the GPU: a program called with CuPy inputs reads them in place and returns CuPy outputs
 
@@ -2089,7 +1578,7 @@ class CUDABackend:
     def put_device(self, name: str, spec: BufferSpec, value: Any) -> Any:
         """A CuPy input checked (shape, exact dtype conversion) and converted on the GPU; one already in the
         storage dtype and contiguous is used as it is (kernels never write inputs)."""
-        cp = _import_cupy()
+        cp = import_cupy()
         return self._stored(cp, spec, coerce_input(name, value, spec.shape, spec.dtype, cp))
 
     def _stored(self, cp: Any, spec: BufferSpec, arr: Any) -> Any:
@@ -2102,7 +1591,7 @@ class CUDABackend:
     def get_device(self, spec: BufferSpec, buf: Any) -> Any:
         """An output as a CuPy array of its shape and dtype (bfloat16 as float32, as on the host), without a copy
         where the storage is the dtype itself."""
-        cp = _import_cupy()
+        cp = import_cupy()
         if spec.dtype is dtypes.bfloat16:
             return (buf.astype(cp.uint32) << 16).view(cp.float32).reshape(spec.shape)
         return buf.astype(spec.dtype.np, copy=False).reshape(spec.shape)

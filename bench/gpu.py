@@ -30,7 +30,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from egraph_compiler import Tensor, optimize
-from egraph_compiler.backends.cuda import compile_ptx, find_nvcc
+from egraph_compiler.backends.cuda_toolchain import compile_ptx, find_nvcc
 
 F16, F32 = "float16", "float32"
 

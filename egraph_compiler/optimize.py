@@ -605,7 +605,7 @@ def _build(
         )
     # a limit may have left index math the rules simplify when it is alone: finish it per expression
     late: Callable[[UOp], UOp] = LateSimplifier(sess, deadline) if report.limit_hit else (lambda a: a)
-    cost_model = cost_model_for(target, backend.cpu if target == "llvm" else None)
+    cost_model = cost_model_for(target, backend.cpu if target == "llvm" else None, getattr(backend, "renders", None))
     report.extra["machine"] = cost_model.machine
     if progress is not None:
         progress(f"fusion search: {len(candidates)} buffers the baseline materializes, {lim.search_time:g} s of trials")

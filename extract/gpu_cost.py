@@ -1,6 +1,6 @@
 """A roofline estimate of one kernel's run time on an NVIDIA GPU, for ranking schedules of target "cuda".
 
-The thread mapping is the CUDA renderer's own: `_Renderer.items`/`phases` (backends/cuda.py) put each STORE
+The thread mapping is the CUDA renderer's own launch plan (`LaunchPlanner`, kernel/gpu_launch.py): it puts each STORE
 item's ranges on the grid (GLOBAL; LOOP/THREAD when there is no GLOBAL), the block (LOCAL, GROUP_REDUCE, WARP
 outside a tensor-core region), upcast copies (UPCAST END ranges, expanded into copies of the store), sequential
 loops (UNROLL/the rest, and REDUCE ranges other than GROUP_REDUCE) and tensor-core regions (one warp per 16x16
@@ -36,23 +36,23 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass, fields, replace
-from functools import cache, lru_cache
+from functools import cache
 
-from egraph_compiler.backends.cuda import (
-    _FLAT_BLOCK,
-    _GRID_LIMITS,
-    _STATIC_SMEM,
-    SharedBlock,
-    _affine,
-    _Item,
-    _Phase,
-    _Renderer,
-)
 from egraph_compiler.extract.loop_cost import KernelEstimate, stride
 from egraph_compiler.ir.diagnostics import CompilerError
 from egraph_compiler.ir.dtypes import dtypes
 from egraph_compiler.ir.ops import AxisType, Ops
 from egraph_compiler.ir.uop import UOp
+from egraph_compiler.kernel.gpu_launch import (
+    FLAT_BLOCK,
+    GRID_LIMITS,
+    STATIC_SMEM,
+    Item,
+    LaunchPlanner,
+    Phase,
+    SharedBlock,
+    affine,
+)
 from egraph_compiler.kernel.program import Kernel, buffer_of, value_nodes
 
 FREE = (
@@ -186,7 +186,7 @@ def _lane_cycles(u: UOp) -> float:
 class _Thread:
     """The work of one thread of an item: lane-cycles, instructions, dependent chain and memory accesses."""
 
-    def __init__(self, r: _Renderer, shared: SharedBlock | None = None) -> None:
+    def __init__(self, r: LaunchPlanner, shared: SharedBlock | None = None) -> None:
         self.r = r
         self.shared = shared  # how the block shares block-uniform REDUCEs (None: it does not)
         self.lane = self.instr = self.chain = 0.0
@@ -214,7 +214,7 @@ class _Thread:
         size = buffer_of(u.src[0]).dtype.itemsize
         d = self.r.deps(u)
         lane = next((x for x in reversed(self.lanes) if x in d), None)
-        aff = _affine(idx) if idx is not None and lane is not None and size in (2, 4, 8) else None
+        aff = affine(idx) if idx is not None and lane is not None and size in (2, 4, 8) else None
         if aff is None or lane is None or aff.get(lane) != 1:
             return None
         for w in (16 // size, 8 // size, 4 // size):
@@ -324,9 +324,9 @@ def estimate_gpu(kernel: UOp, m: GPUMachine | None = None) -> KernelEstimate:
     est = KernelEstimate()
     if kernel.op is not Ops.SINK:
         kernel = UOp(Ops.SINK, dtypes.void, (kernel,))
-    r = _Renderer(Kernel.from_ast("k", kernel))
+    r = LaunchPlanner(Kernel.from_ast("k", kernel))
     try:
-        phases = r.phases(r.items())
+        phases = r.plan()
     except CompilerError as e:
         return _invalid(est, f"the CUDA renderer rejects it: {e}")
     hz = m.clock_ghz * 1e9
@@ -341,13 +341,13 @@ def estimate_gpu(kernel: UOp, m: GPUMachine | None = None) -> KernelEstimate:
             est.overhead_s += m.launch_us * 1e-6 + (DRAM_LATENCY + 5 * SHUFFLE_STEP + 2 * TREE_STEP) / hz
             est.notes.append(f"phase {k}: its REDUCE split over {split.block.parts} blocks per output")
         elif flat:
-            threads = min(_FLAT_BLOCK, max(total, 1))
+            threads = min(FLAT_BLOCK, max(total, 1))
             blocks = -(-total // threads)
-            ok = blocks <= _GRID_LIMITS[0] * _GRID_LIMITS[1]
+            ok = blocks <= GRID_LIMITS[0] * GRID_LIMITS[1]
         else:
             threads = (32 if ph.tc else 1) * math.prod(_bound(x) for x in block_rs)
             blocks = math.prod(_bound(x) for x in ph.grid)
-            ok = blocks <= math.prod(_GRID_LIMITS)
+            ok = blocks <= math.prod(GRID_LIMITS)
         if threads > m.max_threads_per_block:
             return _invalid(est, f"phase {k}: {threads} threads per block (max {m.max_threads_per_block})")
         if not ok:
@@ -357,7 +357,7 @@ def estimate_gpu(kernel: UOp, m: GPUMachine | None = None) -> KernelEstimate:
         warps = -(-threads // 32)
         works = [_item(r, it, ph, split.block if split is not None else r.shared_block(ph)) for it in ph.items]
         smem = sum(w.smem for w in works)
-        if smem > min(_STATIC_SMEM, m.shared_mem_per_block):
+        if smem > min(STATIC_SMEM, m.shared_mem_per_block):
             return _invalid(est, f"phase {k}: {smem} bytes of static shared memory")
         per_sm = max(1, min(m.max_threads_per_sm // (warps * 32), MAX_BLOCKS_PER_SM, m.shared_mem_per_block // max(smem, 1)))
         ln = _Launch()
@@ -413,18 +413,7 @@ def estimate_gpu(kernel: UOp, m: GPUMachine | None = None) -> KernelEstimate:
     return est
 
 
-@lru_cache(maxsize=4096)
-def renders_on_cuda(kernel: UOp) -> bool:
-    """Does the CUDA renderer emit the kernel? Rules the estimate does not model are checked only in emission (a
-    group reduction left under a data-dependent branch)."""
-    try:
-        _Renderer(Kernel.from_ast("k", kernel if kernel.op is Ops.SINK else UOp(Ops.SINK, dtypes.void, (kernel,)))).render()
-    except CompilerError:
-        return False
-    return True
-
-
-def _item(r: _Renderer, it: _Item, ph: _Phase, shared: SharedBlock | None) -> _Thread:
+def _item(r: LaunchPlanner, it: Item, ph: Phase, shared: SharedBlock | None) -> _Thread:
     """One thread's work in item `it`: its sequential END ranges are loops, in order."""
     w = _Thread(r, shared)
     w.lanes = r.lanes(it) if it.tc is None else []

@@ -188,13 +188,14 @@ class CostModel:
     floor: Callable[[UOp], float] | None = None  # a lower bound of the estimate, whatever the schedule (seconds)
 
 
-def cost_model_for(target: str, cpu: CPUTarget | None = None) -> CostModel:
-    """The GPU roofline for CUDA, the CPU loop-nest one (for `cpu`, default the host) otherwise."""
+def cost_model_for(target: str, cpu: CPUTarget | None = None, renders: Callable[[UOp], bool] | None = None) -> CostModel:
+    """The GPU roofline for CUDA, the CPU loop-nest one (for `cpu`, default the host) otherwise. `renders`: the
+    backend's check that it emits a kernel (the GPU estimate does not model every rule of emission)."""
     if target == "cuda":
         gpu = gpu_cost.GPUMachine.device()
         return CostModel(
             lambda k: gpu_cost.estimate_gpu(k, gpu),
-            renders=gpu_cost.renders_on_cuda,
+            renders=renders,
             roofline=lambda f, b: max(f / (gpu.fp32_tflops * 1e12), b / (gpu.hbm_gbps * 1e9)) + gpu.launch_us * 1e-6,
             machine=str(gpu),
         )

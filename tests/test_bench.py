@@ -110,7 +110,7 @@ GPU_BENCH = ROOT / "bench" / "gpu.py"
 def test_gpu_bench_compile_only_renders_compiles_and_estimates(tmp_path: Path) -> None:
     """Without a GPU, bench/gpu.py --compile-only optimizes for cuda, compiles the source with nvcc for sm_80 and
     sm_90 and reports the estimate (the GPU run itself is for a machine with one)."""
-    from egraph_compiler.backends.cuda import find_nvcc
+    from egraph_compiler.backends.cuda_toolchain import find_nvcc
 
     if find_nvcc() is None:
         pytest.skip("nvcc not found")

@@ -29,15 +29,8 @@ import pytest
 from helpers import check, gpu_or_skip
 
 from egraph_compiler import AxisType, Ops, UOp
-from egraph_compiler.backends.cuda import (
-    CUDABackend,
-    KernelPlan,
-    c_storage_type,
-    compile_ptx,
-    cuda_include_dirs,
-    find_nvcc,
-    nvcc_version,
-)
+from egraph_compiler.backends.cuda import CUDABackend, KernelPlan, c_storage_type
+from egraph_compiler.backends.cuda_toolchain import compile_ptx, cuda_include_dirs, find_nvcc, nvcc_version
 from egraph_compiler.backends.reference import ReferenceBackend
 from egraph_compiler.ir.diagnostics import BackendUnavailable, UnsupportedOp
 from egraph_compiler.ir.dtypes import DType, bf16_round, dtypes

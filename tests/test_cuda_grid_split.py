@@ -36,7 +36,7 @@ from test_cuda_backend import (
 
 from egraph_compiler import Ops
 from egraph_compiler.backends import get_backend
-from egraph_compiler.backends.cuda import compile_ptx, find_nvcc
+from egraph_compiler.backends.cuda_toolchain import compile_ptx, find_nvcc
 from egraph_compiler.ir.dtypes import DType, dtypes
 
 
@@ -142,12 +142,12 @@ def test_optimized_sums_split_and_match_numpy() -> None:
 
 def test_the_estimate_prices_the_split(monkeypatch: pytest.MonkeyPatch) -> None:
     """A sum of 2^26 floats split over 1024 blocks is DRAM bound (~0.1 ms on an H100); one block is ~100x slower."""
-    import egraph_compiler.backends.cuda as cuda
     from egraph_compiler.extract.gpu_cost import GPUMachine, estimate_gpu
+    from egraph_compiler.kernel.gpu_launch import LaunchPlanner
 
     case = _scalar_sum("gs_big", 1 << 26, F32)
     split = estimate_gpu(case.ast, GPUMachine())
-    monkeypatch.setattr(cuda._Renderer, "grid_split", lambda self, ph: None)
+    monkeypatch.setattr(LaunchPlanner, "grid_split", lambda self, ph: None)
     whole = estimate_gpu(case.ast, GPUMachine())
     assert split.seconds < 2e-4 < whole.seconds / 10, (split.notes, whole.notes)
 

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from test_cuda_backend import Case, EmulatedCUDABackend, emulation_library
 
 from egraph_compiler import Tensor, optimize
-from egraph_compiler.backends.cuda import compile_ptx, find_nvcc
+from egraph_compiler.backends.cuda_toolchain import compile_ptx, find_nvcc
 from egraph_compiler.ir.interpret import evaluate
 from egraph_compiler.kernel.program import Program
 

@@ -31,9 +31,10 @@ from test_cuda_backend import (
 )
 
 import egraph_compiler.backends.cuda as cuda
+import egraph_compiler.kernel.gpu_launch as gpu_launch
 from egraph_compiler import AxisType, Ops
 from egraph_compiler.backends import get_backend
-from egraph_compiler.backends.cuda import compile_ptx, find_nvcc
+from egraph_compiler.backends.cuda_toolchain import compile_ptx, find_nvcc
 from egraph_compiler.extract.gpu_cost import GPUMachine, estimate_gpu
 from egraph_compiler.ir.dtypes import DType, dtypes
 
@@ -248,7 +249,7 @@ def test_the_estimate_counts_shared_reductions(monkeypatch: pytest.MonkeyPatch) 
     ast = sink((store(y, i * cols + col, (load(x, i * cols + col) - mx).exp2() / den), (i, j, u)))
     m = GPUMachine()
     shared = estimate_gpu(ast, m)
-    monkeypatch.setattr(cuda, "COOP_MIN_TRIPS", 10**9)
+    monkeypatch.setattr(gpu_launch, "COOP_MIN_TRIPS", 10**9)
     whole = estimate_gpu(ast, m)
     assert whole.seconds > 20 * shared.seconds, (whole, shared)
     assert shared.seconds < 3 * (2 * rows * cols * 4) / (m.hbm_gbps * 1e9) + 10e-6, shared.notes

@@ -33,7 +33,7 @@ from test_cuda_backend import (
 )
 
 from egraph_compiler import UOp
-from egraph_compiler.backends.cuda import compile_ptx, find_nvcc
+from egraph_compiler.backends.cuda_toolchain import compile_ptx, find_nvcc
 from egraph_compiler.ir.dtypes import DType
 
 

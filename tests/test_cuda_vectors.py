@@ -18,7 +18,8 @@ from test_cuda_backend import Case, EmulatedCUDABackend, emulation_library
 import egraph_compiler.backends.cuda as cuda
 from egraph_compiler import Tensor, UOp, optimize
 from egraph_compiler.backends import get_backend
-from egraph_compiler.backends.cuda import compile_ptx, find_nvcc, vector_runs
+from egraph_compiler.backends.cuda import vector_runs
+from egraph_compiler.backends.cuda_toolchain import compile_ptx, find_nvcc
 from egraph_compiler.ir.diagnostics import BackendError
 from egraph_compiler.ir.dtypes import DType, dtypes
 from egraph_compiler.ir.ops import AxisType, Ops
@@ -168,7 +169,7 @@ def test_misaligned_vector_buffer_is_a_diagnostic(monkeypatch: pytest.MonkeyPatc
     [(_, prog)] = _upcast_schedules("align", *PROGRAMS["axpy_f32"][:2], "const float4")[:1]
     kernel = prog.kernels[0]
     launched: list[int] = []
-    monkeypatch.setattr(cuda, "_import_cupy", lambda: None)
+    monkeypatch.setattr(cuda, "import_cupy", lambda: None)
     monkeypatch.setattr(cuda.CUDABackend, "_function", lambda self, cp, plan: lambda *a: launched.append(1))
 
     class Array:  # what the launch looks at of a CuPy array

@@ -17,6 +17,7 @@ from egraph_compiler.backends.reference import run_kernel
 from egraph_compiler.extract.gpu_cost import GPUMachine, estimate_gpu, from_properties
 from egraph_compiler.ir.diagnostics import UnsupportedOp
 from egraph_compiler.ir.dtypes import dtypes
+from egraph_compiler.kernel.gpu_launch import LaunchPlanner
 from egraph_compiler.kernel.program import Kernel, buffer_of
 
 H100 = GPUMachine()  # fixed, so rankings don't depend on the machine the tests run on
@@ -167,7 +168,7 @@ def test_big_kernels_render_with_the_launches_the_model_assumes() -> None:
 
 def test_a_group_reduce_beats_one_thread_and_a_grid_split_beats_both(monkeypatch: pytest.MonkeyPatch) -> None:
     split, group = estimate_gpu(_sum(1 << 24, 1), H100), estimate_gpu(_sum(1 << 24, 256), H100)
-    monkeypatch.setattr(_Renderer, "grid_split", lambda self, ph: None)
+    monkeypatch.setattr(LaunchPlanner, "grid_split", lambda self, ph: None)
     one = estimate_gpu(_sum(1 << 24, 1), H100)
     assert split.seconds * 10 < group.seconds and group.seconds * 10 < one.seconds, (split, group, one)
     assert one.parallel == 1 and group.parallel == 256 and split.parallel == 1024 * 256
@@ -289,14 +290,14 @@ def test_strided_reads_waste_sectors_only_when_the_buffer_leaves_l2() -> None:
 def test_a_best_schedule_the_renderer_rejects_is_not_chosen(monkeypatch: pytest.MonkeyPatch) -> None:
     """Without hoisting group reductions out of a padded sum's WHERE, the estimate's favourite does not render: the
     ranking moves it back and the program still renders."""
-    import egraph_compiler.extract.gpu_cost as gpu_cost
+    import egraph_compiler.backends.cuda as cuda
     from egraph_compiler import Tensor, optimize
 
     x, y = Tensor.empty(8, 4097, name="x"), Tensor.empty(8, 3, name="y")
     program = (y * x.sum(1, keepdim=True)).sum(1).pad(((1, 1),))
     checked: list[bool] = []
-    check = gpu_cost.renders_on_cuda.__wrapped__
-    monkeypatch.setattr(gpu_cost, "renders_on_cuda", lambda k: checked.append(check(k)) or checked[-1])
+    check = cuda.renders.__wrapped__
+    monkeypatch.setattr(cuda, "renders", lambda k: checked.append(check(k)) or checked[-1])
     monkeypatch.setattr(_Renderer, "pre_group", lambda self, root, scope: None)
     prog = optimize(program, target="cuda")
     assert "__global__" in prog.source

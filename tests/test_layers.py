@@ -32,12 +32,6 @@ ALLOWED: dict[str, set[str]] = {
 }
 DRIVER = {"optimize", "simplify", "late_simplify", "tuning", "compile_cache"}
 TOP = {"", "cli", "demo"}  # the package's __init__ (the public API), the CLI and the demo
-# back edges not yet removed, each with what removes it (issue R1); the test fails when one is gone, too
-PENDING = {
-    ("egraph_compiler.extract.gpu_cost", "egraph_compiler.backends.cuda"): (
-        "the GPU estimator replays the CUDA renderer's thread mapping; a public launch plan in kernel/ removes it"
-    ),
-}
 
 
 def modules() -> dict[str, Path]:
@@ -153,7 +147,7 @@ def back_edges() -> list[str]:
         mine = layer(module)
         for target, line in imports(module, path, known):
             theirs = layer(target)
-            if theirs != mine and theirs not in ALLOWED[mine] and (module, target) not in PENDING:
+            if theirs != mine and theirs not in ALLOWED[mine]:
                 bad.append(f"{path.relative_to(ROOT)}:{line}: {module} ({mine}) imports {target} ({theirs})")
     return sorted(set(bad))
 
@@ -177,13 +171,6 @@ def test_no_import_cycles() -> None:
 def test_the_cycle_finder_sees_a_cycle() -> None:
     graph = {"a": ["b"], "b": ["c"], "c": ["a", "d"], "d": [], "e": ["e"]}
     assert cycles(graph) == [["a", "b", "c"]]
-
-
-def test_pending_back_edges_are_still_there() -> None:
-    """An entry of PENDING whose import is gone must leave the list (so that it cannot come back unseen)."""
-    known = modules()
-    for module, target in PENDING:
-        assert target in {t for t, _ in imports(module, known[module], known)}, f"{module} no longer imports {target}"
 
 
 def test_the_checker_sees_a_back_edge(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -235,7 +235,7 @@ def test_random_programs_match_reference(prog_shapes: tuple[Tensor, dict[str, tu
     "name", ["gemm_bias_relu", "softmax", "attention_causal", "strided_slice", "int_floordiv_mod", "casts"]
 )
 def test_cuda_source_compiles(name: str) -> None:
-    from egraph_compiler.backends.cuda import compile_ptx, find_nvcc
+    from egraph_compiler.backends.cuda_toolchain import compile_ptx, find_nvcc
 
     if find_nvcc() is None:
         pytest.skip("nvcc is not installed")

@@ -21,7 +21,7 @@ from test_optops import bound_ranges_ok
 
 from egraph_compiler import Tensor, optimize
 from egraph_compiler.backends import get_backend
-from egraph_compiler.backends.cuda import compile_ptx, find_nvcc
+from egraph_compiler.backends.cuda_toolchain import compile_ptx, find_nvcc
 from egraph_compiler.kernel.program import Kernel, Program
 from egraph_compiler.rules.optops import RULES, SPLIT_FACTORS
 
