@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from egraph_compiler.frontend.onnx.values import DTYPES, NP, NotSupportedError, Value, axis_of, ints, known, tensor_of
+from egraph_compiler.frontend.onnx.values import DTYPES, NP, NotSupportedError, Value, axis_of, ints, known, optional, tensor_of
 from egraph_compiler.frontend.tensor import Tensor
 
 RunGraph = Callable[[Any, list[Value], str], list[Value]]
@@ -328,13 +328,13 @@ def _sequence_insert(ins: list[Value], at: dict[str, Any], opset: int) -> list[V
     seq = _seq(ins[0], "input")
     if not _is_tensor(ins[1]):
         raise NotSupportedError("inserting a non-tensor")
-    p = _position(ins[2] if len(ins) > 2 else None, len(seq), len(seq), len(seq) + 1)
+    p = _position(optional(ins, 2), len(seq), len(seq), len(seq) + 1)
     return [[*seq[:p], ins[1], *seq[p:]]]
 
 
 def _sequence_erase(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
     seq = _seq(ins[0], "input")
-    p = _position(ins[1] if len(ins) > 1 else None, len(seq), -1, len(seq))
+    p = _position(optional(ins, 1), len(seq), -1, len(seq))
     return [[*seq[:p], *seq[p + 1 :]]]
 
 
@@ -344,7 +344,7 @@ def _split_to_sequence(ins: list[Value], at: dict[str, Any], opset: int) -> list
         raise NotSupportedError("splitting a non-tensor")
     a = axis_of(at.get("axis", 0), len(x.shape))
     n = x.shape[a]
-    split = ins[1] if len(ins) > 1 else None
+    split = optional(ins, 1)
     if split is None:
         parts = [_index(x, a, i) if not at.get("keepdims", 1) else _span(x, a, i, i + 1) for i in range(n)]
         return [parts]

@@ -38,8 +38,10 @@ from egraph_compiler.frontend.onnx.values import (
     Value,
     axis_of,
     dtype_of,
+    given,
     ints,
     known,
+    optional,
     shape_of,
     tensor_of,
     text,
@@ -371,8 +373,8 @@ def _variadic(
 
 def _clip(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
     x = tensor_of(ins[0])
-    lo = ins[1] if len(ins) > 1 and ins[1] is not None else at.get("min")
-    hi = ins[2] if len(ins) > 2 and ins[2] is not None else at.get("max")
+    lo = ins[1] if given(ins, 1) else at.get("min")
+    hi = ins[2] if given(ins, 2) else at.get("max")
     if lo is not None:
         x = x.maximum(tensor_of(np.asarray(lo, x.dtype.np)) if not isinstance(lo, Tensor) else lo)
     if hi is not None:
@@ -441,7 +443,7 @@ def _flatten(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
 
 
 def _axes_of(ins: list[Value], at: dict[str, Any], idx: int = 1) -> list[int] | None:
-    if len(ins) > idx and ins[idx] is not None:
+    if given(ins, idx):
         return ints(ins[idx], "axes")
     return list(at["axes"]) if "axes" in at else None
 
@@ -478,7 +480,7 @@ def _split(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
     n_out = at["_outputs"]
     x = ins[0] if isinstance(ins[0], Tensor) else np.asarray(ins[0])  # a known input splits into known parts
     a = axis_of(at.get("axis", 0), x.ndim)
-    if len(ins) > 1 and ins[1] is not None:
+    if given(ins, 1):
         sizes = ints(ins[1], "split")
     elif "split" in at:
         sizes = list(at["split"])
@@ -505,8 +507,8 @@ def _slice(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
         starts, ends, axes, steps = list(at["starts"]), list(at["ends"]), at.get("axes"), None
     else:
         starts, ends = ints(ins[1], "starts"), ints(ins[2], "ends")
-        axes = ints(ins[3], "axes") if len(ins) > 3 and ins[3] is not None else None
-        steps = ints(ins[4], "steps") if len(ins) > 4 and ins[4] is not None else None
+        axes = ints(ins[3], "axes") if given(ins, 3) else None
+        steps = ints(ins[4], "steps") if given(ins, 4) else None
     nd = len(x.shape)
     axes = [axis_of(a, nd) for a in (axes if axes is not None else range(len(starts)))]
     steps = steps or [1] * len(axes)
@@ -595,7 +597,7 @@ def _rotary_embedding(ins: list[Value], at: dict[str, Any], opset: int) -> list[
     """Pairs of a head's features rotated by the cached cos/sin of each position: the two halves of the first
     rotary_embedding_dim features, or (interleaved) each even feature with the next."""
     x, cos, sin = tensor_of(ins[0]), tensor_of(ins[1]), tensor_of(ins[2])
-    pos = ins[3] if len(ins) > 3 else None
+    pos = optional(ins, 3)
     if x.ndim == 4:  # (batch, heads, seq, head size) -> (batch, seq, heads, head size)
         xt = x.permute(0, 2, 1, 3)
     else:
@@ -939,12 +941,12 @@ def _pad(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
     if mode not in ("constant", "edge", "reflect", "wrap"):
         raise NotSupportedError(f"Pad mode {mode!r}")
     pads = ints(ins[1], "pads") if opset >= 11 else list(at["pads"])
-    fill = ins[2] if len(ins) > 2 else None
+    fill = optional(ins, 2)
     value = (
         at.get("value", 0.0) if fill is None else 0.0 if isinstance(fill, Tensor) else float(np.asarray(fill).reshape(-1)[0])
     )
     nd = x.ndim
-    axes = [axis_of(a, nd) for a in ints(ins[3], "axes")] if len(ins) > 3 and ins[3] is not None else list(range(nd))
+    axes = [axis_of(a, nd) for a in ints(ins[3], "axes")] if given(ins, 3) else list(range(nd))
     k = len(axes)
     widths = [(0, 0)] * nd
     for j, a in enumerate(axes):
@@ -965,7 +967,7 @@ def _pad(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
 
 def _trilu(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
     x = tensor_of(ins[0])
-    k = ints(ins[1], "k")[0] if len(ins) > 1 and ins[1] is not None else 0
+    k = ints(ins[1], "k")[0] if given(ins, 1) else 0
     return [x.triu(k) if at.get("upper", 1) else x.tril(k)]
 
 
@@ -1055,7 +1057,7 @@ def _gemm(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
     alpha, beta = at.get("alpha", 1.0), at.get("beta", 1.0)
     if alpha != 1.0:
         out = out * alpha
-    if len(ins) > 2 and ins[2] is not None:
+    if given(ins, 2):
         c = tensor_of(ins[2])
         out = out + (c * beta if beta != 1.0 else c)
     return [out]
@@ -1094,7 +1096,7 @@ def _torch_pads(p: list[int]) -> tuple[int, int, int, int]:
 
 def _conv(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
     x, w = tensor_of(ins[0]), tensor_of(ins[1])
-    b = tensor_of(ins[2]) if len(ins) > 2 and ins[2] is not None else None
+    b = tensor_of(ins[2]) if given(ins, 2) else None
     kernel = tuple(at.get("kernel_shape", w.shape[2:]))
     x, at, kernel, squeeze = _as_2d(x, at, kernel)
     if squeeze:
@@ -1108,7 +1110,7 @@ def _conv_transpose(ins: list[Value], at: dict[str, Any], opset: int) -> list[Va
     """ConvTranspose in 1-D or 2-D; output_shape (or SAME auto_pad) sets the padding, the excess going to the end
     for SAME_UPPER and to the beginning otherwise."""
     x, w = tensor_of(ins[0]), tensor_of(ins[1])
-    b = tensor_of(ins[2]) if len(ins) > 2 and ins[2] is not None else None
+    b = tensor_of(ins[2]) if given(ins, 2) else None
     kernel = tuple(at.get("kernel_shape", w.shape[2:]))
     squeeze = x.ndim == 3
     if squeeze:  # 1-D as 2-D over a height of 1
@@ -1173,7 +1175,7 @@ def _quantized(x: Tensor, scale: Tensor, zero: Tensor | None, dt: str) -> Tensor
 
 def _quantize_linear(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
     x, scale = tensor_of(ins[0]), tensor_of(ins[1])
-    zero = tensor_of(ins[2]) if len(ins) > 2 and ins[2] is not None else None
+    zero = tensor_of(ins[2]) if given(ins, 2) else None
     dt = zero.dtype.name if zero is not None else dtype_of(at.get("output_dtype", 2) or 2, "QuantizeLinear output")
     if dt not in ("uint8", "int8", "uint16", "int16"):
         raise NotSupportedError(f"quantizing to {dt}")
@@ -1184,7 +1186,7 @@ def _quantize_linear(ins: list[Value], at: dict[str, Any], opset: int) -> list[V
 
 def _dequantize_linear(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
     x, scale = tensor_of(ins[0]), tensor_of(ins[1])
-    zero = tensor_of(ins[2]) if len(ins) > 2 and ins[2] is not None else None
+    zero = tensor_of(ins[2]) if given(ins, 2) else None
     if x.dtype.name not in ("uint8", "int8", "uint16", "int16", "int32"):
         raise NotSupportedError(f"dequantizing {x.dtype.name}")
     a, block = axis_of(at.get("axis", 1), x.ndim) if scale.numel() > 1 else 0, int(at.get("block_size", 0))
@@ -1305,9 +1307,9 @@ def _layernorm(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
     x = tensor_of(ins[0])
     eps, stash = float(at.get("epsilon", 1e-5)), at.get("stash_type", 1) == 1
     y, mean, inv = onnx_microsoft.normalized(x, False, eps, axis_of(at.get("axis", -1), x.ndim), in_float32=stash)
-    if len(ins) > 1 and ins[1] is not None:
+    if given(ins, 1):
         y = y * tensor_of(ins[1])
-    if len(ins) > 2 and ins[2] is not None:
+    if given(ins, 2):
         y = y + tensor_of(ins[2])
     return [y, mean, inv]  # the optional outputs Mean and InvStdDev (stash type, reduced axes kept)
 
@@ -1332,7 +1334,7 @@ def _group_norm(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]
 def _rmsnorm(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
     x = tensor_of(ins[0])
     y, _, _ = onnx_microsoft.normalized(x, True, float(at.get("epsilon", 1e-5)), axis_of(at.get("axis", -1), x.ndim))
-    return [y * tensor_of(ins[1]) if len(ins) > 1 and ins[1] is not None else y]
+    return [y * tensor_of(ins[1]) if given(ins, 1) else y]
 
 
 def _hardmax(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
@@ -1372,12 +1374,12 @@ def _nll(logp: Tensor, target: Value, weight: Value, at: dict[str, Any]) -> Tens
 
 
 def _nll_loss(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
-    return [_nll(tensor_of(ins[0]), ins[1], ins[2] if len(ins) > 2 else None, at)]
+    return [_nll(tensor_of(ins[0]), ins[1], optional(ins, 2), at)]
 
 
 def _softmax_ce(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
     logp = tensor_of(ins[0]).log_softmax(1)
-    return [_nll(logp, ins[1], ins[2] if len(ins) > 2 else None, at), logp]
+    return [_nll(logp, ins[1], optional(ins, 2), at), logp]
 
 
 def _attention(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:

@@ -9,12 +9,12 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from egraph_compiler.frontend.onnx.values import NotSupportedError, Value, tensor_of
+from egraph_compiler.frontend.onnx.values import NotSupportedError, Value, given, tensor_of
 from egraph_compiler.frontend.tensor import Tensor
 
 
-def _given(ins: list[Value], i: int) -> Tensor | None:
-    return tensor_of(ins[i]) if len(ins) > i and ins[i] is not None else None
+def _tensor_if_given(ins: list[Value], i: int) -> Tensor | None:
+    return tensor_of(ins[i]) if given(ins, i) else None
 
 
 def erf_gelu(x: Tensor) -> Tensor:
@@ -36,7 +36,7 @@ def _fused_matmul(ins: list[Value], at: dict[str, Any], opset: int) -> list[Valu
 
 def _fast_gelu(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
     """The tanh approximation of GELU, of X (+ bias)."""
-    x, bias = tensor_of(ins[0]), _given(ins, 1)
+    x, bias = tensor_of(ins[0]), _tensor_if_given(ins, 1)
     x = x + bias if bias is not None else x
     inner = math.sqrt(2 / math.pi) * (x + 0.044715 * x * x * x)
     return [0.5 * x * (1.0 + inner.tanh())]
@@ -48,7 +48,7 @@ def _skip_norm(simplified: bool) -> Callable[..., list[Value]]:
 
     def op(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
         x, skip, gamma = tensor_of(ins[0]), tensor_of(ins[1]), tensor_of(ins[2])
-        beta, bias = (None, _given(ins, 3)) if simplified else (_given(ins, 3), _given(ins, 4))
+        beta, bias = (None, _tensor_if_given(ins, 3)) if simplified else (_tensor_if_given(ins, 3), _tensor_if_given(ins, 4))
         s = x + skip + bias if bias is not None else x + skip
         y, mean, inv = normalized(s, simplified, float(at.get("epsilon", 1e-12 if not simplified else 1e-6)), -1)
         y = y * gamma

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from egraph_compiler.frontend.onnx.values import NotSupportedError, Value, known, tensor_of, text
+from egraph_compiler.frontend.onnx.values import NotSupportedError, Value, given, known, optional, tensor_of, text
 from egraph_compiler.frontend.tensor import Tensor
 
 Activation = Callable[[Tensor], Tensor]
@@ -112,11 +112,11 @@ def _setup(ins: list[Value], at: dict[str, Any], gates: int, defaults: list[str]
         "W": (w, (directions, gates * hidden, size)),
         "R": (r, (directions, gates * hidden, hidden)),
     }
-    if len(ins) > 3 and ins[3] is not None:
+    if given(ins, 3):
         want["B"] = (ins[3], (directions, 2 * gates * hidden))
     state = (batch, directions, hidden) if layout == 1 else (directions, batch, hidden)
     for k, what in list(enumerate(("initial_h", "initial_c"), start=5))[:initial]:
-        if len(ins) > k and ins[k] is not None:
+        if given(ins, k):
             want[what] = (ins[k], state)
     for what, (v, shape) in want.items():
         if tuple(v.shape) != shape:
@@ -132,7 +132,7 @@ def _setup(ins: list[Value], at: dict[str, Any], gates: int, defaults: list[str]
         directions=directions,
         acts=_activations(at, defaults, directions),
         clip=None if clip is None else float(clip),
-        masks=_masks(ins[4] if len(ins) > 4 else None, seq, batch),
+        masks=_masks(optional(ins, 4), seq, batch),
         layout=layout,
         direction=direction,
     )
@@ -179,7 +179,7 @@ def _cols(t: Tensor, lo: int, hi: int) -> Tensor:
 
 def _initial(ins: list[Value], k: int, s: _Setup, d: int, dtype: Any) -> Tensor:
     """Direction d's initial state (input k), zeros where omitted."""
-    v = ins[k] if len(ins) > k else None
+    v = optional(ins, k)
     if v is None:
         return Tensor.zeros(s.batch, s.hidden, dtype=dtype)
     if s.layout == 1:
@@ -305,7 +305,7 @@ def _lstm(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
     the gates are stacked i, o, f, c in W, R and B, and i, o, f in P."""
     s = _setup(ins, at, 4, ["Sigmoid", "Tanh", "Tanh"], 2)
     dtype, n = s.x.dtype, s.hidden
-    p_in = ins[7] if len(ins) > 7 else None
+    p_in = optional(ins, 7)
     if p_in is not None and tuple(p_in.shape) != (s.directions, 3 * n):
         raise ValueError(f"P has shape {tuple(p_in.shape)}, not {(s.directions, 3 * n)}")
     input_forget = bool(at.get("input_forget", 0))

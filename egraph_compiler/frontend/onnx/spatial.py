@@ -19,7 +19,19 @@ from typing import Any
 
 import numpy as np
 
-from egraph_compiler.frontend.onnx.values import NP, NotSupportedError, Value, axis_of, dtype_of, ints, known, tensor_of, text
+from egraph_compiler.frontend.onnx.values import (
+    NP,
+    NotSupportedError,
+    Value,
+    axis_of,
+    dtype_of,
+    given,
+    ints,
+    known,
+    optional,
+    tensor_of,
+    text,
+)
 from egraph_compiler.frontend.tensor import Tensor
 
 CUBIC_A = -0.75  # GridSample's cubic convolution coefficient (Keys), fixed by the spec
@@ -268,7 +280,7 @@ def _dft(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
     if r < 2 or x.shape[-1] not in (1, 2):
         raise ValueError(f"input {x.shape}: the last axis holds (re[, im]) and has size 1 or 2")
     if opset >= 20:
-        a = _scalar(ins[2], "axis") if len(ins) > 2 and ins[2] is not None else -2
+        a = _scalar(ins[2], "axis") if given(ins, 2) else -2
     else:
         a = int(at.get("axis", 1))
     a = axis_of(a, r)
@@ -278,7 +290,7 @@ def _dft(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
     if onesided and x.shape[-1] == (1 if inverse else 2):  # as the spec (and onnxruntime): RFFT real, IRFFT complex in
         raise NotSupportedError(f"onesided=1 inverse={int(inverse)} with {'real' if inverse else 'complex'} input")
     have = x.shape[a]
-    if len(ins) > 1 and ins[1] is not None:
+    if given(ins, 1):
         n = _scalar(ins[1], "dft_length")
     else:
         n = 2 * (have - 1) if inverse and onesided else have
@@ -306,8 +318,8 @@ def _stft(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
     if x.ndim != 3 or x.shape[-1] not in (1, 2):
         raise ValueError(f"signal {x.shape}: expected (batch, length, 1 or 2)")
     step = _scalar(ins[1], "frame_step")
-    window = ins[2] if len(ins) > 2 else None
-    length = _scalar(ins[3], "frame_length") if len(ins) > 3 and ins[3] is not None else None
+    window = optional(ins, 2)
+    length = _scalar(ins[3], "frame_length") if given(ins, 3) else None
     if length is None:
         length = window.shape[0] if window is not None else x.shape[1]
     if window is not None and tuple(window.shape) != (length,):

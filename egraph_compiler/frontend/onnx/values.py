@@ -57,6 +57,16 @@ def dtype_of(elem: int, what: str) -> str:
     return DTYPES[elem]
 
 
+def optional(ins: list[Value | None], i: int) -> Value | None:
+    """Optional input i of a node, None where it is not given (absent, or an empty name)."""
+    return ins[i] if len(ins) > i else None
+
+
+def given(ins: list[Value | None], i: int) -> bool:
+    """Is optional input i of a node given?"""
+    return optional(ins, i) is not None
+
+
 def tensor_of(v: Value) -> Tensor:
     """A Tensor of a value (a known array becomes a data-backed tensor)."""
     if isinstance(v, Tensor):
