@@ -583,7 +583,6 @@ def _build(
         )
     if progress is not None:
         progress(f"extracting: {view.num_classes} e-classes, {view.num_nodes} e-nodes")
-    attach_snapshot(report, view, roots=list(root_classes.values()), hide=sess.unextractable)
     model = KernelCost(view, unextractable=sess.unextractable, loads_from=frozenset(barriers))
     ex = extract(view, model)  # everything inline but CONTIGUOUS: the fusion search adds the loads
     report.add_phase("extract", time.perf_counter() - t1)
@@ -646,6 +645,10 @@ def _build(
         alternatives += [(c.describe(), assemble({**chosen, **c.choice})) for ks in schedules.values() for c in ks.ranked]
     program = assemble(chosen)
     report.add_phase("decode", time.perf_counter() - t2)
+    t2 = time.perf_counter()
+    picked = {c: ch.node for c, ch in ex.best.items()} | chosen
+    attach_snapshot(report, view, roots=list(root_classes.values()), hide=sess.unextractable, chosen=picked.get)
+    report.add_phase("snapshot", time.perf_counter() - t2)
     chosen_s = sum(schedule_entry["estimate"]["seconds"] for schedule_entry in report.extra["schedules"])
     report.extra["fusion"] = {**fused.to_dict(), "chosen_s": chosen_s}
     # in seconds: the safe baseline's estimate (every candidate in its own buffer), and the chosen program's

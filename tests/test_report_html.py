@@ -151,6 +151,30 @@ def test_snapshot_truncates_and_says_so() -> None:
         assert render_svg("digraph { broken")[0] is None
 
 
+def test_snapshot_highlights_the_chosen_program() -> None:
+    """(x*4 + y) // 4 is x for y in [0, 3]: the root class's chosen e-node is the variable itself, drawn first and
+    green, while the class's other e-nodes (the division it was rewritten from) stay plain."""
+    x, y = UOp.variable("x", 0, 100), UOp.variable("y", 0, 3)
+    r = simplify((x * 4 + y) // 4, snapshot=True, patience=1_000, step_growth=100.0)
+    assert r.result is x
+    dot = r.report.extra["egraph_dot"]
+    root = dot[dot.index("subgraph cluster_") : dot.index("}", dot.index("subgraph cluster_"))]
+    nodes = re.findall(r'\[label="([^"]*)"(, fillcolor="#c8ecd3")?', root)
+    assert nodes[0] == ("DEFINE_VAR index x 0 100", ', fillcolor="#c8ecd3"'), nodes
+    assert len(nodes) > 1 and not any(mark for _, mark in nodes[1:]) and any("IDIV" in n for n, _ in nodes)
+    assert r.report.extra["egraph_snapshot"]["chosen_drawn"] == dot.count('fillcolor="#c8ecd3"')
+
+
+def test_an_optimized_program_s_snapshot_marks_its_nodes() -> None:
+    from egraph_compiler import Tensor, optimize
+
+    prog = optimize(Tensor.empty(16, 8, name="a") @ Tensor.empty(8, 4, name="b"), target="reference", cache=False)
+    dot, info = prog.report.extra["egraph_dot"], prog.report.extra["egraph_snapshot"]
+    assert info["chosen_drawn"] == dot.count('fillcolor="#c8ecd3"') > 0
+    assert "green: the chosen program's e-nodes" in dot
+    assert re.search(r'\[label="SINK[^"]*", fillcolor="#c8ecd3"', dot)  # the kernel's root is among them
+
+
 # ---- headless Chromium ------------------------------------------------------------------------------------------------
 
 

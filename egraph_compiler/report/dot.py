@@ -7,6 +7,10 @@ left out. Small leaf classes (constants, i64 lists, range keys) are written
 into their parent's label instead of being drawn, and a source list
 (UCons/UNil chain) becomes numbered edges straight to the list's elements.
 
+Given the extraction's choice (`chosen`: e-class -> e-node), the chosen e-nodes are drawn first in their
+class, filled green with a bold border, and the walk from the roots follows them first: the picture is the
+program that was picked, with the alternatives it was picked from around it.
+
 `snapshot(...)` returns the DOT text with its counts; `attach_snapshot` puts
 both into a Report (`extra["egraph_dot"]`, `extra["egraph_snapshot"]`, see
 docs/REPORT_SCHEMA.md); `render_svg` runs Graphviz `dot -Tsvg` when present.
@@ -17,7 +21,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -38,6 +42,7 @@ class EGraphSnapshot:
     classes_omitted: int  # e-classes neither drawn nor inlined (beyond max_classes, or unreachable)
     nodes_drawn: int
     max_classes: int
+    chosen_drawn: int = 0  # e-nodes of the chosen program among those drawn
 
     def info(self) -> dict[str, int]:
         """The counts, without the DOT text (JSON-able)."""
@@ -138,15 +143,19 @@ def snapshot(
     max_nodes_per_class: int = 8,
     hide: Iterable[str] = (),
     title: str = "e-graph",
+    chosen: Callable[[int], ENode | None] | None = None,
 ) -> EGraphSnapshot:
     """Draw at most `max_classes` e-classes, breadth-first from `roots` (default: the view's let-bound classes,
-    else every class). E-nodes whose constructor is in `hide` (e.g. unextractable helpers) are not drawn."""
+    else every class). E-nodes whose constructor is in `hide` (e.g. unextractable helpers) are not drawn.
+    `chosen`: the e-node the program uses in a class (None where it uses none), highlighted and followed first."""
     d = _Drawer(view, set(hide))
+    pick = chosen or (lambda c: None)
     start = list(dict.fromkeys(roots if roots is not None else view.lets.values())) or sorted(view.nodes)
     root_set = set(start)
     order: list[int] = []
     queue, queued = deque(start), set(start)
     parts: dict[int, list[tuple[str, list[tuple[str, int]]]]] = {}
+    picked: dict[int, int] = {}  # class -> position of its chosen e-node among those drawn
     reachable_beyond: set[int] = set()
     while queue:
         c = queue.popleft()
@@ -155,8 +164,12 @@ def snapshot(
                 reachable_beyond.add(c)
                 continue
             order.append(c)
-            # leaves and small nodes first; only the e-nodes shown lead on to further classes
-            parts[c] = sorted((d.node_parts(n) for n in d.visible_nodes(c)), key=lambda p: len(p[1]))
+            # the chosen e-node, then leaves and small nodes first; only the e-nodes shown lead on to further classes
+            mine = pick(c)
+            ranked = sorted(((n != mine, d.node_parts(n)) for n in d.visible_nodes(c)), key=lambda p: (p[0], len(p[1][1])))
+            parts[c] = [part for _, part in ranked]
+            if ranked and not ranked[0][0]:
+                picked[c] = 0
             for _, edges in parts[c][:max_nodes_per_class]:
                 for _, child in edges:
                     if child not in queued:
@@ -180,7 +193,8 @@ def snapshot(
         if not shown:
             lines.append(f'    c{c}_0 [label="(hidden helper nodes)", shape=plaintext, style=""];')
         for i, (label, _) in enumerate(shown):
-            lines.append(f'    c{c}_{i} [label="{_esc(label)}"];')
+            mark = ', fillcolor="#c8ecd3", penwidth=2, color="#1e8449"' if picked.get(c) == i else ""
+            lines.append(f'    c{c}_{i} [label="{_esc(label)}"{mark}];')
         if len(ns) > len(shown):
             lines.append(f'    c{c}_more [label="+{len(ns) - len(shown)} more e-nodes", shape=plaintext, style=""];')
         lines.append("  }")
@@ -201,6 +215,7 @@ def snapshot(
     caption = (
         f"{title}: {len(drawn)} of {len(view.nodes)} e-classes drawn ({len(d.inlined - drawn)} inlined as "
         f"constants/lists, {omitted} left out, limit {max_classes}); {view.num_nodes} e-nodes in all"
+        + ("; green: the chosen program's e-nodes" if picked else "")
     )
     lines.append(f'  label="{_esc_long(caption)}"; labelloc=t; fontname="Helvetica"; fontsize=11;')
     lines.append("}")
@@ -213,6 +228,7 @@ def snapshot(
         omitted,
         nodes_drawn,
         max_classes,
+        len(picked),
     )
 
 
