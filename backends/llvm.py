@@ -103,6 +103,7 @@ from egraph_compiler.ir.dtypes import DType, bf16_round, dtypes
 from egraph_compiler.ir.ops import OP_TABLE, AxisType, Ops
 from egraph_compiler.ir.uop import UOp
 from egraph_compiler.kernel import disk_cache
+from egraph_compiler.kernel.analysis import RangeDeps, store_items
 from egraph_compiler.kernel.cpu_target import CPUTarget, cpu_target, host_cpu
 from egraph_compiler.kernel.program import HostBuffers, Kernel, Program, accumulator_axis, buffer_of, stride
 
@@ -202,21 +203,6 @@ def _value_nodes(root: UOp) -> list[UOp]:
     return out
 
 
-def _free_ranges(order: list[UOp]) -> dict[UOp, frozenset[UOp]]:
-    """RANGEs each node depends on (a REDUCE binds its own ranges)."""
-    deps: dict[UOp, frozenset[UOp]] = {}
-    for u in order:
-        if u.op is Ops.RANGE:
-            deps[u] = frozenset({u})
-        elif u.op is Ops.REDUCE:
-            deps[u] = deps[u.src[0]] - frozenset(u.src[1:])
-        elif u.op is Ops.AFTER:  # the buffer after other stores: their loops are not this value's
-            deps[u] = deps[u.src[0]]
-        else:
-            deps[u] = frozenset().union(*(deps[s] for s in u.src)) if u.src else frozenset()
-    return deps
-
-
 def _guards(order: list[UOp]) -> dict[UOp, frozenset[Cond]]:
     """Conditions (node, polarity) that hold wherever each node's value is used.
 
@@ -288,27 +274,16 @@ class _Item:
     parallel: UOp | None  # the loop split across threads, if any
 
 
-def _items(ast: UOp, deps: dict[UOp, frozenset[UOp]], threads: int, auto_parallel: bool) -> list[_Item]:
-    if ast.op is not Ops.SINK:
-        raise UnsupportedOp(at=ast.op.name, why="a kernel must be rooted at SINK", suggestion="wrap it in SINK(...)")
+def _items(ast: UOp, deps: RangeDeps, threads: int, auto_parallel: bool) -> list[_Item]:
     out = []
-    for item in ast.src:
-        ranges: list[UOp] = []
-        st = item
-        while st.op is Ops.END:  # outer END's ranges are the outer loops
-            ranges += list(st.src[1:])
-            st = st.src[0]
-        if st.op is not Ops.STORE:
-            raise UnsupportedOp(at=st.op.name, why="expected STORE under END", suggestion="check the kernel AST")
-        free = [r for r in st.toposort() if r in deps[st] and r not in ranges]  # used but never opened
-        ranges = list(dict.fromkeys(ranges + free))
-        loops = [r for r in ranges if not _is_unrolled(r)]
-        unrolled = [r for r in ranges if _is_unrolled(r)]
-        out.append(_Item(st, loops, unrolled, _pick_parallel(st, loops, threads, auto_parallel)))
+    for entry in store_items(ast, deps):
+        loops = [r for r in entry.ranges if not _is_unrolled(r)]
+        unrolled = [r for r in entry.ranges if _is_unrolled(r)]
+        out.append(_Item(entry.store, loops, unrolled, _pick_parallel(entry.store, loops, threads, auto_parallel)))
     return out
 
 
-def _group_reduces(item: _Item, deps: dict[UOp, frozenset[UOp]]) -> list[UOp]:
+def _group_reduces(item: _Item, deps: RangeDeps) -> list[UOp]:
     """REDUCEs of the item computed as parallel partials: those over exactly one non-empty GROUP_REDUCE range,
     in an item without loops, not inside any REDUCE's body (their value is one scalar for the whole item).
 
@@ -1280,7 +1255,7 @@ class _Module:
         ast = kernel.ast
         self.order = ast.toposort()
         self.topo_pos = {u: i for i, u in enumerate(self.order)}
-        self.deps = _free_ranges(self.order)
+        self.deps = RangeDeps()
         self.conds = _guards(self.order)
         self.loopy: set[UOp] = set()  # nodes with a REDUCE under them (their emission runs a loop)
         for u in self.order:

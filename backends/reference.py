@@ -13,11 +13,12 @@ from typing import Any
 
 import numpy as np
 
-from egraph_compiler.ir.diagnostics import MissingInput, OutOfBounds, UnsupportedOp
+from egraph_compiler.ir.diagnostics import MissingInput, OutOfBounds
 from egraph_compiler.ir.dtypes import DType, bf16_round, compute_np, dtypes
 from egraph_compiler.ir.interpret import Env, eval_node, fix_dtype
 from egraph_compiler.ir.ops import OP_TABLE, Ops
 from egraph_compiler.ir.uop import UOp, pretty
+from egraph_compiler.kernel.analysis import store_items
 from egraph_compiler.kernel.program import HostBuffers
 
 # ---- kernel level ------------------------------------------------------------------------------
@@ -205,19 +206,12 @@ def run_kernel(ast: UOp, buffers: Env, max_elements: int = 1 << 22) -> None:
     Loop nests larger than `max_elements` are evaluated in slices of their
     outermost range so memory stays bounded.
     """
-    if ast.op is not Ops.SINK:
-        raise UnsupportedOp(at=ast.op.name, why="a kernel must be rooted at SINK", suggestion="wrap it in SINK(...)")
+    items = store_items(ast)
     ranges = kernel_ranges(ast)
     axes = range_axes(ast)
     axis, nd = axes
-    for item in ast.src:
-        loop = list(item.src[1:]) if item.op is Ops.END else []
-        store = item.src[0] if item.op is Ops.END else item
-        while store.op is Ops.END:  # nested ENDs: inner loops
-            loop += list(store.src[1:])
-            store = store.src[0]
-        if store.op is not Ops.STORE:
-            raise UnsupportedOp(at=store.op.name, why="expected STORE under END", suggestion="check the kernel AST")
+    for entry in items:
+        loop, store = list(entry.ranges), entry.store
         sizes = [1] * nd  # the largest array the evaluation makes: per axis, its longest range
         for r in ranges:
             sizes[axis[r]] = max(sizes[axis[r]], int(r.src[0].arg))

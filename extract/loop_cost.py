@@ -49,6 +49,7 @@ from functools import cache, lru_cache
 
 from egraph_compiler.ir.ops import AxisType, Ops
 from egraph_compiler.ir.uop import UOp
+from egraph_compiler.kernel.analysis import RangeDeps
 from egraph_compiler.kernel.cpu_target import CPUTarget, host_cpu
 from egraph_compiler.kernel.program import accumulator_axis, buffer_of, stride, value_nodes, vector_accumulators
 
@@ -260,7 +261,7 @@ class _Walk:
         self.spills = False
         self.group_parallel = 1
         self.scalar_depth = 0  # inside a nested REDUCE with unrolled accumulators: copies are not packed
-        self.ranges: dict[UOp, frozenset[UOp]] = {}
+        self.ranges = RangeDeps()
         self.loads: list[tuple[UOp, tuple[UOp, ...], int]] = []  # (LOAD, its loops, how many it runs inside)
         self.code = 0.0
         self.contiguous: frozenset[UOp] = frozenset()  # the item's unrolled ranges its store steps by 1 along
@@ -269,18 +270,6 @@ class _Walk:
 
     def deps(self, u: UOp) -> frozenset[UOp]:
         """Ranges u depends on (a REDUCE's own ranges are bound inside it)."""
-        if u in self.ranges:
-            return self.ranges[u]
-        for x in u.toposort():
-            if x in self.ranges:
-                continue
-            s: set[UOp] = {x} if x.op is Ops.RANGE else set()
-            for c in x.src:
-                if not (x.op is Ops.AFTER and c is not x.src[0]):
-                    s |= self.ranges[c]
-            if x.op is Ops.REDUCE:
-                s -= set(x.src[1:])
-            self.ranges[x] = frozenset(s)
         return self.ranges[u]
 
     def item(self, value: UOp, loops: list[UOp], unrolled: list[UOp]) -> None:

@@ -20,6 +20,7 @@ from egraph_compiler import AxisType, Ops, UOp
 from egraph_compiler.backends import llvm as llvm_backend
 from egraph_compiler.backends.llvm import CACHE_STATS, LLVMBackend
 from egraph_compiler.backends.reference import ReferenceBackend
+from egraph_compiler.ir.diagnostics import UnsupportedOp
 from egraph_compiler.ir.dtypes import DType, dtypes
 from egraph_compiler.kernel.program import BufferSpec, Kernel, Program
 
@@ -335,11 +336,24 @@ def test_scalar_load_after_and_two_items_in_order() -> None:
     compare(ast, {"S": np.array([3.0], np.float32), "X": rand_array((8,), seed=15)})
 
 
-def test_free_range_becomes_a_loop() -> None:
+def test_every_backend_refuses_a_range_no_end_binds() -> None:
+    """The kernel contract is one (kernel/analysis.store_items): a stored value over a range that no END around
+    its STORE binds is refused alike by the reference backend, LLVM and the CUDA renderer, naming the range."""
+    from egraph_compiler.backends.cuda import plan_kernel
+    from egraph_compiler.backends.reference import run_kernel
+
     x, y = buf("X", 6), buf("Y", 6)
     i = rng(6, 0)
     ast = UOp.build(Ops.SINK, (store(y, i, load(x, i) * 2.0),))  # no END around the store
-    compare(ast, {"X": rand_array((6,), seed=16)})
+    refusals = [
+        lambda: run_kernel(ast, {"X": np.zeros(6, np.float32), "Y": np.zeros(6, np.float32)}),
+        lambda: run_both(ast, {"X": rand_array((6,), seed=16)}),  # LLVM compiles first
+        lambda: plan_kernel(Kernel.from_ast("k", ast)),
+    ]
+    for refuse in refusals:
+        with pytest.raises(UnsupportedOp, match="a stored value uses a range no END binds") as err:
+            refuse()
+        assert err.value.at == "RANGE 0"
 
 
 # ---- UPCAST / UNROLL / THREAD ----------------------------------------------------------------------

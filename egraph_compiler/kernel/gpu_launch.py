@@ -18,6 +18,7 @@ from egraph_compiler.ir.diagnostics import UnsupportedOp
 from egraph_compiler.ir.dtypes import dtypes
 from egraph_compiler.ir.ops import AxisType, Ops
 from egraph_compiler.ir.uop import UOp
+from egraph_compiler.kernel.analysis import RangeDeps, store_items
 from egraph_compiler.kernel.program import Kernel, buffer_of
 
 HALFS = (dtypes.float16, dtypes.bfloat16)
@@ -181,7 +182,7 @@ class LaunchPlanner:
         self.kernel = kernel
         self.ast = kernel.ast
         self.notes: list[str] = []  # decisions worth a comment in the source (why no tensor cores)
-        self._deps: dict[UOp, frozenset[UOp]] = {}
+        self.range_deps = RangeDeps()
         self._unsafe: dict[UOp, bool] = {}
 
     def plan(self) -> list[Phase]:
@@ -190,18 +191,7 @@ class LaunchPlanner:
 
     def deps(self, u: UOp) -> frozenset[UOp]:
         """Ranges u's value depends on (a REDUCE binds its own ranges)."""
-        if u not in self._deps:
-            for n in u.toposort():
-                if n in self._deps:
-                    continue
-                if n.op is Ops.RANGE:
-                    d = frozenset([n])
-                elif n.op is Ops.REDUCE:
-                    d = self._deps[n.src[0]] - frozenset(n.src[1:])
-                else:
-                    d = frozenset().union(*(self._deps[s] for s in n.src))
-                self._deps[n] = d
-        return self._deps[u]
+        return self.range_deps[u]
 
     def unsafe(self, u: UOp) -> bool:
         """Does evaluating u touch memory (so it must not be hoisted out of a condition)?"""
@@ -406,31 +396,11 @@ class LaunchPlanner:
         return None
 
     def items(self) -> list[Item]:
-        if self.ast.op is not Ops.SINK:
-            raise unsupported(self.ast.op.name, "a kernel must be rooted at SINK", "wrap it in SINK(...)")
         out = []
-        for it in self.ast.src:
-            loop: list[UOp] = []
-            st = it
-            while st.op is Ops.END:  # a constant in the list is a range of one proven 0: it binds nothing
-                loop += [r for r in st.src[1:] if r.op is not Ops.CONST]
-                st = st.src[0]
-            if st.op is not Ops.STORE:
-                raise unsupported(st.op.name, "expected STORE under END")
-            if any(r.op is not Ops.RANGE for r in loop) or len(set(loop)) != len(loop):
-                raise unsupported("END", "END closes distinct RANGEs")
-            free = self.deps(st) - set(loop)
-            if free:
-                raise unsupported(
-                    f"RANGE {next(iter(free)).arg[0]!r}",
-                    "a stored value uses a range no END binds",
-                    "close every range the store uses with END, or reduce over it",
-                )
-            item = Item(st, loop)
-            for u in st.toposort():
-                if u.op is Ops.LOAD:
-                    item.reads.add(buffer_of(u.src[0]).arg[0])
-            item.writes.add(buffer_of(st.src[0]).arg[0])
+        for entry in store_items(self.ast, self.range_deps):
+            item = Item(entry.store, list(entry.ranges))
+            item.reads.update(buffer_of(u.src[0]).arg[0] for u in entry.store.toposort() if u.op is Ops.LOAD)
+            item.writes.add(buffer_of(entry.store.src[0]).arg[0])
             self.classify(item)
             out.append(item)
         return out
