@@ -29,11 +29,19 @@ from egraph_compiler.egraph.decode import Decoder
 from egraph_compiler.egraph.encode import egg_ilist, egg_str
 from egraph_compiler.egraph.report import IterationStats, Report
 from egraph_compiler.egraph.session import BASELINE_CEILING, CEILINGS, EGraphSession, Limits, Stage
-from egraph_compiler.egraph.view import ENode
-from egraph_compiler.extract.extractor import extract
+from egraph_compiler.egraph.view import EGraphView, ENode
+from egraph_compiler.extract.extractor import Extraction, extract
 from egraph_compiler.extract.fusion import choose_fusion
 from egraph_compiler.extract.kernel_cost import KernelCost
-from egraph_compiler.extract.schedule import CostModel, cost_model_for, kernel_entry, schedule_report
+from egraph_compiler.extract.schedule import (
+    CostModel,
+    KernelSchedule,
+    chosen_candidate,
+    cost_model_for,
+    kernel_classes,
+    kernel_entry,
+    schedule_report,
+)
 from egraph_compiler.ir.diagnostics import EstimateWarning, InvalidArgument, OutOfMemory, UnguardedAccess, UnsupportedOp
 from egraph_compiler.ir.interpret import inline_functions
 from egraph_compiler.ir.ops import OP_TABLE, Category, Ops
@@ -43,7 +51,7 @@ from egraph_compiler.kernel.packing import pack_operands
 from egraph_compiler.kernel.program import Backend, BufferSpec, Kernel, Program, buffer_of
 from egraph_compiler.kernel.split_ranges import bind_split_ranges
 from egraph_compiler.late_simplify import LateSimplifier, affine_bounds
-from egraph_compiler.report.dot import attach_snapshot
+from egraph_compiler.report.dot import attach_snapshot, snapshot
 from egraph_compiler.rules import intervals, linear, optops, rangeify, symbolic
 from egraph_compiler.rules.optops import MAX_POSITION
 from egraph_compiler.simplify import shared_session
@@ -648,6 +656,7 @@ def _build(
     t2 = time.perf_counter()
     picked = {c: ch.node for c, ch in ex.best.items()} | chosen
     attach_snapshot(report, view, roots=list(root_classes.values()), hide=sess.unextractable, chosen=picked.get)
+    report.extra["egraph_kernels"] = _kernel_pictures(view, ex, schedules, chosen, picked, program, sess.unextractable)
     report.add_phase("snapshot", time.perf_counter() - t2)
     chosen_s = sum(schedule_entry["estimate"]["seconds"] for schedule_entry in report.extra["schedules"])
     report.extra["fusion"] = {**fused.to_dict(), "chosen_s": chosen_s}
@@ -658,6 +667,30 @@ def _build(
     report.extra["kernels"] = [kernel_entry(k, report.extra["schedules"]) for k in program.kernels]
     check_accesses(program)
     return program
+
+
+def _kernel_pictures(
+    view: EGraphView,
+    ex: Extraction,
+    schedules: dict[int, KernelSchedule],
+    chosen: dict[int, ENode],
+    picked: dict[int, ENode],
+    program: Program,
+    hide: set[str],
+) -> list[dict[str, Any]]:
+    """One e-graph picture per kernel: its e-classes only (not those of the kernels it loads from), the program's
+    e-nodes (`picked`: the search's `chosen` over the extraction's) marked, named by the program kernel that
+    writes the same buffers."""
+    order = {k.name: i for i, k in enumerate(program.kernels)}
+    out = []
+    for ks in schedules.values():
+        kernel = chosen_candidate(ks, chosen).kernel
+        writes = sorted({buffer_of(u.src[0]).arg[0] for u in kernel.toposort() if u.op is Ops.STORE})
+        name = next((k.name for k in program.kernels if sorted(k.writes) == writes), "?")
+        within = kernel_classes(view, ex, ks.sink_class, picked)
+        snap = snapshot(view, [ks.sink_class], hide=hide, chosen=picked.get, within=within, title=f"kernel {name}")
+        out.append({"kernel": name, "writes": writes, "dot": snap.dot, **snap.info()})
+    return sorted(out, key=lambda p: order.get(p["kernel"], len(order)))
 
 
 def _label(u: UOp) -> str:

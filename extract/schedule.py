@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -121,6 +121,12 @@ def _walk_kernel(
         yield c, nodes
         for n in nodes:
             stack.extend(_children_in_kernel(view, ex, n))
+
+
+def kernel_classes(view: EGraphView, ex: Extraction, sink: int, choice: Mapping[int, ENode]) -> set[int]:
+    """The e-classes of the kernel at `sink` under `choice` (else the extraction's nodes), not crossing into the
+    kernels it loads from."""
+    return {c for c, _ in _walk_kernel(view, ex, sink, lambda c: [choice.get(c) or ex.node(c)])}
 
 
 def schedule_classes(view: EGraphView, ex: Extraction, sink: int) -> list[int]:
@@ -488,9 +494,14 @@ def rank_like(
     return _ranked(sink, found, model) if found else None
 
 
+def chosen_candidate(ks: KernelSchedule, chosen: Mapping[int, ENode]) -> Candidate:
+    """The ranked candidate whose choice the program makes (else the best)."""
+    return next((c for c in ks.ranked if all(chosen.get(k) is n for k, n in c.choice.items())), ks.best)
+
+
 def schedule_report(ks: KernelSchedule, chosen: dict[int, ENode]) -> dict[str, object]:
     """One kernel's schedule decision for the report: the chosen loop nest, its estimate, the best rejected."""
-    pick = next((c for c in ks.ranked if all(chosen.get(k) is n for k, n in c.choice.items())), ks.best)
+    pick = chosen_candidate(ks, chosen)
     shown = {pick.describe()}  # loop nests that differ only in which range is which read the same: show one
     rejected = []
     for c in ks.ranked:
@@ -524,6 +535,7 @@ def kernel_entry(kernel: Any, schedules: list[dict[str, Any]]) -> dict[str, Any]
 __all__ = [
     "Candidate",
     "CostModel",
+    "chosen_candidate",
     "Estimator",
     "KernelSchedule",
     "Overridden",
@@ -531,6 +543,7 @@ __all__ = [
     "cost_model_for",
     "describe_schedule",
     "extracted_kernel",
+    "kernel_classes",
     "kernel_entry",
     "kernel_sinks",
     "rank_kernel",

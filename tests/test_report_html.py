@@ -175,6 +175,27 @@ def test_an_optimized_program_s_snapshot_marks_its_nodes() -> None:
     assert re.search(r'\[label="SINK[^"]*", fillcolor="#c8ecd3"', dot)  # the kernel's root is among them
 
 
+def test_each_kernel_has_a_picture_of_its_own_classes() -> None:
+    """h = relu(x @ w), read by two outputs, gets a buffer: three kernels. Each kernel's picture draws only the
+    e-classes its program is made of, its own SINK (green) among them and no other kernel's, and the HTML page
+    offers the whole program and every kernel."""
+    from egraph_compiler import Tensor, optimize
+
+    x, w, v = Tensor.empty(64, 32, name="x"), Tensor.empty(32, 16, name="w"), Tensor.empty(16, 8, name="v")
+    h = (x @ w).relu()
+    prog = optimize([h.sum(0), h @ v], target="reference", cache=False)
+    pictures = prog.report.extra["egraph_kernels"]
+    assert len(prog.kernels) == 3 and [p["kernel"] for p in pictures] == [k.name for k in prog.kernels]
+    for pic, k in zip(pictures, prog.kernels):
+        assert pic["writes"] == sorted(k.writes)
+        assert pic["chosen_drawn"] == pic["classes_drawn"] > 0  # only e-classes the kernel's program is made of
+        assert len(re.findall(r'\[label="SINK', pic["dot"])) == 1
+        assert re.search(r'\[label="SINK[^"]*", fillcolor="#c8ecd3"', pic["dot"])
+    page = render_html(prog.report, program=prog, render_egraph=False)
+    assert 'id="egraph-pick"' in page and page.count("data-pic=") == 1 + len(pictures)
+    assert all(f'<option value="{k.name}">kernel {k.name} (writes' in page for k in prog.kernels)
+
+
 # ---- headless Chromium ------------------------------------------------------------------------------------------------
 
 

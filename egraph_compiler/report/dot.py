@@ -144,10 +144,12 @@ def snapshot(
     hide: Iterable[str] = (),
     title: str = "e-graph",
     chosen: Callable[[int], ENode | None] | None = None,
+    within: set[int] | None = None,
 ) -> EGraphSnapshot:
     """Draw at most `max_classes` e-classes, breadth-first from `roots` (default: the view's let-bound classes,
     else every class). E-nodes whose constructor is in `hide` (e.g. unextractable helpers) are not drawn.
-    `chosen`: the e-node the program uses in a class (None where it uses none), highlighted and followed first."""
+    `chosen`: the e-node the program uses in a class (None where it uses none), highlighted and followed first.
+    `within`: the e-classes that may be drawn (one kernel's, say); edges to others go to the "left out" note."""
     d = _Drawer(view, set(hide))
     pick = chosen or (lambda c: None)
     start = list(dict.fromkeys(roots if roots is not None else view.lets.values())) or sorted(view.nodes)
@@ -160,7 +162,7 @@ def snapshot(
     while queue:
         c = queue.popleft()
         if c in root_set or d.inline_text(c) is None:
-            if len(order) >= max_classes:
+            if len(order) >= max_classes or (within is not None and c not in within):
                 reachable_beyond.add(c)
                 continue
             order.append(c)

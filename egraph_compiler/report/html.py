@@ -54,6 +54,10 @@ JS = """
       });
     });
   });
+  var pick=document.getElementById('egraph-pick');
+  if(pick)pick.addEventListener('change',function(){
+    document.querySelectorAll('[data-pic]').forEach(function(d){d.hidden=d.getAttribute('data-pic')!==pick.value;});
+  });
   document.documentElement.setAttribute('data-report-ready','1');
 })();
 """
@@ -449,12 +453,18 @@ def _egraph_section(report: Report, render: bool) -> str:
             )
             + ".</p>"
         )
-    svg, msg = render_svg(dot) if render else (None, "picture not rendered (disabled)")
-    if svg is not None:
-        out.append(f'<div class="egraph">{svg}</div>')
-    else:
-        out.append(f'<p class="warn">{_e(msg)}</p>')
-    out.append(f"<details><summary>DOT source</summary><pre>{_e(dot)}</pre></details>")
+    pictures = [("all", "the whole program", dot)] + [
+        (p["kernel"], f"kernel {p['kernel']} (writes {', '.join(p['writes'])})", p["dot"])
+        for p in report.extra.get("egraph_kernels") or []
+    ]
+    if len(pictures) > 1:  # one picture per kernel too: its e-classes only, chosen e-nodes green
+        options = "".join(f'<option value="{_e(key)}">{_e(label)}</option>' for key, label, _ in pictures)
+        out.append(f'<p><label>show: <select id="egraph-pick">{options}</select></label></p>')
+    for i, (key, _, text) in enumerate(pictures):
+        svg, msg = render_svg(text) if render else (None, "picture not rendered (disabled)")
+        body = f'<div class="egraph">{svg}</div>' if svg is not None else f'<p class="warn">{_e(msg)}</p>'
+        body += f"<details><summary>DOT source</summary><pre>{_e(text)}</pre></details>"
+        out.append(f'<div data-pic="{_e(key)}"{" hidden" if i else ""}>{body}</div>')
     return "".join(out)
 
 
