@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test fuzz lint bench bench-models bench-kernels bench-calibrate devwheels clean
+.PHONY: demo test fuzz lint typecheck bench bench-models bench-kernels bench-calibrate devwheels clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $$(.ci/find-python) -m venv $(VENV)
@@ -29,6 +29,12 @@ fuzz: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+
+# mypy over the whole package (egraph_compiler/{rules,extract,backends} are links to the checkout's folders, so
+# a plain checkout and mypy resolve them as installed); not clean yet, so not part of lint or the tests
+typecheck: $(STAMP)
+	$(PY) -m pip install -q "mypy>=1.10"
+	$(PY) -m mypy egraph_compiler
 
 # the benchmark tables: micro-kernels (bench/run.py, against numpy and tinygrad), real models (bench/models.py,
 # against PyTorch eager and torch.compile), GEMM/convolution shapes (bench/kernels.py, against numpy and
