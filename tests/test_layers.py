@@ -15,7 +15,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = "egraph_compiler"
 # folders of the checkout that install as subpackages of egraph_compiler
-FOLDERS = {"rules": "rules", "extract": "extract", "backends": "backends"}
+FOLDERS = ("rules", "extract", "backends")
 
 # layer -> the layers it may import (besides itself)
 ALLOWED: dict[str, set[str]] = {
@@ -37,7 +37,7 @@ TOP = {"", "cli", "demo"}  # the package's __init__ (the public API), the CLI an
 def modules() -> dict[str, Path]:
     """Dotted name -> file, for every module of the package as it installs."""
     found = {}
-    for base, prefix in [(ROOT / PACKAGE, PACKAGE)] + [(ROOT / d, f"{PACKAGE}.{n}") for n, d in FOLDERS.items()]:
+    for base, prefix in [(ROOT / PACKAGE, PACKAGE)] + [(ROOT / d, f"{PACKAGE}.{d}") for d in FOLDERS]:
         for path in base.rglob("*.py"):
             parts = list(path.relative_to(base).with_suffix("").parts)
             if parts[-1] == "__init__":

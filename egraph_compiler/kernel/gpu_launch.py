@@ -304,73 +304,36 @@ class LaunchPlanner:
         return up if 1 < math.prod(range_size(r) for r in up) <= MAX_LANES else []
 
     def match_tc(self, item: Item) -> TCMatch | str:
-        """The item's wmma plan, or why it has none."""
-        warps = [r for r in item.loop if axis_type(r) is AxisType.WARP]
-        if len(warps) != 2 or any(range_size(w) != 16 for w in warps):
-            return "needs exactly two WARP ranges of size 16"
-        rest = [r for r in item.loop if r not in warps]
-        has_global = any(axis_type(r) is AxisType.GLOBAL for r in rest)
-        allowed = (
-            (AxisType.GLOBAL, AxisType.LOCAL, AxisType.UPCAST)
-            if has_global
-            else (AxisType.GLOBAL, AxisType.LOCAL, AxisType.UPCAST, AxisType.LOOP, AxisType.THREAD)
-        )
-        if any(axis_type(r) not in allowed for r in rest):
-            return "other END ranges must be GLOBAL/LOCAL/UPCAST (or LOOP without GLOBAL)"
-        ups = tuple(r for r in rest if axis_type(r) is AxisType.UPCAST)
-        if math.prod(range_size(r) for r in ups) > TC_MAX_TILES:
-            return f"at most {TC_MAX_TILES} tiles (UPCAST combinations) per warp"
-        k16 = [
-            u
-            for u in item.store.toposort()
-            if u.op is Ops.REDUCE
-            and any(r.op is Ops.RANGE and axis_type(r) is AxisType.UNROLL and range_size(r) == 16 for r in u.src[1:])
-        ]
-        if len(k16) != 1:
-            return "needs exactly one REDUCE with an UNROLL range of size 16"
-        red = k16[0]
-        if red.arg[0] is not Ops.ADD or red.dtype is not dtypes.float32:
-            return "the REDUCE must be ADD in float32"
-        ks = [r for r in red.src[1:] if axis_type(r) is AxisType.UNROLL and range_size(r) == 16]
-        if len(ks) != 1 or any(axis_type(r) is AxisType.GROUP_REDUCE for r in red.src[1:]):
-            return "the REDUCE needs one UNROLL-16 range and no GROUP_REDUCE range"
-        k, body = ks[0], red.src[0]
-        if body.op is not Ops.MUL:
-            return "the REDUCE body must be a product"
-        loads: list[UOp] = []
-        for s in body.src:
-            x = s.src[0] if s.op is Ops.CAST else s
-            if x.op is not Ops.LOAD or len(x.src) > 2 or x.dtype not in HALFS or s.dtype is not dtypes.float32:
-                return "the product must be of two ungated float16/bfloat16 loads cast to float32"
-            loads.append(x)
-        if loads[0].dtype != loads[1].dtype:
-            return "both operands must have the same dtype"
+        """The item's wmma plan, or why it has none: its ranges, its k-16 REDUCE, the two half-precision operand
+        loads of the product it sums, and each operand's layout (each step says what it needs when it fails)."""
+        ranges = _tc_ranges(item)
+        if isinstance(ranges, str):
+            return ranges
+        warps, rest, ups = ranges
+        reduction = _tc_reduce(item)
+        if isinstance(reduction, str):
+            return reduction
+        red, k = reduction
+        loads = _tc_loads(red)
+        if isinstance(loads, str):
+            return loads
         idx = [index_of(x.src[0]) for x in loads]
         if idx[0] is None or idx[1] is None:
             return "loads need an index"
-        inside = set(rest) | set(red.src[1:])
         wa = [w for w in warps if w in self.deps(idx[0])]
         wb = [w for w in warps if w in self.deps(idx[1])]
         if len(wa) != 1 or len(wb) != 1 or wa == wb:
             return "each operand must depend on a different WARP range"
         m, n = wa[0], wb[0]
+        inside = set(rest) | set(red.src[1:])
         sides = []
         for x, ix, w, is_a in ((loads[0], idx[0], m, True), (loads[1], idx[1], n, False)):
             if not self.deps(ix) <= inside | {w}:
                 return "operand indices use ranges outside the tile"
-            aff = affine(ix)
-            if aff is None:
-                return "operand indices must be affine"
-            cw, ck = aff.get(w, 0), aff.get(k, 0)
-            if is_a:  # A: element (m, k); row_major: m*ldm + k
-                layout, ldm = ("row_major", cw) if ck == 1 else ("col_major", ck) if cw == 1 else ("", 0)
-            else:  # B: element (k, n); row_major: k*ldm + n
-                layout, ldm = ("row_major", ck) if cw == 1 else ("col_major", cw) if ck == 1 else ("", 0)
-            if not layout or ldm <= 0 or ldm % 8:
-                return "operands need a unit stride and a leading dimension that is a multiple of 8"
-            if any(c % 16 for key, c in aff.items() if key not in (w, k)):
-                return "tile origins must be 32-byte aligned (other coefficients multiples of 16)"
-            sides.append((buffer_of(x.src[0]), ix, layout, ldm))
+            side = _tc_operand(x, ix, w, k, is_a)
+            if isinstance(side, str):
+                return side
+            sides.append(side)
         if any((r in self.deps(idx[0])) == (r in self.deps(idx[1])) for r in ups):
             return "each UPCAST range must select tiles of exactly one operand"
         elem = "half" if loads[0].dtype is dtypes.float16 else "__nv_bfloat16"
@@ -447,3 +410,75 @@ class LaunchPlanner:
             else:
                 out.append(Phase([it], it.grid, it.block, it.group, it.tc is not None))
         return out
+
+
+# ---- tensor-core matching: each step returns what it found, or why the item has no wmma plan ----------------
+
+
+def _tc_ranges(item: Item) -> tuple[list[UOp], list[UOp], tuple[UOp, ...]] | str:
+    """(the two WARP ranges, the other END ranges, the UPCAST ones among them: one tile each)."""
+    warps = [r for r in item.loop if axis_type(r) is AxisType.WARP]
+    if len(warps) != 2 or any(range_size(w) != 16 for w in warps):
+        return "needs exactly two WARP ranges of size 16"
+    rest = [r for r in item.loop if r not in warps]
+    allowed = {AxisType.GLOBAL, AxisType.LOCAL, AxisType.UPCAST}
+    if not any(axis_type(r) is AxisType.GLOBAL for r in rest):
+        allowed |= {AxisType.LOOP, AxisType.THREAD}
+    if any(axis_type(r) not in allowed for r in rest):
+        return "other END ranges must be GLOBAL/LOCAL/UPCAST (or LOOP without GLOBAL)"
+    ups = tuple(r for r in rest if axis_type(r) is AxisType.UPCAST)
+    if math.prod(range_size(r) for r in ups) > TC_MAX_TILES:
+        return f"at most {TC_MAX_TILES} tiles (UPCAST combinations) per warp"
+    return warps, rest, ups
+
+
+def _is_k16(r: UOp) -> bool:
+    return r.op is Ops.RANGE and axis_type(r) is AxisType.UNROLL and range_size(r) == 16
+
+
+def _tc_reduce(item: Item) -> tuple[UOp, UOp] | str:
+    """(the float32 ADD REDUCE over one UNROLL range of 16, that range: the k of a 16x16x16 step)."""
+    k16 = [u for u in item.store.toposort() if u.op is Ops.REDUCE and any(_is_k16(r) for r in u.src[1:])]
+    if len(k16) != 1:
+        return "needs exactly one REDUCE with an UNROLL range of size 16"
+    red = k16[0]
+    if red.arg[0] is not Ops.ADD or red.dtype is not dtypes.float32:
+        return "the REDUCE must be ADD in float32"
+    ks = [r for r in red.src[1:] if _is_k16(r)]
+    if len(ks) != 1 or any(axis_type(r) is AxisType.GROUP_REDUCE for r in red.src[1:]):
+        return "the REDUCE needs one UNROLL-16 range and no GROUP_REDUCE range"
+    return red, ks[0]
+
+
+def _tc_loads(red: UOp) -> list[UOp] | str:
+    """The two ungated half-precision loads whose product (cast to float32) the REDUCE sums."""
+    body = red.src[0]
+    if body.op is not Ops.MUL:
+        return "the REDUCE body must be a product"
+    loads: list[UOp] = []
+    for s in body.src:
+        x = s.src[0] if s.op is Ops.CAST else s
+        if x.op is not Ops.LOAD or len(x.src) > 2 or x.dtype not in HALFS or s.dtype is not dtypes.float32:
+            return "the product must be of two ungated float16/bfloat16 loads cast to float32"
+        loads.append(x)
+    if loads[0].dtype != loads[1].dtype:
+        return "both operands must have the same dtype"
+    return loads
+
+
+def _tc_operand(load: UOp, ix: UOp, w: UOp, k: UOp, is_a: bool) -> tuple[UOp, UOp, str, int] | str:
+    """(buffer, index, layout, leading dimension) of operand A (element (m, k)) or B (element (k, n)), whose
+    WARP range is w: unit stride along w or k, a leading dimension that is a multiple of 8, tiles 32-byte aligned."""
+    aff = affine(ix)
+    if aff is None:
+        return "operand indices must be affine"
+    cw, ck = aff.get(w, 0), aff.get(k, 0)
+    if is_a:  # A: element (m, k); row_major: m*ldm + k
+        layout, ldm = ("row_major", cw) if ck == 1 else ("col_major", ck) if cw == 1 else ("", 0)
+    else:  # B: element (k, n); row_major: k*ldm + n
+        layout, ldm = ("row_major", ck) if cw == 1 else ("col_major", cw) if ck == 1 else ("", 0)
+    if not layout or ldm <= 0 or ldm % 8:
+        return "operands need a unit stride and a leading dimension that is a multiple of 8"
+    if any(c % 16 for key, c in aff.items() if key not in (w, k)):
+        return "tile origins must be 32-byte aligned (other coefficients multiples of 16)"
+    return buffer_of(load.src[0]), ix, layout, ldm
