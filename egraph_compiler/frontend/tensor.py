@@ -8,6 +8,7 @@ int32/float32 as in tinygrad. Bad arguments raise diagnostics.
 
 from __future__ import annotations
 
+import builtins
 import itertools
 import math
 from collections.abc import Sequence
@@ -565,7 +566,7 @@ class Tensor(TensorNN, TensorMath, TensorSelect):
             suggestion="use a Tensor, numpy array or python number",
         )
 
-    def _broadcast_to(self, shape: tuple[int, ...]) -> Tensor:
+    def _broadcast_to(self, shape: tuple[builtins.int, ...]) -> Tensor:
         if self.shape == shape:
             return self
         padded = (1,) * (len(shape) - self.ndim) + self.shape
@@ -576,7 +577,7 @@ class Tensor(TensorNN, TensorMath, TensorSelect):
         shape = broadcast_shapes(*(t.shape for t in ts), at=at)
         return tuple(t._broadcast_to(shape) for t in ts)
 
-    def _binop(self, op: Ops, x: Any, reverse: bool = False, dtype: DType | None = None) -> Tensor:
+    def _binop(self, op: Ops, x: Any, reverse: builtins.bool = False, dtype: DType | None = None) -> Tensor:
         y = self._to_tensor(x, op.name)
         a, b = (y, self) if _flag(reverse) else (self, y)
         dt = dtype or promote(a.dtype, b.dtype)
@@ -590,31 +591,31 @@ class Tensor(TensorNN, TensorMath, TensorSelect):
         return self if self.dtype.is_float else self.cast(dtypes.default_float)
 
     # arithmetic
-    def add(self, x: Any, reverse: bool = False) -> Tensor:
+    def add(self, x: Any, reverse: builtins.bool = False) -> Tensor:
         return self._binop(Ops.ADD, x, reverse)
 
-    def mul(self, x: Any, reverse: bool = False) -> Tensor:
+    def mul(self, x: Any, reverse: builtins.bool = False) -> Tensor:
         return self._binop(Ops.MUL, x, reverse)
 
     def neg(self) -> Tensor:
         # -1 in the tensor's own dtype (all ones for unsigned: negation wraps, as numpy's does)
         return self.logical_not() if self.dtype.is_bool else self * Tensor(UOp.const(-1, self.dtype))
 
-    def sub(self, x: Any, reverse: bool = False) -> Tensor:
+    def sub(self, x: Any, reverse: builtins.bool = False) -> Tensor:
         a, b = (self._to_tensor(x, "sub"), self) if _flag(reverse) else (self, self._to_tensor(x, "sub"))
         dt = promote(a.dtype, b.dtype)
         if dt.is_bool:
             raise DTypeError(at="Tensor sub", why="subtracting bools", suggestion="use ^ or logical_not()")
         return a.cast(dt) + (-b.cast(dt))  # promote first: negating a bool/unsigned/narrower b would wrap
 
-    def div(self, x: Any, reverse: bool = False) -> Tensor:
+    def div(self, x: Any, reverse: builtins.bool = False) -> Tensor:
         a, b = (self._to_tensor(x, "div"), self) if _flag(reverse) else (self, self._to_tensor(x, "div"))
         dt = promote(a.dtype, b.dtype)
         if not dt.is_float:
             dt = dtypes.default_float
         return a._binop(Ops.FDIV, b, dtype=dt)  # true division, as numpy's (not a * (1/b))
 
-    def floordiv(self, x: Any, reverse: bool = False) -> Tensor:
+    def floordiv(self, x: Any, reverse: builtins.bool = False) -> Tensor:
         a, b = (self._to_tensor(x, "//"), self) if _flag(reverse) else (self, self._to_tensor(x, "//"))
         dt = promote(a.dtype, b.dtype)
         if dt.is_int:
@@ -623,7 +624,7 @@ class Tensor(TensorNN, TensorMath, TensorSelect):
             raise DTypeError(at="Tensor //", why="floor division of bools", suggestion="cast to int first")
         return (a.cast(dt) / b.cast(dt)).floor()
 
-    def mod(self, x: Any, reverse: bool = False) -> Tensor:
+    def mod(self, x: Any, reverse: builtins.bool = False) -> Tensor:
         a, b = (self._to_tensor(x, "%"), self) if _flag(reverse) else (self, self._to_tensor(x, "%"))
         dt = promote(a.dtype, b.dtype)
         if dt.is_int:
@@ -633,7 +634,7 @@ class Tensor(TensorNN, TensorMath, TensorSelect):
         a, b = a.cast(dt), b.cast(dt)
         return a - (a / b).floor() * b
 
-    def pow(self, x: Any, reverse: bool = False) -> Tensor:
+    def pow(self, x: Any, reverse: builtins.bool = False) -> Tensor:
         if not _flag(reverse) and _is_scalar(x) and not isinstance(x, bool) and float(x).is_integer() and abs(x) <= 4:
             n = int(x)
             base = self if n >= 0 else self._float().reciprocal()
@@ -674,7 +675,7 @@ class Tensor(TensorNN, TensorMath, TensorSelect):
         return Tensor(UOp.build(Ops.WHERE, (c.uop, a.uop, b.uop)))
 
     # comparisons
-    def _cmp(self, op: Ops, x: Any, reverse: bool = False) -> Tensor:
+    def _cmp(self, op: Ops, x: Any, reverse: builtins.bool = False) -> Tensor:
         y = self._to_tensor(x, op.name)
         a, b = (y, self) if _flag(reverse) else (self, y)
         dt = promote(a.dtype, b.dtype)
@@ -699,7 +700,7 @@ class Tensor(TensorNN, TensorMath, TensorSelect):
     def __eq__(self, x: Any) -> Tensor:
         return self._cmp(Ops.CMPNE, x).logical_not()  # type: ignore[override]
 
-    def _at_most(self, x: Any, reverse: bool = False) -> Tensor:
+    def _at_most(self, x: Any, reverse: builtins.bool = False) -> Tensor:
         """self <= x (x <= self with `reverse`). Floats compare as numpy does: a NaN on either side is False, so
         not `not (x < self)`."""
         y = self._to_tensor(x, "<=")
@@ -713,7 +714,7 @@ class Tensor(TensorNN, TensorMath, TensorSelect):
         return b._binop(Ops.CMPNE, True)
 
     # bitwise
-    def _bitop(self, op: Ops, x: Any, reverse: bool = False) -> Tensor:
+    def _bitop(self, op: Ops, x: Any, reverse: builtins.bool = False) -> Tensor:
         out = self._binop(op, x, reverse)
         if not (out.dtype.is_int or out.dtype.is_bool):
             raise DTypeError(
@@ -869,7 +870,7 @@ class Tensor(TensorNN, TensorMath, TensorSelect):
 
     # ---- movement ------------------------------------------------------------------------------
 
-    def _resolve_axis(self, axis: Any, ndim: int | None = None, what: str = "axis") -> int:
+    def _resolve_axis(self, axis: Any, ndim: builtins.int | None = None, what: str = "axis") -> builtins.int:
         n = self.ndim if ndim is None else ndim
         a = _as_int(axis, what)
         if not -max(n, 1) <= a < max(n, 1):
@@ -906,16 +907,16 @@ class Tensor(TensorNN, TensorMath, TensorSelect):
     def view(self, *shape: Any) -> Tensor:
         return self.reshape(*shape)
 
-    def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Tensor:
+    def flatten(self, start_dim: builtins.int = 0, end_dim: builtins.int = -1) -> Tensor:
         s = self._resolve_axis(start_dim, what="flatten")
         e = self._resolve_axis(end_dim, what="flatten")
         return self.reshape(self.shape[:s] + (math.prod(self.shape[s : e + 1]),) + self.shape[e + 1 :])
 
-    def unsqueeze(self, dim: int) -> Tensor:
+    def unsqueeze(self, dim: builtins.int) -> Tensor:
         d = self._resolve_axis(dim, self.ndim + 1, "unsqueeze")
         return self.reshape(self.shape[:d] + (1,) + self.shape[d:])
 
-    def squeeze(self, dim: int | None = None) -> Tensor:
+    def squeeze(self, dim: builtins.int | None = None) -> Tensor:
         if dim is None:
             return self.reshape(tuple(s for s in self.shape if s != 1)) if self.ndim else self  # all ones: 0-d
         d = self._resolve_axis(dim, what="squeeze")
@@ -929,7 +930,7 @@ class Tensor(TensorNN, TensorMath, TensorSelect):
             )
         return Tensor(self.uop.permute(o))
 
-    def transpose(self, dim0: int = 1, dim1: int = 0) -> Tensor:
+    def transpose(self, dim0: builtins.int = 1, dim1: builtins.int = 0) -> Tensor:
         a, b = self._resolve_axis(dim0, what="transpose"), self._resolve_axis(dim1, what="transpose")
         order = list(range(self.ndim))
         order[a], order[b] = order[b], order[a]
@@ -955,7 +956,7 @@ class Tensor(TensorNN, TensorMath, TensorSelect):
                 )
         return Tensor(self.uop.reshape(old).expand(shp))
 
-    def _pairs(self, arg: Any, what: str, default: Any) -> tuple[tuple[int, int], ...]:
+    def _pairs(self, arg: Any, what: str, default: Any) -> tuple[tuple[builtins.int, builtins.int], ...]:
         if not isinstance(arg, (tuple, list)):
             raise InvalidArgument(
                 at=what,
@@ -1097,7 +1098,7 @@ class Tensor(TensorNN, TensorMath, TensorSelect):
             out = Tensor(out.uop.reshape(tuple(out.shape[::2])))
         return out.reshape(tuple(final_shape))
 
-    def cat(self, *args: Tensor, dim: int = 0) -> Tensor:
+    def cat(self, *args: Tensor, dim: builtins.int = 0) -> Tensor:
         ts = (self, *args)
         if self.ndim == 0:
             raise ShapeMismatch(at="cat", why="0-d tensors cannot be concatenated", suggestion="use stack, or reshape to (1,)")
@@ -1125,7 +1126,7 @@ class Tensor(TensorNN, TensorMath, TensorSelect):
         assert out is not None
         return out
 
-    def stack(self, *args: Tensor, dim: int = 0) -> Tensor:
+    def stack(self, *args: Tensor, dim: builtins.int = 0) -> Tensor:
         ts = (self, *args)
         d = self._resolve_axis(dim, self.ndim + 1, "stack")
         return ts[0].unsqueeze(d).cat(*(t.unsqueeze(d) if isinstance(t, Tensor) else t for t in ts[1:]), dim=d)
@@ -1141,7 +1142,7 @@ class Tensor(TensorNN, TensorMath, TensorSelect):
 
     # ---- reductions ----------------------------------------------------------------------------
 
-    def _axes(self, axis: Any) -> tuple[int, ...]:
+    def _axes(self, axis: Any) -> tuple[builtins.int, ...]:
         if axis is None:
             return tuple(range(self.ndim))
         if isinstance(axis, (tuple, list)):
@@ -1151,7 +1152,7 @@ class Tensor(TensorNN, TensorMath, TensorSelect):
             return axes
         return (self._resolve_axis(axis),)
 
-    def _reduce(self, op: Ops, axis: Any, keepdim: bool) -> Tensor:
+    def _reduce(self, op: Ops, axis: Any, keepdim: builtins.bool) -> Tensor:
         axes = self._axes(axis)
         if not isinstance(keepdim, (bool, np.bool_)):
             raise InvalidArgument(at="reduce", why=f"keepdim={keepdim!r} is not a bool", suggestion="pass True/False")
@@ -1160,38 +1161,38 @@ class Tensor(TensorNN, TensorMath, TensorSelect):
             return out
         return out.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
 
-    def sum(self, axis: Any = None, keepdim: bool = False, dtype: DType | str | None = None) -> Tensor:
+    def sum(self, axis: Any = None, keepdim: builtins.bool = False, dtype: DType | str | None = None) -> Tensor:
         acc = to_dtype(dtype) if dtype is not None else sum_acc_dtype(self.dtype)
         if acc.is_float and acc.itemsize < 4:  # halves accumulate in float32, results come back as halves
             return self.cast(dtypes.float32)._reduce(Ops.ADD, axis, keepdim).cast(acc)
         return self.cast(acc)._reduce(Ops.ADD, axis, keepdim)
 
-    def prod(self, axis: Any = None, keepdim: bool = False) -> Tensor:
+    def prod(self, axis: Any = None, keepdim: builtins.bool = False) -> Tensor:
         return self.cast(sum_acc_dtype(self.dtype))._reduce(Ops.MUL, axis, keepdim)
 
-    def max(self, axis: Any = None, keepdim: bool = False) -> Tensor:
+    def max(self, axis: Any = None, keepdim: builtins.bool = False) -> Tensor:
         return self._reduce(Ops.MAX, axis, keepdim)
 
-    def min(self, axis: Any = None, keepdim: bool = False) -> Tensor:
+    def min(self, axis: Any = None, keepdim: builtins.bool = False) -> Tensor:
         if self.dtype.is_bool:
             return self.logical_not().max(axis, keepdim).logical_not()
         if self.dtype.is_int:  # ~ reverses the order of every int (negation would wrap at the dtype minimum)
             return ~((~self).max(axis, keepdim))
         return -((-self).max(axis, keepdim))
 
-    def mean(self, axis: Any = None, keepdim: bool = False) -> Tensor:
+    def mean(self, axis: Any = None, keepdim: builtins.bool = False) -> Tensor:
         x = self._float()
         n = math.prod(self.shape[a] for a in self._axes(axis)) if self.ndim else 1
         return x.sum(axis, keepdim) * (1.0 / n)
 
-    def var(self, axis: Any = None, keepdim: bool = False, correction: int = 1) -> Tensor:
+    def var(self, axis: Any = None, keepdim: builtins.bool = False, correction: builtins.int = 1) -> Tensor:
         x = self._float()
         n = math.prod(self.shape[a] for a in self._axes(axis))
         d = x - x.mean(axis, keepdim=True)
         # as numpy and tinygrad: no degrees of freedom left divides by zero (NaN, or inf), never by a made-up 1
         return (d * d).sum(axis, keepdim) / float(max(n - correction, 0))
 
-    def std(self, axis: Any = None, keepdim: bool = False, correction: int = 1) -> Tensor:
+    def std(self, axis: Any = None, keepdim: builtins.bool = False, correction: builtins.int = 1) -> Tensor:
         return self.var(axis, keepdim, correction).sqrt()
 
     # ---- matmul --------------------------------------------------------------------------------
@@ -1199,7 +1200,7 @@ class Tensor(TensorNN, TensorMath, TensorSelect):
     def dot(self, w: Tensor) -> Tensor:
         return self.matmul(w)
 
-    def matmul(self, x: Tensor, reverse: bool = False) -> Tensor:
+    def matmul(self, x: Tensor, reverse: builtins.bool = False) -> Tensor:
         """The spec's gemm composition: (A.reshape(M,K,1) * B.reshape(1,K,N)).sum(K axis), with batching."""
         y = x if isinstance(x, Tensor) else self._to_tensor(x, "matmul")
         a, b = (y, self) if _flag(reverse) else (self, y)

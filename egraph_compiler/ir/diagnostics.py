@@ -47,30 +47,144 @@ def _jsonable(v: Any) -> Any:
     return str(v)
 
 
-def _diag(code: str, kind: str, doc: str) -> type[CompilerError]:
-    return type(kind, (CompilerError,), {"code": code, "kind": kind, "__doc__": doc})
+class BroadcastMismatch(CompilerError):
+    """Right-aligned shapes differ on an axis where neither is 1."""
+
+    code = "E1001"
+    kind = "BroadcastMismatch"
 
 
-BroadcastMismatch = _diag("E1001", "BroadcastMismatch", "Right-aligned shapes differ on an axis where neither is 1.")
-ShapeMismatch = _diag("E1002", "ShapeMismatch", "Shapes that must agree do not (reshape size, matmul inner dims, ...).")
-AxisError = _diag("E1003", "AxisOutOfRange", "An axis or dimension index is outside the tensor's rank.")
-DTypeError = _diag("E1004", "DTypeMismatch", "A dtype is unknown or not allowed for this operation.")
-InvalidSize = _diag("E1005", "InvalidSize", "A size is zero, negative or not an integer.")
-InvalidArgument = _diag("E1006", "InvalidArgument", "An argument has the wrong type or an impossible value.")
-UnknownOp = _diag("E1101", "UnknownOp", "An operation name is not known to the frontend.")
-MissingDivGuard = _diag("E1203", "MissingDivGuard", "A division or modulo could not be proven safe.")
-UnguardedAccess = _diag("E1204", "UnguardedAccess", "A load or store may index outside its buffer without a guard.")
-AxisAlignmentMismatch = _diag("E1304", "AxisAlignmentMismatch", "A tensor's declared shape disagrees with its computed shape.")
-MalformedJSON = _diag("E1401", "MalformedJSON", "A Frontend-IR document is not valid JSON or misses required fields.")
-CyclicGraph = _diag("E1402", "CyclicGraph", "The graph has a cycle.")
-UnknownTensor = _diag("E1403", "UnknownTensor", "A node refers to a tensor that is never defined.")
-MissingInput = _diag("E1404", "MissingInput", "A program input was not supplied, or has the wrong shape or dtype.")
-OutOfBounds = _diag("E1501", "OutOfBounds", "A kernel accessed memory outside a buffer at run time.")
-OutOfMemory = _diag("E1502", "OutOfMemory", "A buffer of a program, or the compiler's own e-graph, could not be allocated.")
-LimitReached = _diag("W2001", "LimitReached", "The optimizer stopped at a node, iteration or time limit.")
-BackendUnavailable = _diag("E1601", "BackendUnavailable", "A backend's toolchain or device is not available here.")
-BackendError = _diag("E1602", "BackendError", "A backend failed to compile or run a kernel.")
-UnsupportedOp = _diag("E1603", "UnsupportedOp", "An operation cannot be lowered or run by this stage or backend.")
+class ShapeMismatch(CompilerError):
+    """Shapes that must agree do not (reshape size, matmul inner dims, ...)."""
+
+    code = "E1002"
+    kind = "ShapeMismatch"
+
+
+class AxisError(CompilerError):
+    """An axis or dimension index is outside the tensor's rank."""
+
+    code = "E1003"
+    kind = "AxisOutOfRange"
+
+
+class DTypeError(CompilerError):
+    """A dtype is unknown or not allowed for this operation."""
+
+    code = "E1004"
+    kind = "DTypeMismatch"
+
+
+class InvalidSize(CompilerError):
+    """A size is zero, negative or not an integer."""
+
+    code = "E1005"
+    kind = "InvalidSize"
+
+
+class InvalidArgument(CompilerError):
+    """An argument has the wrong type or an impossible value."""
+
+    code = "E1006"
+    kind = "InvalidArgument"
+
+
+class UnknownOp(CompilerError):
+    """An operation name is not known to the frontend."""
+
+    code = "E1101"
+    kind = "UnknownOp"
+
+
+class MissingDivGuard(CompilerError):
+    """A division or modulo could not be proven safe."""
+
+    code = "E1203"
+    kind = "MissingDivGuard"
+
+
+class UnguardedAccess(CompilerError):
+    """A load or store may index outside its buffer without a guard."""
+
+    code = "E1204"
+    kind = "UnguardedAccess"
+
+
+class AxisAlignmentMismatch(CompilerError):
+    """A tensor's declared shape disagrees with its computed shape."""
+
+    code = "E1304"
+    kind = "AxisAlignmentMismatch"
+
+
+class MalformedJSON(CompilerError):
+    """A Frontend-IR document is not valid JSON or misses required fields."""
+
+    code = "E1401"
+    kind = "MalformedJSON"
+
+
+class CyclicGraph(CompilerError):
+    """The graph has a cycle."""
+
+    code = "E1402"
+    kind = "CyclicGraph"
+
+
+class UnknownTensor(CompilerError):
+    """A node refers to a tensor that is never defined."""
+
+    code = "E1403"
+    kind = "UnknownTensor"
+
+
+class MissingInput(CompilerError):
+    """A program input was not supplied, or has the wrong shape or dtype."""
+
+    code = "E1404"
+    kind = "MissingInput"
+
+
+class OutOfBounds(CompilerError):
+    """A kernel accessed memory outside a buffer at run time."""
+
+    code = "E1501"
+    kind = "OutOfBounds"
+
+
+class OutOfMemory(CompilerError):
+    """A buffer of a program, or the compiler's own e-graph, could not be allocated."""
+
+    code = "E1502"
+    kind = "OutOfMemory"
+
+
+class LimitReached(CompilerError):
+    """The optimizer stopped at a node, iteration or time limit."""
+
+    code = "W2001"
+    kind = "LimitReached"
+
+
+class BackendUnavailable(CompilerError):
+    """A backend's toolchain or device is not available here."""
+
+    code = "E1601"
+    kind = "BackendUnavailable"
+
+
+class BackendError(CompilerError):
+    """A backend failed to compile or run a kernel."""
+
+    code = "E1602"
+    kind = "BackendError"
+
+
+class UnsupportedOp(CompilerError):
+    """An operation cannot be lowered or run by this stage or backend."""
+
+    code = "E1603"
+    kind = "UnsupportedOp"
 
 
 class EstimateWarning(UserWarning):
