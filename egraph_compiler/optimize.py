@@ -114,7 +114,6 @@ def kernel_session() -> EGraphSession:
 # ---- inputs ----------------------------------------------------------------------------------------
 
 
-@runtime_checkable
 class TensorLike(Protocol):
     """A frontend's tensor: anything that names the UOp graph it stands for (the Tensor API's Tensor)."""
 
@@ -135,9 +134,8 @@ Inputs = Sequence[UOp | TensorLike] | Mapping[str, UOp | TensorLike]
 
 
 def _uop(x: object) -> UOp | None:
-    if isinstance(x, UOp):
-        return x
-    u = getattr(x, "uop", None) if isinstance(x, TensorLike) else None
+    """x's graph: x itself, or a TensorLike's `.uop`; None for anything else."""
+    u = x if isinstance(x, UOp) else getattr(x, "uop", None)
     return u if isinstance(u, UOp) else None
 
 
