@@ -111,6 +111,7 @@ from egraph_compiler.ir.dtypes import DType, as_const, bf16_round, dtypes
 from egraph_compiler.ir.interpret import coerce_input
 from egraph_compiler.ir.ops import OP_TABLE, AxisType, Ops
 from egraph_compiler.ir.uop import UOp, range_name
+from egraph_compiler.kernel.analysis import range_size
 from egraph_compiler.kernel.gpu_launch import (
     FLAT_BLOCK,
     GRID_LIMITS,
@@ -126,7 +127,6 @@ from egraph_compiler.kernel.gpu_launch import (
     affine,
     axis_type,
     index_of,
-    range_size,
     unsupported,
 )
 from egraph_compiler.kernel.program import BufferSpec, HostBuffers, Kernel, buffer_of

@@ -103,7 +103,7 @@ from egraph_compiler.ir.dtypes import DType, bf16_round, dtypes
 from egraph_compiler.ir.ops import OP_TABLE, AxisType, Ops
 from egraph_compiler.ir.uop import UOp
 from egraph_compiler.kernel import disk_cache
-from egraph_compiler.kernel.analysis import RangeDeps, store_items
+from egraph_compiler.kernel.analysis import RangeDeps, range_size, store_items
 from egraph_compiler.kernel.cpu_target import CPUTarget, cpu_target, host_cpu
 from egraph_compiler.kernel.program import HostBuffers, Kernel, Program, accumulator_axis, buffer_of, stride
 
@@ -229,17 +229,6 @@ def _guards(order: list[UOp]) -> dict[UOp, frozenset[Cond]]:
     return conds
 
 
-def _bound(r: UOp) -> int:
-    b = r.src[0]
-    if b.op is not Ops.CONST:
-        raise UnsupportedOp(
-            at=f"RANGE {r.arg!r}",
-            why="the LLVM backend needs constant loop bounds",
-            suggestion="bind symbolic sizes before lowering",
-        )
-    return int(b.arg)
-
-
 def _is_unrolled(r: UOp) -> bool:
     return r.arg[1] in UNROLLED
 
@@ -308,7 +297,7 @@ def _group_reduces(item: _Item, deps: RangeDeps) -> list[UOp]:
         and not deps[u]
         and u.src[1].op is Ops.RANGE
         and u.src[1].arg[1] is AxisType.GROUP_REDUCE
-        and _bound(u.src[1]) > 0
+        and range_size(u.src[1]) > 0
     ]
 
 
@@ -334,14 +323,14 @@ class _Group:
 def _pick_parallel(st: UOp, loops: list[UOp], threads: int, auto: bool) -> UOp | None:
     if threads < 2 or not loops:
         return None
-    thread = [r for r in loops if r.arg[1] is AxisType.THREAD and _bound(r) >= 2]
+    thread = [r for r in loops if r.arg[1] is AxisType.THREAD and range_size(r) >= 2]
     if thread:
         return thread[0]
     outer = loops[0]
-    if not auto or _bound(outer) < 2:
+    if not auto or range_size(outer) < 2:
         return None
     nodes = st.toposort()
-    work = math.prod(_bound(r) for r in nodes if r.op is Ops.RANGE)
+    work = math.prod(range_size(r) for r in nodes if r.op is Ops.RANGE)
     if work < AUTO_PARALLEL_MIN_WORK:
         return None
     # slices must not write what another slice touches: the store moves with the range, and a
@@ -469,14 +458,14 @@ class _Fn:
 
     @staticmethod
     def combos(axes: tuple[UOp, ...]) -> Iterable[dict[UOp, int]]:
-        for ks in itertools.product(*(range(_bound(a)) for a in axes)):
+        for ks in itertools.product(*(range(range_size(a)) for a in axes)):
             yield dict(zip(axes, ks))
 
     @staticmethod
     def pick(v: Val, at: dict[UOp, int]) -> str:
         i = 0
         for a in v.axes:
-            i = i * _bound(a) + at[a]
+            i = i * range_size(a) + at[a]
         return v.names[i]
 
     def each(self, axes: tuple[UOp, ...], fn: Callable[[dict[UOp, int]], str]) -> Val:
@@ -653,7 +642,7 @@ class _Fn:
         # unguarded copies at consecutive addresses not proven inside the buffer (a padded tile's last columns):
         # one vector load with the lanes outside the buffer masked off, not a clamped address per copy (which
         # no vectorizer packs)
-        lane = next((a for a in reversed(axes) if idx_u is not None and _bound(a) >= 2 and stride(idx_u, a) == 1), None)
+        lane = next((a for a in reversed(axes) if idx_u is not None and range_size(a) >= 2 and stride(idx_u, a) == 1), None)
         if not safe and lane is not None and u.dtype in MASKED_LOAD_DTYPES:
             if gate is None and not guards:
                 return self.masked_load(u, idx, lane, axes, size)
@@ -705,7 +694,7 @@ class _Fn:
         index = u.src[0]
         idx_u = _index_of(index)
         assert idx_u is not None
-        n = _bound(lane)
+        n = range_size(lane)
         ty = mem_ty(u.dtype)
         vty, mty, ity = f"<{n} x {ty}>", f"<{n} x i1>", f"<{n} x i64>"
         al = max(1, _np_storage(u.dtype).itemsize)
@@ -743,7 +732,7 @@ class _Fn:
         boolean arithmetic and comparisons; None for anything else. `probe`: only say whether it can."""
         if u in memo:
             return memo[u]
-        n = _bound(lane)
+        n = range_size(lane)
         if lane not in self.kb.deps[u]:  # the same for every lane: its scalar, splat
             if probe:
                 return ""
@@ -814,7 +803,7 @@ class _Fn:
     # -- reduce -------------------------------------------------------------------------------------
     def emit_reduce(self, u: UOp) -> Val:
         op, body, rngs = u.arg[0], u.src[0], list(u.src[1:])
-        if any(_bound(r) == 0 for r in rngs):  # the reference reduces an empty range to 0
+        if any(range_size(r) == 0 for r in rngs):  # the reference reduces an empty range to 0
             return Val((), (literal(0, u.dtype),))
         outer = tuple(sorted((r for r in self.kb.deps[u] if r in self.unroll_pos), key=self.axis_order))
         at_ty = acc_ty(u.dtype)
@@ -822,7 +811,7 @@ class _Fn:
         # channels) accumulate in one vector: the same adds per lane in the same order, but LLVM's SLP vectorizer
         # no longer has to discover (and sometimes mis-packs) the tile
         vec = accumulator_axis(u, list(outer), self.contiguous, self.kb.simd_bytes // u.dtype.itemsize)
-        lanes = _bound(vec) if vec is not None else 1
+        lanes = range_size(vec) if vec is not None else 1
         rest = tuple(a for a in outer if a is not vec)
         ty = f"<{lanes} x {at_ty}>" if vec is not None else at_ty
         ident = self.kb.alu.identity(op, u.dtype)
@@ -836,9 +825,9 @@ class _Fn:
         closers = []
         for r in (r for r in rngs if not _is_unrolled(r)):
             self.hoist(body)
-            closers.append(self.loop(r, "0", str(_bound(r))))
+            closers.append(self.loop(r, "0", str(range_size(r))))
         unr = [r for r in rngs if _is_unrolled(r)]
-        self.push("unroll", [(r, Val((r,), tuple(str(k) for k in range(_bound(r))))) for r in unr])
+        self.push("unroll", [(r, Val((r,), tuple(str(k) for k in range(range_size(r))))) for r in unr])
         val = self.emit(body)
         for a, at in zip(accs, self.combos(rest)):
             x = self.ins(f"load {ty}, ptr {a}")
@@ -905,9 +894,9 @@ class _Fn:
         closers = []
         for r in item.loops:
             self.hoist(item.store)
-            lo, hi = ("%start", "%end") if r is item.parallel else ("0", str(_bound(r)))
+            lo, hi = ("%start", "%end") if r is item.parallel else ("0", str(range_size(r)))
             closers.append(self.loop(r, lo, hi))
-        self.push("unroll", [(r, Val((r,), tuple(str(k) for k in range(_bound(r))))) for r in item.unrolled])
+        self.push("unroll", [(r, Val((r,), tuple(str(k) for k in range(range_size(r))))) for r in item.unrolled])
         idx = _index_of(item.store.src[0])
         self.contiguous = frozenset(r for r in item.unrolled if idx is not None and stride(idx, r) == 1)
         self.emit_store(item.store, item.unrolled)
@@ -1288,7 +1277,7 @@ class _Module:
                     suggestion="bind variables before lowering",
                 )
             if u.op is Ops.RANGE:
-                _bound(u)
+                range_size(u)
         self.items = _items(ast, self.deps, threads, auto_parallel)
         params = ", ".join([f"ptr noalias {self.arg_names[b.arg[0]]}" for b in self.buffers] + ["i64 %start", "i64 %end"])
         self.groups: list[list[_Group]] = []  # per item
@@ -1298,8 +1287,8 @@ class _Module:
         for i, item in enumerate(self.items):
             groups, off = [], 0
             for j, u in enumerate(_group_reduces(item, self.deps)):
-                groups.append(_Group(u, f"k{i}_g{j}", _bound(u.src[1]), off))
-                off += -(-_bound(u.src[1]) * _part_size(u.dtype) // 64) * 64  # each group on its own cache lines
+                groups.append(_Group(u, f"k{i}_g{j}", range_size(u.src[1]), off))
+                off += -(-range_size(u.src[1]) * _part_size(u.dtype) // 64) * 64  # each group on its own cache lines
             self.groups.append(groups)
             self.scratch.append(off)
             for grp in groups:
@@ -1663,7 +1652,7 @@ class LLVMBackend(HostBuffers):
         head = [f"; kernel {kernel.name}: args ({args}, %start, %end)"]
         for i, it in enumerate(m.items):
             if it.parallel is not None:
-                head.append(f"; @k{i}: [%start, %end) slices range {it.parallel.arg[0]!r} (bound {_bound(it.parallel)})")
+                head.append(f"; @k{i}: [%start, %end) slices range {it.parallel.arg[0]!r} (bound {range_size(it.parallel)})")
             for grp in m.groups[i]:
                 head.append(
                     f"; @{grp.fn}(..., %p): [%start, %end) slices group range {grp.reduce.src[1].arg[0]!r} "
@@ -1687,7 +1676,7 @@ class LLVMBackend(HostBuffers):
         checks = [(b.arg[0], _np_storage(b.dtype), math.prod(b.arg[1])) for b in m.buffers]
         if program is not None:  # the program's spec is the authority on a buffer's dtype
             checks = [(n, self.storage_np(program.buffers[n].dtype) if n in program.buffers else dt, s) for n, dt, s in checks]
-        parallel = [_bound(it.parallel) if it.parallel is not None else None for it in m.items]
+        parallel = [range_size(it.parallel) if it.parallel is not None else None for it in m.items]
         groups = [[(grp.fn, grp.bound, grp.offset) for grp in gs] for gs in m.groups]
         return LLVMCompiled(
             kernel.name, [b.arg[0] for b in m.buffers], checks, native, parallel, self.threads, groups, m.scratch, self.cpu

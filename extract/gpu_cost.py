@@ -43,6 +43,7 @@ from egraph_compiler.ir.diagnostics import CompilerError
 from egraph_compiler.ir.dtypes import dtypes
 from egraph_compiler.ir.ops import AxisType, Ops
 from egraph_compiler.ir.uop import UOp
+from egraph_compiler.kernel.analysis import trip_count
 from egraph_compiler.kernel.gpu_launch import (
     FLAT_BLOCK,
     GRID_LIMITS,
@@ -168,10 +169,6 @@ def from_properties(p: dict[str, object], m: GPUMachine = GPUMachine()) -> GPUMa
     )
 
 
-def _bound(r: UOp) -> int:
-    return int(r.src[0].arg) if r.src[0].op is Ops.CONST else 1
-
-
 def _lane_cycles(u: UOp) -> float:
     if u.op is Ops.ADD and u.dtype.is_float and any(s.op is Ops.MUL for s in u.src):
         return 0.0  # fused with the MUL into one FFMA
@@ -205,7 +202,7 @@ class _Thread:
     def copies(self, u: UOp) -> int:
         """How many lane copies of u the renderer emits (one per value of the lanes it depends on)."""
         d = self.r.deps(u)
-        return math.prod(_bound(x) for x in self.lanes if x in d)
+        return math.prod(trip_count(x) for x in self.lanes if x in d)
 
     def vector(self, u: UOp) -> tuple[UOp, int] | None:
         """(lane range, width) when the lane copies of a load/store become vector accesses: unit stride in its
@@ -218,7 +215,7 @@ class _Thread:
         if aff is None or lane is None or aff.get(lane) != 1:
             return None
         for w in (16 // size, 8 // size, 4 // size):
-            if w >= 2 and _bound(lane) % w == 0 and all(c % w == 0 for r, c in aff.items() if r is not lane):
+            if w >= 2 and trip_count(lane) % w == 0 and all(c % w == 0 for r, c in aff.items() if r is not lane):
                 return lane, w
         return None
 
@@ -258,7 +255,7 @@ class _Thread:
         shared = self.shared if not inside and self.r.cooperative(u, self.shared) else None
         share = shared.threads * shared.parts if shared is not None else 1
         for x in inner[depth:]:
-            t.append(t[-1] * _bound(x) / (share if x is inner[-1] else 1))
+            t.append(t[-1] * trip_count(x) / (share if x is inner[-1] else 1))
         if shared is not None:
             self.spread = inner[depth:]
         self.visit(u.src[0], inner, t)
@@ -274,7 +271,7 @@ class _Thread:
             self.lane += trips[depth] * copies * (5 * 2 + (warps + 2) * LANE_CYCLES[Ops.LOAD] / 32)
             self.instr += trips[depth] * copies * (10 + warps)
         if group:  # store, barrier, log2(n) levels of the tree, read back, barrier
-            levels = 2 + sum(math.ceil(math.log2(_bound(g))) for g in group if _bound(g) > 1)
+            levels = 2 + sum(math.ceil(math.log2(trip_count(g))) for g in group if trip_count(g) > 1)
             self.chain += trips[depth] * levels * TREE_STEP
             self.lane += trips[depth] * levels * 2 * LANE_CYCLES[Ops.LOAD]
             self.instr += trips[depth] * levels * 4
@@ -291,7 +288,7 @@ def _sectors(access: UOp, lanes: list[UOp], n_lanes: int, vec: tuple[UOp, int] |
     for t in range(n_lanes):
         off = 0
         for r in reversed(lanes):
-            b = max(1, _bound(r))
+            b = max(1, trip_count(r))
             t, v = divmod(t, b)
             if v and idx is not None:
                 if r not in coef:
@@ -335,7 +332,7 @@ def estimate_gpu(kernel: UOp, m: GPUMachine | None = None) -> KernelEstimate:
         split = r.grid_split(ph)
         flat = not (ph.tc or ph.block or ph.group) and split is None
         block_rs = ph.block + ph.group
-        total = max(math.prod(_bound(x) for x in it.grid) for it in ph.items)
+        total = max(math.prod(trip_count(x) for x in it.grid) for it in ph.items)
         if split is not None:  # the partials launch; the combining one is a launch and a few dependent steps
             threads, blocks, ok = split.block.threads, split.outputs * split.block.parts, True
             est.overhead_s += m.launch_us * 1e-6 + (DRAM_LATENCY + 5 * SHUFFLE_STEP + 2 * TREE_STEP) / hz
@@ -345,8 +342,8 @@ def estimate_gpu(kernel: UOp, m: GPUMachine | None = None) -> KernelEstimate:
             blocks = -(-total // threads)
             ok = blocks <= GRID_LIMITS[0] * GRID_LIMITS[1]
         else:
-            threads = (32 if ph.tc else 1) * math.prod(_bound(x) for x in block_rs)
-            blocks = math.prod(_bound(x) for x in ph.grid)
+            threads = (32 if ph.tc else 1) * math.prod(trip_count(x) for x in block_rs)
+            blocks = math.prod(trip_count(x) for x in ph.grid)
             ok = blocks <= math.prod(GRID_LIMITS)
         if threads > m.max_threads_per_block:
             return _invalid(est, f"phase {k}: {threads} threads per block (max {m.max_threads_per_block})")
@@ -363,14 +360,14 @@ def estimate_gpu(kernel: UOp, m: GPUMachine | None = None) -> KernelEstimate:
         ln = _Launch()
         dram: dict[UOp, float] = {}  # buffer -> bytes it moves
         for it, w in zip(ph.items, works):
-            nb = -(-math.prod(_bound(x) for x in it.grid) // threads) if flat else blocks
+            nb = -(-math.prod(trip_count(x) for x in it.grid) // threads) if flat else blocks
             rounds, waves = -(-nb // m.sms), -(-nb // (m.sms * per_sm))
             lanes = it.grid if flat else [it.tc.m, it.tc.n] if it.tc else block_rs
-            n_lanes = min(32, threads, math.prod(_bound(x) for x in lanes) if flat else threads)
+            n_lanes = min(32, threads, math.prod(trip_count(x) for x in lanes) if flat else threads)
             sector_bytes = 0.0
             for u, runs, inner, vec, spread in w.accesses:
                 sectors, distinct = (
-                    _sectors(u, spread, min(32, math.prod(_bound(x) for x in spread)), vec)
+                    _sectors(u, spread, min(32, math.prod(trip_count(x) for x in spread)), vec)
                     if spread
                     else _sectors(u, lanes, n_lanes, vec)
                 )
@@ -420,11 +417,11 @@ def _item(r: LaunchPlanner, it: Item, ph: Phase, shared: SharedBlock | None) -> 
     loops = [x for x in it.seq if x not in w.lanes]
     trips = [1.0]
     for x in loops:
-        trips.append(trips[-1] * _bound(x))
+        trips.append(trips[-1] * trip_count(x))
     if it.tc is None:
         w.visit(it.store, loops, trips)
         w.smem = (
-            math.prod(_bound(x) for x in ph.block + ph.group)
+            math.prod(trip_count(x) for x in ph.block + ph.group)
             * sum(  # one tree array per group reduce
                 8 if u.dtype.itemsize == 8 else 4
                 for u in it.store.toposort()
@@ -433,18 +430,18 @@ def _item(r: LaunchPlanner, it: Item, ph: Phase, shared: SharedBlock | None) -> 
         )
         return w
     tc = it.tc
-    warps = math.prod(_bound(x) for x in ph.block)
+    warps = math.prod(trip_count(x) for x in ph.block)
     tile = 256 * tc.a[0].dtype.itemsize
-    frags = [math.prod(_bound(x) for x in tc.ups if x in r.deps(side[1])) for side in (tc.a, tc.b)]
-    w.tc_steps = math.prod(_bound(x) for x in tc.reduce.src[1:] if x.op is Ops.RANGE and x is not tc.k)
-    w.tc_mmas = math.prod(_bound(x) for x in tc.ups)
+    frags = [math.prod(trip_count(x) for x in tc.ups if x in r.deps(side[1])) for side in (tc.a, tc.b)]
+    w.tc_steps = math.prod(trip_count(x) for x in tc.reduce.src[1:] if x.op is Ops.RANGE and x is not tc.k)
+    w.tc_mmas = math.prod(trip_count(x) for x in tc.ups)
     w.tc_frag_bytes = sum(frags) * tile
     stage = r.tc_stage(it, tc)
     if stage is None:  # every warp loads its own fragments from global memory
         w.tc_l2_bytes = w.tc_frag_bytes
         w.chain += w.tc_steps * (MMA_CYCLES + 4 * w.tc_mmas)
     else:  # the block's tiles are copied once (16 bytes per thread and copy), waited for once a stage
-        copies = stage.ks * sum(16 * math.prod(_bound(x) for x in op.tiles) * 2 for op in (stage.a, stage.b))
+        copies = stage.ks * sum(16 * math.prod(trip_count(x) for x in op.tiles) * 2 for op in (stage.a, stage.b))
         w.tc_l2_bytes = copies * 16 / stage.ks / warps
         w.instr += w.tc_steps * copies / stage.ks / (32 * warps) * 8
         w.chain += w.tc_steps * 4 * w.tc_mmas + w.tc_steps / stage.ks * 2 * TREE_STEP

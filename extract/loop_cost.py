@@ -49,7 +49,7 @@ from functools import cache, lru_cache
 
 from egraph_compiler.ir.ops import AxisType, Ops
 from egraph_compiler.ir.uop import UOp
-from egraph_compiler.kernel.analysis import RangeDeps
+from egraph_compiler.kernel.analysis import RangeDeps, trip_count
 from egraph_compiler.kernel.cpu_target import CPUTarget, host_cpu
 from egraph_compiler.kernel.program import accumulator_axis, buffer_of, stride, value_nodes, vector_accumulators
 
@@ -233,11 +233,6 @@ class KernelEstimate:
         return asdict(self)
 
 
-def _bound(r: UOp) -> int:
-    b = r.src[0]
-    return int(b.arg) if b.op is Ops.CONST else 1
-
-
 def _width(n: int, lanes: int) -> float:
     """Copies one vector instruction covers, on average, for n contiguous copies: whole vectors of `lanes`, and
     fewer copies in power-of-two pieces (LLVM splits 7 lanes into 4 + 2 + 1: 7/3 a piece)."""
@@ -279,7 +274,7 @@ class _Walk:
         self.strided = frozenset(r for r in unrolled if lin is not None and stride(lin, r) not in (0, 1))
         trips = [1]
         for i, r in enumerate(loops):
-            trips.append(trips[-1] * _bound(r))
+            trips.append(trips[-1] * trip_count(r))
             # the innermost loop is vectorized by LLVM when it can be: one iteration per vectors in flight
             per_iteration = 1 if i < len(loops) - 1 or unrolled else self.m.lanes(4) * LOOP_VECTOR_INTERLEAVE
             self.loop_cycles += trips[-1] * LOOP_CYCLES / per_iteration
@@ -311,7 +306,7 @@ class _Walk:
         return max((i + 1 for i, r in enumerate(loops) if r in d), default=0)
 
     def copies(self, u: UOp) -> int:
-        return math.prod(_bound(r) for r in self.deps(u) if _unrolled(r))
+        return math.prod(trip_count(r) for r in self.deps(u) if _unrolled(r))
 
     def packed(self, u: UOp, lanes: int) -> int:
         """Copies of u one vector holds: the backend packs copies along the item's contiguous unrolled axis
@@ -320,10 +315,10 @@ class _Walk:
         (partial sums) pack fully."""
         d = self.deps(u)
         if self.vec is not None:  # one vector of copies along the accumulators' range; the others one each
-            return _width(_bound(self.vec), lanes) if self.vec in d else 1
+            return _width(trip_count(self.vec), lanes) if self.vec in d else 1
         along = [r for r in d if r in self.contiguous]
         if along:
-            return _width(math.prod(_bound(r) for r in along), lanes)
+            return _width(math.prod(trip_count(r) for r in along), lanes)
         return 1 if d & self.strided else lanes
 
     def charge(
@@ -354,7 +349,7 @@ class _Walk:
             unr = [r for r in self.deps(u) if _unrolled(r)]
             gated = u.op is Ops.LOAD and len(u.src) == 3 and not (u.src[2].op is Ops.CONST and u.src[2].arg is True)
             along = unr if self.vec is None else [self.vec] if self.vec in unr else []
-            runs = [_width(_bound(r), lanes) for r in along if lin is not None and stride(lin, r) == 1]
+            runs = [_width(trip_count(r), lanes) for r in along if lin is not None and stride(lin, r) == 1]
             vectorizes = lin is not None and not gated and (not unr or bool(runs))
             width = max(runs, default=lanes)  # one vector per contiguous run; other copies are more loads
             if gated:  # a branch around every copy: neither vectorized nor cheap
@@ -396,7 +391,7 @@ class _Walk:
         inner_loops = loops[:depth] + [r for r in own if not _unrolled(r)]
         inner_trips = trips[: depth + 1]
         for r in inner_loops[depth:]:
-            inner_trips.append(inner_trips[-1] * _bound(r))
+            inner_trips.append(inner_trips[-1] * trip_count(r))
             self.loop_cycles += inner_trips[-1] * LOOP_CYCLES
         acc = self.copies(u)  # one accumulator per copy of the unrolled ranges around it; its own add up in order
         scalar = nested and acc > 1
@@ -412,7 +407,7 @@ class _Walk:
             if scalar or (float_acc and vec is None)
             else math.ceil(acc / self.packed(u, self.m.lanes(max(1, u.dtype.itemsize))) - 1e-9)
         )
-        chain = math.prod(_bound(r) for r in own if _unrolled(r))
+        chain = math.prod(trip_count(r) for r in own if _unrolled(r))
         before, before_loads, before_stalls = self.cycles + self.loop_cycles, self.load_cycles, self.stalls
         # a strict-FP reduction loop is not vectorized by LLVM: its body runs one element per iteration
         self.scalar_depth += scalar
@@ -435,7 +430,7 @@ class _Walk:
         if vectors > self.m.vector_regs // 2:  # with operands needing the other half: accumulators spill
             self.spills = True
             self.cycles += inner_trips[-1] * vectors * SPILL_CYCLES
-        group = math.prod(_bound(r) for r in own if r.arg[1] is AxisType.GROUP_REDUCE)
+        group = math.prod(trip_count(r) for r in own if r.arg[1] is AxisType.GROUP_REDUCE)
         if group > 1:  # slices on separate cores: the work inside runs that much faster, plus a hand-off
             par = min(self.m.cores, group)
             self.group_parallel = max(self.group_parallel, par)
@@ -456,7 +451,7 @@ class _Lines:
         self.strides: dict[UOp, dict[UOp, int | None]] = {}
 
     def size(self, r: UOp) -> int:
-        return self.bound.get(r, _bound(r))
+        return self.bound.get(r, trip_count(r))
 
     def stride_of(self, load: UOp) -> dict[UOp, int | None]:
         """|stride| of every range the load depends on in its index (0: only elsewhere; None: not linearly)."""
@@ -538,7 +533,7 @@ def set_conflicts(lin: UOp, unrolled: tuple[UOp, ...], itemsize: int, m: CPUMach
         return 0
     offsets = {0}
     for r, st in zip(unrolled, strides):
-        offsets = {o + i * st * itemsize for o in offsets for i in range(_bound(r))}  # type: ignore[operator]
+        offsets = {o + i * st * itemsize for o in offsets for i in range(trip_count(r))}  # type: ignore[operator]
     sets = max(1, m.l1_bytes // (LINE * max(1, m.l1_ways)))
     per_set = Counter(line % sets for line in {o // LINE for o in offsets})
     return sum(n for n in per_set.values() if n > m.l1_ways)
@@ -565,7 +560,7 @@ def work_floor(kernel: UOp, m: CPUMachine | None = None) -> float:
                 visit(u.src[0], [(frozenset(u.src[1:]), runs), *enclosing])
             elif u.dtype.is_float and u.op not in FREE and u.op not in (Ops.LOAD, Ops.STORE):
                 per = OP_CYCLES.get(u.op, DEFAULT_OP) / (m.lanes(u.dtype.itemsize) * LOOP_VECTOR_INTERLEAVE)
-                cycles += math.prod(_bound(r) for r in runs) * per
+                cycles += math.prod(trip_count(r) for r in runs) * per
 
     visit(kernel, [])
     group = any(u.op is Ops.RANGE and u.arg[1] is AxisType.GROUP_REDUCE for u in kernel.toposort())
@@ -591,15 +586,15 @@ def estimate(kernel: UOp, m: CPUMachine | None = None) -> KernelEstimate:
         first = len(w.loads)
         w.item(st, loops, [r for r in ranges if _unrolled(r)])
         # the backend's auto-parallel rule counts every range under the store, the reduce ranges too
-        work = math.prod(_bound(r) for r in st.toposort() if r.op is Ops.RANGE)
+        work = math.prod(trip_count(r) for r in st.toposort() if r.op is Ops.RANGE)
         thread = [r for r in loops if r.arg[1] is AxisType.THREAD]  # a THREAD split is parallel at any size
         split = thread[0] if thread else loops[0] if loops and work >= AUTO_PARALLEL_MIN_WORK else None
-        par = min(m.cores, _bound(split)) if split is not None else 1
+        par = min(m.cores, trip_count(split)) if split is not None else 1
         est.parallel = max(est.parallel, par)
         # the load ports and the arithmetic issue side by side: the busier of them sets the pace
         busy = max(w.cycles + w.loop_cycles - before, w.load_cycles - before_loads) + w.stalls - before_stalls
         est.compute_s += busy / (m.ghz * 1e9 * par)
-        share = {split: -(-_bound(split) // par)} if split is not None else {}  # one core's slice
+        share = {split: -(-trip_count(split) // par)} if split is not None else {}  # one core's slice
         lines = _Lines(w, share)
         l1 = _misses(w, w.loads[first:], m.l1_bytes * CACHE_FILL[1], lines) + (w.conflicts - before_conflicts) / par
         l2 = _misses(w, w.loads[first:], m.l2_bytes * CACHE_FILL[2], lines)
@@ -616,7 +611,7 @@ def estimate(kernel: UOp, m: CPUMachine | None = None) -> KernelEstimate:
     est.overhead_s = m.launch_us * 1e-6
     # the cores keep computing while lines arrive, but not all the time: part of the lesser side shows
     est.seconds = max(est.compute_s, est.memory_s) + OVERLAP_MISS * min(est.compute_s, est.memory_s) + est.overhead_s
-    unrolled = math.prod(_bound(r) for r in {u for u in kernel.toposort() if u.op is Ops.RANGE and _unrolled(u)})
+    unrolled = math.prod(trip_count(r) for r in {u for u in kernel.toposort() if u.op is Ops.RANGE and _unrolled(u)})
     if unrolled > MAX_UNROLLED:  # straight-line code this long compiles slowly and thrashes registers and caches
         est.seconds = math.inf
         est.notes.append(f"{unrolled} unrolled copies: more than {MAX_UNROLLED}")

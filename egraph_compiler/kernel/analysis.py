@@ -17,6 +17,24 @@ from egraph_compiler.ir.uop import UOp
 CONTRACT = "check the kernel AST against egraph_compiler/kernel/program.py"
 
 
+def range_size(r: UOp) -> int:
+    """A RANGE's trip count, for code: a symbolic bound is refused (sizes are bound before lowering)."""
+    b = r.src[0]
+    if b.op is not Ops.CONST:
+        raise UnsupportedOp(
+            at=f"RANGE {r.arg[0]!r}",
+            why="kernels need constant range bounds",
+            suggestion="bind symbolic sizes before lowering",
+        )
+    return int(b.arg)
+
+
+def trip_count(r: UOp) -> int:
+    """A RANGE's trip count, for estimates: 1 where the bound is not a constant."""
+    b = r.src[0]
+    return int(b.arg) if b.op is Ops.CONST else 1
+
+
 class RangeDeps(dict[UOp, frozenset[UOp]]):
     """RANGEs each node's value depends on, computed on first lookup and kept: a RANGE depends on itself, a
     REDUCE binds its own ranges, an AFTER (a buffer after other kernels' stores) depends on its buffer only, any

@@ -18,7 +18,7 @@ from egraph_compiler.ir.diagnostics import UnsupportedOp
 from egraph_compiler.ir.dtypes import dtypes
 from egraph_compiler.ir.ops import AxisType, Ops
 from egraph_compiler.ir.uop import UOp
-from egraph_compiler.kernel.analysis import RangeDeps, store_items
+from egraph_compiler.kernel.analysis import RangeDeps, range_size, store_items
 from egraph_compiler.kernel.program import Kernel, buffer_of
 
 HALFS = (dtypes.float16, dtypes.bfloat16)
@@ -36,17 +36,6 @@ COOP_MIN_TRIPS = 128  # below this a block-uniform REDUCE is cheaper run whole b
 # blocks, each thread still taking at least SPLIT_MIN_ITERS iterations
 SPLIT_BLOCKS = 1024
 SPLIT_MIN_ITERS = 32
-
-
-def range_size(r: UOp) -> int:
-    b = r.src[0]
-    if b.op is not Ops.CONST:
-        raise UnsupportedOp(
-            at=f"RANGE {r.arg[0]!r}",
-            why="the CUDA renderer needs constant range bounds",
-            suggestion="bind symbolic sizes before lowering",
-        )
-    return int(b.arg)
 
 
 def axis_type(r: UOp) -> AxisType:
