@@ -1343,6 +1343,35 @@ class _Renderer(LaunchPlanner):
 
     # ---- whole kernel ---------------------------------------------------------------------------
 
+    def emit_phase(self, ph: Phase, scope: _Scope) -> None:
+        """The items of a bound phase: each under the group-reduce predicate, or, for a flat phase, each run of
+        items over the same ranges decomposing gid in its own block."""
+        if ph.tc or ph.block or ph.group:
+            pred = " && ".join(f"{self.rname(g)} == 0" for g in ph.group) or None
+            for it in ph.items:
+                self.emit_item(it, scope, pred)
+            return
+        total = max(math.prod(range_size(r) for r in it.grid) for it in ph.items)
+        runs: list[list[Item]] = []
+        for it in ph.items:
+            if math.prod(range_size(r) for r in it.grid) == 0:
+                continue
+            if runs and runs[-1][0].grid == it.grid:
+                runs[-1].append(it)
+            else:
+                runs.append([it])
+        for run in runs:
+            n = math.prod(range_size(r) for r in run[0].grid)
+            inner = scope if len(runs) == 1 else _Scope(scope)
+            if len(runs) > 1:
+                self.open(f"if (gid < {n}{self.gid_suffix})" if n < total else "")
+            if run[0].grid:
+                self.decompose("gid", run[0].grid, self.gid_suffix, inner)
+            for it in run:
+                self.emit_item(it, inner, None)
+            if len(runs) > 1:
+                self.close()
+
     def render(self) -> KernelPlan:
         name = _ident(self.kernel.name, "k_")
         phases = self.phases(self.items())
@@ -1373,31 +1402,7 @@ class _Renderer(LaunchPlanner):
             else:
                 grid, block = self.bind(ph, scope)
                 self.shared = self.shared_block(ph, block)
-                pred = " && ".join(f"{self.rname(g)} == 0" for g in ph.group) or None
-                if ph.tc or ph.block or ph.group:
-                    for it in ph.items:
-                        self.emit_item(it, scope, pred)
-                else:  # flat: each run of items over the same ranges decomposes gid in its own block
-                    total = max(math.prod(range_size(r) for r in it.grid) for it in ph.items)
-                    runs: list[list[Item]] = []
-                    for it in ph.items:
-                        if math.prod(range_size(r) for r in it.grid) == 0:
-                            continue
-                        if runs and runs[-1][0].grid == it.grid:
-                            runs[-1].append(it)
-                        else:
-                            runs.append([it])
-                    for run in runs:
-                        n = math.prod(range_size(r) for r in run[0].grid)
-                        inner = scope if len(runs) == 1 else _Scope(scope)
-                        if len(runs) > 1:
-                            self.open(f"if (gid < {n}{self.gid_suffix})" if n < total else "")
-                        if run[0].grid:
-                            self.decompose("gid", run[0].grid, self.gid_suffix, inner)
-                        for it in run:
-                            self.emit_item(it, inner, None)
-                        if len(runs) > 1:
-                            self.close()
+                self.emit_phase(ph, scope)
             if multi:
                 self.close()
             body_lines += self.lines
