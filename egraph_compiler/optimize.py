@@ -652,8 +652,11 @@ def _build(
     program = assemble(chosen)
     report.add_phase("decode", time.perf_counter() - t2)
     t2 = time.perf_counter()
-    picked = {c: ch.node for c, ch in ex.best.items()} | chosen
-    attach_snapshot(report, view, roots=list(root_classes.values()), hide=sess.unextractable, chosen=picked.get)
+
+    def picked(c: int) -> ENode | None:  # the program's e-node in class c: the search's choice, else the extraction's
+        return chosen.get(c) or ex.chosen(c)
+
+    attach_snapshot(report, view, roots=list(root_classes.values()), hide=sess.unextractable, chosen=picked)
     report.extra["egraph_kernels"] = _kernel_pictures(view, ex, schedules, chosen, picked, program, sess.unextractable)
     report.add_phase("snapshot", time.perf_counter() - t2)
     chosen_s = sum(schedule_entry["estimate"]["seconds"] for schedule_entry in report.extra["schedules"])
@@ -672,7 +675,7 @@ def _kernel_pictures(
     ex: Extraction,
     schedules: dict[int, KernelSchedule],
     chosen: dict[int, ENode],
-    picked: dict[int, ENode],
+    picked: Callable[[int], ENode | None],
     program: Program,
     hide: set[str],
 ) -> list[dict[str, Any]]:
@@ -685,8 +688,8 @@ def _kernel_pictures(
         kernel = chosen_candidate(ks, chosen).kernel
         writes = sorted({buffer_of(u.src[0]).arg[0] for u in kernel.toposort() if u.op is Ops.STORE})
         name = next((k.name for k in program.kernels if sorted(k.writes) == writes), "?")
-        within = kernel_classes(view, ex, ks.sink_class, picked)
-        snap = snapshot(view, [ks.sink_class], hide=hide, chosen=picked.get, within=within, title=f"kernel {name}")
+        within = kernel_classes(view, ex, ks.sink_class, chosen)
+        snap = snapshot(view, [ks.sink_class], hide=hide, chosen=picked, within=within, title=f"kernel {name}")
         out.append({"kernel": name, "writes": writes, "dot": snap.dot, **snap.info()})
     return sorted(out, key=lambda p: order.get(p["kernel"], len(order)))
 

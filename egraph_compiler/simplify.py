@@ -109,8 +109,7 @@ def _simplify(
     report.add_phase("decode", time.perf_counter() - t0)
     if snapshot:
         t0 = time.perf_counter()
-        chosen = {c: ch.node for c, ch in ex.best.items()}
-        attach_snapshot(report, view, roots=roots, hide=sess.unextractable, chosen=chosen.get)
+        attach_snapshot(report, view, roots=roots, hide=sess.unextractable, chosen=ex.chosen)
         report.add_phase("snapshot", time.perf_counter() - t0)
     report.cost_before, report.cost_after = sum(uop_cost(u) for u in us), ex.dag_cost(roots)
     report.egraph_nodes, report.egraph_classes = view.num_nodes, view.num_classes

@@ -35,6 +35,10 @@ class Extraction:
     def node(self, c: int) -> ENode:
         return self.best[c].node
 
+    def chosen(self, c: int) -> ENode | None:
+        """The e-node chosen for class c, None where none is (unextractable)."""
+        return self.best[c].node if c in self.best else None
+
     def cost(self, c: int) -> float:
         return self.best[c].cost if c in self.best else math.inf
 

@@ -41,7 +41,9 @@ class RangeDeps(dict[UOp, frozenset[UOp]]):
     other node on the union of its sources'. Deep kernels are walked iteratively."""
 
     def __missing__(self, u: UOp) -> frozenset[UOp]:
-        for x in u.toposort():  # sources first: each one's entry exists when x needs it
+        # sources first, each one's entry there when x needs it; a node whose sources are all known needs no walk
+        # (so asking node by node in topological order stays linear)
+        for x in (u,) if all(s in self for s in u.src) else u.toposort():
             if x in self:
                 continue
             if x.op is Ops.RANGE:
@@ -83,10 +85,10 @@ def store_items(ast: UOp, deps: RangeDeps | None = None) -> list[StoreItem]:
             raise UnsupportedOp(at=st.op.name, why="expected STORE under END", suggestion=CONTRACT)
         if any(r.op is not Ops.RANGE for r in ranges) or len(set(ranges)) != len(ranges):
             raise UnsupportedOp(at="END", why="END closes distinct RANGEs", suggestion=CONTRACT)
-        free = [r for r in st.toposort() if r in deps[st] and r not in ranges]
-        if free:
+        if deps[st] - set(ranges):  # name the first in the store's order, so the message is the same every run
+            free = next(r for r in st.toposort() if r in deps[st] and r not in ranges)
             raise UnsupportedOp(
-                at=f"RANGE {free[0].arg[0]!r}",
+                at=f"RANGE {free.arg[0]!r}",
                 why="a stored value uses a range no END binds",
                 suggestion="close every range the store uses with END, or reduce over it",
             )
