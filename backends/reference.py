@@ -103,10 +103,10 @@ class _KernelEval:
                 )
                 continue
             srcs = self._operands(node)
-            pend = [s for s in srcs if (s, id(m)) not in self.memo]
-            if pend:
+            waiting = [s for s in srcs if (s, id(m)) not in self.memo]
+            if waiting:
                 stack.append((node, m, False))
-                stack += [(s, m, False) for s in pend]
+                stack += [(s, m, False) for s in waiting]
                 continue
             self.memo[k] = self.compute(node, [self.memo[(s, id(m))] for s in srcs], m)
         return self.memo[key]
@@ -142,7 +142,9 @@ class _KernelEval:
         full = list(np.broadcast_shapes(body.shape, *(self.range_value(r).shape for r in rngs)))
         axes = tuple(self.axis[r] for r in rngs if r not in self.fixed)
         body = np.broadcast_to(body, full)
-        return fix_dtype(OP_TABLE[Ops.REDUCE].ref(body, (op, axes)), u.dtype)
+        ref = OP_TABLE[Ops.REDUCE].ref
+        assert ref is not None  # REDUCE has numpy semantics in the op table
+        return fix_dtype(ref(body, (op, axes)), u.dtype)
 
     def _address(self, ptr: UOp, mask: np.ndarray | None, what: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         buf = ptr.src[0]

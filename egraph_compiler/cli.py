@@ -302,6 +302,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     graph = load_frontend_ir(args.file)
     program = _compile(graph, args) if (NEEDS_OPTIMIZE & set(stages) or not stages) else None
     if not stages:
+        assert program is not None  # compiled: no stages asks for the program's summary
         print(program.summary() if hasattr(program, "summary") else program)
         if getattr(program, "report", None) is not None:
             print(str(program.report).splitlines()[0])
@@ -313,10 +314,12 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         elif stage == "uops":
             print(uops_text(graph))
         elif stage == "egraph":
+            assert program is not None  # compiled: the stage is in NEEDS_OPTIMIZE
             print(egraph_text(program.report))
         elif stage == "kernels":
             print(kernels_text(program))
         elif stage == "source":
+            assert program is not None  # compiled: the stage is in NEEDS_OPTIMIZE
             print(program.source)
     return 0
 

@@ -220,7 +220,7 @@ def _schedule(graph: list[Any], available: set[str]) -> list[dict[str, Any]]:
             if o in producers or o in available:
                 raise _fail(at, f"tensor {o!r} is produced twice", "give every produced tensor a unique name")
             producers[o] = i
-    deps = {}
+    deps: dict[int, set[int]] = {}
     for i, node in enumerate(graph):
         deps[i] = set()
         for x in node["inputs"]:
@@ -393,6 +393,26 @@ def _layernorm(node: dict[str, Any], x: list[Tensor]) -> Tensor:
     return out.cast(x[0].dtype)
 
 
+def _softmax(node: dict[str, Any], x: list[Tensor]) -> Tensor:
+    _arity(node, 1, 1)
+    return x[0].softmax(_attr(node, "axis", -1, int)).cast(x[0].dtype)
+
+
+def _cast(node: dict[str, Any], x: list[Tensor]) -> Tensor:
+    _arity(node, 1, 1)
+    return x[0].cast(_attr(node, "to", None, str) or "float32")
+
+
+def _reshape(node: dict[str, Any], x: list[Tensor]) -> Tensor:
+    _arity(node, 1, 1)
+    return x[0].reshape(tuple(_required(node, "shape", list)))
+
+
+def _transpose(node: dict[str, Any], x: list[Tensor]) -> Tensor:
+    _arity(node, 1, 1)
+    return x[0].permute(tuple(_attr(node, "perm", None, list) or reversed(range(x[0].ndim))))
+
+
 _NODES: dict[str, Callable[[dict[str, Any], list[Tensor]], Tensor]] = {
     "GEMM": _gemm,
     "MatMul": _gemm,
@@ -401,13 +421,10 @@ _NODES: dict[str, Callable[[dict[str, Any], list[Tensor]], Tensor]] = {
     "Conv": _conv,
     "Attention": _attention,
     "LayerNorm": _layernorm,
-    "Softmax": lambda n, x: (_arity(n, 1, 1), x[0].softmax(_attr(n, "axis", -1, int)).cast(x[0].dtype))[1],
-    "Cast": lambda n, x: (_arity(n, 1, 1), x[0].cast(_attr(n, "to", None, str) or "float32"))[1],
-    "Reshape": lambda n, x: (_arity(n, 1, 1), x[0].reshape(tuple(_required(n, "shape", list))))[1],
-    "Transpose": lambda n, x: (
-        _arity(n, 1, 1),
-        x[0].permute(tuple(_attr(n, "perm", None, list) or reversed(range(x[0].ndim)))),
-    )[1],
+    "Softmax": _softmax,
+    "Cast": _cast,
+    "Reshape": _reshape,
+    "Transpose": _transpose,
 }
 
 

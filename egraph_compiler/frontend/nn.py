@@ -520,8 +520,8 @@ def safe_load(fn: str | os.PathLike[str]) -> dict[str, Tensor]:
     try:
         with open(fn, "rb") as f:
             raw = f.read()
-    except OSError as e:
-        raise InvalidArgument(at=f"safe_load {fn}", why=f"cannot read the file: {e}", suggestion="check the path") from None
+    except OSError as err:
+        raise InvalidArgument(at=f"safe_load {fn}", why=f"cannot read the file: {err}", suggestion="check the path") from None
     if len(raw) < 8:
         raise _malformed(fn, f"{len(raw)} bytes, shorter than the 8-byte header length")
     n = int.from_bytes(raw[:8], "little")
@@ -529,8 +529,8 @@ def safe_load(fn: str | os.PathLike[str]) -> dict[str, Tensor]:
         raise _malformed(fn, f"a header of {n} bytes in a file of {len(raw)}")
     try:
         header = json.loads(raw[8 : 8 + n].decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise _malformed(fn, f"the header is not json: {e}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise _malformed(fn, f"the header is not json: {err}") from None
     if not isinstance(header, dict):
         raise _malformed(fn, "the header is not a json object")
     data = memoryview(raw)[8 + n :]

@@ -694,11 +694,11 @@ class Tensor(TensorNN, TensorMath, TensorSelect):
     def __ge__(self, x: Any) -> Tensor:
         return self._at_most(x, reverse=True)
 
-    def __ne__(self, x: Any) -> Tensor:
-        return self._cmp(Ops.CMPNE, x)  # type: ignore[override]
+    def __ne__(self, x: Any) -> Tensor:  # type: ignore[override]  # elementwise, as numpy's: a Tensor, not a bool
+        return self._cmp(Ops.CMPNE, x)
 
-    def __eq__(self, x: Any) -> Tensor:
-        return self._cmp(Ops.CMPNE, x).logical_not()  # type: ignore[override]
+    def __eq__(self, x: Any) -> Tensor:  # type: ignore[override]  # elementwise, as numpy's: a Tensor, not a bool
+        return self._cmp(Ops.CMPNE, x).logical_not()
 
     def _at_most(self, x: Any, reverse: builtins.bool = False) -> Tensor:
         """self <= x (x <= self with `reverse`). Floats compare as numpy does: a NaN on either side is False, so

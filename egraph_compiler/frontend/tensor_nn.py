@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -182,7 +182,7 @@ def _reduce_loss(loss: Tensor, reduction: str) -> Tensor:
 def _check_tensor(x: Any, what: str, name: str) -> Tensor:
     if not isinstance(x, TensorNN):
         raise InvalidArgument(at=what, why=f"{name} is a {type(x).__name__}, not a Tensor", suggestion=f"wrap {name} in Tensor")
-    return x
+    return cast("Tensor", x)  # Tensor is the class that mixes TensorNN in (imported here only for typing)
 
 
 def _check_labels(y: Any, shape: tuple[int, ...], what: str) -> Tensor:
@@ -231,6 +231,9 @@ def _ints(x: Any, n: int, what: str) -> tuple[int, ...]:
 
 class TensorNN:
     """Composite ops; `self` is a Tensor."""
+
+    # mypy refuses `self: Tensor` in a mixin that Tensor subclasses (the self type must be a supertype of the
+    # class): hence the `type: ignore[misc]` on each method
 
     # ---- activations ---------------------------------------------------------------------------
 
@@ -288,11 +291,11 @@ class TensorNN:
 
     # ---- convolution ---------------------------------------------------------------------------
 
-    def conv2d(
+    def conv2d(  # type: ignore[misc]
         self: Tensor,
         weight: Tensor,
         bias: Tensor | None = None,
-        groups: int = 1,  # type: ignore[misc]
+        groups: int = 1,
         stride: Any = 1,
         dilation: Any = 1,
         padding: Any = 0,
@@ -356,24 +359,24 @@ class TensorNN:
 
     # ---- pooling -------------------------------------------------------------------------------
 
-    def max_pool2d(
-        self: Tensor,
-        kernel_size: Any,
-        stride: Any = None,
-        padding: Any = 0,
-        dilation: Any = 1,  # type: ignore[misc]
-    ) -> Tensor:
-        """NCHW max pooling; padding as for conv2d (an int, a pair, or torch's (left, right, top, bottom))."""
-        xw = _pool_windows(self, kernel_size, stride, padding, dilation, "max_pool2d", -math.inf)
-        return xw.max((3, 5))
-
-    def avg_pool2d(
+    def max_pool2d(  # type: ignore[misc]
         self: Tensor,
         kernel_size: Any,
         stride: Any = None,
         padding: Any = 0,
         dilation: Any = 1,
-        count_include_pad: bool = True,  # type: ignore[misc]
+    ) -> Tensor:
+        """NCHW max pooling; padding as for conv2d (an int, a pair, or torch's (left, right, top, bottom))."""
+        xw = _pool_windows(self, kernel_size, stride, padding, dilation, "max_pool2d", -math.inf)
+        return xw.max((3, 5))
+
+    def avg_pool2d(  # type: ignore[misc]
+        self: Tensor,
+        kernel_size: Any,
+        stride: Any = None,
+        padding: Any = 0,
+        dilation: Any = 1,
+        count_include_pad: bool = True,
     ) -> Tensor:
         """NCHW average pooling; `count_include_pad=False` divides by the window's elements inside the input."""
         kh, kw = _pair(kernel_size, "avg_pool2d kernel_size")
@@ -386,10 +389,10 @@ class TensorNN:
 
     # ---- attention -----------------------------------------------------------------------------
 
-    def scaled_dot_product_attention(
+    def scaled_dot_product_attention(  # type: ignore[misc]
         self: Tensor,
         key: Tensor,
-        value: Tensor,  # type: ignore[misc]
+        value: Tensor,
         attn_mask: Tensor | None = None,
         is_causal: bool = False,
     ) -> Tensor:

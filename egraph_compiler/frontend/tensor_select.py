@@ -283,6 +283,9 @@ def _group_sizes(group: list[str], size: int, given: dict[str, int], formula: st
 class TensorSelect:
     """Shaping, indexing, selection and scans."""
 
+    # mypy refuses `self: Tensor` in a mixin that Tensor subclasses (the self type must be a supertype of the
+    # class): hence the `type: ignore[misc]` on each method
+
     # ---- shaping -------------------------------------------------------------------------------
 
     def split(self: Tensor, sizes: int | Sequence[int], dim: int = 0) -> tuple[Tensor, ...]:  # type: ignore[misc]
@@ -532,12 +535,12 @@ class TensorSelect:
         """The int32 indices of sort(dim, descending); O(n^2) along `dim`."""
         return _ordered(self, dim, descending, None, "argsort")[1]
 
-    def topk(
+    def topk(  # type: ignore[misc]
         self: Tensor,
         k: int,
         dim: int = -1,
         largest: bool = True,
-        sorted_: bool = True,  # type: ignore[misc]
+        sorted_: bool = True,
     ) -> tuple[Tensor, Tensor]:
         """(values, int32 indices) of the k largest (smallest) along `dim`, in order, ties by index; O(n^2) along
         `dim`. sorted_=False returns them sorted too (any order is allowed)."""
@@ -594,13 +597,13 @@ class TensorSelect:
         value = _pick(lands & (pos == last), s, d, keepdim=True)
         return self._placed(last >= 0, d, False).where(self._placed(value, d, 0), self)
 
-    def scatter_reduce(
+    def scatter_reduce(  # type: ignore[misc]
         self: Tensor,
         dim: int,
         index: Tensor,
         src: Tensor,
         reduce: str,
-        include_self: bool = True,  # type: ignore[misc]
+        include_self: bool = True,
     ) -> Tensor:
         """Reduce ('sum', 'prod', 'mean', 'amax', 'amin') the sources landing on each target along `dim`, with self's
         value too if include_self; targets nothing lands on keep self. 'mean' returns floats (as tinygrad)."""

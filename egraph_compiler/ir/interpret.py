@@ -9,14 +9,14 @@ backend's (backends/reference.py), which evaluates node by node with these same 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from egraph_compiler.ir.diagnostics import MissingInput, UnsupportedOp
 from egraph_compiler.ir.dtypes import DType, bf16_from_bits, bf16_round, compute_np, dtypes
-from egraph_compiler.ir.ops import OP_TABLE, Category, Ops
+from egraph_compiler.ir.ops import OP_TABLE, Category, Ops, OpSpec
 from egraph_compiler.ir.uop import UOp, check_placeholder_names, toposort
 
 Env = dict[str, np.ndarray]
@@ -92,6 +92,12 @@ def coerce_input(name: str, value: Any, shape: tuple[int, ...], dtype: DType, xp
     return arr.astype(compute_np(dtype), copy=False)
 
 
+def _ref(sp: OpSpec) -> Callable[..., np.ndarray]:
+    """The op's numpy semantics: every ALU, movement and REDUCE op has them in the op table."""
+    assert sp.ref is not None, f"{sp.op.name} has no numpy semantics in the op table"
+    return sp.ref
+
+
 def eval_node(u: UOp, vals: list[Any], inputs: Env, var_values: dict[str, int]) -> Any:
     sp = OP_TABLE[u.op]
     if u.op is Ops.CONST:
@@ -109,7 +115,7 @@ def eval_node(u: UOp, vals: list[Any], inputs: Env, var_values: dict[str, int]) 
     if u.op is Ops.BINARY:
         return u.arg.data
     if u.op is Ops.CAST:
-        return fix_dtype(sp.ref(vals[0], u.dtype), u.dtype)
+        return fix_dtype(_ref(sp)(vals[0], u.dtype), u.dtype)
     if u.op is Ops.BITCAST:
         src = u.src[0].dtype
         raw = (
@@ -120,11 +126,11 @@ def eval_node(u: UOp, vals: list[Any], inputs: Env, var_values: dict[str, int]) 
         out = raw.view(u.dtype.np)
         return bf16_from_bits(out) if u.dtype is dtypes.bfloat16 else out
     if sp.is_alu:
-        return fix_dtype(sp.ref(*vals, u.dtype), u.dtype)
+        return fix_dtype(_ref(sp)(*vals, u.dtype), u.dtype)
     if sp.category is Category.MOVEMENT and sp.ref is not None:
         return sp.ref(vals[0], u.arg)
     if u.op is Ops.REDUCE and len(u.src) == 1:
-        return fix_dtype(sp.ref(vals[0], u.arg), u.dtype)
+        return fix_dtype(_ref(sp)(vals[0], u.arg), u.dtype)
     if u.op is Ops.STACK:
         return np.stack(vals)
     if u.op is Ops.INDEX:
@@ -145,7 +151,7 @@ def eval_node(u: UOp, vals: list[Any], inputs: Env, var_values: dict[str, int]) 
 def evaluate(roots: UOp | Sequence[UOp], inputs: Env | None = None, var_values: dict[str, int] | None = None) -> Any:
     """Evaluate tensor-level UOp graph(s); returns an array (or a tuple for several roots)."""
     single = isinstance(roots, UOp)
-    root_list = [roots] if single else list(roots)
+    root_list = [roots] if isinstance(roots, UOp) else list(roots)
     inputs = inputs or {}
     var_values = var_values or {}
     vals: dict[UOp, Any] = {}

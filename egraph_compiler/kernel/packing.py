@@ -23,6 +23,8 @@ of pixels; a stride-2 input's pixels are no vector at all). Measured on Zen 4: 3
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from egraph_compiler.ir.ops import Ops
 from egraph_compiler.ir.uop import UOp, toposort
 
@@ -86,6 +88,7 @@ def pack_operands(roots: list[UOp]) -> tuple[list[UOp], list[UOp]]:
         if u.op is not Ops.REDUCE or u.arg[0] is not Ops.ADD or u.src[0].op is not Ops.MUL:
             continue
         for x in u.src[0].src:
+            view: Callable[[UOp], tuple[UOp, UOp]]
             if u.arg[1] == (1,) and (b := _right_operand(x)) is not None:
                 view = packed_view
             elif u.arg[1] == (3, 5, 7) and (b := _conv_weight(x)) is not None:

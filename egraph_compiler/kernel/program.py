@@ -26,7 +26,7 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol, cast
 
 import numpy as np
 
@@ -158,6 +158,23 @@ class Backend(Protocol):
     def get(self, spec: BufferSpec, buf: Any) -> np.ndarray: ...
 
 
+class HostStorageBackend(Backend, Protocol):
+    """A Backend with the optional `storage_np`: the numpy storage of a dtype (host backends)."""
+
+    def storage_np(self, d: DType) -> np.dtype: ...
+
+
+class DeviceBackend(Backend, Protocol):
+    """A Backend with the optional device methods: it `holds` arrays already on its device, and places and
+    returns them there."""
+
+    def holds(self, value: Any) -> bool: ...
+
+    def put_device(self, name: str, spec: BufferSpec, value: Any) -> Any: ...
+
+    def get_device(self, spec: BufferSpec, buf: Any) -> Any: ...
+
+
 class HostBuffers:
     """Buffer handling for backends that run on host numpy arrays.
 
@@ -253,6 +270,7 @@ class Program:
         # a finished call's intermediates and outputs are reused (kernels write every element of what they store):
         # no allocation, no page faults on fresh memory, no new addresses to take; concurrent calls each take
         # their own set, and an output the caller still holds (or a view of it) is left to the caller
+        temps: dict[str, Any] | None
         try:
             temps = self._temps.pop()
         except IndexError:
@@ -285,7 +303,8 @@ class Program:
         if holds is not None and any(holds(v) for v in inputs.values()):
             # inputs on the GPU: the outputs stay there too, as the caller's own arrays (never reused)
             self._temps.append({n: bufs[n] for n in plan.intermediates})
-            outs = [self.backend.get_device(spec, bufs[n]) for n, spec in plan.outputs]
+            device = cast(DeviceBackend, self.backend)  # it has `holds`, so the other device methods too
+            outs = [device.get_device(spec, bufs[n]) for n, spec in plan.outputs]
         else:
             self._temps.append({n: bufs[n] for n in plan.kept})
             get = self.backend.get
@@ -413,10 +432,11 @@ class Program:
         assert arena is not None
         raw = np.zeros(arena.size + ALIGN, np.uint8)
         base = raw[(-raw.ctypes.data) % ALIGN :][: arena.size]
+        host = cast(HostStorageBackend, self.backend)  # an arena is planned only where there is `storage_np`
         views = {}
         for name, off in arena.offsets.items():
             spec = self.buffers[name]
-            dt = self.backend.storage_np(spec.dtype)
+            dt = host.storage_np(spec.dtype)
             views[name] = base[off : off + spec.size * dt.itemsize].view(dt)
         return views
 
@@ -424,6 +444,7 @@ class Program:
         bufs: dict[str, Any] = {}
         arena: dict[str, np.ndarray] | None = None
         holds = getattr(self.backend, "holds", None)
+        assert self._plan is not None  # _place plans first
         for name, kind, spec, native in self._plan.rows:
             if kind == "input":
                 v = inputs[name]
@@ -436,11 +457,13 @@ class Program:
                 ):
                     bufs[name] = v  # already what the kernels read (contiguous, in storage dtype): as it is
                 elif holds is not None and holds(v):  # already on the backend's device (a CuPy array)
-                    bufs[name] = self.backend.put_device(name, spec, v)
+                    device = cast(DeviceBackend, self.backend)  # it has `holds`, so the other device methods too
+                    bufs[name] = device.put_device(name, spec, v)
                 else:
                     bufs[name] = self.backend.put(spec, coerce_input(name, v, spec.shape, spec.dtype))
             elif kind == "const":  # kernels never write constants: placed once per program
                 if name not in self._consts:
+                    assert spec.data is not None  # a const buffer holds its data
                     self._consts[name] = self.backend.put(spec, spec.data)
                 bufs[name] = self._consts[name]
             elif temps is not None and name in temps and kind in ("intermediate", "output"):
@@ -593,12 +616,12 @@ def stride(idx: UOp, r: UOp) -> int | None:
             return s * int(c.arg)
     if idx.op in (Ops.MOD, Ops.IDIV) and idx.src[1].op is Ops.CONST and r.src[0].op is Ops.CONST:
         terms = _linear(idx.src[0])
-        c, span = int(idx.src[1].arg), terms.get(r, 0) * int(r.src[0].arg) if terms is not None else 0
+        n, span = int(idx.src[1].arg), terms.get(r, 0) * int(r.src[0].arg) if terms is not None else 0
         if (
             terms is not None
             and span > 0
-            and c > 0
-            and c % span == 0
+            and n > 0
+            and n % span == 0
             and all(  # never negative, either
                 v >= 0 and v % span == 0 for k, v in terms.items() if k is not r
             )

@@ -120,7 +120,7 @@ def _span(v: Value, axis: int, lo: int, hi: int) -> Value:
 
 def _empty_scan_outputs(body: Any, first: int, what: str) -> list[Value]:
     """The scan outputs of a loop that runs no step, (0, *element shape): from the body's declared outputs."""
-    outs = []
+    outs: list[Value] = []
     for vo in list(body.output)[first:]:
         tt = vo.type.tensor_type
         dims = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
@@ -129,7 +129,8 @@ def _empty_scan_outputs(body: Any, first: int, what: str) -> list[Value]:
         dt = DTYPES.get(tt.elem_type)
         if dt is None or dt not in NP:
             raise NotSupportedError(f"{what} runs no step, and its scan output {vo.name!r} has element type {tt.elem_type}")
-        outs.append(np.zeros([0, *dims], NP[dt]))
+        fixed: list[int] = [d for d in dims if d is not None]  # every one of them (checked above)
+        outs.append(np.zeros([0, *fixed], NP[dt]))
     return outs
 
 

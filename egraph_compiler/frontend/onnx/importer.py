@@ -495,7 +495,7 @@ def _split(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
             outs.append(x[(slice(None),) * a + (slice(start, start + s),)])
             start += s
             continue
-        empty = np.zeros([0 if i == a else n for i, n in enumerate(x.shape)], NP.get(x.dtype.name, np.float32))
+        empty: np.ndarray = np.zeros([0 if i == a else n for i, n in enumerate(x.shape)], NP.get(x.dtype.name, np.float32))
         outs.append(x.shrink(tuple((start, start + s) if i == a else None for i in range(x.ndim))) if s else empty)
         start += s
     return outs
@@ -748,7 +748,7 @@ def _constant_of_shape(ins: list[Value], at: dict[str, Any], opset: int) -> list
 def _range(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
     # one-element 1-D values too (AffineGrid's function body passes them)
     s, e, d = (known(v, "start, limit and delta").reshape(()) for v in ins)
-    return [np.arange(s, e, d, dtype=np.asarray(s).dtype)]
+    return [np.arange(s, e, d, dtype=np.asarray(s).dtype)]  # type: ignore[call-overload]  # numpy's stubs take no 0-d arrays
 
 
 def _resize_coeffs(mode: str, at: dict[str, Any], ratio: float, scale: float) -> np.ndarray:
@@ -839,6 +839,7 @@ def _resize(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
             one = min(scales) if policy == "not_larger" else max(scales)
             scales, sizes = [one] * n, [int(one * x.shape[a] + 0.5) for a in axes]
     else:
+        assert scales_v is not None  # scales or sizes is given (checked above)
         scales = [float(v) for v in scales_v]
         sizes = [math.floor(x.shape[a] * scales[i]) for i, a in enumerate(axes)]
     roi = [float(v) for v in roi_v] if roi_v is not None else None
@@ -1626,7 +1627,7 @@ OPS: dict[str, Callable[..., list[Value]]] = {
         tensor_of(ins[0]) * (at.get("alpha", 1.0) * tensor_of(ins[0])).sigmoid() * tensor_of(ins[1])
     ],
     "EyeLike": lambda ins, at, opset: [
-        np.eye(
+        np.eye(  # type: ignore[call-overload]  # mypy cannot tell that *shape fills only N and M
             *ins[0].shape,
             k=int(at.get("k", 0)),
             dtype=NP[dtype_of(at["dtype"], "EyeLike") if "dtype" in at else ins[0].dtype.name],

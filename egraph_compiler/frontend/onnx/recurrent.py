@@ -41,6 +41,11 @@ _ACTIVATIONS: dict[str, tuple[bool, bool, float, float, Callable[[Tensor, float,
 _NAMES = "Relu, Tanh, Sigmoid, Affine, LeakyRelu, ThresholdedRelu, ScaledTanh, HardSigmoid, Elu, Softsign, Softplus"
 
 
+def _bound(fn: Callable[[Tensor, float, float], Tensor], a: float, b: float) -> Activation:
+    """fn with its alpha and beta bound."""
+    return lambda x: fn(x, a, b)
+
+
 def _activations(at: dict[str, Any], defaults: list[str], directions: int) -> list[list[Activation]]:
     """The activation functions of each direction (len(defaults) of them each), alphas and betas bound."""
     per = len(defaults)
@@ -61,7 +66,7 @@ def _activations(at: dict[str, Any], defaults: list[str], directions: int) -> li
             a = float(alphas.pop(0))
         if takes_b and betas:
             b = float(betas.pop(0))
-        fns.append(lambda x, fn=fn, a=a, b=b: fn(x, a, b))
+        fns.append(_bound(fn, a, b))
     return [fns[d * per : (d + 1) * per] for d in range(directions)]
 
 
@@ -108,7 +113,7 @@ def _setup(ins: list[Value], at: dict[str, Any], gates: int, defaults: list[str]
     hidden = int(r.shape[-1])
     if "hidden_size" in at and int(at["hidden_size"]) != hidden:
         raise ValueError(f"hidden_size={at['hidden_size']} but R has shape {tuple(r.shape)}")
-    want = {
+    want: dict[str, tuple[Value, tuple[int, ...]]] = {
         "W": (w, (directions, gates * hidden, size)),
         "R": (r, (directions, gates * hidden, hidden)),
     }

@@ -109,6 +109,7 @@ def _axis_weights(coord: Tensor, size: int, mode: str, padding: str, align: bool
     if padding != "zeros" and mode != "cubic":  # a coordinate outside [lo, hi] is clamped or reflected first
         outside = (x < lo) | (x > hi)
         x = outside.where(x.clip(0.0, float(size - 1)) if padding == "border" else _reflect(x, lo, hi), x)
+    taps: list[tuple[Tensor, Tensor | None]]  # (position, weight; None: weight 1)
     if mode == "nearest":
         taps = [(x.trunc(), None)]
     else:
@@ -191,9 +192,9 @@ def _affine_grid(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value
     axes = np.meshgrid(*[_base_axis(s, align) for s in spatial], indexing="ij")  # D, H, W order
     base = np.stack([*axes[::-1], np.ones(spatial)], axis=-1).reshape(-1, r + 1)  # (x, y[, z], 1) per position
     if not isinstance(ins[0], Tensor):
-        theta = np.asarray(ins[0])
-        out_dt = theta.dtype if theta.dtype.kind == "f" else np.float32
-        grid = np.einsum("pk,nik->npi", base, theta.astype(np.float64))
+        theta_np = np.asarray(ins[0])
+        out_dt = theta_np.dtype if theta_np.dtype.kind == "f" else np.float32
+        grid = np.einsum("pk,nik->npi", base, theta_np.astype(np.float64))
         return [grid.reshape(size[0], *spatial, r).astype(out_dt)]
     theta = ins[0]
     work = _work_dtype(theta)
