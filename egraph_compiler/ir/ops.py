@@ -17,12 +17,13 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum, auto
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from egraph_compiler.ir.diagnostics import BroadcastMismatch, DTypeError, InvalidArgument, ShapeMismatch
 from egraph_compiler.ir.dtypes import DType, compute_np, dtypes
+from egraph_compiler.ir.floordiv import DivFacts, floor_divide
 
 Shape = tuple[int, ...]
 Bounds = tuple[int | float, int | float]
@@ -480,8 +481,13 @@ def _b_where(bs: tuple[Bounds, ...], arg: Any, d: DType) -> Bounds:
     return (min(a, c), max(b, e))
 
 
-def _pow2_ceil_mask(x: int) -> int:
+def _pow2_ceil_mask(x: int | float) -> int:
     return (1 << int(x).bit_length()) - 1
+
+
+def _int_bounds(bs: tuple[Bounds, ...]) -> tuple[tuple[int, int], ...]:
+    """The bounds of integer or bool operands, which `UOp._bounds` keeps as ints (the dtype range included)."""
+    return cast("tuple[tuple[int, int], ...]", bs)
 
 
 def _b_and(bs: tuple[Bounds, ...], arg: Any, d: DType) -> Bounds:
@@ -507,7 +513,7 @@ def _b_or(bs: tuple[Bounds, ...], arg: Any, d: DType) -> Bounds:
 
 
 def _b_xor(bs: tuple[Bounds, ...], arg: Any, d: DType) -> Bounds:
-    (a, b), (c, e) = bs
+    (a, b), (c, e) = _int_bounds(bs)
     if d.is_bool:
         if a == b and c == e:
             return (a ^ c, a ^ c)
@@ -518,14 +524,14 @@ def _b_xor(bs: tuple[Bounds, ...], arg: Any, d: DType) -> Bounds:
 
 
 def _b_shl(bs: tuple[Bounds, ...], arg: Any, d: DType) -> Bounds:
-    (a, b), (c, e) = bs
+    (a, b), (c, e) = _int_bounds(bs)
     if c == e and 0 <= c < d.bits and a >= 0 and not math.isinf(b) and (b << c) <= d.max:
         return (a << c, b << c)
     return _dtype_range(d)
 
 
 def _b_shr(bs: tuple[Bounds, ...], arg: Any, d: DType) -> Bounds:
-    (a, b), (c, e) = bs
+    (a, b), (c, e) = _int_bounds(bs)
     if c >= 0 and not math.isinf(e) and not math.isinf(a) and not math.isinf(b) and e < d.bits:
         return (min(a >> c, a >> e), max(b >> c, b >> e))
     return _dtype_range(d)
@@ -566,14 +572,52 @@ def _np_out(x: Any, d: DType) -> np.ndarray:
     return np.asarray(x).astype(compute_np(d), copy=False)
 
 
-def _ref_idiv(a: np.ndarray, b: np.ndarray, d: DType) -> np.ndarray:
-    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
-        return _np_out(np.floor_divide(a, np.where(b == 0, 1, b)) * (b != 0), d)
+class _NumpyInts:
+    """IDIV/MOD's integer operations on numpy arrays (ir/floordiv.py): C's truncating division is np.fmod's."""
+
+    def const(self, v: int) -> Any:
+        return v
+
+    def eq(self, x: np.ndarray, v: int) -> np.ndarray:
+        return x == v
+
+    def either(self, p: np.ndarray, q: np.ndarray) -> np.ndarray:
+        return p | q
+
+    def select(self, c: np.ndarray, x: Any, y: Any) -> np.ndarray:
+        return np.where(c, x, y)
+
+    def tdiv(self, a: np.ndarray, b: np.ndarray, unsigned: bool) -> np.ndarray:
+        return a // b if unsigned else (a - np.fmod(a, b)) // b  # an exact quotient: floor is truncation
+
+    def trem(self, a: np.ndarray, b: np.ndarray, unsigned: bool) -> np.ndarray:
+        return a % b if unsigned else np.fmod(a, b)
+
+    def needs_floor(self, r: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return (r != 0) & ((r ^ b) < 0)
+
+    def dec_if(self, c: np.ndarray, q: np.ndarray) -> np.ndarray:
+        return q - c.astype(q.dtype)
+
+    def add_if(self, c: np.ndarray, r: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return r + np.where(c, b, 0).astype(r.dtype)
+
+    def neg(self, x: np.ndarray) -> np.ndarray:
+        return np.negative(x)
 
 
-def _ref_mod(a: np.ndarray, b: np.ndarray, d: DType) -> np.ndarray:
-    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
-        return _np_out(np.mod(a, np.where(b == 0, 1, b)) * (b != 0), d)
+def _ref_floordiv(remainder: bool) -> Callable[..., np.ndarray]:
+    def run(a: np.ndarray, b: np.ndarray, d: DType) -> np.ndarray:
+        signed = not d.is_unsigned
+        a, b = np.broadcast_arrays(np.asarray(a), np.asarray(b))
+        with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+            out = floor_divide(_NumpyInts(), a, b, DivFacts(signed, True, signed, signed), remainder)
+        return _np_out(out, d)
+
+    return run
+
+
+_ref_idiv, _ref_mod = _ref_floordiv(False), _ref_floordiv(True)
 
 
 def _ref_shift(fn: Callable[[Any, Any], Any]) -> Callable[..., np.ndarray]:
