@@ -49,8 +49,9 @@ How a kernel maps onto CUDA (the AST contract is in egraph_compiler/kernel/progr
   partials and its first thread stores the value.
 * Values: loads under WHERE branches or behind gates are emitted under `if`/`?:`, so
   guarded addresses are never touched. Integer IDIV/MOD are floor division/remainder
-  (x // 0 == x % 0 == 0, as in the reference) unless both operands are proven non-negative
-  (UOp.vmin), where C's / and % are emitted. Signed ADD/MUL/SHL wrap (computed unsigned),
+  as egraph_compiler/ir/floordiv.py defines them (x // 0 == x % 0 == 0), with only the
+  guards that the operands' bounds (UOp.vmin/vmax) leave: C's bare / and % where both are
+  proven non-negative and the divisor non-zero. Signed ADD/MUL/SHL wrap (computed unsigned),
   shift counts are clamped like the reference, float MAX propagates NaN. float16/bfloat16
   are stored as half/__nv_bfloat16, computed in float and rounded after every op; bool is
   one byte in memory; index arithmetic is `int` where UOp bounds prove it fits, else
@@ -108,17 +109,17 @@ import numpy as np
 from egraph_compiler.backends.cuda_toolchain import compile_cubin, cuda_include_dirs, find_nvcc, import_cupy
 from egraph_compiler.ir.diagnostics import BackendError, CompilerError, UnsupportedOp
 from egraph_compiler.ir.dtypes import DType, as_const, bf16_round, dtypes
+from egraph_compiler.ir.floordiv import DivFacts, floor_divide
 from egraph_compiler.ir.interpret import coerce_input
 from egraph_compiler.ir.ops import OP_TABLE, AxisType, Ops
 from egraph_compiler.ir.uop import UOp, range_name
-from egraph_compiler.kernel.analysis import range_size
+from egraph_compiler.kernel.analysis import index_of, range_size
 from egraph_compiler.kernel.gpu_launch import (
-    FLAT_BLOCK,
     GRID_LIMITS,
     HALFS,
     GridSplit,
     Item,
-    LaunchPlanner,
+    LaunchPlan,
     Phase,
     SharedBlock,
     TCMatch,
@@ -126,7 +127,7 @@ from egraph_compiler.kernel.gpu_launch import (
     TCStage,
     affine,
     axis_type,
-    index_of,
+    plan_launch,
     unsupported,
 )
 from egraph_compiler.kernel.program import BufferSpec, HostBuffers, Kernel, buffer_of
@@ -156,24 +157,13 @@ _STORAGE: dict[DType, str] = {
     dtypes.bfloat16: "__nv_bfloat16",
 }
 _RAW: dict[int, str] = {1: "unsigned char", 2: "unsigned short", 4: "unsigned int", 8: "unsigned long long"}
-_BLOCK_LIMITS = (1024, 1024, 64)
 _MAX_THREADS = 1024
 _INT_MIN, _INT_MAX = -(2**31), 2**31 - 1
 _AXES = "xyz"
 
 _PRELUDE_CORE = """#ifndef EGC_CUDA_CORE
 #define EGC_CUDA_CORE
-// floor division / remainder (x // 0 == x % 0 == 0), NaN-propagating float max
-template <typename T> __device__ __forceinline__ T _egc_idiv(T a, T b) {
-  if (b == 0) return (T)0;
-  T q = (T)(a / b);
-  return (q * b != a && ((a < 0) != (b < 0))) ? (T)(q - 1) : q;
-}
-template <typename T> __device__ __forceinline__ T _egc_imod(T a, T b) {
-  if (b == 0) return (T)0;
-  T r = (T)(a % b);
-  return (r != 0 && ((r < 0) != (b < 0))) ? (T)(r + b) : r;
-}
+// NaN-propagating float max
 __device__ __forceinline__ float _egc_fmax(float a, float b) { return (a != a || a > b) ? a : b; }
 __device__ __forceinline__ double _egc_fmax(double a, double b) { return (a != a || a > b) ? a : b; }
 #endif"""
@@ -535,11 +525,85 @@ def vector_runs(accesses: Sequence[tuple[UOp, UOp | None]]) -> list[list[int]]:
 # ---- the renderer ------------------------------------------------------------------------------
 
 
-class _Renderer(LaunchPlanner):
-    """C emission of a kernel's launch plan (LaunchPlanner: items, phases, tensor cores, shared reductions)."""
+def _reduce_ranges(u: UOp) -> list[UOp]:
+    """A REDUCE's ranges, checked: an op CUDA reduces with and ranges it may reduce over (a range of one proven
+    0 binds nothing and is left out)."""
+    if u.arg[0] not in (Ops.ADD, Ops.MUL, Ops.MAX):
+        raise unsupported("REDUCE", f"reduce op {u.arg[0]} is not ADD, MUL or MAX")
+    rngs = [r for r in u.src[1:] if r.op is not Ops.CONST]
+    for r in rngs:
+        if r.op is not Ops.RANGE:
+            raise unsupported("REDUCE", "REDUCE sources after the value must be RANGEs")
+        if axis_type(r) in (AxisType.GLOBAL, AxisType.LOCAL, AxisType.WARP):
+            raise unsupported(
+                f"RANGE {r.arg[0]!r}",
+                f"a {axis_type(r).name} range cannot be reduced over",
+                "reduce over REDUCE, UNROLL or GROUP_REDUCE ranges",
+            )
+    return rngs
 
-    def __init__(self, kernel: Kernel) -> None:
-        super().__init__(kernel)
+
+class _CInts:
+    """IDIV/MOD's integer operations in C (ir/floordiv.py): each step a `const` local before the node's line."""
+
+    def __init__(self, r: _Renderer, t: str) -> None:
+        self.r, self.t = r, t
+        self.raw = "unsigned long long" if "long" in t else "unsigned int"  # 0 - INT_MIN wraps in unsigned
+        self.last: tuple[str, str] | None = None  # the last local bound, and its expression
+
+    def bind(self, expr: str, t: str | None = None) -> str:
+        v = self.r.fresh("d")
+        self.r.line(f"const {t or self.t} {v} = {expr};")
+        self.last = (v, expr)
+        return v
+
+    def value(self, v: str) -> str:
+        """The node's value: the last step's expression itself, not a copy of its local."""
+        if self.last is None or self.last[0] != v:
+            return v
+        self.r.lines.pop()
+        return self.last[1]
+
+    def const(self, v: int) -> str:
+        return f"({self.t}){v}"
+
+    def eq(self, x: str, v: int) -> str:
+        return self.bind(f"{x} == {self.const(v)}", "bool")
+
+    def either(self, p: str, q: str) -> str:
+        return self.bind(f"{p} || {q}", "bool")
+
+    def select(self, c: str, x: str, y: str) -> str:
+        return self.bind(f"{c} ? {x} : {y}")
+
+    def tdiv(self, a: str, b: str, unsigned: bool) -> str:
+        return self.bind(f"({a}/{b})")
+
+    def trem(self, a: str, b: str, unsigned: bool) -> str:
+        return self.bind(f"({a}%{b})")
+
+    def needs_floor(self, r: str, b: str) -> str:
+        return self.bind(f"{r} != 0 && ({r} ^ {b}) < 0", "bool")
+
+    def dec_if(self, c: str, q: str) -> str:
+        return self.bind(f"{q} - ({self.t}){c}")
+
+    def add_if(self, c: str, r: str, b: str) -> str:
+        return self.bind(f"{c} ? ({self.t})({r} + {b}) : {r}")
+
+    def neg(self, x: str) -> str:
+        return self.bind(f"({self.t})(({self.raw})0 - ({self.raw}){x})")
+
+
+class _Renderer:
+    """C emission of a kernel's launch plan (kernel/gpu_launch.py: phases, thread mappings, tensor cores, shared
+    and grid-split reductions): every decision is the plan's, the renderer only writes it out."""
+
+    def __init__(self, plan: LaunchPlan) -> None:
+        self.launch = plan
+        self.kernel = plan.kernel
+        self.notes = plan.notes
+        self.evaluation = plan.evaluation
         self.lines: list[str] = []
         self.depth = 0
         self.count = 0
@@ -617,7 +681,7 @@ class _Renderer(LaunchPlanner):
         if u.op is Ops.CONST:
             self.track(u.dtype)
             return _c_const(u.arg, u.dtype, self.ctype(u))
-        for n in self.uncond_order([u], scope.holds):
+        for n in self.evaluation.uncond_order([u], scope.holds):
             self.emit_node(n, scope)
         out = scope.lookup(u)
         assert out is not None
@@ -625,10 +689,10 @@ class _Renderer(LaunchPlanner):
 
     def hoist(self, roots: Iterable[UOp], scope: _Scope, inner: set[UOp]) -> None:
         """Emit in `scope` what `roots` evaluate unconditionally and does not depend on `inner` ranges."""
-        for n in self.uncond_order(roots, scope.holds):
-            if n.op is Ops.RANGE or self.deps(n) & inner:
+        for n in self.evaluation.uncond_order(roots, scope.holds):
+            if n.op is Ops.RANGE or self.launch.deps(n) & inner:
                 continue
-            if all(scope.lookup(r) is not None for r in self.deps(n)) and scope.lookup(n) is None:
+            if all(scope.lookup(r) is not None for r in self.launch.deps(n)) and scope.lookup(n) is None:
                 self.emit_node(n, scope)
 
     def pre_group(self, root: UOp, scope: _Scope) -> None:
@@ -640,7 +704,7 @@ class _Renderer(LaunchPlanner):
             if u.op is Ops.REDUCE and any(r.op is Ops.RANGE and axis_type(r) is AxisType.GROUP_REDUCE for r in u.src[1:])
         ]
         for u in found:
-            if all(scope.lookup(r) is not None for r in self.deps(u)):
+            if all(scope.lookup(r) is not None for r in self.launch.deps(u)):
                 self.val(u, scope)
 
     def emit_node(self, n: UOp, scope: _Scope) -> None:
@@ -654,7 +718,7 @@ class _Renderer(LaunchPlanner):
             return self.emit_load(n, scope)
         if n.op is Ops.REDUCE:
             return self.emit_reduce(n, scope)
-        if n.op is Ops.WHERE and (self.unsafe(n.src[1]) or self.unsafe(n.src[2])):
+        if n.op is Ops.WHERE and (self.evaluation.unsafe(n.src[1]) or self.evaluation.unsafe(n.src[2])):
             return self.emit_guarded_where(n, scope)
         if n.op is Ops.DEFINE_VAR:
             raise unsupported(
@@ -679,7 +743,7 @@ class _Renderer(LaunchPlanner):
             self.line(f"const {t} {v} = {_from_storage(f'{p}[{self.val(idx, scope) if idx is not None else 0}]', buf.dtype)};")
             return
         g, alt = self.val(n.src[2], scope), self.val(n.src[1], scope)
-        if idx is None or not self.unsafe(idx):
+        if idx is None or not self.evaluation.unsafe(idx):
             i = self.val(idx, scope) if idx is not None else "0"
             self.line(f"const {t} {v} = {g} ? {_from_storage(f'{p}[{i}]', buf.dtype)} : {alt};")
             return
@@ -723,12 +787,8 @@ class _Renderer(LaunchPlanner):
         if op in (Ops.ADD, Ops.MUL, Ops.MAX):
             return _round(_arith(op, d, a[0], a[1], t), d) if op is not Ops.MAX else _arith(op, d, a[0], a[1], t)
         if op in (Ops.IDIV, Ops.MOD):
-            x, y = n.src
-            if x.vmin >= 0 and y.vmin >= 1:
-                return OP_TABLE[op].c.format(*a)  # type: ignore[union-attr]
-            if d.is_unsigned or (x.vmin >= 0 and y.vmin >= 0):
-                return f"({a[1]} == 0 ? ({t})0 : ({t}){OP_TABLE[op].c.format(*a)})"  # type: ignore[union-attr]
-            return f"_egc_{'idiv' if op is Ops.IDIV else 'imod'}<{t}>({a[0]}, {a[1]})"
+            ints = _CInts(self, t)
+            return ints.value(floor_divide(ints, a[0], a[1], DivFacts.of(*n.src), remainder=op is Ops.MOD))
         if op in (Ops.SHL, Ops.SHR):
             s, top, sh = n.src[1], d.bits - 1, a[1]
             if s.vmax > top:  # shift counts are clamped to [0, bits-1], as in the reference
@@ -758,25 +818,13 @@ class _Renderer(LaunchPlanner):
         each: the lanes' loads that do not depend on the lane are shared, and the accumulations interleave.
         Returns the accumulators; `finish=False` leaves them unrounded and the REDUCEs' values undefined."""
         u = us[0]
-        op, d = u.arg[0], u.dtype
-        if op not in (Ops.ADD, Ops.MUL, Ops.MAX):
-            raise unsupported("REDUCE", f"reduce op {op} is not ADD, MUL or MAX")
-        rngs = [r for r in u.src[1:] if r.op is not Ops.CONST]  # a range of one proven 0 binds nothing
-        for r in rngs:
-            if r.op is not Ops.RANGE:
-                raise unsupported("REDUCE", "REDUCE sources after the value must be RANGEs")
-            if axis_type(r) in (AxisType.GLOBAL, AxisType.LOCAL, AxisType.WARP):
-                raise unsupported(
-                    f"RANGE {r.arg[0]!r}",
-                    f"a {axis_type(r).name} range cannot be reduced over",
-                    "reduce over REDUCE, UNROLL or GROUP_REDUCE ranges",
-                )
-        t = self.ctype(u)
+        op, d, t = u.arg[0], u.dtype, self.ctype(u)
+        rngs = _reduce_ranges(u)
         if any(range_size(r) == 0 for r in rngs):  # empty reduction: 0, as the reference
             for x in us:
                 scope.vals[x] = _c_const(0, d, t)
             return [scope.vals[x] for x in us]
-        acc_d = dtypes.float32 if d in HALFS else d
+        acc_d = _acc_dtype(d)
         group = [r for r in rngs if axis_type(r) is AxisType.GROUP_REDUCE]
         seq = [r for r in rngs if r not in group]
         if group and self.cond:
@@ -792,40 +840,43 @@ class _Renderer(LaunchPlanner):
         bodies = [x.src[0] for x in us]
         self.hoist(bodies, scope, set(seq))
         shared = self.shared if not (self.cond or self.diverge) else None
-        coop = shared is not None and all(self.cooperative(x, shared) for x in us)
-        inner = scope
-        if coop:  # the block's threads take the flattened iterations in turn (consecutive ones: coalesced)
-            assert shared is not None
-            total, j = math.prod(range_size(r) for r in seq), self.fresh("j")
-            step = shared.threads * shared.parts
-            start = shared.ltid if shared.parts == 1 else f"{shared.part} * {shared.threads}u + {shared.ltid}"
-            jt = "int" if total + step <= _INT_MAX else "long long"
-            self.open(f"for ({jt} {j} = {start}; {j} < {total}; {j} += {step})")
-            inner = _Scope(inner)
-            self.decompose(j, seq, "", inner)
-            self.diverge += 1
-        else:
-            for r in seq:
-                self.open_loop(r)
-                inner = _Scope(inner)
-                inner.vals[r] = self.rname(r)
+        coop = shared if shared is not None and all(self.launch.cooperative(x, shared) for x in us) else None
+        inner = self.open_reduce_loops(seq, scope, coop)
         for body in bodies:
             self.pre_group(body, inner)
         if len(us) > 1:
             self.vector_loads(bodies, inner)
         for acc, body in zip(accs, bodies):
             self.line(f"{acc} = {_arith(op, acc_d, acc, self.val(body, inner), t)};")
-        if coop:
-            assert shared is not None
+        if coop is not None:
             self.diverge -= 1
             self.close()
-            accs = self.block_combine(op, acc_d, t, accs, shared)
+            accs = self.block_combine(op, acc_d, t, accs, coop)
         else:
             for _ in seq:
                 self.close()
         if finish:
             self.finish_reduces(us, accs, group, scope)
         return accs
+
+    def open_reduce_loops(self, seq: list[UOp], scope: _Scope, coop: SharedBlock | None) -> _Scope:
+        """Open a reduction's loops over its sequential ranges; returns the scope of its body. `coop`: the block's
+        threads take the flattened iterations in turn (consecutive ones: coalesced), one loop."""
+        if coop is None:
+            for r in seq:
+                self.open_loop(r)
+                scope = _Scope(scope)
+                scope.vals[r] = self.rname(r)
+            return scope
+        total, j = math.prod(range_size(r) for r in seq), self.fresh("j")
+        step = coop.threads * coop.parts
+        start = coop.ltid if coop.parts == 1 else f"{coop.part} * {coop.threads}u + {coop.ltid}"
+        jt = "int" if total + step <= _INT_MAX else "long long"
+        self.open(f"for ({jt} {j} = {start}; {j} < {total}; {j} += {step})")
+        inner = _Scope(scope)
+        self.decompose(j, seq, "", inner)
+        self.diverge += 1
+        return inner
 
     def finish_reduces(self, us: list[UOp], accs: list[str], group: list[UOp], scope: _Scope) -> None:
         """The REDUCEs' values from their accumulators: combined over the group's threads, rounded to 16 bits."""
@@ -930,7 +981,7 @@ class _Renderer(LaunchPlanner):
         if item.tc is not None:
             return self.emit_tc(item, item.tc, scope)
         st = item.store
-        lanes = self.lanes(item)
+        lanes = item.lanes
         loops = [r for r in item.seq if r not in lanes]
         roots = [st.src[2]] if len(st.src) > 2 else [s for s in (index_of(st.src[0]), st.src[1]) if s is not None]
         cur = scope
@@ -961,8 +1012,8 @@ class _Renderer(LaunchPlanner):
             return
         values = [s.src[1] for s in stores]
         reduces: dict[tuple[Any, ...], list[UOp]] = {}
-        for n in self.uncond_order(values, scope.holds):
-            if n.op is Ops.REDUCE and all(scope.lookup(r) is not None for r in self.deps(n)):
+        for n in self.evaluation.uncond_order(values, scope.holds):
+            if n.op is Ops.REDUCE and all(scope.lookup(r) is not None for r in self.launch.deps(n)):
                 reduces.setdefault((n.arg, n.dtype, n.src[1:]), []).append(n)
         for us in reduces.values():
             if len(us) > 1:
@@ -991,11 +1042,11 @@ class _Renderer(LaunchPlanner):
         """Emit the loads `roots` evaluate unconditionally in `scope` as vector loads where they form runs."""
         loads = [
             n
-            for n in self.uncond_order(roots, scope.holds)
+            for n in self.evaluation.uncond_order(roots, scope.holds)
             if n.op is Ops.LOAD
             and len(n.src) <= 2
-            and all(scope.lookup(r) is not None for r in self.deps(n))
-            and not self.unsafe(n.src[0])
+            and all(scope.lookup(r) is not None for r in self.launch.deps(n))
+            and not self.evaluation.unsafe(n.src[0])
         ]
         for run in vector_runs([(buffer_of(n.src[0]), index_of(n.src[0])) for n in loads]):
             if len(run) == 1:
@@ -1058,7 +1109,7 @@ class _Renderer(LaunchPlanner):
         leading dimension of operand 0/1 at the given UPCAST values), then every accumulator takes its MMA."""
         frags: dict[tuple[int, tuple[int, ...]], str] = {}
         for side, ((_, ix, layout, _), use) in enumerate(((tc.a, "matrix_a"), (tc.b, "matrix_b"))):
-            mine = [j for j, r in enumerate(tc.ups) if r in self.deps(ix)]
+            mine = [j for j, r in enumerate(tc.ups) if r in self.launch.deps(ix)]
             for c in combos:
                 key = (side, tuple(c[j] for j in mine))
                 if key in frags:
@@ -1068,8 +1119,8 @@ class _Renderer(LaunchPlanner):
                 self.line(f"nvcuda::wmma::fragment<nvcuda::wmma::{use}, 16, 16, 16, {tc.elem}, nvcuda::wmma::{layout}> {f};")
                 self.line(f"nvcuda::wmma::load_matrix_sync({f}, {ptr}, {ldm});")
         for c, acc in zip(combos, accs):
-            ka = tuple(c[j] for j, r in enumerate(tc.ups) if r in self.deps(tc.a[1]))
-            kb = tuple(c[j] for j, r in enumerate(tc.ups) if r in self.deps(tc.b[1]))
+            ka = tuple(c[j] for j, r in enumerate(tc.ups) if r in self.launch.deps(tc.a[1]))
+            kb = tuple(c[j] for j, r in enumerate(tc.ups) if r in self.launch.deps(tc.b[1]))
             self.line(f"nvcuda::wmma::mma_sync({acc}, {frags[(0, ka)]}, {frags[(1, kb)]}, {acc});")
 
     def tc_direct(self, tc: TCMatch, combos: list[tuple[int, ...]], accs: list[str], scope: _Scope) -> None:
@@ -1191,7 +1242,7 @@ class _Renderer(LaunchPlanner):
         for cf in accs:
             self.line(f"nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> {cf};")
             self.line(f"nvcuda::wmma::fill_fragment({cf}, 0.0f);")
-        st = self.tc_stage(item, tc)
+        st = item.stage
         if st is None:
             self.tc_direct(tc, combos, accs, scope)
         else:
@@ -1218,45 +1269,39 @@ class _Renderer(LaunchPlanner):
     # ---- items, phases, launches ----------------------------------------------------------------
 
     def bind(self, ph: Phase, scope: _Scope) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
-        """Emit the thread -> range mapping of a phase (flat ones: only `gid`); returns (grid, block)."""
+        """Emit the plan's thread -> range mapping of a phase (flat ones: only `gid`); returns (grid, block)."""
         block_rs = ph.block + ph.group
         self.tid, self.strides = None, {}
-        if ph.tc:
-            nw = math.prod(range_size(r) for r in block_rs)
-            if 32 * nw > _MAX_THREADS:
-                raise unsupported("LOCAL", f"{nw} warps of tensor-core tiles exceed 1024 threads per block")
-            block = (32, nw, 1)
-            self.decompose("threadIdx.y", block_rs, "u", scope)
-        elif block_rs:
-            total = math.prod(range_size(r) for r in block_rs)
-            if total > _MAX_THREADS:
-                raise unsupported(
-                    "LOCAL",
-                    f"LOCAL/GROUP_REDUCE ranges ask for {total} threads per block (max 1024)",
-                    "split the local ranges further or make part of them UPCAST/LOOP",
-                )
-            sizes = [range_size(r) for r in reversed(block_rs)]
-            if not ph.group and len(sizes) <= 3 and all(s <= lim for s, lim in zip(sizes, _BLOCK_LIMITS)):
-                block = tuple(sizes + [1] * (3 - len(sizes)))  # type: ignore[assignment]
-                for ax, r in zip(_AXES, reversed(block_rs)):
-                    self.line(f"const int {self.rname(r)} = threadIdx.{ax};")
-                    scope.vals[r] = self.rname(r)
-            else:
-                block = (max(total, 1), 1, 1)
-                self.decompose("threadIdx.x", block_rs, "u", scope)
-                stride = 1
-                for r in reversed(block_rs):
-                    self.strides[r] = stride
-                    stride *= range_size(r)
-                if ph.group:
-                    self.tid = "tid"
-                    self.line("const int tid = threadIdx.x;")
-        else:
+        block, total = ph.threads, math.prod(ph.threads)
+        if ph.thread_map == "flat":
             return self.bind_flat_threads(
-                max(math.prod(range_size(r) for r in it.grid) for it in ph.items), any(it.grid for it in ph.items)
+                max(math.prod(range_size(r) for r in it.grid) for it in ph.items), any(it.grid for it in ph.items), total
             )
-        self.block_total = math.prod(block)
-        return self.bind_grid_blocks(ph.grid, scope), block  # type: ignore[return-value]
+        if total > _MAX_THREADS:
+            raise unsupported(
+                "LOCAL",
+                f"{total // 32} warps of tensor-core tiles exceed 1024 threads per block"
+                if ph.tc
+                else f"LOCAL/GROUP_REDUCE ranges ask for {total} threads per block (max 1024)",
+                "split the local ranges further or make part of them UPCAST/LOOP",
+            )
+        if ph.thread_map == "warps":
+            self.decompose("threadIdx.y", block_rs, "u", scope)
+        elif ph.thread_map == "axes":
+            for ax, r in zip(_AXES, reversed(block_rs)):
+                self.line(f"const int {self.rname(r)} = threadIdx.{ax};")
+                scope.vals[r] = self.rname(r)
+        else:  # linear
+            self.decompose("threadIdx.x", block_rs, "u", scope)
+            stride = 1
+            for r in reversed(block_rs):
+                self.strides[r] = stride
+                stride *= range_size(r)
+            if ph.group:
+                self.tid = "tid"
+                self.line("const int tid = threadIdx.x;")
+        self.block_total = total
+        return self.bind_grid_blocks(ph.grid, scope), block
 
     def decompose(self, lin: str, rs: list[UOp], suf: str, scope: _Scope) -> None:
         stride = 1
@@ -1270,9 +1315,8 @@ class _Renderer(LaunchPlanner):
             scope.vals[r] = name
             stride *= n
 
-    def bind_flat_threads(self, total: int, need_gid: bool) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
-        """`gid` over `total` threads in blocks of 256 (tail predicate where needed)."""
-        bd = min(FLAT_BLOCK, max(total, 1))
+    def bind_flat_threads(self, total: int, need_gid: bool, bd: int) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+        """`gid` over `total` threads in blocks of `bd` (tail predicate where needed)."""
         nb = -(-total // bd)
         self.block_total = bd
         self.gid_suffix = "u"
@@ -1374,12 +1418,10 @@ class _Renderer(LaunchPlanner):
 
     def render(self) -> KernelPlan:
         name = _ident(self.kernel.name, "k_")
-        phases = self.phases(self.items())
         launches: list[Launch] = []
         body_lines: list[str] = []
         max_threads = 1
-        splits = [self.grid_split(ph) for ph in phases]
-        steps = [(ph, sp, part) for ph, sp in zip(phases, splits) for part in ((0, 1) if sp is not None else (0,))]
+        steps = [(ph, ph.split, part) for ph in self.launch.phases for part in ((0, 1) if ph.split is not None else (0,))]
         multi = len(steps) > 1
         self.depth = 1
         scratch: list[tuple[str, DType, int]] = []
@@ -1401,7 +1443,7 @@ class _Renderer(LaunchPlanner):
                 grid, block = self.emit_grid_split(ph.items[0], split, part, partials, scope)
             else:
                 grid, block = self.bind(ph, scope)
-                self.shared = self.shared_block(ph, block)
+                self.shared = ph.shared
                 self.emit_phase(ph, scope)
             if multi:
                 self.close()
@@ -1441,7 +1483,7 @@ class _Renderer(LaunchPlanner):
 
 def plan_kernel(kernel: Kernel) -> KernelPlan:
     """Render one kernel to CUDA C with its launch configuration (no GPU needed)."""
-    return _Renderer(kernel).render()
+    return _Renderer(plan_launch(kernel)).render()
 
 
 @lru_cache(maxsize=4096)
@@ -1450,7 +1492,7 @@ def renders(kernel: UOp) -> bool:
     emission (a group reduction left under a data-dependent branch): the schedule ranking asks this of its best
     few candidates."""
     try:
-        _Renderer(Kernel.from_ast("k", kernel if kernel.op is Ops.SINK else UOp(Ops.SINK, dtypes.void, (kernel,)))).render()
+        plan_kernel(Kernel.from_ast("k", kernel if kernel.op is Ops.SINK else UOp(Ops.SINK, dtypes.void, (kernel,))))
     except CompilerError:
         return False
     return True

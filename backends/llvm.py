@@ -44,9 +44,9 @@ float32 that always holds a bfloat16-representable value (loaded by a
 16-bit shift, rounded to nearest even after every op, stored by dropping the
 low half), index is i64. REDUCE accumulates half and bfloat16 in float32 and
 rounds once at the end (as the reference does). IDIV/MOD are floor division
-and its remainder; truncating `sdiv`/`srem` appear bare only where interval
-bounds (UOp.vmin/vmax) prove both operands non-negative (then as
-`udiv`/`urem`), and division by zero yields 0 (the reference's choice).
+and its remainder as egraph_compiler/ir/floordiv.py defines them (x // 0 == 0);
+truncating `udiv`/`urem` appear bare only where interval bounds (UOp.vmin/vmax)
+prove both operands non-negative and the divisor non-zero.
 
 Loops: LOOP/GLOBAL/THREAD/REDUCE-typed ranges become canonical counted loops
 (i64 induction variable from 0, step 1) that LLVM's loop vectorizer accepts;
@@ -100,10 +100,11 @@ import numpy as np
 from egraph_compiler.backends import cpu_pool
 from egraph_compiler.ir.diagnostics import BackendError, InvalidArgument, UnsupportedOp
 from egraph_compiler.ir.dtypes import DType, bf16_round, dtypes
+from egraph_compiler.ir.floordiv import DivFacts, floor_divide
 from egraph_compiler.ir.ops import OP_TABLE, AxisType, Ops
 from egraph_compiler.ir.uop import UOp
 from egraph_compiler.kernel import disk_cache
-from egraph_compiler.kernel.analysis import RangeDeps, range_size, store_items
+from egraph_compiler.kernel.analysis import Cond, RangeDeps, guards, index_of, range_size, store_items, value_nodes
 from egraph_compiler.kernel.cpu_target import CPUTarget, cpu_target, host_cpu
 from egraph_compiler.kernel.program import HostBuffers, Kernel, Program, accumulator_axis, buffer_of, stride
 
@@ -163,10 +164,10 @@ def literal(value: Any, d: DType) -> str:
         v = int(value) & ((1 << d.bits) - 1)
         return str(v - (1 << d.bits) if v >= 1 << (d.bits - 1) else v)  # LLVM ints are signless
     with np.errstate(over="ignore"):
-        v = float(value)
+        f = float(value)
         if d is dtypes.bfloat16:
-            v = float(bf16_round(np.array([v], np.float32))[0])
-        return _fhex(v, reg_ty(d))
+            f = float(bf16_round(np.array([f], np.float32))[0])
+        return _fhex(f, reg_ty(d))
 
 
 def _int_lit(v: int, bits: int) -> str:
@@ -182,65 +183,9 @@ def _np_storage(d: DType) -> np.dtype:
 
 # ---- analysis of a kernel AST ----------------------------------------------------------------------
 
-Cond = tuple[UOp, bool]
-
-
-def _value_nodes(root: UOp) -> list[UOp]:
-    """Nodes under root in topological order, not entering the stores an AFTER waits on (other items)."""
-    out: list[UOp] = []
-    seen: set[UOp] = set()
-    stack: list[tuple[UOp, bool]] = [(root, False)]
-    while stack:
-        u, ready = stack.pop()
-        if ready:
-            out.append(u)
-            continue
-        if u in seen:
-            continue
-        seen.add(u)
-        stack.append((u, True))
-        stack.extend((s, False) for s in reversed(u.src[:1] if u.op is Ops.AFTER else u.src))
-    return out
-
-
-def _guards(order: list[UOp]) -> dict[UOp, frozenset[Cond]]:
-    """Conditions (node, polarity) that hold wherever each node's value is used.
-
-    They come from WHERE branches, load gates and store gates; a load whose
-    index is not proven in bounds is executed only under them. They do not
-    enter a REDUCE's body: a REDUCE may be hoisted above the code that computes
-    them (the body's loads are clamped instead; the value is used only where
-    the condition holds, and there the index is in bounds).
-    """
-    conds: dict[UOp, frozenset[Cond]] = {}
-
-    def give(s: UOp, c: frozenset[Cond]) -> None:
-        conds[s] = c if s not in conds else conds[s] & c
-
-    for u in reversed(order):  # every user before its sources
-        c = conds.get(u, frozenset()) if u.op is not Ops.REDUCE else frozenset()
-        for i, s in enumerate(u.src):
-            extra: frozenset[Cond] = frozenset()
-            if u.op is Ops.WHERE and i in (1, 2):
-                extra = frozenset({(u.src[0], i == 1)})
-            elif len(u.src) == 3 and ((u.op is Ops.LOAD and i == 0) or (u.op is Ops.STORE and i < 2)):
-                extra = frozenset({(u.src[2], True)})  # a gate guards the address (and a store's value)
-            give(s, c | extra)
-    return conds
-
 
 def _is_unrolled(r: UOp) -> bool:
     return r.arg[1] in UNROLLED
-
-
-def _index_of(index: UOp) -> UOp | None:
-    if index.op is not Ops.INDEX or len(index.src) > 2:
-        raise UnsupportedOp(
-            at=index.op.name,
-            why="loads and stores address memory through INDEX(buf[, idx])",
-            suggestion="lower multi-dimensional INDEX to one flat index first",
-        )
-    return index.src[1] if len(index.src) > 1 else None
 
 
 def _buf_size(index: UOp) -> int:
@@ -280,7 +225,7 @@ def _group_reduces(item: _Item, deps: RangeDeps) -> list[UOp]:
     """
     if item.loops or item.unrolled:
         return []
-    nodes = _value_nodes(item.store)
+    nodes = value_nodes(item.store)
     inside: set[UOp] = set()
     stack = [u.src[0] for u in nodes if u.op is Ops.REDUCE]
     while stack:
@@ -335,12 +280,12 @@ def _pick_parallel(st: UOp, loops: list[UOp], threads: int, auto: bool) -> UOp |
         return None
     # slices must not write what another slice touches: the store moves with the range, and a
     # buffer that is stored is only read back at the very same index
-    idx = _index_of(st.src[0])
+    idx = index_of(st.src[0])
     if idx is None or outer not in idx.toposort():
         return None
     target = buffer_of(st.src[0]).arg[0]
     for u in nodes:
-        if u.op is Ops.LOAD and buffer_of(u.src[0]).arg[0] == target and _index_of(u.src[0]) is not idx:
+        if u.op is Ops.LOAD and buffer_of(u.src[0]).arg[0] == target and index_of(u.src[0]) is not idx:
             return None
     return outer
 
@@ -417,6 +362,12 @@ class _Fn:
             if v is not None:
                 return v
         return None
+
+    def bound(self, r: UOp) -> str:
+        """The induction variable of a range whose loop is open."""
+        v = self.lookup(r)
+        assert v is not None, f"range {r.arg[0]!r} is used outside its loop"
+        return v.names[0]
 
     def remember(self, u: UOp, v: Val) -> None:
         # the outermost scope where the value is valid: not outside the innermost loop (SSA dominance),
@@ -541,7 +492,7 @@ class _Fn:
         if u.op in (Ops.REDUCE, Ops.RANGE, Ops.CONST):
             return ()
         if u.op is Ops.LOAD:
-            idx = _index_of(u.src[0])
+            idx = index_of(u.src[0])
             return ((idx,) if idx is not None else ()) + u.src[1:]
         return u.src
 
@@ -618,7 +569,7 @@ class _Fn:
 
     def emit_load(self, u: UOp) -> Val:
         index = u.src[0]
-        idx_u = _index_of(index)
+        idx_u = index_of(index)
         size = _buf_size(index)
         safe = _in_bounds(idx_u, size)
         idx = self.emit(idx_u) if idx_u is not None else Val((), ("0",))
@@ -692,7 +643,7 @@ class _Fn:
         with `conds`, those whose conditions (each with its polarity) do not all hold (they give `alt`, or 0);
         then one value per copy."""
         index = u.src[0]
-        idx_u = _index_of(index)
+        idx_u = index_of(index)
         assert idx_u is not None
         n = range_size(lane)
         ty = mem_ty(u.dtype)
@@ -772,7 +723,7 @@ class _Fn:
     def emit_store(self, st: UOp, unrolled: list[UOp]) -> None:
         index, value = st.src[0], st.src[1]
         b = buffer_of(index)
-        idx_u = _index_of(index)
+        idx_u = index_of(index)
         size = _buf_size(index)
         safe = _in_bounds(idx_u, size)
         val = self.emit(value)  # first: the index of the store is computed after any loop inside the value
@@ -867,7 +818,7 @@ class _Fn:
         x = self.kb.alu.to_acc(self, v.names[0], u.dtype)
         if u.dtype.is_bool:
             x = self.ins(f"zext i1 {x} to i8")
-        self.put(f"store {_part_ty(u.dtype)} {x}, ptr {self.part_ptr('%p', u.dtype, self.lookup(g).names[0])}")
+        self.put(f"store {_part_ty(u.dtype)} {x}, ptr {self.part_ptr('%p', u.dtype, self.bound(g))}")
         close()
         self.put("ret void")
 
@@ -881,7 +832,7 @@ class _Fn:
         self.put(f"store {at_ty} {self.kb.alu.identity(op, d)}, ptr {a}")
         g = u.src[1]
         close = self.loop(g, "0", str(grp.bound))
-        x = self.ins(f"load {_part_ty(d)}, ptr {self.part_ptr(base, d, self.lookup(g).names[0])}")
+        x = self.ins(f"load {_part_ty(d)}, ptr {self.part_ptr(base, d, self.bound(g))}")
         if d.is_bool:
             x = self.ins(f"icmp ne i8 {x}, 0")
         acc = self.kb.alu.accumulate(self, op, d, self.ins(f"load {at_ty}, ptr {a}"), x)
@@ -897,7 +848,7 @@ class _Fn:
             lo, hi = ("%start", "%end") if r is item.parallel else ("0", str(range_size(r)))
             closers.append(self.loop(r, lo, hi))
         self.push("unroll", [(r, Val((r,), tuple(str(k) for k in range(range_size(r))))) for r in item.unrolled])
-        idx = _index_of(item.store.src[0])
+        idx = index_of(item.store.src[0])
         self.contiguous = frozenset(r for r in item.unrolled if idx is not None and stride(idx, r) == 1)
         self.emit_store(item.store, item.unrolled)
         self.pop()
@@ -907,6 +858,45 @@ class _Fn:
 
 
 # ---- ALU ---------------------------------------------------------------------------------------------
+
+
+class _LLVMInts:
+    """IDIV/MOD's integer operations as LLVM instructions of one function (ir/floordiv.py)."""
+
+    def __init__(self, f: _Fn, ty: str) -> None:
+        self.f, self.ty = f, ty
+
+    def const(self, v: int) -> str:
+        return str(v)
+
+    def eq(self, x: str, v: int) -> str:
+        return self.f.ins(f"icmp eq {self.ty} {x}, {v}")
+
+    def either(self, p: str, q: str) -> str:
+        return self.f.ins(f"or i1 {p}, {q}")
+
+    def select(self, c: str, x: str, y: str) -> str:
+        return self.f.ins(f"select i1 {c}, {self.ty} {x}, {self.ty} {y}")
+
+    def tdiv(self, a: str, b: str, unsigned: bool) -> str:
+        return self.f.ins(f"{'udiv' if unsigned else 'sdiv'} {self.ty} {a}, {b}")
+
+    def trem(self, a: str, b: str, unsigned: bool) -> str:
+        return self.f.ins(f"{'urem' if unsigned else 'srem'} {self.ty} {a}, {b}")
+
+    def needs_floor(self, r: str, b: str) -> str:
+        nonzero = self.f.ins(f"icmp ne {self.ty} {r}, 0")
+        opposite = self.f.ins(f"icmp slt {self.ty} {self.f.ins(f'xor {self.ty} {r}, {b}')}, 0")
+        return self.f.ins(f"and i1 {nonzero}, {opposite}")
+
+    def dec_if(self, c: str, q: str) -> str:
+        return self.f.ins(f"sub {self.ty} {q}, {self.f.ins(f'zext i1 {c} to {self.ty}')}")
+
+    def add_if(self, c: str, r: str, b: str) -> str:
+        return self.f.ins(f"add {self.ty} {r}, {self.select(c, b, '0')}")
+
+    def neg(self, x: str) -> str:
+        return self.f.ins(f"sub {self.ty} 0, {x}")
 
 
 class _Alu:
@@ -1062,10 +1052,10 @@ class _Alu:
                     wa, wb = f.ins(f"fpext half {a} to float"), f.ins(f"fpext half {b} to float")
                     return f.ins(f"fptrunc float {self.call(f, 'maximum', 'float', wa, wb)} to half")
                 return self.call(f, "maximum", ty, a, b)
-            ins = {Ops.ADD: "fadd", Ops.MUL: "fmul", Ops.FDIV: "fdiv"}.get(op)
-            if ins is None:
+            fins = {Ops.ADD: "fadd", Ops.MUL: "fmul", Ops.FDIV: "fdiv"}.get(op)
+            if fins is None:
                 raise UnsupportedOp(at=op.name, why=f"{op.name} on {d.name}", suggestion="use integer operands")
-            return self.fix(f, f.ins(f"{ins} {self.fl()}{ty} {a}, {b}"), d)
+            return self.fix(f, f.ins(f"{fins} {self.fl()}{ty} {a}, {b}"), d)
         if op is Ops.MAX:
             return self.call(f, "umax" if d.is_unsigned else "smax", ty, a, b)
         ins = {Ops.ADD: "add", Ops.MUL: "mul", Ops.XOR: "xor", Ops.OR: "or", Ops.AND: "and"}[op]
@@ -1106,54 +1096,15 @@ class _Alu:
         return f.ins(f"{ins} {ty} {a}, {b}")
 
     def divmod(self, f: _Fn, u: UOp, a: str, b: str) -> str:
-        """Floor division / floor remainder; x // 0 == x % 0 == 0 as in the reference."""
+        """IDIV/MOD as ir/floordiv.py defines them, with the guards the operands' bounds leave."""
         d, is_div = u.dtype, u.op is Ops.IDIV
-        ty = reg_ty(d)
-        na, nb = u.src
-        c = int(nb.arg) if nb.op is Ops.CONST else None
-        if c == 0:
-            return "0"
+        c = int(u.src[1].arg) if u.src[1].op is Ops.CONST else None
         if c is not None and c > 0 and c & (c - 1) == 0:  # shifts and masks are floor ops for either sign
-            k = c.bit_length() - 1
             return f.ins(
-                f"{('lshr' if d.is_unsigned else 'ashr') if is_div else 'and'} {ty} {a}, "
-                f"{k if is_div else _int_lit(c - 1, d.bits)}"
+                f"{('lshr' if d.is_unsigned else 'ashr') if is_div else 'and'} {reg_ty(d)} {a}, "
+                f"{c.bit_length() - 1 if is_div else _int_lit(c - 1, d.bits)}"
             )
-        if d.is_unsigned:
-            if nb.vmin >= 1:
-                return f.ins(f"{'udiv' if is_div else 'urem'} {ty} {a}, {b}")
-            z = f.ins(f"icmp eq {ty} {b}, 0")
-            safe = f.ins(f"select i1 {z}, {ty} 1, {ty} {b}")
-            r = f.ins(f"{'udiv' if is_div else 'urem'} {ty} {a}, {safe}")
-            return f.ins(f"select i1 {z}, {ty} 0, {ty} {r}")
-        if na.vmin >= 0 and nb.vmin >= 1:  # both non-negative: truncation is floor
-            return f.ins(f"{'udiv' if is_div else 'urem'} {ty} {a}, {b}")
-        if c == -1:
-            return f.ins(f"sub {ty} 0, {a}") if is_div else "0"
-        guarded = not (nb.vmin >= 1 or nb.vmax <= -2)
-        z = m1 = bad = None
-        dv = b
-        if guarded:  # x/0 and INT_MIN/-1 would trap
-            z = f.ins(f"icmp eq {ty} {b}, 0")
-            m1 = f.ins(f"icmp eq {ty} {b}, -1")
-            bad = f.ins(f"or i1 {z}, {m1}")
-            dv = f.ins(f"select i1 {bad}, {ty} 1, {ty} {b}")
-        q = f.ins(f"sdiv {ty} {a}, {dv}")
-        r = f.ins(f"srem {ty} {a}, {dv}")
-        # truncation rounds toward zero; floor differs when the remainder is non-zero and its sign
-        # differs from the divisor's
-        rnz = f.ins(f"icmp ne {ty} {r}, 0")
-        x = f.ins(f"xor {ty} {r}, {b}")
-        neg = f.ins(f"icmp slt {ty} {x}, 0")
-        fix = f.ins(f"and i1 {rnz}, {neg}")
-        if is_div:
-            q = f.ins(f"sub {ty} {q}, {f.ins(f'zext i1 {fix} to {ty}')}")
-            if guarded:
-                q = f.ins(f"select i1 {m1}, {ty} {f.ins(f'sub {ty} 0, {a}')}, {ty} {q}")
-                q = f.ins(f"select i1 {z}, {ty} 0, {ty} {q}")
-            return q
-        r = f.ins(f"add {ty} {r}, {f.ins(f'select i1 {fix}, {ty} {b}, {ty} 0')}")
-        return f.ins(f"select i1 {bad}, {ty} 0, {ty} {r}") if guarded else r
+        return floor_divide(_LLVMInts(f, reg_ty(d)), a, b, DivFacts.of(*u.src), remainder=not is_div)
 
     def cast(self, f: _Fn, x: str, s: DType, d: DType) -> str:
         if s == d:
@@ -1245,7 +1196,7 @@ class _Module:
         self.order = ast.toposort()
         self.topo_pos = {u: i for i, u in enumerate(self.order)}
         self.deps = RangeDeps()
-        self.conds = _guards(self.order)
+        self.conds = guards(self.order)
         self.loopy: set[UOp] = set()  # nodes with a REDUCE under them (their emission runs a loop)
         for u in self.order:
             if u.op is Ops.REDUCE or any(s in self.loopy for s in u.src):
@@ -1425,7 +1376,7 @@ def _jit(
                 engine.set_object_cache(lambda _m, buf: made.append(bytes(buf)), lambda _m: None)
             engine.finalize_object()
             optimized = str(mod)
-            if made:
+            if made and stored_key is not None:
                 disk_cache.store("objects", stored_key, {"object": made[0], "ir": optimized})
         funcs = {}
         for name, extra in signatures:

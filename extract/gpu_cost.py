@@ -1,6 +1,6 @@
 """A roofline estimate of one kernel's run time on an NVIDIA GPU, for ranking schedules of target "cuda".
 
-The thread mapping is the CUDA renderer's own launch plan (`LaunchPlanner`, kernel/gpu_launch.py): it puts each STORE
+The thread mapping is the CUDA renderer's own launch plan (`LaunchPlan`, kernel/gpu_launch.py): it puts each STORE
 item's ranges on the grid (GLOBAL; LOOP/THREAD when there is no GLOBAL), the block (LOCAL, GROUP_REDUCE, WARP
 outside a tensor-core region), upcast copies (UPCAST END ranges, expanded into copies of the store), sequential
 loops (UNROLL/the rest, and REDUCE ranges other than GROUP_REDUCE) and tensor-core regions (one warp per 16x16
@@ -49,10 +49,11 @@ from egraph_compiler.kernel.gpu_launch import (
     GRID_LIMITS,
     STATIC_SMEM,
     Item,
-    LaunchPlanner,
+    LaunchPlan,
     Phase,
     SharedBlock,
     affine,
+    plan_launch,
 )
 from egraph_compiler.kernel.program import Kernel, buffer_of, value_nodes
 
@@ -183,7 +184,7 @@ def _lane_cycles(u: UOp) -> float:
 class _Thread:
     """The work of one thread of an item: lane-cycles, instructions, dependent chain and memory accesses."""
 
-    def __init__(self, r: LaunchPlanner, shared: SharedBlock | None = None) -> None:
+    def __init__(self, r: LaunchPlan, shared: SharedBlock | None = None) -> None:
         self.r = r
         self.shared = shared  # how the block shares block-uniform REDUCEs (None: it does not)
         self.lane = self.instr = self.chain = 0.0
@@ -321,15 +322,14 @@ def estimate_gpu(kernel: UOp, m: GPUMachine | None = None) -> KernelEstimate:
     est = KernelEstimate()
     if kernel.op is not Ops.SINK:
         kernel = UOp(Ops.SINK, dtypes.void, (kernel,))
-    r = LaunchPlanner(Kernel.from_ast("k", kernel))
     try:
-        phases = r.plan()
+        r = plan_launch(Kernel.from_ast("k", kernel))
     except CompilerError as e:
         return _invalid(est, f"the CUDA renderer rejects it: {e}")
     hz = m.clock_ghz * 1e9
     lanes_per_clock = m.fp32_tflops * 1e12 / 2 / (m.sms * hz)
-    for k, ph in enumerate(phases):
-        split = r.grid_split(ph)
+    for k, ph in enumerate(r.phases):
+        split = ph.split
         flat = not (ph.tc or ph.block or ph.group) and split is None
         block_rs = ph.block + ph.group
         total = max(math.prod(trip_count(x) for x in it.grid) for it in ph.items)
@@ -352,7 +352,7 @@ def estimate_gpu(kernel: UOp, m: GPUMachine | None = None) -> KernelEstimate:
         if blocks * threads == 0:
             continue
         warps = -(-threads // 32)
-        works = [_item(r, it, ph, split.block if split is not None else r.shared_block(ph)) for it in ph.items]
+        works = [_item(r, it, ph, split.block if split is not None else ph.shared) for it in ph.items]
         smem = sum(w.smem for w in works)
         if smem > min(STATIC_SMEM, m.shared_mem_per_block):
             return _invalid(est, f"phase {k}: {smem} bytes of static shared memory")
@@ -405,15 +405,15 @@ def estimate_gpu(kernel: UOp, m: GPUMachine | None = None) -> KernelEstimate:
         est.parallel = max(est.parallel, blocks * threads)
         est.notes.append(f"phase {k}: {blocks} x {threads} threads{' (TC)' if ph.tc else ''}, {bound} bound")
     est.cycles = est.seconds * hz
-    est.overhead_s += len(phases) * m.launch_us * 1e-6
+    est.overhead_s += len(r.phases) * m.launch_us * 1e-6
     est.seconds += est.overhead_s
     return est
 
 
-def _item(r: LaunchPlanner, it: Item, ph: Phase, shared: SharedBlock | None) -> _Thread:
+def _item(r: LaunchPlan, it: Item, ph: Phase, shared: SharedBlock | None) -> _Thread:
     """One thread's work in item `it`: its sequential END ranges are loops, in order."""
     w = _Thread(r, shared)
-    w.lanes = r.lanes(it) if it.tc is None else []
+    w.lanes = it.lanes if it.tc is None else []
     loops = [x for x in it.seq if x not in w.lanes]
     trips = [1.0]
     for x in loops:
@@ -436,7 +436,7 @@ def _item(r: LaunchPlanner, it: Item, ph: Phase, shared: SharedBlock | None) -> 
     w.tc_steps = math.prod(trip_count(x) for x in tc.reduce.src[1:] if x.op is Ops.RANGE and x is not tc.k)
     w.tc_mmas = math.prod(trip_count(x) for x in tc.ups)
     w.tc_frag_bytes = sum(frags) * tile
-    stage = r.tc_stage(it, tc)
+    stage = it.stage
     if stage is None:  # every warp loads its own fragments from global memory
         w.tc_l2_bytes = w.tc_frag_bytes
         w.chain += w.tc_steps * (MMA_CYCLES + 4 * w.tc_mmas)

@@ -1,5 +1,6 @@
 """The facts every consumer of a kernel AST reads off it, computed one way for all of them: the ranges a value
-depends on, and the items of a kernel (each STORE with the END ranges around it), checked against the contract.
+depends on, the items of a kernel (each STORE with the END ranges around it, checked against the contract), the
+flat index of an address, the conditions a value is guarded by, and which values are evaluated whenever others are.
 
 The renderers (backends/llvm.py, backends/cuda.py through kernel/gpu_launch.py), the reference backend and the
 CPU estimate (extract/loop_cost.py) all take these from here, so they agree on what a kernel is: a range a stored
@@ -8,6 +9,7 @@ value uses must be bound by an END around its STORE (or reduced over inside it),
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from egraph_compiler.ir.diagnostics import UnsupportedOp
@@ -94,3 +96,109 @@ def store_items(ast: UOp, deps: RangeDeps | None = None) -> list[StoreItem]:
             )
         out.append(StoreItem(st, tuple(ranges)))
     return out
+
+
+def index_of(ptr: UOp) -> UOp | None:
+    """The flat index of a LOAD/STORE address INDEX(buffer[, idx]) (None: the buffer's one element)."""
+    if ptr.op is not Ops.INDEX or len(ptr.src) > 2:
+        raise UnsupportedOp(
+            at=ptr.op.name,
+            why="loads and stores address memory through INDEX(buffer[, idx]), one flat element",
+            suggestion="lower multi-dimensional INDEX to one flat index first",
+        )
+    return ptr.src[1] if len(ptr.src) > 1 else None
+
+
+def value_nodes(root: UOp) -> list[UOp]:
+    """Nodes under root in topological order, not entering the stores an AFTER waits on (other items)."""
+    out: list[UOp] = []
+    seen: set[UOp] = set()
+    stack: list[tuple[UOp, bool]] = [(root, False)]
+    while stack:
+        u, ready = stack.pop()
+        if ready:
+            out.append(u)
+            continue
+        if u in seen:
+            continue
+        seen.add(u)
+        stack.append((u, True))
+        stack.extend((s, False) for s in reversed(u.src[:1] if u.op is Ops.AFTER else u.src))
+    return out
+
+
+Cond = tuple[UOp, bool]  # a boolean value and the polarity under which code runs
+
+
+def guards(order: list[UOp]) -> dict[UOp, frozenset[Cond]]:
+    """Conditions (node, polarity) that hold wherever each node of `order` (topological) is used.
+
+    They come from WHERE branches, load gates and store gates; a load whose index is not proven in bounds is
+    executed only under them. They do not enter a REDUCE's body: a REDUCE may be hoisted above the code that
+    computes them (the body's loads are clamped instead; the value is used only where the condition holds, and
+    there the index is in bounds).
+    """
+    conds: dict[UOp, frozenset[Cond]] = {}
+
+    def give(s: UOp, c: frozenset[Cond]) -> None:
+        conds[s] = c if s not in conds else conds[s] & c
+
+    for u in reversed(order):  # every user before its sources
+        c = conds.get(u, frozenset()) if u.op is not Ops.REDUCE else frozenset()
+        for i, s in enumerate(u.src):
+            extra: frozenset[Cond] = frozenset()
+            if u.op is Ops.WHERE and i in (1, 2):
+                extra = frozenset({(u.src[0], i == 1)})
+            elif len(u.src) == 3 and ((u.op is Ops.LOAD and i == 0) or (u.op is Ops.STORE and i < 2)):
+                extra = frozenset({(u.src[2], True)})  # a gate guards the address (and a store's value)
+            give(s, c | extra)
+    return conds
+
+
+class Evaluation:
+    """When a kernel's values are evaluated, for code that emits them once, at first use: the ranges each depends
+    on, whether evaluating it touches memory (then it must not be hoisted out of a condition), and the values
+    evaluated whenever some roots are (WHERE branches and gated addresses are not)."""
+
+    def __init__(self, deps: RangeDeps | None = None) -> None:
+        self.deps = RangeDeps() if deps is None else deps
+        self._unsafe: dict[UOp, bool] = {}
+
+    def unsafe(self, u: UOp) -> bool:
+        """Does evaluating u touch memory (a LOAD or a REDUCE under it)?"""
+        if u not in self._unsafe:
+            for n in u.toposort():
+                if n not in self._unsafe:
+                    self._unsafe[n] = n.op in (Ops.LOAD, Ops.REDUCE) or any(self._unsafe[s] for s in n.src)
+        return self._unsafe[u]
+
+    def uncond_edges(self, n: UOp) -> tuple[UOp, ...]:
+        """Sources that are evaluated whenever n is (WHERE branches and gated addresses are not)."""
+        if n.op is Ops.REDUCE:
+            return ()
+        if n.op is Ops.WHERE:
+            return tuple(s for i, s in enumerate(n.src) if i == 0 or not self.unsafe(s))
+        if n.op is Ops.LOAD:
+            idx = index_of(n.src[0])
+            if len(n.src) > 2:
+                return (n.src[1], n.src[2]) + ((idx,) if idx is not None and not self.unsafe(idx) else ())
+            return (idx,) if idx is not None else ()
+        return n.src
+
+    def uncond_order(self, roots: Iterable[UOp], computed: Callable[[UOp], bool] = lambda u: False) -> list[UOp]:
+        """The values evaluated whenever `roots` are, sources first (`computed`: values already at hand, and
+        what only they read, are left out)."""
+        order: list[UOp] = []
+        seen: set[UOp] = set()
+        stack: list[tuple[UOp, bool]] = [(r, False) for r in roots]
+        while stack:
+            u, done = stack.pop()
+            if done:
+                order.append(u)
+                continue
+            if u in seen or u.op is Ops.CONST or computed(u):
+                continue
+            seen.add(u)
+            stack.append((u, True))
+            stack.extend((s, False) for s in reversed(self.uncond_edges(u)))
+        return order

@@ -4,21 +4,20 @@ A kernel's stores become items (each with the ranges its threads, blocks and seq
 consecutive independent items share a phase (one launch); a product of two half-precision loads over WARP ranges
 becomes a tensor-core item (wmma fragments, operands staged through shared memory when they fit); a REDUCE that
 all threads of a block compute alike is shared by the block, and a long one with few outputs is split over the
-grid. The CUDA renderer (backends/cuda.py) emits C from this plan and the GPU estimator (extract/gpu_cost.py)
-prices it: both read the same decisions.
+grid. `plan_launch(kernel)` makes these decisions once, as a `LaunchPlan` value; the CUDA renderer
+(backends/cuda.py) emits C from it and the GPU estimator (extract/gpu_cost.py) prices it: both read the same plan.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from egraph_compiler.ir.diagnostics import UnsupportedOp
 from egraph_compiler.ir.dtypes import dtypes
 from egraph_compiler.ir.ops import AxisType, Ops
 from egraph_compiler.ir.uop import UOp
-from egraph_compiler.kernel.analysis import RangeDeps, range_size, store_items
+from egraph_compiler.kernel.analysis import Evaluation, RangeDeps, index_of, range_size, store_items
 from egraph_compiler.kernel.program import Kernel, buffer_of
 
 HALFS = (dtypes.float16, dtypes.bfloat16)
@@ -27,6 +26,7 @@ SHUFFLE_DTYPES = frozenset(
     {dtypes.float32, dtypes.float64, dtypes.int32, dtypes.uint32, dtypes.int64, dtypes.uint64, dtypes.index}
 )
 GRID_LIMITS = (2**31 - 1, 65535, 65535)
+BLOCK_LIMITS = (1024, 1024, 64)
 TC_MAX_TILES = 16  # accumulator fragments per warp (8 floats per thread each)
 STATIC_SMEM = 48 << 10  # __shared__ arrays are static: 48 KiB per block
 FLAT_BLOCK = 256
@@ -46,14 +46,6 @@ def unsupported(
     at: str, why: str, suggestion: str = "check the kernel AST against egraph_compiler/kernel/program.py"
 ) -> UnsupportedOp:
     return UnsupportedOp(at=at, why=why, suggestion=suggestion)
-
-
-def index_of(ptr: UOp) -> UOp | None:
-    if ptr.op is not Ops.INDEX:
-        raise unsupported(ptr.op.name, "a LOAD/STORE address must be INDEX(buffer, idx)")
-    if len(ptr.src) > 2:
-        raise unsupported("INDEX", "kernel INDEX nodes address one flat element: INDEX(buffer, idx)")
-    return ptr.src[1] if len(ptr.src) > 1 else None
 
 
 def affine(u: UOp) -> dict[UOp | None, int] | None:
@@ -127,6 +119,14 @@ class Item:
     tc: TCMatch | None = None
     reads: set[str] = field(default_factory=set)
     writes: set[str] = field(default_factory=set)
+    lanes: list[UOp] = field(default_factory=list)  # UPCAST END ranges expanded into lanes
+    stage: TCStage | None = None  # a TC item's operand staging through shared memory (None: fragments from global)
+
+
+# How a phase's threads take its ranges: "warps" (tensor cores: a warp per tile, threadIdx.y over the block
+# ranges), "axes" (each block range its own threadIdx axis), "linear" (block ranges decomposed from threadIdx.x),
+# "flat" (no block ranges: one linear `gid` over blocks of FLAT_BLOCK threads, decomposed into the grid ranges).
+ThreadMap = str
 
 
 @dataclass
@@ -136,6 +136,10 @@ class Phase:
     block: list[UOp]
     group: list[UOp]
     tc: bool
+    threads: tuple[int, int, int] = (1, 1, 1)  # the block shape of its launch
+    thread_map: ThreadMap = "flat"
+    shared: SharedBlock | None = None  # how its blocks share work (None: they do not)
+    split: GridSplit | None = None  # its REDUCE split over the grid (two launches)
 
 
 @dataclass(frozen=True)
@@ -163,32 +167,45 @@ class GridSplit:
 
 
 class LaunchPlanner:
-    """How one kernel runs on a CUDA grid: its items (one STORE each, with the ranges its threads, blocks and
-    loops take), the phases they launch in, tensor-core matches and operand staging, block-shared and grid-split
-    reductions. The CUDA renderer emits C from this plan, and the GPU estimator prices the same plan."""
+    """Makes a kernel's launch decisions (see `plan_launch`): its items (one STORE each, with the ranges its
+    threads, blocks and loops take), the phases they launch in, each phase's thread mapping and block shape,
+    tensor-core matches and operand staging, block-shared and grid-split reductions."""
 
     def __init__(self, kernel: Kernel) -> None:
         self.kernel = kernel
         self.ast = kernel.ast
         self.notes: list[str] = []  # decisions worth a comment in the source (why no tensor cores)
-        self.range_deps = RangeDeps()
-        self._unsafe: dict[UOp, bool] = {}
+        self.evaluation = Evaluation()
 
-    def plan(self) -> list[Phase]:
-        """The kernel's phases, items in order."""
-        return self.phases(self.items())
+    def plan(self) -> LaunchPlan:
+        phases = self.phases(self.items())
+        for ph in phases:
+            ph.thread_map, ph.threads = self.thread_map(ph)
+            ph.split = self.grid_split(ph)
+            ph.shared = self.shared_block(ph, ph.threads) if ph.split is None else None
+            for it in ph.items:
+                it.lanes = self.lanes(it)
+                it.stage = self.tc_stage(it, it.tc) if it.tc is not None else None
+        return LaunchPlan(self.kernel, phases, self.notes, self.evaluation)
 
     def deps(self, u: UOp) -> frozenset[UOp]:
         """Ranges u's value depends on (a REDUCE binds its own ranges)."""
-        return self.range_deps[u]
+        return self.evaluation.deps[u]
 
-    def unsafe(self, u: UOp) -> bool:
-        """Does evaluating u touch memory (so it must not be hoisted out of a condition)?"""
-        if u not in self._unsafe:
-            for n in u.toposort():
-                if n not in self._unsafe:
-                    self._unsafe[n] = n.op in (Ops.LOAD, Ops.REDUCE) or any(self._unsafe[s] for s in n.src)
-        return self._unsafe[u]
+    def thread_map(self, ph: Phase) -> tuple[ThreadMap, tuple[int, int, int]]:
+        """How the phase's threads take its ranges (see ThreadMap), and its block shape. Limits are the
+        renderer's to check: it says which range asks for too many threads."""
+        block_rs = ph.block + ph.group
+        if ph.tc:
+            return "warps", (32, math.prod(range_size(r) for r in block_rs), 1)
+        if block_rs:
+            sizes = [range_size(r) for r in reversed(block_rs)]
+            if not ph.group and len(sizes) <= 3 and all(s <= lim for s, lim in zip(sizes, BLOCK_LIMITS)):
+                x, y, z = (*sizes, 1, 1)[:3]
+                return "axes", (x, y, z)
+            return "linear", (max(math.prod(sizes), 1), 1, 1)
+        total = max(math.prod(range_size(r) for r in it.grid) for it in ph.items)
+        return "flat", (min(FLAT_BLOCK, max(total, 1)), 1, 1)
 
     def shared_block(self, ph: Phase, block: tuple[int, int, int] | None = None) -> SharedBlock | None:
         """How the phase's blocks share work (see SharedBlock), or None when they cannot: a tensor-core phase, a
@@ -215,25 +232,6 @@ class LaunchPlanner:
         ltid = "threadIdx.x" if bx == threads else f"(threadIdx.x + {bx}u * (threadIdx.y + {by}u * threadIdx.z))"
         return SharedBlock(threads, varying, ltid)
 
-    def cooperative(self, u: UOp, shared: SharedBlock | None) -> bool:
-        """Is REDUCE u run by all threads of a block together: its value is the same for all of them (it depends
-        on no range that varies in the block), it loops at least COOP_MIN_TRIPS times, its accumulator can be
-        shuffled between lanes, and no group reduction (with barriers of its own) sits in its body."""
-        if shared is None or u.arg[0] not in (Ops.ADD, Ops.MUL, Ops.MAX) or self.deps(u) & shared.varying:
-            return False
-        rngs = [r for r in u.src[1:] if r.op is Ops.RANGE]
-        if not rngs or any(
-            axis_type(r) in (AxisType.GROUP_REDUCE, AxisType.GLOBAL, AxisType.LOCAL, AxisType.WARP) for r in rngs
-        ):
-            return False
-        acc = dtypes.float32 if u.dtype in HALFS else u.dtype
-        if math.prod(range_size(r) for r in rngs) < COOP_MIN_TRIPS or acc not in SHUFFLE_DTYPES:
-            return False
-        return not any(
-            n.op is Ops.REDUCE and any(r.op is Ops.RANGE and axis_type(r) is AxisType.GROUP_REDUCE for r in n.src[1:])
-            for n in u.src[0].toposort()
-        )
-
     def grid_split(self, ph: Phase) -> GridSplit | None:
         """The phase's REDUCE split over the grid (see GridSplit), or None: only a flat phase of one ungated item
         without sequential END ranges whose value holds one REDUCE, evaluated unconditionally, that the blocks can
@@ -252,40 +250,9 @@ class LaunchPlanner:
         if parts < 4:
             return None
         block = SharedBlock(FLAT_BLOCK, frozenset(), "threadIdx.x", parts, f"(blockIdx.x % {parts}u)")
-        if not self.cooperative(u, block) or u not in self.uncond_order([it.store.src[1]]):
+        if not cooperative(u, block, self.evaluation.deps) or u not in self.evaluation.uncond_order([it.store.src[1]]):
             return None
         return GridSplit(u, outputs, block)
-
-    def uncond_edges(self, n: UOp) -> tuple[UOp, ...]:
-        """Sources that are evaluated whenever n is (WHERE branches and gated addresses are not)."""
-        if n.op is Ops.REDUCE:
-            return ()
-        if n.op is Ops.WHERE:
-            return tuple(s for i, s in enumerate(n.src) if i == 0 or not self.unsafe(s))
-        if n.op is Ops.LOAD:
-            idx = index_of(n.src[0])
-            if len(n.src) > 2:
-                return (n.src[1], n.src[2]) + ((idx,) if idx is not None and not self.unsafe(idx) else ())
-            return (idx,) if idx is not None else ()
-        return n.src
-
-    def uncond_order(self, roots: Iterable[UOp], computed: Callable[[UOp], bool] = lambda u: False) -> list[UOp]:
-        """The values evaluated whenever `roots` are, sources first (`computed`: values already at hand, and
-        what only they read, are left out)."""
-        order: list[UOp] = []
-        seen: set[UOp] = set()
-        stack: list[tuple[UOp, bool]] = [(r, False) for r in roots]
-        while stack:
-            u, done = stack.pop()
-            if done:
-                order.append(u)
-                continue
-            if u in seen or u.op is Ops.CONST or computed(u):
-                continue
-            seen.add(u)
-            stack.append((u, True))
-            stack.extend((s, False) for s in reversed(self.uncond_edges(u)))
-        return order
 
     def lanes(self, item: Item) -> list[UOp]:
         """The item's UPCAST END ranges that are expanded into lanes (none when they would be too many)."""
@@ -349,7 +316,7 @@ class LaunchPlanner:
 
     def items(self) -> list[Item]:
         out = []
-        for entry in store_items(self.ast, self.range_deps):
+        for entry in store_items(self.ast, self.evaluation.deps):
             item = Item(entry.store, list(entry.ranges))
             item.reads.update(buffer_of(u.src[0]).arg[0] for u in entry.store.toposort() if u.op is Ops.LOAD)
             item.writes.add(buffer_of(entry.store.src[0]).arg[0])
@@ -399,6 +366,48 @@ class LaunchPlanner:
             else:
                 out.append(Phase([it], it.grid, it.block, it.group, it.tc is not None))
         return out
+
+
+@dataclass
+class LaunchPlan:
+    """One kernel's launch decisions, made once (`plan_launch`): its phases (each a launch: items, thread mapping,
+    block shape, shared or grid-split reductions, tensor-core staging), notes on decisions worth a comment (why
+    no tensor cores), and the kernel's `Evaluation` (range dependencies, values evaluated unconditionally)."""
+
+    kernel: Kernel
+    phases: list[Phase]
+    notes: list[str]
+    evaluation: Evaluation
+
+    def deps(self, u: UOp) -> frozenset[UOp]:
+        """Ranges u's value depends on (a REDUCE binds its own ranges)."""
+        return self.evaluation.deps[u]
+
+    def cooperative(self, u: UOp, shared: SharedBlock | None) -> bool:
+        return cooperative(u, shared, self.evaluation.deps)
+
+
+def plan_launch(kernel: Kernel) -> LaunchPlan:
+    """The kernel's launch plan. Raises UnsupportedOp where the kernel breaks the contract."""
+    return LaunchPlanner(kernel).plan()
+
+
+def cooperative(u: UOp, shared: SharedBlock | None, deps: RangeDeps) -> bool:
+    """Is REDUCE u run by all threads of a block together: its value is the same for all of them (it depends
+    on no range that varies in the block), it loops at least COOP_MIN_TRIPS times, its accumulator can be
+    shuffled between lanes, and no group reduction (with barriers of its own) sits in its body."""
+    if shared is None or u.arg[0] not in (Ops.ADD, Ops.MUL, Ops.MAX) or deps[u] & shared.varying:
+        return False
+    rngs = [r for r in u.src[1:] if r.op is Ops.RANGE]
+    if not rngs or any(axis_type(r) in (AxisType.GROUP_REDUCE, AxisType.GLOBAL, AxisType.LOCAL, AxisType.WARP) for r in rngs):
+        return False
+    acc = dtypes.float32 if u.dtype in HALFS else u.dtype
+    if math.prod(range_size(r) for r in rngs) < COOP_MIN_TRIPS or acc not in SHUFFLE_DTYPES:
+        return False
+    return not any(
+        n.op is Ops.REDUCE and any(r.op is Ops.RANGE and axis_type(r) is AxisType.GROUP_REDUCE for r in n.src[1:])
+        for n in u.src[0].toposort()
+    )
 
 
 # ---- tensor-core matching: each step returns what it found, or why the item has no wmma plan ----------------
