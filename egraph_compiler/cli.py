@@ -20,6 +20,7 @@ import os
 import subprocess
 import sys
 import time
+import traceback
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -625,8 +626,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CompilerError as e:
         print(e.format(), file=sys.stderr)
         if show_tb:
-            import traceback
-
             traceback.print_exc()
         return 2
     except KeyboardInterrupt:
@@ -638,8 +637,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except Exception as e:
         if show_tb:
-            import traceback
-
             traceback.print_exc()
         print(internal_error(e, command), file=sys.stderr)
         return 3

@@ -7,6 +7,7 @@ stored; shape, vmin/vmax and device are derived from the op table.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import struct
 import threading
@@ -30,8 +31,6 @@ class Blob:
     __slots__ = ("data", "digest")
 
     def __init__(self, data: np.ndarray) -> None:
-        import hashlib
-
         arr = np.ascontiguousarray(data).copy()
         arr.setflags(write=False)
         self.data = arr

@@ -21,7 +21,9 @@ runs kernels in order and hands the outputs back as numpy arrays.
 from __future__ import annotations
 
 import math
+import statistics
 import sys
+import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -212,6 +214,21 @@ class HostBuffers:
         return arr.reshape(spec.shape)  # buffers are fresh per call: no copy
 
 
+OutMemo = tuple[list[Any], dict[str, Any], dict[str, np.ndarray]]  # weak refs to out= and inputs; out='s flat views
+
+
+def _same_call(memo: OutMemo, arrays: list[Any], inputs: dict[str, Any]) -> bool:
+    """Are these the out= arrays and inputs of the call that `memo` remembers (still writeable)?"""
+    refs, ins, _ = memo
+    return (
+        len(refs) == len(arrays)
+        and all(r() is a for r, a in zip(refs, arrays))
+        and ins.keys() == inputs.keys()
+        and all(ins[k]() is v for k, v in inputs.items())
+        and all(a.flags.writeable for a in arrays)
+    )
+
+
 class Placement(NamedTuple):
     """What every call of a program needs to know of its buffers, computed once."""
 
@@ -240,7 +257,7 @@ class Program:
     _consts: dict[str, Any] = field(default_factory=dict, repr=False)
     _runner: Callable[[dict[str, Any]], None] | None = field(default=None, repr=False)
     _temps: list[dict[str, Any]] = field(default_factory=list, repr=False)  # finished calls' buffers to reuse
-    _out_memo: tuple[list[Any], dict[str, Any], dict[str, np.ndarray]] | None = field(default=None, repr=False)
+    _out_memo: OutMemo | None = field(default=None, repr=False)
     _plan: Placement | None = field(default=None, repr=False)
     _arena: ArenaPlan | None = field(default=None, repr=False)
 
@@ -267,18 +284,7 @@ class Program:
             inputs, out = {**inputs, "out": out}, None
         given = self._outputs_into(out, inputs) if out is not None else {}
         compiled = self.compile()
-        # a finished call's intermediates and outputs are reused (kernels write every element of what they store):
-        # no allocation, no page faults on fresh memory, no new addresses to take; concurrent calls each take
-        # their own set, and an output the caller still holds (or a view of it) is left to the caller
-        temps: dict[str, Any] | None
-        try:
-            temps = self._temps.pop()
-        except IndexError:
-            temps = None
-        else:
-            for n in self.outputs:
-                if n in temps and sys.getrefcount(temps[n]) > 2:  # the set's reference and getrefcount's argument
-                    del temps[n]
+        temps = self._reusable_temps()
         if given:
             temps = {**(temps or {}), **given}
         bufs = self._place(inputs, temps)
@@ -299,6 +305,25 @@ class Program:
                     if not np.may_share_memory(arrays[i], bufs[n]):
                         arrays[i][...] = bufs[n].reshape(arrays[i].shape)
             return out
+        outs = self._results(plan, bufs, inputs)
+        return outs[0] if self.single_output else tuple(outs)
+
+    def _reusable_temps(self) -> dict[str, Any] | None:
+        """A finished call's intermediates and outputs, to reuse (kernels write every element of what they store):
+        no allocation, no page faults on fresh memory, no new addresses to take. Concurrent calls each take their
+        own set, and an output the caller still holds (or a view of it) is left to the caller."""
+        try:
+            temps = self._temps.pop()
+        except IndexError:
+            return None
+        for n in self.outputs:
+            if n in temps and sys.getrefcount(temps[n]) > 2:  # the set's reference and getrefcount's argument
+                del temps[n]
+        return temps
+
+    def _results(self, plan: Placement, bufs: dict[str, Any], inputs: dict[str, Any]) -> list[Any]:
+        """The outputs as the caller's arrays (host arrays, or device arrays when the inputs were on the GPU); the
+        buffers this call may hand to the next are set aside."""
         holds = getattr(self.backend, "holds", None)
         if holds is not None and any(holds(v) for v in inputs.values()):
             # inputs on the GPU: the outputs stay there too, as the caller's own arrays (never reused)
@@ -309,9 +334,7 @@ class Program:
             self._temps.append({n: bufs[n] for n in plan.kept})
             get = self.backend.get
             outs = [get(spec, bufs[n]) for n, spec in plan.outputs]
-        if plan.repeated_output:
-            outs = [o.copy() for o in outs]
-        return outs[0] if self.single_output else tuple(outs)
+        return [o.copy() for o in outs] if plan.repeated_output else outs
 
     def _outputs_into(self, out: Any, inputs: dict[str, Any]) -> dict[str, np.ndarray]:
         """The caller's output arrays as the kernels' output buffers (flat views), each checked: one per output,
@@ -323,45 +346,13 @@ class Program:
         if self._plan is None:
             self._plan = self._placement()
         memo = self._out_memo
-        if (
-            memo is not None
-            and len(memo[0]) == len(arrays)
-            and all(r() is a for r, a in zip(memo[0], arrays))
-            and memo[1].keys() == inputs.keys()
-            and all(memo[1][k]() is v for k, v in inputs.items())
-            and all(a.flags.writeable for a in arrays)
-        ):  # the arrays of the last call (a serving loop): checked then, and their flat views kept
+        if memo is not None and _same_call(memo, arrays, inputs):  # a serving loop: checked then, views kept
             return memo[2]
         native = self._plan.native
         given: dict[str, np.ndarray] = {}
         for i, (name, a) in enumerate(zip(self.outputs, arrays)):
-            spec = self.buffers[name]
             where = f"out[{i}]" if not self.single_output else "out"
-            if native.get(name) is None:
-                raise InvalidArgument(
-                    at=where,
-                    why=f"{spec.dtype.name} outputs are stored as {self.backend.storage_np(spec.dtype)} by this target"
-                    if hasattr(self.backend, "storage_np")
-                    else f"the {self.target} target keeps its buffers off the host",
-                    suggestion="call without out= and copy the result",
-                )
-            ok = type(a) is np.ndarray and a.dtype == native[name] and a.shape == spec.shape
-            if ok:
-                flags = a.flags
-                ok = flags.c_contiguous and flags.writeable
-            if not ok:
-                what = type(a).__name__
-                if isinstance(a, np.ndarray):
-                    what = f"a {a.dtype} array of shape {a.shape}" + "".join(
-                        f", {flag}"
-                        for flag, bad in (("not C-contiguous", not a.flags.c_contiguous), ("read-only", not a.flags.writeable))
-                        if bad
-                    )
-                raise InvalidArgument(
-                    at=where,
-                    why=f"got {what}; the output is a C-contiguous, writeable {native[name]} array of shape {spec.shape}",
-                    suggestion=f"allocate it with np.empty({spec.shape}, dtype=np.{native[name]})",
-                )
+            self._check_out(where, name, a, native.get(name))
             clash = next((k for k, v in inputs.items() if type(v) is np.ndarray and np.may_share_memory(a, v)), None)
             if clash is not None:
                 raise InvalidArgument(
@@ -382,6 +373,35 @@ class Program:
         except TypeError:  # an input that takes no weak reference (a list): checked every call
             self._out_memo = None
         return given
+
+    def _check_out(self, where: str, name: str, a: Any, native: np.dtype | None) -> None:
+        """One caller's output array: a C-contiguous, writeable numpy array of the output's shape and its dtype as
+        the kernels store it (`native`; None: this target keeps the buffer off the host)."""
+        spec = self.buffers[name]
+        if native is None:
+            raise InvalidArgument(
+                at=where,
+                why=f"{spec.dtype.name} outputs are stored as {self.backend.storage_np(spec.dtype)} by this target"
+                if hasattr(self.backend, "storage_np")
+                else f"the {self.target} target keeps its buffers off the host",
+                suggestion="call without out= and copy the result",
+            )
+        if type(a) is np.ndarray and a.dtype == native and a.shape == spec.shape:
+            flags = a.flags
+            if flags.c_contiguous and flags.writeable:
+                return
+        what = type(a).__name__
+        if isinstance(a, np.ndarray):
+            what = f"a {a.dtype} array of shape {a.shape}" + "".join(
+                f", {flag}"
+                for flag, bad in (("not C-contiguous", not a.flags.c_contiguous), ("read-only", not a.flags.writeable))
+                if bad
+            )
+        raise InvalidArgument(
+            at=where,
+            why=f"got {what}; the output is a C-contiguous, writeable {native} array of shape {spec.shape}",
+            suggestion=f"allocate it with np.empty({spec.shape}, dtype=np.{native})",
+        )
 
     def place_buffers(self, **inputs: Any) -> dict[str, Any]:
         """Every buffer of the program on its backend: inputs checked and placed, constants placed, the rest
@@ -501,9 +521,6 @@ class Program:
     def profile(self, repeat: int = 5, **inputs: Any) -> dict[str, float]:
         """Each kernel run alone on `inputs` (after one warm-up run of the whole program): kernel name -> median
         seconds over `repeat` runs. For comparing with the estimate (`describe(measured=...)`)."""
-        import statistics
-        import time
-
         compiled = self.compile()
         bufs = self._place(inputs, None)
         sync = getattr(self.backend, "synchronize", lambda: None)  # a GPU runs kernels asynchronously
