@@ -12,7 +12,7 @@ import builtins
 import itertools
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 
@@ -36,12 +36,15 @@ from egraph_compiler.ir.ops import Ops, broadcast_shapes
 from egraph_compiler.ir.uop import Blob, UOp
 
 Scalar = bool | int | float
+# what a Tensor combines with: another Tensor, a python or numpy scalar (weakly typed, as in tinygrad), an array;
+# anything else is refused with a diagnostic
+type Operand = Tensor | Scalar | np.generic | np.ndarray | list[Any] | tuple[Any, ...]
 _name_counter = itertools.count()
 _seed_counter = itertools.count()
 _MAX_MATERIALIZED = 1 << 31  # constant data built at construction (arange, rand) stays below this many elements
 
 
-def _is_scalar(x: Any) -> bool:
+def _is_scalar(x: Any) -> TypeGuard[bool | int | float | np.bool_ | np.integer | np.floating]:
     return isinstance(x, (bool, int, float, np.bool_, np.integer, np.floating))
 
 
@@ -544,7 +547,7 @@ class Tensor(TensorNN, TensorMath, TensorSelect):
 
     # ---- broadcasting elementwise machinery ----------------------------------------------------
 
-    def _to_tensor(self, x: Any, what: str) -> Tensor:
+    def _to_tensor(self, x: Operand, what: str) -> Tensor:
         if isinstance(x, Tensor):
             return x
         if _is_scalar(x):
@@ -591,31 +594,31 @@ class Tensor(TensorNN, TensorMath, TensorSelect):
         return self if self.dtype.is_float else self.cast(dtypes.default_float)
 
     # arithmetic
-    def add(self, x: Any, reverse: builtins.bool = False) -> Tensor:
+    def add(self, x: Operand, reverse: builtins.bool = False) -> Tensor:
         return self._binop(Ops.ADD, x, reverse)
 
-    def mul(self, x: Any, reverse: builtins.bool = False) -> Tensor:
+    def mul(self, x: Operand, reverse: builtins.bool = False) -> Tensor:
         return self._binop(Ops.MUL, x, reverse)
 
     def neg(self) -> Tensor:
         # -1 in the tensor's own dtype (all ones for unsigned: negation wraps, as numpy's does)
         return self.logical_not() if self.dtype.is_bool else self * Tensor(UOp.const(-1, self.dtype))
 
-    def sub(self, x: Any, reverse: builtins.bool = False) -> Tensor:
+    def sub(self, x: Operand, reverse: builtins.bool = False) -> Tensor:
         a, b = (self._to_tensor(x, "sub"), self) if _flag(reverse) else (self, self._to_tensor(x, "sub"))
         dt = promote(a.dtype, b.dtype)
         if dt.is_bool:
             raise DTypeError(at="Tensor sub", why="subtracting bools", suggestion="use ^ or logical_not()")
         return a.cast(dt) + (-b.cast(dt))  # promote first: negating a bool/unsigned/narrower b would wrap
 
-    def div(self, x: Any, reverse: builtins.bool = False) -> Tensor:
+    def div(self, x: Operand, reverse: builtins.bool = False) -> Tensor:
         a, b = (self._to_tensor(x, "div"), self) if _flag(reverse) else (self, self._to_tensor(x, "div"))
         dt = promote(a.dtype, b.dtype)
         if not dt.is_float:
             dt = dtypes.default_float
         return a._binop(Ops.FDIV, b, dtype=dt)  # true division, as numpy's (not a * (1/b))
 
-    def floordiv(self, x: Any, reverse: builtins.bool = False) -> Tensor:
+    def floordiv(self, x: Operand, reverse: builtins.bool = False) -> Tensor:
         a, b = (self._to_tensor(x, "//"), self) if _flag(reverse) else (self, self._to_tensor(x, "//"))
         dt = promote(a.dtype, b.dtype)
         if dt.is_int:
@@ -624,7 +627,7 @@ class Tensor(TensorNN, TensorMath, TensorSelect):
             raise DTypeError(at="Tensor //", why="floor division of bools", suggestion="cast to int first")
         return (a.cast(dt) / b.cast(dt)).floor()
 
-    def mod(self, x: Any, reverse: builtins.bool = False) -> Tensor:
+    def mod(self, x: Operand, reverse: builtins.bool = False) -> Tensor:
         a, b = (self._to_tensor(x, "%"), self) if _flag(reverse) else (self, self._to_tensor(x, "%"))
         dt = promote(a.dtype, b.dtype)
         if dt.is_int:
@@ -634,9 +637,9 @@ class Tensor(TensorNN, TensorMath, TensorSelect):
         a, b = a.cast(dt), b.cast(dt)
         return a - (a / b).floor() * b
 
-    def pow(self, x: Any, reverse: builtins.bool = False) -> Tensor:
-        if not _flag(reverse) and _is_scalar(x) and not isinstance(x, bool) and float(x).is_integer() and abs(x) <= 4:
-            n = int(x)
+    def pow(self, x: Operand, reverse: builtins.bool = False) -> Tensor:
+        if not _flag(reverse) and _is_scalar(x) and not isinstance(x, bool) and (v := float(x)).is_integer() and abs(v) <= 4:
+            n = int(v)
             base = self if n >= 0 else self._float().reciprocal()
             out = base.ones_like() if n == 0 else base
             for _ in range(abs(n) - 1):
@@ -652,10 +655,10 @@ class Tensor(TensorNN, TensorMath, TensorSelect):
         out = (a < 0).where(whole.where(odd.where(-mag, mag), math.nan), mag)  # negative bases need whole exponents
         return ((b == 0) | (a == 1)).where(1.0, out)  # x**0 == 1**y == 1, even for nan and inf (as numpy)
 
-    def maximum(self, x: Any) -> Tensor:
+    def maximum(self, x: Operand) -> Tensor:
         return self._binop(Ops.MAX, x)
 
-    def minimum(self, x: Any) -> Tensor:
+    def minimum(self, x: Operand) -> Tensor:
         y = self._to_tensor(x, "minimum")
         dt = promote(self.dtype, y.dtype)
         a, b = self.cast(dt), y.cast(dt)
@@ -665,7 +668,7 @@ class Tensor(TensorNN, TensorMath, TensorSelect):
             return ~((~a).maximum(~b))
         return -((-a).maximum(-b))
 
-    def where(self, x: Any, y: Any) -> Tensor:
+    def where(self, x: Operand, y: Operand) -> Tensor:
         cond = self if self.dtype.is_bool else self.cast(dtypes.bool)
         # a python scalar takes the other branch's dtype when that one is a Tensor (NEP 50), else its own default
         xt = x if isinstance(x, Tensor) else (y if isinstance(y, Tensor) else cond)._to_tensor(x, "where")
@@ -682,25 +685,25 @@ class Tensor(TensorNN, TensorMath, TensorSelect):
         a, b = Tensor._broadcast(a.cast(dt), b.cast(dt), at=f"Tensor {op.name.lower()}")
         return Tensor(UOp.build(op, (a.uop, b.uop)))
 
-    def __lt__(self, x: Any) -> Tensor:
+    def __lt__(self, x: Operand) -> Tensor:
         return self._cmp(Ops.CMPLT, x)
 
-    def __gt__(self, x: Any) -> Tensor:
+    def __gt__(self, x: Operand) -> Tensor:
         return self._cmp(Ops.CMPLT, x, reverse=True)
 
-    def __le__(self, x: Any) -> Tensor:
+    def __le__(self, x: Operand) -> Tensor:
         return self._at_most(x)
 
-    def __ge__(self, x: Any) -> Tensor:
+    def __ge__(self, x: Operand) -> Tensor:
         return self._at_most(x, reverse=True)
 
-    def __ne__(self, x: Any) -> Tensor:  # type: ignore[override]  # elementwise, as numpy's: a Tensor, not a bool
+    def __ne__(self, x: Operand) -> Tensor:  # type: ignore[override]  # elementwise, as numpy's: a Tensor, not a bool
         return self._cmp(Ops.CMPNE, x)
 
-    def __eq__(self, x: Any) -> Tensor:  # type: ignore[override]  # elementwise, as numpy's: a Tensor, not a bool
+    def __eq__(self, x: Operand) -> Tensor:  # type: ignore[override]  # elementwise, as numpy's: a Tensor, not a bool
         return self._cmp(Ops.CMPNE, x).logical_not()
 
-    def _at_most(self, x: Any, reverse: builtins.bool = False) -> Tensor:
+    def _at_most(self, x: Operand, reverse: builtins.bool = False) -> Tensor:
         """self <= x (x <= self with `reverse`). Floats compare as numpy does: a NaN on either side is False, so
         not `not (x < self)`."""
         y = self._to_tensor(x, "<=")
@@ -722,22 +725,22 @@ class Tensor(TensorNN, TensorMath, TensorSelect):
             )
         return out
 
-    def __and__(self, x: Any) -> Tensor:
+    def __and__(self, x: Operand) -> Tensor:
         return self._bitop(Ops.AND, x)
 
-    def __rand__(self, x: Any) -> Tensor:
+    def __rand__(self, x: Operand) -> Tensor:
         return self._bitop(Ops.AND, x, True)
 
-    def __or__(self, x: Any) -> Tensor:
+    def __or__(self, x: Operand) -> Tensor:
         return self._bitop(Ops.OR, x)
 
-    def __ror__(self, x: Any) -> Tensor:
+    def __ror__(self, x: Operand) -> Tensor:
         return self._bitop(Ops.OR, x, True)
 
-    def __xor__(self, x: Any) -> Tensor:
+    def __xor__(self, x: Operand) -> Tensor:
         return self._bitop(Ops.XOR, x)
 
-    def __rxor__(self, x: Any) -> Tensor:
+    def __rxor__(self, x: Operand) -> Tensor:
         return self._bitop(Ops.XOR, x, True)
 
     def __invert__(self) -> Tensor:
@@ -747,10 +750,10 @@ class Tensor(TensorNN, TensorMath, TensorSelect):
             raise DTypeError(at="Tensor ~", why=f"bitwise not of {self.dtype.name}", suggestion="use integer tensors")
         return self ^ -1 if not self.dtype.is_unsigned else self ^ int(self.dtype.max)
 
-    def lshift(self, x: Any) -> Tensor:
+    def lshift(self, x: Operand) -> Tensor:
         return self._intshift(Ops.SHL, x)
 
-    def rshift(self, x: Any) -> Tensor:
+    def rshift(self, x: Operand) -> Tensor:
         return self._intshift(Ops.SHR, x)
 
     def _intshift(self, op: Ops, x: Any) -> Tensor:
@@ -771,25 +774,25 @@ class Tensor(TensorNN, TensorMath, TensorSelect):
     __pow__ = pow
     __neg__ = neg
 
-    def __radd__(self, x: Any) -> Tensor:
+    def __radd__(self, x: Operand) -> Tensor:
         return self.add(x, True)
 
-    def __rmul__(self, x: Any) -> Tensor:
+    def __rmul__(self, x: Operand) -> Tensor:
         return self.mul(x, True)
 
-    def __rsub__(self, x: Any) -> Tensor:
+    def __rsub__(self, x: Operand) -> Tensor:
         return self.sub(x, True)
 
-    def __rtruediv__(self, x: Any) -> Tensor:
+    def __rtruediv__(self, x: Operand) -> Tensor:
         return self.div(x, True)
 
-    def __rfloordiv__(self, x: Any) -> Tensor:
+    def __rfloordiv__(self, x: Operand) -> Tensor:
         return self.floordiv(x, True)
 
-    def __rmod__(self, x: Any) -> Tensor:
+    def __rmod__(self, x: Operand) -> Tensor:
         return self.mod(x, True)
 
-    def __rpow__(self, x: Any) -> Tensor:
+    def __rpow__(self, x: Operand) -> Tensor:
         return self.pow(x, True)
 
     def __matmul__(self, x: Tensor) -> Tensor:

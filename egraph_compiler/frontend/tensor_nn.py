@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, cast, overload
 
 import numpy as np
 
@@ -539,6 +539,10 @@ class TensorNN:
         shape = tuple(s if i in axes else 1 for i, s in enumerate(self.shape))
         stats = tuple(self.shape[a] for a in sorted(axes))
 
+        @overload
+        def fit(t: Tensor, name: str) -> Tensor: ...
+        @overload
+        def fit(t: None, name: str) -> None: ...
         def fit(t: Tensor | None, name: str) -> Tensor | None:
             if t is None:
                 return None
