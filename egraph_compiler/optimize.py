@@ -19,9 +19,11 @@ import os
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from os import PathLike
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeGuard, runtime_checkable
+
+import numpy as np
 
 from egraph_compiler import compile_cache
 from egraph_compiler.backends import get_backend
@@ -31,7 +33,7 @@ from egraph_compiler.egraph.report import IterationStats, Report
 from egraph_compiler.egraph.session import BASELINE_CEILING, CEILINGS, EGraphSession, Limits, Stage
 from egraph_compiler.egraph.view import EGraphView, ENode
 from egraph_compiler.extract.extractor import Extraction, extract
-from egraph_compiler.extract.fusion import choose_fusion
+from egraph_compiler.extract.fusion import FusionResult, choose_fusion
 from egraph_compiler.extract.kernel_cost import KernelCost
 from egraph_compiler.extract.schedule import (
     CostModel,
@@ -43,10 +45,12 @@ from egraph_compiler.extract.schedule import (
     schedule_report,
 )
 from egraph_compiler.ir.diagnostics import EstimateWarning, InvalidArgument, OutOfMemory, UnguardedAccess, UnsupportedOp
+from egraph_compiler.ir.dtypes import DType
 from egraph_compiler.ir.interpret import inline_functions
 from egraph_compiler.ir.ops import OP_TABLE, Category, Ops
 from egraph_compiler.ir.uop import UOp, check_placeholder_names, pretty, toposort
 from egraph_compiler.kernel import disk_cache
+from egraph_compiler.kernel.cpu_target import CPUTarget
 from egraph_compiler.kernel.packing import pack_operands
 from egraph_compiler.kernel.program import Backend, BufferSpec, Kernel, Program, buffer_of
 from egraph_compiler.kernel.split_ranges import bind_split_ranges
@@ -167,6 +171,11 @@ def output_roots(graph: Outputs, inputs: Inputs | None = None) -> tuple[list[UOp
     return roots, names, single, _declared(roots, inputs)
 
 
+def _is_placeholder(u: object) -> TypeGuard[UOp]:
+    """Is u a placeholder: a BUFFER with no data?"""
+    return isinstance(u, UOp) and u.op is Ops.BUFFER and not u.src
+
+
 def _declared(roots: list[UOp], inputs: Inputs | None) -> list[UOp]:
     """The placeholders `inputs` names (see output_roots), or the graph's own; two of one name are refused."""
     own = [u for u in toposort(roots) if u.op is Ops.BUFFER and not u.src]
@@ -176,15 +185,16 @@ def _declared(roots: list[UOp], inputs: Inputs | None) -> list[UOp]:
     items = (
         list(inputs.values()) if isinstance(inputs, Mapping) else list(inputs) if isinstance(inputs, (list, tuple)) else None
     )
-    uops = None if items is None else [_uop(x) or x for x in items]
-    bad = next((u for u in uops or [] if not (isinstance(u, UOp) and u.op is Ops.BUFFER and not u.src)), None)
-    if uops is None or bad is not None:
-        what = type(inputs).__name__ if uops is None else f"an input that is not a placeholder ({type(bad).__name__})"
+    given = None if items is None else [_uop(x) or x for x in items]
+    bad = next((u for u in given or [] if not _is_placeholder(u)), None)
+    if given is None or bad is not None:
+        what = type(inputs).__name__ if given is None else f"an input that is not a placeholder ({type(bad).__name__})"
         raise InvalidArgument(
             at="optimize(inputs=...)",
             why=f"got {what}",
             suggestion="pass the program's placeholders: a list of Tensor.empty(...) tensors or a name -> Tensor dict",
         )
+    uops = [u for u in given if _is_placeholder(u)]  # every item by now: the filter only narrows the type
     check_placeholder_names([*own, *uops])
     missing = sorted({u.arg[0] for u in own} - {u.arg[0] for u in uops})
     if missing:
@@ -243,6 +253,23 @@ def barrier_every_candidate(roots: list[UOp]) -> list[UOp]:
     return [out[r] for r in roots]
 
 
+# ---- backends --------------------------------------------------------------------------------------
+
+
+@runtime_checkable
+class HostStorage(Protocol):
+    """A backend that holds buffers as numpy arrays: the storage of each dtype (Backend's optional storage_np)."""
+
+    def storage_np(self, d: DType) -> np.dtype: ...
+
+
+def _cpu_of(backend: Backend, target: str) -> CPUTarget | None:
+    """The CPU the llvm target generates code for and prices schedules on (the llvm backend's: the Backend protocol
+    has none); None for the other targets. A cache hit asks too, so no runtime_checkable isinstance (~4 us)."""
+    cpu = getattr(backend, "cpu", None) if target == "llvm" else None
+    return cpu if isinstance(cpu, CPUTarget) else None
+
+
 # ---- the pipeline ----------------------------------------------------------------------------------
 
 
@@ -286,7 +313,8 @@ def optimize(
     backend = get_backend(target, cpu)
     roots, names, single, declared = output_roots(graph, inputs)
     limits = {"node_limit": node_limit, "iter_limit": iter_limit, "time_limit": time_limit, "search_time": search_time}
-    machine = backend.cpu.name if target == "llvm" else target
+    cpu_target = _cpu_of(backend, target)
+    machine = cpu_target.name if cpu_target is not None else target
     key = (tuple(roots), tuple(declared), tuple(names), single, target, machine, tuple(limits.values()), tune, nolocals)
     try:
         hash(key)
@@ -396,7 +424,7 @@ def _optimize(
     program.backend, program.target, program.single_output, program.report = backend, target, single, report
     _declare_inputs(program, declared)
     report.extra["input_graph"] = "\n".join(pretty(r) for r in roots)
-    if (arena := program.memory_plan()) is not None:
+    if (arena := program.memory_plan()) is not None and isinstance(backend, HostStorage):  # a host backend's plan
         rest = sum(s.size * backend.storage_np(s.dtype).itemsize for s in program.buffers.values() if s.kind != "intermediate")
         report.extra["memory"] = {
             "peak_bytes": rest + arena.size,
@@ -502,97 +530,99 @@ class Facts:
         return term
 
 
-def _build(
-    roots: list[UOp],
-    names: list[str],
-    target: str,
-    backend: Backend,
-    tune: bool,
-    lim: Limits,
-    report: Report,
-    progress: Callable[[IterationStats | str], None] | None,
-    alternatives: list[tuple[str, Program]] | None = None,
-    nolocals: bool = False,
-    deadline: float | None = None,
-    fixed_nodes: bool = False,
-    every_barrier: bool = False,
-) -> Program:
-    t0 = time.perf_counter()
-    packs: list[UOp] = []
-    given = roots
-    if target == "llvm":  # packed copies of GEMM and conv operands: buffers the fusion search may keep
-        roots, packs = pack_operands(roots)
-    sess = shared_session("kernel", kernel_session)
-    reduces = 0 if fixed_nodes else sum(1 for u in toposort(roots) if u.op is Ops.REDUCE)  # a given node_limit holds
-    stages = stages_for(target, nolocals, graph_depth(roots), reduces)
-    with sess.scope(stages, lim):
-        sess.add(roots)
-        facts = Facts(sess, roots)
-        out_names: list[str] = []
-        first: dict[UOp, str] = {}
-        out_terms: dict[UOp, str] = {}
-        for r, nm in zip(roots, names):
-            if r in first:  # the same tensor returned twice: one buffer
-                out_names.append(first[r])
-                continue
+@dataclass
+class _Encoded:
+    """The graph as the e-graph holds it: the facts and buffers rangeify reads, each output's buffer name (in root
+    order) and kernel let, and the intermediates' buffers: those the fusion search may fuse (`candidates`:
+    name -> (what it holds, bytes)) and the CONTIGUOUS ones it never fuses (`barriers`)."""
+
+    facts: Facts
+    out_names: list[str]
+    kernel_lets: dict[UOp, str]
+    candidates: dict[str, tuple[str, int]]
+    barriers: set[str]
+
+
+def _encode(sess: EGraphSession, roots: list[UOp], names: list[str], packs: list[UOp], target: str, nolocals: bool) -> _Encoded:
+    """Add the graph to the e-graph with the facts rangeify needs: a buffer per output, per materialization
+    candidate and per packed operand, and a let naming each output's kernel."""
+    sess.add(roots)
+    facts = Facts(sess, roots)
+    out_names, out_terms = _output_buffers(facts, roots, names)
+    candidates, barriers = _intermediate_buffers(facts, materialization_candidates(roots) + packs)
+    kernel_lets: dict[UOp, str] = {}
+    for r in roots:
+        let = f"$kernel_{sess.name_of(r)[1:]}"
+        if let not in kernel_lets.values():
+            facts.cmds.append(f"(let {let} (KernelOf {sess.name_of(r)} {out_terms[r]}))")
+        kernel_lets[r] = let
+    sess.run_commands("\n".join(facts.cmds + optops.split_facts(target, nolocals)))
+    return _Encoded(facts, out_names, kernel_lets, candidates, barriers)
+
+
+def _output_buffers(facts: Facts, roots: list[UOp], names: list[str]) -> tuple[list[str], dict[UOp, str]]:
+    """Each output's buffer name, in root order, and each root's buffer term: the same tensor returned twice
+    has one buffer."""
+    out_names: list[str] = []
+    first: dict[UOp, str] = {}
+    out_terms: dict[UOp, str] = {}
+    for r, nm in zip(roots, names):
+        if r not in first:
             first[r] = _unique(nm, facts.buffers)
-            out_names.append(first[r])
             out_terms[r] = facts.buffer_for(r, first[r], "output")
-        candidates: dict[str, tuple[str, int]] = {}  # buffer -> (what it holds, bytes): for the fusion search
-        barriers: set[str] = set()
-        for i, c in enumerate(materialization_candidates(roots) + packs):
-            facts.buffer_for(c, f"tmp{i}", "intermediate")
-            if c.op is Ops.CONTIGUOUS:
-                barriers.add(f"tmp{i}")
-            else:
-                candidates[f"tmp{i}"] = (_label(c), max(1, math.prod(c.shape)) * c.dtype.itemsize)
-        kernel_lets = {}
-        for r in roots:
-            let = f"$kernel_{sess.name_of(r)[1:]}"
-            if let not in kernel_lets.values():
-                facts.cmds.append(f"(let {let} (KernelOf {sess.name_of(r)} {out_terms[r]}))")
-            kernel_lets[r] = let
-        sess.run_commands("\n".join(facts.cmds + optops.split_facts(target, nolocals)))
-        report.add_phase("encode", time.perf_counter() - t0)
-        # inline alternatives past the ceiling: every candidate gets a buffer (tinygrad's default schedule), and
-        # the graph is built again with nothing to inline across them, which grows linearly
-        # with a time limit, offering values inline everywhere may take half of it: the default schedule built
-        # again (below) needs the other half
-        cut: float | bool = False if every_barrier else True if deadline is None else t0 + (deadline - t0) / 2
-        reason = sess.saturate(
-            stages, lim, report, progress, deadline=deadline, cut_baseline=cut, reserve_per_node=EXTRACT_S_PER_NODE
-        )
-        fall_back = reason in CEILINGS and not every_barrier
-        nodes = sess.size()
-        if deadline is not None and not every_barrier and time.perf_counter() + EXTRACT_S_PER_NODE * nodes > deadline:
-            fall_back, reason = True, "extract_time"  # the default schedule's smaller e-graph extracts in time
-        if not fall_back:
-            t1 = time.perf_counter()
-            view = sess.view()
-            reg = sess.reg
-            root_classes = {r: view.lets[let[1:]] if let[1:] in view.lets else view.lets[let] for r, let in kernel_lets.items()}
-    if fall_back:
-        inline = "offering values inline in every index context that reads them"
-        why = {
-            "node_ceiling": f"the e-graph passed {BASELINE_CEILING:,} nodes {inline}",
-            "extract_time": f"extracting the e-graph {inline} ({nodes:,} nodes) would not fit in the time limit",
-        }.get(reason, f"the time limit was reached before rangeify finished {inline}")
-        report.notes.append(
-            f"{why}: every materialization candidate got its own buffer (the default schedule), and only values "
-            "with one reader at the same index were fused"
-        )
-        if progress is not None:
-            progress(f"{why}: building the default schedule instead")
-        again = barrier_every_candidate(given)
-        return _build(
-            again, names, target, backend, tune, lim, report, progress, alternatives, nolocals, deadline, fixed_nodes, True
-        )
+        out_names.append(first[r])
+    return out_names, out_terms
+
+
+def _intermediate_buffers(facts: Facts, values: list[UOp]) -> tuple[dict[str, tuple[str, int]], set[str]]:
+    """A buffer per value (tmp0, tmp1, ...); returns those the fusion search may fuse (name -> (what it holds,
+    bytes)) and the names of the CONTIGUOUS ones (barriers: never fused)."""
+    candidates: dict[str, tuple[str, int]] = {}
+    barriers: set[str] = set()
+    for i, c in enumerate(values):
+        facts.buffer_for(c, f"tmp{i}", "intermediate")
+        if c.op is Ops.CONTIGUOUS:
+            barriers.add(f"tmp{i}")
+        else:
+            candidates[f"tmp{i}"] = (_label(c), max(1, math.prod(c.shape)) * c.dtype.itemsize)
+    return candidates, barriers
+
+
+def _why_default_schedule(reason: str, nodes: int, deadline: float | None, every_barrier: bool) -> str | None:
+    """Why the graph must be built again as the default schedule (every candidate behind a barrier: an e-graph
+    that grows linearly), after saturation stopped for `reason` at `nodes` nodes: the baseline passed a ceiling
+    offering values inline, or extracting its e-graph would not fit in the time limit. None: extract it."""
+    if every_barrier:  # it is the default schedule already
+        return None
+    if deadline is not None and time.perf_counter() + EXTRACT_S_PER_NODE * nodes > deadline:
+        reason = "extract_time"  # the default schedule's smaller e-graph extracts in time
+    elif reason not in CEILINGS:
+        return None
+    inline = "offering values inline in every index context that reads them"
+    return {
+        "node_ceiling": f"the e-graph passed {BASELINE_CEILING:,} nodes {inline}",
+        "extract_time": f"extracting the e-graph {inline} ({nodes:,} nodes) would not fit in the time limit",
+    }.get(reason, f"the time limit was reached before rangeify finished {inline}")
+
+
+def _note_default_schedule(why: str, report: Report, progress: Callable[[IterationStats | str], None] | None) -> None:
+    """Say (in the report and to `progress`) why the graph is built again as the default schedule."""
+    report.notes.append(
+        f"{why}: every materialization candidate got its own buffer (the default schedule), and only values "
+        "with one reader at the same index were fused"
+    )
     if progress is not None:
-        progress(f"extracting: {view.num_classes} e-classes, {view.num_nodes} e-nodes")
-    model = KernelCost(view, unextractable=sess.unextractable, loads_from=frozenset(barriers))
-    ex = extract(view, model)  # everything inline but CONTIGUOUS: the fusion search adds the loads
-    report.add_phase("extract", time.perf_counter() - t1)
-    t2 = time.perf_counter()
+        progress(f"{why}: building the default schedule instead")
+
+
+def _let_classes(view: EGraphView, lets: dict[UOp, str]) -> dict[UOp, int]:
+    """The e-class each let names (the view may list a global let without its `$`)."""
+    return {r: view.lets[let[1:]] if let[1:] in view.lets else view.lets[let] for r, let in lets.items()}
+
+
+def _check_complete(root_classes: dict[UOp, int], ex: Extraction, report: Report) -> None:
+    """Refuse a program an output of which has no extracted kernel (the e-graph passed its ceiling first, or a
+    limit stopped rangeify)."""
     missing = [r for r, c in root_classes.items() if c not in ex.best]
     if missing and report.stop_reason == "node_ceiling":
         raise UnsupportedOp(
@@ -608,20 +638,77 @@ def _build(
             why=f"rangeify did not reach a complete kernel for this output (stop reason: {report.stop_reason})",
             suggestion="raise iter_limit/node_limit/time_limit, or report the graph as a bug",
         )
+
+
+def _build(
+    roots: list[UOp],
+    names: list[str],
+    target: str,
+    backend: Backend,
+    tune: bool,
+    lim: Limits,
+    report: Report,
+    progress: Callable[[IterationStats | str], None] | None,
+    alternatives: list[tuple[str, Program]] | None = None,
+    nolocals: bool = False,
+    deadline: float | None = None,
+    fixed_nodes: bool = False,
+    every_barrier: bool = False,
+) -> Program:
+    """The program for the graph: encode, saturate, extract, the fusion search and schedule ranking (and tuning),
+    decode. `every_barrier`: the graph is the default schedule already (see _why_default_schedule)."""
+    t0 = time.perf_counter()
+    packs: list[UOp] = []
+    given = roots
+    if target == "llvm":  # packed copies of GEMM and conv operands: buffers the fusion search may keep
+        roots, packs = pack_operands(roots)
+    sess = shared_session("kernel", kernel_session)
+    reduces = 0 if fixed_nodes else sum(1 for u in toposort(roots) if u.op is Ops.REDUCE)  # a given node_limit holds
+    stages = stages_for(target, nolocals, graph_depth(roots), reduces)
+    with sess.scope(stages, lim):
+        enc = _encode(sess, roots, names, packs, target, nolocals)
+        report.add_phase("encode", time.perf_counter() - t0)
+        # inline alternatives past the ceiling: every candidate gets a buffer (tinygrad's default schedule), and
+        # the graph is built again with nothing to inline across them, which grows linearly
+        # with a time limit, offering values inline everywhere may take half of it: the default schedule built
+        # again (below) needs the other half
+        cut: float | bool = False if every_barrier else True if deadline is None else t0 + (deadline - t0) / 2
+        reason = sess.saturate(
+            stages, lim, report, progress, deadline=deadline, cut_baseline=cut, reserve_per_node=EXTRACT_S_PER_NODE
+        )
+        why = _why_default_schedule(reason, sess.size(), deadline, every_barrier)
+        if why is None:
+            t1 = time.perf_counter()
+            view = sess.view()
+            reg = sess.reg
+            root_classes = _let_classes(view, enc.kernel_lets)
+    if why is not None:
+        _note_default_schedule(why, report, progress)
+        again = barrier_every_candidate(given)
+        return _build(
+            again, names, target, backend, tune, lim, report, progress, alternatives, nolocals, deadline, fixed_nodes, True
+        )
+    if progress is not None:
+        progress(f"extracting: {view.num_classes} e-classes, {view.num_nodes} e-nodes")
+    model = KernelCost(view, unextractable=sess.unextractable, loads_from=frozenset(enc.barriers))
+    ex = extract(view, model)  # everything inline but CONTIGUOUS: the fusion search adds the loads
+    report.add_phase("extract", time.perf_counter() - t1)
+    t2 = time.perf_counter()
+    _check_complete(root_classes, ex, report)
     # a limit may have left index math the rules simplify when it is alone: finish it per expression
     late: Callable[[UOp], UOp] = LateSimplifier(sess, deadline) if report.limit_hit else (lambda a: a)
-    cost_model = cost_model_for(target, backend.cpu if target == "llvm" else None, getattr(backend, "renders", None))
+    cost_model = cost_model_for(target, _cpu_of(backend, target), getattr(backend, "renders", None))
     report.extra["machine"] = cost_model.machine
     if progress is not None:
-        progress(f"fusion search: {len(candidates)} buffers the baseline materializes, {lim.search_time:g} s of trials")
+        progress(f"fusion search: {len(enc.candidates)} buffers the baseline materializes, {lim.search_time:g} s of trials")
     fused = choose_fusion(
         view,
         ex,
         list(root_classes.values()),
         lambda c, choose, memo: late(Decoder(view, choose, reg, rkey=_range_key, own_kernel=True, memo=memo).decode(c)),
         cost_model,
-        candidates,
-        barriers,
+        enc.candidates,
+        enc.barriers,
         lim.search_time,
         progress,
         deadline,
@@ -632,15 +719,15 @@ def _build(
 
     def assemble(choice: dict[int, ENode]) -> Program:
         dec = Decoder(view, lambda c: choice.get(c) or ex.node(c), reg, rkey=_range_key)
-        prog = _split_kernels([late(dec.decode(root_classes[r])) for r in roots], out_names, facts.buffers, roots)
-        prog.backend, prog.target = backend, target
-        return prog
+        asts = [late(dec.decode(root_classes[r])) for r in roots]
+        return _split_kernels(asts, enc.out_names, enc.facts.buffers, roots, backend, target)
 
     chosen = {**fusion, **{c: n for ks in schedules.values() for c, n in ks.best.choice.items()}}
     report.add_phase("schedule", time.perf_counter() - t2)
     if tune and backend.name != "reference":
         t3 = time.perf_counter()
-        machine = f"{target}:{backend.cpu.name}" if target == "llvm" else target  # timings are per CPU
+        cpu = _cpu_of(backend, target)
+        machine = f"{target}:{cpu.name}" if cpu is not None else target  # timings are per CPU
         chosen = tune_schedules(schedules, chosen, machine, assemble, report, progress)
         report.add_phase("tune", time.perf_counter() - t3)
     t2 = time.perf_counter()
@@ -651,23 +738,40 @@ def _build(
         alternatives += [(c.describe(), assemble({**chosen, **c.choice})) for ks in schedules.values() for c in ks.ranked]
     program = assemble(chosen)
     report.add_phase("decode", time.perf_counter() - t2)
-    t2 = time.perf_counter()
-
-    def picked(c: int) -> ENode | None:  # the program's e-node in class c: the search's choice, else the extraction's
-        return chosen.get(c) or ex.chosen(c)
-
-    attach_snapshot(report, view, roots=list(root_classes.values()), hide=sess.unextractable, chosen=picked)
-    report.extra["egraph_kernels"] = _kernel_pictures(view, ex, schedules, chosen, picked, program, sess.unextractable)
-    report.add_phase("snapshot", time.perf_counter() - t2)
-    chosen_s = sum(schedule_entry["estimate"]["seconds"] for schedule_entry in report.extra["schedules"])
-    report.extra["fusion"] = {**fused.to_dict(), "chosen_s": chosen_s}
-    # in seconds: the safe baseline's estimate (every candidate in its own buffer), and the chosen program's
-    report.cost_before, report.cost_after, report.cost_unit = report.extra["fusion"].get("baseline_s"), chosen_s, "s"
+    chosen_s = _report_program(report, view, ex, sess.unextractable, list(root_classes.values()), fused, chosen, program)
     check_roofline(roots, chosen_s, cost_model, report)
     report.egraph_nodes, report.egraph_classes = view.num_nodes, view.num_classes
     report.extra["kernels"] = [kernel_entry(k, report.extra["schedules"]) for k in program.kernels]
     check_accesses(program)
     return program
+
+
+def _report_program(
+    report: Report,
+    view: EGraphView,
+    ex: Extraction,
+    hide: set[str],
+    roots: list[int],
+    fused: FusionResult,
+    chosen: dict[int, ENode],
+    program: Program,
+) -> float:
+    """The e-graph pictures (the whole program's and each kernel's, the program's e-nodes marked), and the
+    fusion search's result with the chosen program's estimate (returned): the sum of its kernels' chosen
+    schedules."""
+    t0 = time.perf_counter()
+
+    def picked(c: int) -> ENode | None:  # the program's e-node in class c: the search's choice, else the extraction's
+        return chosen.get(c) or ex.chosen(c)
+
+    attach_snapshot(report, view, roots=roots, hide=hide, chosen=picked)
+    report.extra["egraph_kernels"] = _kernel_pictures(view, ex, fused.schedules, chosen, picked, program, hide)
+    report.add_phase("snapshot", time.perf_counter() - t0)
+    chosen_s = sum(schedule_entry["estimate"]["seconds"] for schedule_entry in report.extra["schedules"])
+    report.extra["fusion"] = {**fused.to_dict(), "chosen_s": chosen_s}
+    # in seconds: the safe baseline's estimate (every candidate in its own buffer), and the chosen program's
+    report.cost_before, report.cost_after, report.cost_unit = report.extra["fusion"].get("baseline_s"), chosen_s, "s"
+    return chosen_s
 
 
 def _kernel_pictures(
@@ -751,8 +855,11 @@ def _range_key(n: ENode, dec: Decoder) -> Any:
     return ("out" if n.fn == "RKOut" else "red", n.args[0].id, int(n.args[1]))
 
 
-def _split_kernels(asts: list[UOp], out_names: list[str], specs: dict[str, BufferSpec], roots: list[UOp]) -> Program:
-    """Kernels in dependency order: AFTER(buffer, kernel) inside a kernel means 'run that kernel first'."""
+def _split_kernels(
+    asts: list[UOp], out_names: list[str], specs: dict[str, BufferSpec], roots: list[UOp], backend: Backend, target: str
+) -> Program:
+    """The program of kernels in dependency order: AFTER(buffer, kernel) inside a kernel means 'run that kernel
+    first'."""
     order: list[tuple[str, UOp]] = []
     done: dict[UOp, UOp] = {}
     buffers: dict[str, BufferSpec] = {}
@@ -791,7 +898,7 @@ def _split_kernels(asts: list[UOp], out_names: list[str], specs: dict[str, Buffe
     inputs = [n for n, s in buffers.items() if s.kind == "input"]
     for n in out_names:
         buffers.setdefault(n, specs[n])
-    return Program(kernels, buffers, sorted(inputs, key=lambda n: _input_order(n, roots)), list(out_names), None, "")
+    return Program(kernels, buffers, sorted(inputs, key=lambda n: _input_order(n, roots)), list(out_names), backend, target)
 
 
 def _input_order(name: str, roots: list[UOp]) -> int:

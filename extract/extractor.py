@@ -59,13 +59,7 @@ def extract(view: EGraphView, model: NodeCost, max_visits: int = 200) -> Extract
     `max_visits` bounds the evaluations per class (a guard: choices only change while costs drop)."""
     best: dict[int, Choice] = {}
     own_cost = {id(n): model.node_cost(n, view) for ns in view.nodes.values() for n in ns}
-    kids_of: dict[int, list[list[int]]] = {}
-    parents: dict[int, set[int]] = {}
-    for c, nodes in view.nodes.items():
-        kids_of[c] = [view.children(n) for n in nodes]
-        for kids in kids_of[c]:
-            for k in kids:
-                parents.setdefault(k, set()).add(c)
+    kids_of, parents = _edges(view)
     kernels = {c for c, nodes in view.nodes.items() if any(n.fn == "SINK" for n in nodes)}
     queue = deque(view.nodes)
     queued = set(queue)
@@ -74,44 +68,76 @@ def extract(view: EGraphView, model: NodeCost, max_visits: int = 200) -> Extract
         budget -= 1
         c = queue.popleft()
         queued.discard(c)
-        cur = best.get(c)
-        changed = False
-        for n, kids in zip(view.nodes[c], kids_of[c]):
-            nc = own_cost[id(n)]
-            if nc == math.inf:
-                continue
-            if any(k not in best or k == c or c in best[k].dag for k in kids):
-                continue
-            # the DAG cost: the largest child's DAG plus what the others add (small into large, so a deep
-            # chain does not copy its whole DAG per candidate); the union is built only for a better choice.
-            # Another kernel is one entry at its whole cost: what it computes is not shared with its readers.
-            inner = [k for k in kids if k not in kernels]
-            big = max(inner, key=lambda k: len(best[k].dag)) if inner else None
-            base = best[big].dag if big is not None else {}
-            extra: dict[int, float] = {}
-            for k in kids:
-                if k in kernels:
-                    if k not in base:
-                        extra[k] = best[k].cost
-                elif k != big:
-                    extra.update((x, v) for x, v in best[k].dag.items() if x not in base)
-            total = (best[big].cost if big is not None else 0.0) + sum(extra.values()) + nc
-            size = len(base) + len(extra) + 1
-            better = (
-                cur is None
-                or total < cur.cost - 1e-12
-                or (abs(total - cur.cost) <= 1e-12 and cur.node is not n and (size, _key(n)) < (len(cur.dag), _key(cur.node)))
-            )
-            if better:
-                dag = dict(base)
-                dag.update(extra)
-                dag[c] = nc
-                cur = Choice(n, total, dag)
-                best[c] = cur
-                changed = True
-        if changed:
+        if _choose(c, view.nodes[c], kids_of[c], own_cost, best, kernels):
             for p in parents.get(c, ()):
                 if p not in queued:
                     queued.add(p)
                     queue.append(p)
     return Extraction(view, best)
+
+
+def _edges(view: EGraphView) -> tuple[dict[int, list[list[int]]], dict[int, set[int]]]:
+    """Each class's nodes' children (in node order), and each class's parents: the classes with a node over it."""
+    kids_of: dict[int, list[list[int]]] = {}
+    parents: dict[int, set[int]] = {}
+    for c, nodes in view.nodes.items():
+        kids_of[c] = [view.children(n) for n in nodes]
+        for kids in kids_of[c]:
+            for k in kids:
+                parents.setdefault(k, set()).add(c)
+    return kids_of, parents
+
+
+def _choose(
+    c: int,
+    nodes: list[ENode],
+    kids_of_c: list[list[int]],
+    own_cost: dict[int, float],
+    best: dict[int, Choice],
+    kernels: set[int],
+) -> bool:
+    """Give class c its node of the cheapest DAG (ties: the smaller DAG, then the node's key) among those whose
+    children all have a choice and do not reach c (no cycles); True when c's choice changed."""
+    cur = best.get(c)
+    changed = False
+    for n, kids in zip(nodes, kids_of_c):
+        nc = own_cost[id(n)]
+        if nc == math.inf:
+            continue
+        if any(k not in best or k == c or c in best[k].dag for k in kids):
+            continue
+        below, base, extra = _children_dag(kids, best, kernels)
+        total = below + nc
+        size = len(base) + len(extra) + 1
+        better = (
+            cur is None
+            or total < cur.cost - 1e-12
+            or (abs(total - cur.cost) <= 1e-12 and cur.node is not n and (size, _key(n)) < (len(cur.dag), _key(cur.node)))
+        )
+        if better:  # the union is built only for a better choice
+            dag = dict(base)
+            dag.update(extra)
+            dag[c] = nc
+            cur = Choice(n, total, dag)
+            best[c] = cur
+            changed = True
+    return changed
+
+
+def _children_dag(
+    kids: list[int], best: dict[int, Choice], kernels: set[int]
+) -> tuple[float, dict[int, float], dict[int, float]]:
+    """The cost of the children's DAG, as the largest child's DAG (`base`, shared, not copied) plus what the
+    others add to it (`extra`): small into large, so a deep chain does not copy its whole DAG per candidate.
+    Another kernel is one entry at its whole cost: what it computes is not shared with its readers."""
+    inner = [k for k in kids if k not in kernels]
+    big = max(inner, key=lambda k: len(best[k].dag)) if inner else None
+    base = best[big].dag if big is not None else {}
+    extra: dict[int, float] = {}
+    for k in kids:
+        if k in kernels:
+            if k not in base:
+                extra[k] = best[k].cost
+        elif k != big:
+            extra.update((x, v) for x, v in best[k].dag.items() if x not in base)
+    return (best[big].cost if big is not None else 0.0) + sum(extra.values()), base, extra

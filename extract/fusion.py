@@ -33,6 +33,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from egraph_compiler.egraph.view import EGraphView, ENode
 from egraph_compiler.extract.extractor import Extraction
@@ -183,7 +184,7 @@ class _Search:
     ) -> None:
         # trials re-rank kernels, mostly into the same loop nests, and a model's repeated layers give the same
         # kernels over other buffers
-        estimates: dict[UOp, KernelEstimate] = {}
+        estimates: dict[tuple[tuple[Any, ...], ...], KernelEstimate] = {}  # by canonical_kernel
 
         def remembered(kernel: UOp) -> KernelEstimate:
             key = canonical_kernel(kernel)
@@ -242,8 +243,11 @@ class _Search:
         return frozenset(loaded)
 
     def program(
-        self, mat: frozenset[str], known: dict[int, frozenset[str]] | None = None, changed: set[str] = frozenset()
-    ) -> dict[int, frozenset[str]] | None:  # type: ignore[assignment]
+        self,
+        mat: frozenset[str],
+        known: dict[int, frozenset[str]] | None = None,
+        changed: frozenset[str] | set[str] = frozenset(),
+    ) -> dict[int, frozenset[str]] | None:
         """Every kernel of the program under `mat`: SINK class -> buffers it loads; None when the kernels would
         depend on each other in a cycle. `known`/`changed`: the kernels of a program that materialized
         `changed` too (only those that loaded one of them are walked again)."""
@@ -281,10 +285,10 @@ class _Search:
         space = ScheduleSpace(self.view, ex, sink)
         if self.deadline is not None and time.perf_counter() > self.deadline:
             decoded = self.decoded.setdefault((sink, loaded), {})
-            ks = rank_kernel(self.view, ex, sink, self.decode, self.model, quick, space, decoded, plain=True)
-            self.rankings[(sink, loaded, quick)] = ks
+            plain = rank_kernel(self.view, ex, sink, self.decode, self.model, quick, space, decoded, plain=True)
+            self.rankings[(sink, loaded, quick)] = plain
             self.unranked.add(sink)
-            return ks
+            return plain
         kernel = self.kernel(sink, loaded, mat)
         shape = None if kernel is None or space.shape is None else (canonical_kernel(kernel), frozenset(space.shape))
         # a full ranking of the shape serves any request; a quick one serves only quick ones
@@ -367,120 +371,181 @@ def choose_fusion(
     only together: on CPUs no pair has paid where no single did, and the pass cost GPT-2 ~0.8 s)."""
     s = _Search(view, ex, roots, decode, model, candidates, barriers, deadline)
     notes: list[str] = []
+    mat, kernels = _baseline(s, candidates, notes)
+    late = deadline is not None and time.perf_counter() > deadline  # the caller's time is up: quick rankings only
+    costs = s.cost(kernels, mat, quick=late)
+    baseline = sum(costs.values())
+    start = time.perf_counter()
+    if deadline is not None:
+        time_budget = min(time_budget, max(0.0, deadline - start))
+    trials = _Trials(s, candidates, mat, kernels, costs, progress)
+    if trials.search(pairs, lambda: time.perf_counter() - start > time_budget):
+        notes.append(f"the fusion search stopped at its time budget ({time_budget:g} s); the best program found so far is used")
+    return _result(trials, baseline, deadline, notes)
+
+
+def _baseline(
+    s: _Search, candidates: dict[str, tuple[str, int]], notes: list[str]
+) -> tuple[frozenset[str], dict[int, frozenset[str]]]:
+    """The safe baseline: every candidate the e-graph offers materialized, and its kernels (SINK class -> buffers
+    loaded). A cycle through values the e-graph proved equal drops the newest candidates until none is left."""
     mat = frozenset(n for n in candidates if n in s.offers)
     kernels = s.program(mat)
-    while kernels is None and mat:  # a cycle through values the e-graph proved equal: drop the newest
+    while kernels is None and mat:
         mat = frozenset(sorted(mat, key=list(candidates).index)[:-1])
         kernels = s.program(mat)
         notes.append("a materialization that would make kernels read each other was left out")
     assert kernels is not None
-    late = deadline is not None and time.perf_counter() > deadline  # the caller's time is up: quick rankings only
-    costs = s.cost(kernels, mat, quick=late)
-    baseline = sum(costs.values())
-    decisions: dict[str, Decision] = {}
-    start = time.perf_counter()
-    if deadline is not None:
-        time_budget = min(time_budget, max(0.0, deadline - start))
-    budget_hit = False
+    return mat, kernels
 
-    def attempt(group: tuple[str, ...]) -> bool:
-        """Fuse every buffer of `group` at once; keep the program if its estimate drops past the margin."""
-        nonlocal mat, kernels, costs
-        trial_mat = mat - set(group)
-        trial = s.program(trial_mat, kernels, set(group))
-        if trial is None:
-            return False
-        trial_costs = {k: costs[k] for k in trial if k in costs and trial[k] == kernels[k]}
-        changed = {k: v for k, v in trial.items() if k not in trial_costs}
-        replaced = {k: v for k, v in kernels.items() if k not in trial or trial[k] != v}
-        before = sum(costs[k] for k in replaced)
-        # the work alone (a GEMM recomputed for every element of its consumer) rules most losing trials out unranked
-        after = s.floor(changed, trial_mat)
-        saving, keep, ranked = before - after, False, after <= before * (1 + NOISE)
-        for quick in (True, False) if ranked else ():  # a near miss on the quick ranking is ranked again in full
-            trial_costs.update(s.cost(changed, trial_mat, quick=quick))
-            after = sum(trial_costs[k] for k in changed)
-            keep = math.isfinite(after) and before - after > NOISE * before
-            if keep and not quick:  # ... and a win in full is confirmed against the replaced kernels in full
-                costs.update((k, min(costs[k], v)) for k, v in s.cost(replaced, mat).items())
-                before = sum(costs[k] for k in replaced)
-                keep = before - after > NOISE * before
-            saving = before - after
-            # a quick ranking of a big kernel can miss its best loop nest by 2x: a narrow quick win there is
-            # checked in full as well (a convolution's padded copy looks no dearer than its guards otherwise)
-            narrow = quick and keep and saving < RECHECK * before and before > VERIFY_ABOVE_S
-            if (keep and not narrow) or not math.isfinite(after) or after > before * (1 + RECHECK):
-                break
-        for b in group:
-            decisions[b] = Decision(b, candidates[b][0], candidates[b][1], keep, saving)
-        if progress is not None:
-            names = " + ".join(group) if len(group) <= 4 else f"{len(group)} buffers ({group[0]} ... {group[-1]})"
-            labels = ", ".join(candidates[b][0] for b in group) if len(group) <= 4 else "a batch"
-            progress(
-                f"fusion: {names} ({labels}) "
-                f"{'fused' if keep else 'kept'}: {before * 1e3:.3f} -> {'' if ranked else 'at least '}"
-                f"{after * 1e3:.3f} ms"
-            )
-        if keep:
-            mat, kernels, costs = trial_mat, trial, trial_costs
-        return keep
 
-    # ties between trials go by the candidates' order: the search must not depend on how a process hashes names
-    order = {b: i for i, b in enumerate(candidates)}
+class _Trials:
+    """The greedy search: the program so far (the buffers it materializes, its kernels and their estimates), the
+    fusions tried on it, and every decision, for the report."""
 
-    def groups(size: int) -> list[tuple[str, ...]]:
-        """Materialized buffers still loaded, alone (size 1) or in pairs loaded by one kernel (size 2: a GEMM's
-        two cast operands only enable tensor cores together), most traffic saved first."""
-        used: dict[str, int] = {}
-        for loaded in kernels.values():
-            for b in loaded:
-                used[b] = used.get(b, 0) + 1
-        weight = {b: candidates[b][1] * (1 + used[b]) for b in used if b in mat}
-        if size == 1:
-            return [(b,) for b in sorted(weight, key=lambda b: (-weight[b], order[b]))]
-        twos = {
-            tuple(sorted(p))
-            for loaded in kernels.values()
-            for p in itertools.combinations(sorted(b for b in loaded if b in weight)[:MAX_PAIRED], 2)
-        }
-        return sorted(twos, key=lambda p: (-sum(weight[b] for b in p), [order[b] for b in p]))  # type: ignore[return-value]
+    def __init__(
+        self,
+        s: _Search,
+        candidates: dict[str, tuple[str, int]],
+        mat: frozenset[str],
+        kernels: dict[int, frozenset[str]],
+        costs: dict[int, float],
+        progress: Callable[[str], None] | None,
+    ) -> None:
+        self.s, self.candidates, self.progress = s, candidates, progress
+        self.mat, self.kernels, self.costs = mat, kernels, costs
+        self.decisions: dict[str, Decision] = {}
+        # ties between trials go by the candidates' order: the search must not depend on how a process hashes names
+        self.order = {b: i for i, b in enumerate(candidates)}
 
-    def live(b: str) -> bool:
-        return b in mat and any(b in v for v in kernels.values())
+    def live(self, b: str) -> bool:
+        """Is buffer b still materialized and loaded by a kernel?"""
+        return b in self.mat and any(b in v for v in self.kernels.values())
 
-    # with many buffers (a graph of thousands of small ops), single fusions that pay are tried in batches that
-    # double while they keep paying and fall back to one at a time when one does not: every trial decodes the
-    # kernels it grows, so one buffer at a time costs quadratic time
-    batching = sum(map(live, candidates)) > BATCH_ABOVE
-    size = 1
-    while size <= (2 if pairs else 1) and not budget_hit:
+    def search(self, pairs: bool, out_of_time: Callable[[], bool]) -> bool:
+        """Pass over the buffers still loaded, single fusions first, then pairs (`pairs`), back to singles after
+        every pass that kept one, until a pass keeps nothing; True when `out_of_time` ended it first. With many
+        buffers (a graph of thousands of small ops), single fusions that pay are tried in batches that double
+        while they keep paying and fall back to one at a time when one does not: every trial decodes the
+        kernels it grows, so one buffer at a time costs quadratic time."""
+        batching = sum(map(self.live, self.candidates)) > BATCH_ABOVE
+        size = 1
+        while size <= (2 if pairs else 1):
+            improved = self.sweep(size, batching, out_of_time)
+            if improved is None:
+                return True
+            size = 1 if improved else size + 1
+        return False
+
+    def sweep(self, size: int, batching: bool, out_of_time: Callable[[], bool]) -> bool | None:
+        """One pass over the groups of `size` buffers, most traffic saved first; whether it kept a fusion (a pass
+        of pairs ends at the first), None when `out_of_time` stopped it."""
         improved = False
-        todo, i, batch = groups(size), 0, 1
+        todo, i, batch = self.groups(size), 0, 1
         while i < len(todo):
-            if time.perf_counter() - start > time_budget:
-                budget_hit = True
-                break
+            if out_of_time():
+                return None
             if batch > 1:
-                chunk = tuple(g[0] for g in todo[i : i + batch] if live(g[0]))
-                if len(chunk) > 1 and attempt(chunk):
+                chunk = tuple(g[0] for g in todo[i : i + batch] if self.live(g[0]))
+                if len(chunk) > 1 and self.attempt(chunk):
                     improved, i, batch = True, i + batch, 2 * batch
                 else:
                     batch = 1
                 continue
             group = todo[i]
             i += 1
-            if not all(map(live, group)):
+            if not all(map(self.live, group)):
                 continue
-            if attempt(group):  # the pass goes on with the new program; the next pass retries the rest
+            if self.attempt(group):  # the pass goes on with the new program; the next pass retries the rest
                 improved = True
                 if size > 1:
                     break
                 batch = 2 if batching else 1
-        size = 1 if improved else size + 1
-    if budget_hit:
-        notes.append(f"the fusion search stopped at its time budget ({time_budget:g} s); the best program found so far is used")
-    # the kept program's kernels ranked in full: a full ranking contains every quick one's candidates' region
-    # and is kept only where it is no worse, so the chosen estimate stays below the baseline's
+        return improved
+
+    def groups(self, size: int) -> list[tuple[str, ...]]:
+        """Materialized buffers still loaded, alone (size 1) or in pairs loaded by one kernel (size 2: a GEMM's
+        two cast operands only enable tensor cores together), most traffic saved first."""
+        used: dict[str, int] = {}
+        for loaded in self.kernels.values():
+            for b in loaded:
+                used[b] = used.get(b, 0) + 1
+        weight = {b: self.candidates[b][1] * (1 + used[b]) for b in used if b in self.mat}
+        order = self.order
+        if size == 1:
+            return [(b,) for b in sorted(weight, key=lambda b: (-weight[b], order[b]))]
+        twos = {
+            tuple(sorted(p))
+            for loaded in self.kernels.values()
+            for p in itertools.combinations(sorted(b for b in loaded if b in weight)[:MAX_PAIRED], 2)
+        }
+        return sorted(twos, key=lambda p: (-sum(weight[b] for b in p), [order[b] for b in p]))
+
+    def attempt(self, group: tuple[str, ...]) -> bool:
+        """Fuse every buffer of `group` at once; keep the program if its estimate drops past the margin."""
+        trial_mat = self.mat - set(group)
+        trial = self.s.program(trial_mat, self.kernels, set(group))
+        if trial is None:
+            return False
+        kernels, costs = self.kernels, self.costs
+        trial_costs = {k: costs[k] for k in trial if k in costs and trial[k] == kernels[k]}
+        changed = {k: v for k, v in trial.items() if k not in trial_costs}
+        replaced = {k: v for k, v in kernels.items() if k not in trial or trial[k] != v}
+        keep, before, after, ranked = self.judge(trial_mat, trial_costs, changed, replaced)
+        for b in group:
+            self.decisions[b] = Decision(b, self.candidates[b][0], self.candidates[b][1], keep, before - after)
+        if self.progress is not None:
+            self.progress(self.describe(group, keep, before, after, ranked))
+        if keep:
+            self.mat, self.kernels, self.costs = trial_mat, trial, trial_costs
+        return keep
+
+    def judge(
+        self,
+        trial_mat: frozenset[str],
+        trial_costs: dict[int, float],
+        changed: dict[int, frozenset[str]],
+        replaced: dict[int, frozenset[str]],
+    ) -> tuple[bool, float, float, bool]:
+        """(keep?, seconds before, after, ranked?) of a trial whose kernels `changed` replace `replaced`: the
+        work floor rules most losing trials out unranked (a GEMM recomputed for every element of its consumer);
+        a near miss on the quick ranking is ranked again in full, and a win in full is confirmed against the
+        replaced kernels in full. Fills `trial_costs` with the changed kernels' estimates."""
+        s, costs = self.s, self.costs
+        before = sum(costs[k] for k in replaced)
+        after = s.floor(changed, trial_mat)
+        keep, ranked = False, after <= before * (1 + NOISE)
+        for quick in (True, False) if ranked else ():
+            trial_costs.update(s.cost(changed, trial_mat, quick=quick))
+            after = sum(trial_costs[k] for k in changed)
+            keep = math.isfinite(after) and before - after > NOISE * before
+            if keep and not quick:
+                costs.update((k, min(costs[k], v)) for k, v in s.cost(replaced, self.mat).items())
+                before = sum(costs[k] for k in replaced)
+                keep = before - after > NOISE * before
+            # a quick ranking of a big kernel can miss its best loop nest by 2x: a narrow quick win there is
+            # checked in full as well (a convolution's padded copy looks no dearer than its guards otherwise)
+            narrow = quick and keep and before - after < RECHECK * before and before > VERIFY_ABOVE_S
+            if (keep and not narrow) or not math.isfinite(after) or after > before * (1 + RECHECK):
+                break
+        return keep, before, after, ranked
+
+    def describe(self, group: tuple[str, ...], keep: bool, before: float, after: float, ranked: bool) -> str:
+        """A trial in one line, for `progress`."""
+        names = " + ".join(group) if len(group) <= 4 else f"{len(group)} buffers ({group[0]} ... {group[-1]})"
+        labels = ", ".join(self.candidates[b][0] for b in group) if len(group) <= 4 else "a batch"
+        return (
+            f"fusion: {names} ({labels}) "
+            f"{'fused' if keep else 'kept'}: {before * 1e3:.3f} -> {'' if ranked else 'at least '}"
+            f"{after * 1e3:.3f} ms"
+        )
+
+
+def _result(trials: _Trials, baseline: float, deadline: float | None, notes: list[str]) -> FusionResult:
+    """The kept program with its kernels ranked in full (unless the caller's time is up): a full ranking contains
+    every quick one's candidates' region and is kept only where it is no worse, so the chosen estimate stays
+    below the baseline's. Buffers never tried are recorded as materialized."""
+    s, mat, kernels, costs, candidates = trials.s, trials.mat, trials.kernels, trials.costs, trials.candidates
     past = deadline is not None and time.perf_counter() > deadline
     full = costs if past else s.cost(kernels, mat)
     scheds = {
@@ -498,17 +563,12 @@ def choose_fusion(
         )
     chosen = sum(min(full[k], costs[k]) for k in kernels)
     choice = s.choice(mat)
+    decisions = trials.decisions
     for b in candidates:
-        if b in s.offers and b not in decisions and b in mat and any(b in v for v in kernels.values()):
+        if b in s.offers and b not in decisions and trials.live(b):
             decisions[b] = Decision(b, candidates[b][0], candidates[b][1], False, math.nan)
     return FusionResult(
-        choice,
-        scheds,
-        baseline,
-        chosen,
-        list(decisions.values()),
-        sorted(b for b in mat if any(b in v for v in kernels.values())),
-        notes,
+        choice, scheds, baseline, chosen, list(decisions.values()), sorted(b for b in mat if trials.live(b)), notes
     )
 
 

@@ -90,9 +90,9 @@ def footprints(
         for n in ns:
             if n.fn in ("REDUCE", "END"):
                 bound_by[id(n)] = frozenset(ulist(view, n.args[-1].id)[1:])
-            kids = [a.id for a in n.args if isinstance(a, ClassRef)]
-            kids_of[c].append(None if c in kids or n.fn in unextractable else kids)
-            for k in kids or ():
+            children = [a.id for a in n.args if isinstance(a, ClassRef)]
+            kids_of[c].append(None if c in children or n.fn in unextractable else children)
+            for k in children:
                 parents.setdefault(k, set()).add(c)
     dirty = set(view.nodes)
     for _ in range(max_passes):

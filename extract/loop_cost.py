@@ -308,7 +308,7 @@ class _Walk:
     def copies(self, u: UOp) -> int:
         return math.prod(trip_count(r) for r in self.deps(u) if _unrolled(r))
 
-    def packed(self, u: UOp, lanes: int) -> int:
+    def packed(self, u: UOp, lanes: int) -> float:
         """Copies of u one vector holds: the backend packs copies along the item's contiguous unrolled axis
         (a tile of 32 rows x 8 columns is 32 vectors of 8 lanes, not 16 of 16); copies only along axes the
         store steps over by more pack poorly (counted one a vector); copies of ranges the store does not see
@@ -324,47 +324,24 @@ class _Walk:
     def charge(
         self, u: UOp, loops: list[UOp], trips: list[int], unrolled: frozenset[UOp], vector_loop: bool, scalar: bool = False
     ) -> None:
+        """Charge u's cycles: once per iteration of the loops it runs inside, once per unrolled copy, the copies
+        packed into vectors where the backend or LLVM packs them. `scalar`: inside a REDUCE whose copies are
+        scalar chains (see reduce)."""
         if u.op in FREE:
             return
         depth = self.place(u, loops, unrolled)
         trip = trips[depth]
         copies = self.copies(u)
         self.code += copies * CODE_SIZE.get(u.op, 1)
-        if u.dtype.is_int and u.op not in (Ops.IDIV, Ops.MOD, Ops.LOAD):
-            # index math: folded into the addressing and strength-reduced to pointer steps, which the loop overhead
-            # counts (charging each add and multiply made a conv's 3 nested reduce loops look 2x slower than run)
-            return
-        if u.dtype.is_int and u.op in (Ops.IDIV, Ops.MOD):
-            # index math LLVM hoists out of every loop it does not depend on, whatever unrolled copy it is for
-            self.cycles += trips[self.place(u, loops, frozenset())] * copies * OP_CYCLES[u.op]
+        if u.dtype.is_int and u.op is not Ops.LOAD:
+            self.index_math(u, loops, trips, copies)
             return
         itemsize = max(1, (u.src[1].dtype if u.op is Ops.STORE and len(u.src) > 1 else u.dtype).itemsize)
         lanes = self.m.lanes(itemsize)
-        per = OP_CYCLES.get(u.op, DEFAULT_OP)
-        vectorizes = u.op not in SCALAR_MATH
-        width = self.packed(u, lanes)  # copies one vector instruction covers
         if u.op in (Ops.LOAD, Ops.STORE):
-            idx = u.src[0]
-            lin = idx.src[1] if idx.op is Ops.INDEX and len(idx.src) > 1 else None
-            unr = [r for r in self.deps(u) if _unrolled(r)]
-            gated = u.op is Ops.LOAD and len(u.src) == 3 and not (u.src[2].op is Ops.CONST and u.src[2].arg is True)
-            along = unr if self.vec is None else [self.vec] if self.vec in unr else []
-            runs = [_width(trip_count(r), lanes) for r in along if lin is not None and stride(lin, r) == 1]
-            vectorizes = lin is not None and not gated and (not unr or bool(runs))
-            width = max(runs, default=lanes)  # one vector per contiguous run; other copies are more loads
-            if gated:  # a branch around every copy: neither vectorized nor cheap
-                per += GATE_CYCLES
-            if u.op is Ops.LOAD:
-                self.loads.append((u, tuple(loops), depth))
-                if lin is not None and unr:
-                    self.conflicts += trip * set_conflicts(lin, tuple(unr), itemsize, self.m)
-                if lin is not None and depth == len(loops) > 0:
-                    # a page or more ahead every iteration of its innermost loop (a GEMM's unpacked B column):
-                    # the prefetchers stop at the page and the loop waits on the new line (packed operands,
-                    # egraph_compiler/kernel/packing.py, step a panel row instead)
-                    st = stride(lin, loops[-1])
-                    if st is None or abs(st) * itemsize >= PAGE:
-                        self.stalls += trip * PAGE_STEP_CYCLES
+            vectorizes, width, per = self.access(u, loops, depth, trip, itemsize, lanes)
+        else:  # arithmetic packs the copies the item's store packs
+            vectorizes, width, per = u.op not in SCALAR_MATH, self.packed(u, lanes), OP_CYCLES.get(u.op, DEFAULT_OP)
         auto = vector_loop and depth == len(loops) and depth > 0 and copies == 1
         if copies > 1 and vectorizes and not scalar:
             cost = math.ceil(copies / width - 1e-9) * per * self.wide(min(width, copies) * itemsize)
@@ -377,7 +354,47 @@ class _Walk:
         else:
             self.cycles += trip * cost
 
-    def wide(self, nbytes: int) -> float:
+    def index_math(self, u: UOp, loops: list[UOp], trips: list[int], copies: int) -> None:
+        """Integer index math: folded into the addressing and strength-reduced to pointer steps, which the loop
+        overhead counts (charging each add and multiply made a conv's 3 nested reduce loops look 2x slower than
+        run), except divisions and modulos, which LLVM hoists out of every loop they do not depend on, whatever
+        unrolled copy they are for."""
+        if u.op in (Ops.IDIV, Ops.MOD):
+            self.cycles += trips[self.place(u, loops, frozenset())] * copies * OP_CYCLES[u.op]
+
+    def access(self, u: UOp, loops: list[UOp], depth: int, trip: int, itemsize: int, lanes: int) -> tuple[bool, float, float]:
+        """A LOAD's or STORE's (vectorizes?, copies one vector covers, cycles per copy): one vector per contiguous
+        run of its unrolled copies (the others are more loads), none when a gate branches around every copy. A
+        load is also noted for the cache model, with its unrolled copies' L1 set conflicts and page-step stalls."""
+        idx = u.src[0]
+        lin = idx.src[1] if idx.op is Ops.INDEX and len(idx.src) > 1 else None
+        unr = [r for r in self.deps(u) if _unrolled(r)]
+        gated = u.op is Ops.LOAD and len(u.src) == 3 and not (u.src[2].op is Ops.CONST and u.src[2].arg is True)
+        along = unr if self.vec is None else [self.vec] if self.vec in unr else []
+        runs = [_width(trip_count(r), lanes) for r in along if lin is not None and stride(lin, r) == 1]
+        vectorizes = lin is not None and not gated and (not unr or bool(runs))
+        per = OP_CYCLES.get(u.op, DEFAULT_OP)
+        if gated:  # a branch around every copy: neither vectorized nor cheap
+            per += GATE_CYCLES
+        if u.op is Ops.LOAD:
+            self.loads.append((u, tuple(loops), depth))
+            if lin is not None:
+                self.load_penalties(lin, unr, loops, depth, trip, itemsize)
+        return vectorizes, max(runs, default=lanes), per
+
+    def load_penalties(self, lin: UOp, unr: list[UOp], loops: list[UOp], depth: int, trip: int, itemsize: int) -> None:
+        """The misses of a load's unrolled copies that overfill one L1 set, and the stall of a load a page or
+        more ahead every iteration of its innermost loop (a GEMM's unpacked B column: the prefetchers stop at
+        the page and the loop waits on the new line; packed operands, egraph_compiler/kernel/packing.py, step
+        a panel row instead)."""
+        if unr:
+            self.conflicts += trip * set_conflicts(lin, tuple(unr), itemsize, self.m)
+        if depth == len(loops) > 0:
+            st = stride(lin, loops[-1])
+            if st is None or abs(st) * itemsize >= PAGE:
+                self.stalls += trip * PAGE_STEP_CYCLES
+
+    def wide(self, nbytes: float) -> float:
         """The cost of a vector of nbytes against a 256-bit one: twice where the core runs 512-bit operations as
         two halves (Zen 4: a GEMM tile of 16 zmm accumulators measured no faster than 16 ymm ones)."""
         return 2 / self.m.fma_per_cycle if nbytes > 32 else 1.0
@@ -479,6 +496,7 @@ class _Lines:
                 break
             span += (self.size(r) - 1) * st
             spanned.add(r)
+        lines: float
         if span > 1:
             lines = math.prod(self.size(r) for r in rs if r not in spanned) * math.ceil(span * isz / LINE)
         else:
@@ -528,12 +546,12 @@ def set_conflicts(lin: UOp, unrolled: tuple[UOp, ...], itemsize: int, m: CPUMach
     """Lines a load's unrolled copies touch in L1 sets that hold more of them than the cache has ways: these miss
     on every iteration. Copies a power-of-two multiple of 4 KiB apart share one set (a 16-row GEMM tile over
     rows of 1024 floats thrashes a 8-way L1 and measured half the speed of an 8-row one)."""
-    strides = [stride(lin, r) for r in unrolled]
-    if any(st is None for st in strides):
+    strides = [st for r in unrolled if (st := stride(lin, r)) is not None]
+    if len(strides) < len(unrolled):  # a copy not linearly apart: not counted
         return 0
     offsets = {0}
     for r, st in zip(unrolled, strides):
-        offsets = {o + i * st * itemsize for o in offsets for i in range(trip_count(r))}  # type: ignore[operator]
+        offsets = {o + i * st * itemsize for o in offsets for i in range(trip_count(r))}
     sets = max(1, m.l1_bytes // (LINE * max(1, m.l1_ways)))
     per_set = Counter(line % sets for line in {o // LINE for o in offsets})
     return sum(n for n in per_set.values() if n > m.l1_ways)

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Container, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from egraph_compiler.egraph.view import ClassRef, EGraphView, ENode
 from egraph_compiler.extract import gpu_cost
@@ -41,6 +41,18 @@ QUICK_COMBINATIONS = 24  # a quick ranking (a fusion trial) enumerates fewer com
 CODE_TIE = 0.05  # schedules estimated within 5% of the best: the one with the least code is chosen
 DESCENT_ROUNDS = 3  # ... and runs one round of coordinate descent, not three
 REPLAYED = 8  # a kernel shaped like one ranked before: its best schedules are tried, no others
+
+
+class Choices(Protocol):
+    """What ranking reads of an extraction: the classes that have a node chosen (`best`), and each one's node
+    and cost. An Extraction, or an Overridden one."""
+
+    @property
+    def best(self) -> Container[int]: ...
+
+    def node(self, c: int) -> ENode: ...
+
+    def cost(self, c: int) -> float: ...
 
 
 class _Either:
@@ -106,7 +118,7 @@ def describe_schedule(kernel: UOp) -> str:
 
 
 def _walk_kernel(
-    view: EGraphView, ex: Extraction, sink: int, nodes_of: Callable[[int], list[ENode]]
+    view: EGraphView, ex: Choices, sink: int, nodes_of: Callable[[int], list[ENode]]
 ) -> Iterator[tuple[int, list[ENode]]]:
     """Each e-class of the kernel at `sink` once (not crossing into other kernels), with the nodes `nodes_of` gives
     it: their children are visited next."""
@@ -123,13 +135,13 @@ def _walk_kernel(
             stack.extend(_children_in_kernel(view, ex, n))
 
 
-def kernel_classes(view: EGraphView, ex: Extraction, sink: int, choice: Mapping[int, ENode]) -> set[int]:
+def kernel_classes(view: EGraphView, ex: Choices, sink: int, choice: Mapping[int, ENode]) -> set[int]:
     """The e-classes of the kernel at `sink` under `choice` (else the extraction's nodes), not crossing into the
     kernels it loads from."""
     return {c for c, _ in _walk_kernel(view, ex, sink, lambda c: [choice.get(c) or ex.node(c)])}
 
 
-def schedule_classes(view: EGraphView, ex: Extraction, sink: int) -> list[int]:
+def schedule_classes(view: EGraphView, ex: Choices, sink: int) -> list[int]:
     """Classes with several binders reachable from a kernel's SINK class, not crossing into other kernels."""
 
     def nodes_of(c: int) -> list[ENode]:
@@ -149,7 +161,7 @@ def term_children(view: EGraphView, n: ENode) -> list[int]:
     return kids[1:] if n.fn in RANGE_KEYS else kids
 
 
-def _children_in_kernel(view: EGraphView, ex: Extraction | Overridden, n: ENode) -> list[int]:
+def _children_in_kernel(view: EGraphView, ex: Choices, n: ENode) -> list[int]:
     """n's term children, except that AFTER(buffer, kernel) leads only to the buffer: the kernel is another one."""
     kids = term_children(view, n)
     if n.fn != "AFTER":
@@ -159,7 +171,7 @@ def _children_in_kernel(view: EGraphView, ex: Extraction | Overridden, n: ENode)
 
 
 def _reachable(
-    view: EGraphView, ex: Extraction, roots: list[int], children: Callable[[ENode], list[int]] | None = None
+    view: EGraphView, ex: Choices, roots: list[int], children: Callable[[ENode], list[int]] | None = None
 ) -> Iterator[tuple[int, ENode]]:
     """(e-class, chosen e-node) of every class reachable from `roots` through chosen nodes, each once."""
     seen: set[int] = set()
@@ -174,7 +186,7 @@ def _reachable(
         stack.extend(children(n) if children is not None else view.children(n))
 
 
-def kernel_sinks(view: EGraphView, ex: Extraction, roots: list[int]) -> list[int]:
+def kernel_sinks(view: EGraphView, ex: Choices, roots: list[int]) -> list[int]:
     """Every kernel's SINK class under the extracted roots, sub-kernels (through AFTER) included."""
     return sorted(c for c, n in _reachable(view, ex, roots) if n.fn == "SINK")
 
@@ -217,7 +229,7 @@ def cost_model_for(target: str, cpu: CPUTarget | None = None, renders: Callable[
     )
 
 
-def _unrolled(view: EGraphView, ex: Extraction, sink: int, choice: dict[int, ENode]) -> int:
+def _unrolled(view: EGraphView, ex: Choices, sink: int, choice: dict[int, ENode]) -> int:
     """Product of the UPCAST/UNROLL bounds the kernel's loop nests bind under `choice` (what decoding it would
     give), read off the e-graph."""
     out = 1
@@ -230,7 +242,7 @@ def _unrolled(view: EGraphView, ex: Extraction, sink: int, choice: dict[int, ENo
     return out
 
 
-def _own_unrolled(view: EGraphView, ex: Extraction, n: ENode) -> int:
+def _own_unrolled(view: EGraphView, ex: Choices, n: ENode) -> int:
     """Product of the UPCAST/UNROLL bounds a binder node itself binds."""
     out = 1
     for r in _ulist(ex, view.children(n)[-1], {})[1:]:
@@ -240,7 +252,7 @@ def _own_unrolled(view: EGraphView, ex: Extraction, n: ENode) -> int:
     return out
 
 
-def _ulist(ex: Extraction, c: int, choice: dict[int, ENode]) -> list[int]:
+def _ulist(ex: Choices, c: int, choice: dict[int, ENode]) -> list[int]:
     out: list[int] = []
     while (n := choice.get(c) or ex.node(c)).fn == "UCons":
         out.append(n.args[0].id)
@@ -260,6 +272,67 @@ def _const(view: EGraphView, c: int) -> int:
 NAMING_FIELDS = {"RK": (0,), "BUFFER": (1,), "PARAM": (1,)}
 
 
+@dataclass
+class _Structure:
+    """One depth-first walk of a kernel's classes (see ScheduleSpace): each class's structural hash, each
+    node's (by id), each class's users, and whether a cycle runs through an alternative."""
+
+    of_class: dict[int, int] = field(default_factory=dict)
+    of_node: dict[int, int] = field(default_factory=dict)
+    users: dict[int, set[int]] = field(default_factory=dict)
+    cyclic: bool = False
+
+
+def _structure(view: EGraphView, ex: Choices, sink: int, alts: dict[int, list[ENode]]) -> _Structure:
+    """Hash the kernel's classes bottom-up from `sink` (a schedule class by all its binders, any other by its
+    chosen node), noting who uses each class; a kernel with no choice to make is not walked (one shape: none)."""
+    out = _Structure()
+    open_: set[int] = set()  # expanded, not finished: the current path (the stack is LIFO)
+    stack: list[tuple[int, bool]] = [(sink, False)] if alts else []
+    while stack:
+        c, done = stack.pop()
+        nodes = alts.get(c) or [ex.node(c)] if c in ex.best else []
+        if done:
+            hashes = [_node_hash(view, ex, n, out) for n in nodes]
+            out.of_class[c] = hash(tuple(sorted(hashes))) if c in alts else hashes[0]
+            open_.discard(c)
+            continue
+        if c in out.of_class or not nodes:
+            continue
+        if c in open_:
+            out.cyclic = True
+            continue
+        open_.add(c)
+        stack.append((c, True))
+        for n in nodes:
+            for k in _children_in_kernel(view, ex, n):
+                out.users.setdefault(k, set()).add(c)
+                stack.append((k, False))
+    return out
+
+
+def _node_hash(view: EGraphView, ex: Choices, n: ENode, walk: _Structure) -> int:
+    """n's structural hash (recorded in `walk.of_node`): its function, its literals but those that only name
+    something, and its children's class hashes."""
+    skip = NAMING_FIELDS.get(n.fn, ())
+    lits = tuple(a for i, a in enumerate(n.args) if not isinstance(a, ClassRef) and i not in skip)
+    h = hash((n.fn, lits, tuple(walk.of_class.get(k, 0) for k in _children_in_kernel(view, ex, n))))
+    walk.of_node[id(n)] = h
+    return h
+
+
+def _users_of(classes: list[int], users: dict[int, set[int]]) -> set[int]:
+    """`classes` and every class that uses one of them, directly or not."""
+    out: set[int] = set()
+    todo = list(classes)
+    while todo:
+        c = todo.pop()
+        if c not in out:
+            out.add(c)
+            todo.extend(users.get(c, ()))
+    return out
+
+
 class ScheduleSpace:
     """A kernel's schedule choices as the e-graph offers them, from one walk of its classes (not crossing into
     other kernels): the schedule classes and their binders (`alts`), the classes whose decoding depends on a
@@ -269,57 +342,20 @@ class ScheduleSpace:
     on the others (`rank_like`); `shape` is None where the hashes cannot tell the schedule classes or binders
     apart (or a cycle runs through an alternative)."""
 
-    def __init__(self, view: EGraphView, ex: Extraction | Overridden, sink: int) -> None:
+    def __init__(self, view: EGraphView, ex: Choices, sink: int) -> None:
         offered = {c: [n for n in view.nodes[c] if n.fn in BINDERS] for c in schedule_classes(view, ex, sink)}
         self.alts = {
             c: ns
             for c, ns in offered.items()  # every binder's parts extractable
             if all(math.isfinite(ex.cost(k)) for n in ns for k in view.children(n))
         }
-        users: dict[int, set[int]] = {}
-        of_class: dict[int, int] = {}
-        of_node: dict[int, int] = {}  # id(binder) -> hash
-        cyclic = False
-        open_: set[int] = set()  # expanded, not finished: the current path (the stack is LIFO)
-        # a kernel with no choice to make has one shape of schedules (none), whatever its classes
-        stack: list[tuple[int, bool]] = [(sink, False)] if self.alts else []
-        while stack:
-            c, done = stack.pop()
-            nodes = self.alts.get(c) or [ex.node(c)] if c in ex.best else []
-            if done:
-                hashes = []
-                for n in nodes:
-                    skip = NAMING_FIELDS.get(n.fn, ())
-                    lits = tuple(a for i, a in enumerate(n.args) if not isinstance(a, ClassRef) and i not in skip)
-                    h = hash((n.fn, lits, tuple(of_class.get(k, 0) for k in _children_in_kernel(view, ex, n))))
-                    of_node[id(n)] = h
-                    hashes.append(h)
-                of_class[c] = hash(tuple(sorted(hashes))) if c in self.alts else hashes[0]
-                open_.discard(c)
-                continue
-            if c in of_class or not nodes:
-                continue
-            if c in open_:
-                cyclic = True
-                continue
-            open_.add(c)
-            stack.append((c, True))
-            for n in nodes:
-                for k in _children_in_kernel(view, ex, n):
-                    users.setdefault(k, set()).add(c)
-                    stack.append((k, False))
-        self.variant: set[int] = set()
-        todo = list(self.alts)
-        while todo:
-            c = todo.pop()
-            if c not in self.variant:
-                self.variant.add(c)
-                todo.extend(users.get(c, ()))
-        classes = {of_class[c]: c for c in self.alts}
-        binders = {(of_class[c], of_node[id(n)]): n for c, ns in self.alts.items() for n in ns}
+        walk = _structure(view, ex, sink, self.alts)
+        self.variant = _users_of(list(self.alts), walk.users)
+        classes = {walk.of_class[c]: c for c in self.alts}
+        binders = {(walk.of_class[c], walk.of_node[id(n)]): n for c, ns in self.alts.items() for n in ns}
         unique = len(classes) == len(self.alts) and len(binders) == sum(map(len, self.alts.values()))
         # (schedule class hash, binder hash) -> binder, and the hashes of each binder
-        self.shape: dict[tuple[int, int], ENode] | None = binders if unique and not cyclic else None
+        self.shape: dict[tuple[int, int], ENode] | None = binders if unique and not walk.cyclic else None
         self.key_of = {id(n): k for k, n in binders.items()}
 
     def translate(self, choice: dict[int, ENode], donor: ScheduleSpace) -> dict[int, ENode] | None:
@@ -335,7 +371,7 @@ class ScheduleSpace:
         return out
 
 
-def extracted_kernel(ex: Extraction | Overridden, sink: int, decode: Decode) -> UOp | None:
+def extracted_kernel(ex: Choices, sink: int, decode: Decode) -> UOp | None:
     """The kernel at `sink` as the extraction (with its overrides) has it; None where a part is unextractable."""
     try:
         return bind_split_ranges(decode(sink, ex.node, {}))
@@ -352,7 +388,7 @@ def tie_winner(estimates: list[KernelEstimate]) -> int:
 
 
 def _decoder(
-    ex: Extraction | Overridden, sink: int, decode: Decode, model: CostModel, variant: set[int]
+    ex: Choices, sink: int, decode: Decode, model: CostModel, variant: set[int]
 ) -> Callable[[dict[int, ENode]], Candidate | None]:
     """Decode and estimate the kernel under a choice of its schedule classes (None: a part is unextractable).
     The classes no choice changes are decoded once, for every candidate."""
@@ -385,9 +421,92 @@ def _ranked(sink: int, found: list[Candidate], model: CostModel) -> KernelSchedu
     return KernelSchedule(sink, ranked)
 
 
+class _Evaluations:
+    """A kernel's candidates, each decoded once (`evaluated`: keyed by the ids of the binders the schedule classes
+    get), and not at all when their loop nests would unroll past the model's limit."""
+
+    def __init__(
+        self,
+        view: EGraphView,
+        ex: Choices,
+        sink: int,
+        model: CostModel,
+        alts: dict[int, list[ENode]],
+        candidate: Callable[[dict[int, ENode]], Candidate | None],
+        evaluated: dict[tuple[int, ...], Candidate | None],
+    ) -> None:
+        self.view, self.ex, self.sink, self.model, self.alts = view, ex, sink, model, alts
+        self.candidate, self.evaluated = candidate, evaluated
+        self.own: dict[int, int] = {}  # id(binder) -> the unrolling it binds itself
+        self.too_unrolled: set[tuple[int, ...]] = set()
+        # an upper bound of a choice's unrolling: every binder some choice reaches, the schedule classes at theirs
+        self.fixed = math.prod(
+            self.own_unrolled(ex.node(c))
+            for c, _ in _walk_kernel(view, ex, sink, lambda c: alts.get(c) or [ex.node(c)])
+            if c not in alts and ex.node(c).fn in BINDERS
+        )
+
+    def own_unrolled(self, n: ENode) -> int:
+        """The unrolling binder n binds itself (memoized)."""
+        if id(n) not in self.own:
+            self.own[id(n)] = _own_unrolled(self.view, self.ex, n)
+        return self.own[id(n)]
+
+    def over_limit(self, choice: dict[int, ENode], key: tuple[int, ...]) -> bool:
+        """Does the choice unroll past the model's limit? Decided on the bound where it is enough, else on the
+        kernel's own binders under the choice."""
+        ex, limit = self.ex, self.model.max_unrolled
+        if limit is None or self.fixed * math.prod(self.own_unrolled(choice.get(c) or ex.node(c)) for c in self.alts) <= limit:
+            return False
+        if key not in self.too_unrolled and _unrolled(self.view, ex, self.sink, choice) > limit:
+            self.too_unrolled.add(key)
+        return key in self.too_unrolled
+
+    def __call__(self, choice: dict[int, ENode], prefilter: bool = True) -> Candidate | None:
+        """The candidate of `choice` (None: unextractable, or unrolled past the limit when `prefilter`)."""
+        key = tuple(id(choice.get(c) or self.ex.node(c)) for c in self.alts)
+        if key in self.evaluated:
+            return self.evaluated[key]
+        if prefilter and self.over_limit(choice, key):
+            return None
+        self.evaluated[key] = self.candidate(choice)
+        return self.evaluated[key]
+
+
+def _every_combination(alts: dict[int, list[ENode]], evaluate: _Evaluations) -> list[Candidate]:
+    """The candidates of every combination of the schedule classes' binders."""
+    return [cand for pick in itertools.product(*alts.values()) if (cand := evaluate(dict(zip(alts, pick)))) is not None]
+
+
+def _coordinate_descent(
+    view: EGraphView, ex: Choices, alts: dict[int, list[ENode]], evaluate: _Evaluations, quick: bool
+) -> list[Candidate]:
+    """The candidates coordinate descent meets: one class at a time, the others at their best so far, until no
+    change (DESCENT_ROUNDS rounds at most; `quick`: one). It starts from the extraction's choice and from the
+    plainest loop nests (`quick`: the first alone), the classes with most alternatives first: from the first
+    alone, a class whose choice unrolls a lot (many accumulators) keeps every unrolling of the others over the
+    limit."""
+    plainest = {c: min(nodes, key=lambda n: _own_unrolled(view, ex, n)) for c, nodes in alts.items()}
+    order = sorted(alts, key=lambda c: -len(alts[c]))
+    starts = [{c: ex.node(c) for c in alts}, plainest]
+    found: list[Candidate] = []
+    for start in starts[:1] if quick else starts:
+        current = dict(start)
+        for _ in range(1 if quick else DESCENT_ROUNDS):
+            before = dict(current)
+            for c in order:
+                tried = [cand for n in alts[c] if (cand := evaluate({**current, c: n})) is not None]
+                found += tried
+                if tried:
+                    current = dict(min(tried, key=lambda x: x.estimate.seconds).choice)
+            if current == before:
+                break
+    return found
+
+
 def rank_kernel(
     view: EGraphView,
-    ex: Extraction | Overridden,
+    ex: Choices,
     sink: int,
     decode: Decode,
     model: CostModel,
@@ -403,75 +522,24 @@ def rank_kernel(
     space = space or ScheduleSpace(view, ex, sink)
     alts = space.alts
     evaluated = {} if evaluated is None else evaluated
-    too_unrolled: set[tuple[int, ...]] = set()
     candidate = _decoder(ex, sink, decode, model, space.variant)
     if not alts or plain:  # the extraction's loop nest: the only one, or the only one there is time for
         key = tuple(id(ex.node(c)) for c in alts)
         if key not in evaluated:
             evaluated[key] = candidate({})
         return _ranked(sink, [c for c in [evaluated[key]] if c is not None], model)
-
-    # an upper bound of a choice's unrolling: every binder some choice reaches, the schedule classes at theirs
-    own: dict[int, int] = {}
-
-    def own_unrolled(n: ENode) -> int:
-        if id(n) not in own:
-            own[id(n)] = _own_unrolled(view, ex, n)
-        return own[id(n)]
-
-    fixed = math.prod(
-        own_unrolled(ex.node(c))
-        for c, _ in _walk_kernel(view, ex, sink, lambda c: alts.get(c) or [ex.node(c)])
-        if c not in alts and ex.node(c).fn in BINDERS
-    )
-
-    def over_limit(choice: dict[int, ENode], key: tuple[int, ...]) -> bool:
-        limit = model.max_unrolled
-        if limit is None or fixed * math.prod(own_unrolled(choice.get(c) or ex.node(c)) for c in alts) <= limit:
-            return False
-        if key not in too_unrolled and _unrolled(view, ex, sink, choice) > limit:
-            too_unrolled.add(key)
-        return key in too_unrolled
-
-    def evaluate(choice: dict[int, ENode], prefilter: bool = True) -> Candidate | None:
-        key = tuple(id(choice.get(c) or ex.node(c)) for c in alts)
-        if key in evaluated:
-            return evaluated[key]
-        if prefilter and over_limit(choice, key):
-            return None
-        evaluated[key] = candidate(choice)
-        return evaluated[key]
-
-    found: list[Candidate] = []
+    evaluate = _Evaluations(view, ex, sink, model, alts, candidate, evaluated)
     if math.prod(len(a) for a in alts.values()) <= (QUICK_COMBINATIONS if quick else MAX_COMBINATIONS):
-        for pick in itertools.product(*alts.values()):
-            if (cand := evaluate(dict(zip(alts, pick)))) is not None:
-                found.append(cand)
-    else:  # coordinate descent: one class at a time, the others at their best so far, until no change
-        # from the extraction's choice and from the plainest loop nests, the classes with most alternatives first:
-        # from the first alone, a class whose choice unrolls a lot (many accumulators) keeps every unrolling of
-        # the others over the limit
-        plainest = {c: min(nodes, key=lambda n: _own_unrolled(view, ex, n)) for c, nodes in alts.items()}
-        order = sorted(alts, key=lambda c: -len(alts[c]))
-        starts = [{c: ex.node(c) for c in alts}, plainest]
-        for start in starts[:1] if quick else starts:
-            current = dict(start)
-            for _ in range(1 if quick else DESCENT_ROUNDS):
-                before = dict(current)
-                for c, nodes in ((c, alts[c]) for c in order):
-                    tried = [cand for n in nodes if (cand := evaluate({**current, c: n})) is not None]
-                    found += tried
-                    if tried:
-                        current = dict(min(tried, key=lambda x: x.estimate.seconds).choice)
-                if current == before:
-                    break
+        found = _every_combination(alts, evaluate)
+    else:
+        found = _coordinate_descent(view, ex, alts, evaluate, quick)
     viable = [c for c in found if math.isfinite(c.estimate.seconds)]  # e.g. not unrolled beyond reason
     found = viable or found or [c for c in [evaluate({}, prefilter=False)] if c is not None]
     return _ranked(sink, found, model)
 
 
 def rank_like(
-    ex: Extraction | Overridden,
+    ex: Choices,
     sink: int,
     decode: Decode,
     model: CostModel,
@@ -503,7 +571,7 @@ def schedule_report(ks: KernelSchedule, chosen: dict[int, ENode]) -> dict[str, o
     """One kernel's schedule decision for the report: the chosen loop nest, its estimate, the best rejected."""
     pick = chosen_candidate(ks, chosen)
     shown = {pick.describe()}  # loop nests that differ only in which range is which read the same: show one
-    rejected = []
+    rejected: list[dict[str, object]] = []
     for c in ks.ranked:
         if c.describe() not in shown and len(rejected) < 5:
             shown.add(c.describe())

@@ -70,13 +70,16 @@ class Limits:
             )
         for k, v in kw.items():
             count = Limits.__dataclass_fields__[k].type == "int"
-            if isinstance(v, bool) or not isinstance(v, numbers.Integral if count else numbers.Real) or not v > 0:
+            kind = numbers.Integral if count else numbers.Real
+            # numbers.Real declares only the ABC's __lt__ and __le__, though every Real compares with an int by `>`
+            if isinstance(v, bool) or not isinstance(v, kind) or not v > 0:  # type: ignore[operator]
                 raise InvalidArgument(
                     at=f"limit {k}",
                     why=f"{k}={v!r} is not a positive {'whole number' if count else 'number'}",
                     suggestion=f"{k} is a count of {'items' if count else 'seconds or a factor'}: "
                     "pass a positive value (NaN, 0 and negatives turn nothing off)",
                 )
+        # each value was checked against its field's kind above: mypy cannot follow that to the fields' types
         return Limits(**kw)  # type: ignore[arg-type]
 
 
@@ -129,10 +132,10 @@ class EGraphSession:
         self._schedulers: dict[str, str] = {}
         self._scheduler_ids = itertools.count()
 
-    def _run(self, text: str) -> list[object]:
+    def _run(self, text: str) -> Sequence[object]:
         return self.eg.parse_and_run_program(text) if text.strip() else []
 
-    def run_commands(self, text: str) -> list[object]:
+    def run_commands(self, text: str) -> Sequence[object]:
         return self._run(text)
 
     # ---- insertion -----------------------------------------------------------------------------
@@ -172,9 +175,9 @@ class EGraphSession:
         """Work on one problem and forget it afterwards: the schema and rules stay, the terms go."""
         self._new_schedulers(stages, limits)
         for stage in stages:  # combined rulesets are declarations too: make them outside the scope
-            for names in (stage.rulesets, stage.analyses, stage.after_limit_rulesets):
-                if names:
-                    self._ruleset_for(names)
+            for ruleset_names in (stage.rulesets, stage.analyses, stage.after_limit_rulesets):
+                if ruleset_names:
+                    self._ruleset_for(ruleset_names)
         self._run("(push)")
         names, reg = self.encoder.names, self.reg
         self.encoder.names = {}
@@ -209,11 +212,15 @@ class EGraphSession:
 
     def tree_cost(self, let_name: str) -> int:
         """egglog's own (tree, node-count) extraction cost of a bound term: a cheap progress signal."""
-        return int(self._run(f"(extract {let_name})")[-1].cost)  # type: ignore[attr-defined]
+        out = self._run(f"(extract {let_name})")[-1]
+        assert isinstance(out, bindings.ExtractBest)
+        return int(out.cost)
 
     def _run_counted(self, cmd: str, matches: dict[str, int]) -> tuple[bool, bool]:
         """Run one schedule, add its rule matches to `matches`; returns (updated, can_stop)."""
-        rep = self._run(cmd)[-1].report  # type: ignore[attr-defined]
+        out = self._run(cmd)[-1]
+        assert isinstance(out, bindings.RunScheduleOutput)
+        rep = out.report
         for k, v in rep.num_matches_per_rule.items():
             if v:
                 matches[k] = matches.get(k, 0) + v
@@ -268,119 +275,196 @@ class EGraphSession:
                 report.rule_category[r.name] = r.category
                 report.rule_doc[r.name] = r.doc
                 report.rule_ruleset[r.name] = rs.name
-        start = clock = time.perf_counter()
-        counting = 0.0  # seconds spent counting e-classes for the report
-        reason = "saturated"
-        cut = False  # a node, time or growth limit ends saturation, but for a stage's after_limit_steps
-        base = 0  # nodes of the unlimited stages (the baseline): node_limit counts the growth past them
-
-        def out_of_time(nodes: int) -> bool:
-            return deadline is not None and time.perf_counter() + reserve_per_node * nodes > deadline
-
-        ceiling = None if deadline is None or cut_baseline is False else deadline if cut_baseline is True else cut_baseline
-
-        def over_limit(stage: Stage, step_start: int) -> str | None:
-            if not stage.limited:
-                late = ceiling is not None and time.perf_counter() > ceiling
-                return "node_ceiling" if self.size() > BASELINE_CEILING else "time_ceiling" if late else None
-            nodes = self.size()
-            if out_of_time(nodes):
-                return "time_limit"
-            if nodes - base > limits.node_limit + stage.extra_nodes:
-                return "node_limit"
-            if stage.growth_check and nodes > max(GROWTH_FLOOR, limits.step_growth * step_start):
-                return "growth_limit"
-            if time.perf_counter() - clock > limits.time_limit:
-                return "time_limit"
-            return None
-
+        run = _Saturation(self, limits, report, progress, count_classes, deadline, cut_baseline, reserve_per_node)
         for stage in stages:
-            main = self._ruleset_for(stage.rulesets)
-            if stage.name not in self._schedulers:
-                self._new_schedulers([stage], limits)
-            sched = self._schedulers[stage.name]
-            analyses = self._ruleset_for(stage.analyses) if stage.analyses else ""
-            analysis_cmds = (
-                f"(run {analyses} {ANALYSIS_CHUNK})",
-                f"(run-schedule (repeat {ANALYSIS_CHUNK} (run-with {sched}_an {analyses})))",
-            )
-            if cut:  # a few cheap steps, unless the caller's time is up
-                if stage.after_limit_steps and not out_of_time(self.size()):
-                    only = self._ruleset_for(stage.after_limit_rulesets or stage.rulesets)
-                    self._steps_after_limit(stage, f"(run-schedule (run-with {sched} {only}))", report, progress)
-                continue
-            stage_reason: str | None = None
-            best: tuple[int, ...] | None = None
-            stale = steps = 0
-            # the baseline's rules (no analyses, no limit) run several iterations a step while steps are quick: a deep
-            # graph's rangeify takes hundreds of tiny steps, each paying for the limit checks and the report
-            batch = 1
-            while stage_reason is None:
-                main_cmds = (
-                    f"(run {main} {batch})",
-                    f"(run-schedule (repeat {batch} (run-with {sched} {main})))",
-                )
-                t0 = time.perf_counter()
-                step_start = self.size()
-                scheduled = step_start >= limits.plain_below * stage.plain_factor
-                matches: dict[str, int] = {}
-                updated = False
-                for _ in range(0, limits.analysis_steps, ANALYSIS_CHUNK) if analyses else ():
-                    an_updated, _ = self._run_counted(analysis_cmds[scheduled], matches)
-                    updated |= an_updated
-                    stage_reason = over_limit(stage, step_start)
-                    if not an_updated or stage_reason:
-                        break
-                can_stop = True
-                if stage_reason is None:
-                    main_updated, can_stop = self._run_counted(main_cmds[scheduled], matches)
-                    updated |= main_updated
-                dt = time.perf_counter() - t0
-                nodes = self.size()
-                # counting classes freezes the e-graph (~5 ms at 10k nodes): for the report, at most ~10% of the time
-                classes = None
-                if nodes <= count_classes and counting <= 0.1 * (time.perf_counter() - start) + COUNT_ALLOWANCE_S:
-                    t_count = time.perf_counter()
-                    classes = self.num_classes()
-                    counting += time.perf_counter() - t_count
-                stats = IterationStats(len(report.iterations), stage.name, nodes, classes, dt, matches)
-                report.iterations.append(stats)
-                if progress is not None:
-                    progress(stats)
-                steps += batch
-                if not stage.limited and not analyses:
-                    batch = min(MAX_BATCH, 2 * batch) if dt < FAST_STEP_S else max(1, batch // 2) if dt > SLOW_STEP_S else batch
-                if stage_reason is not None:
-                    break
-                if not updated and can_stop:
-                    break
-                stage_reason = over_limit(stage, step_start)
-                if stage_reason is None and steps >= (stage.max_steps or limits.iter_limit):
-                    stage_reason = "iter_limit" if stage.limited else "max_steps"
-                if stage_reason is None and watch:
-                    costs = tuple(self.tree_cost(w) for w in watch)
-                    stale = stale + 1 if best is not None and costs >= best else 0
-                    best = costs if best is None else min(best, costs)
-                    if stale >= limits.patience:
-                        stage_reason = "converged"
-            if stage_reason is not None:
-                reason = stage_reason
-                why = (
-                    f"its result had not improved for {limits.patience} steps"
-                    if stage_reason == "converged"
-                    else f"it reached its {stage_reason.replace('_', ' ')}"
-                )
-                report.notes.append(f"stage {stage.name!r} stopped because {why}; the result is the best program found so far")
-                cut = stage_reason in ("node_limit", "time_limit", "growth_limit", *CEILINGS)
-                if stage_reason in CEILINGS:  # an incomplete baseline: later stages cannot help
-                    break
-            if not stage.limited:
-                base, clock = self.size(), time.perf_counter()
-        report.add_phase("saturate", time.perf_counter() - start)
-        report.stop_reason = reason
-        return reason
+            if not run.run_stage(stage, watch):
+                break
+        report.add_phase("saturate", time.perf_counter() - run.start)
+        report.stop_reason = run.reason
+        return run.reason
 
     # ---- reading back --------------------------------------------------------------------------
 
     def view(self, functions: Iterable[str] = ()) -> EGraphView:
         return build_view(self.eg, self.constructors, functions)
+
+
+def _baseline_ceiling(deadline: float | None, cut_baseline: float | bool) -> float | None:
+    """The perf_counter time at which the unlimited stages stop (see EGraphSession.saturate); None: never."""
+    if deadline is None or cut_baseline is False:
+        return None
+    return deadline if cut_baseline is True else cut_baseline
+
+
+def _next_batch(batch: int, seconds: float) -> int:
+    """The baseline's iterations per step after a step of `seconds`: doubled while steps are quick, halved when slow."""
+    if seconds < FAST_STEP_S:
+        return min(MAX_BATCH, 2 * batch)
+    return max(1, batch // 2) if seconds > SLOW_STEP_S else batch
+
+
+class _Patience:
+    """Whether the watched roots have stopped improving: their tree costs found no new best for `patience` checks."""
+
+    def __init__(self, sess: EGraphSession, watch: Sequence[str], patience: int) -> None:
+        self.sess, self.watch, self.patience = sess, watch, patience
+        self.best: tuple[int, ...] | None = None
+        self.stale = 0
+
+    def converged(self) -> bool:
+        """Check the watched roots once more: True once `patience` checks in a row found no new best."""
+        costs = tuple(self.sess.tree_cost(w) for w in self.watch)
+        self.stale = self.stale + 1 if self.best is not None and costs >= self.best else 0
+        self.best = costs if self.best is None else min(self.best, costs)
+        return self.stale >= self.patience
+
+
+class _Saturation:
+    """One EGraphSession.saturate call: its clocks, the baseline's size, and why it stopped.
+
+    `cut`: a node, time or growth limit ended saturation (the later stages get only their after_limit_steps);
+    `base`: nodes of the unlimited stages (the baseline), past which node_limit counts; `clock`: when the
+    limited stages began, for limits.time_limit; `counting`: seconds spent counting e-classes for the report."""
+
+    def __init__(
+        self,
+        sess: EGraphSession,
+        limits: Limits,
+        report: Report,
+        progress: Callable[[IterationStats], None] | None,
+        count_classes: int,
+        deadline: float | None,
+        cut_baseline: float | bool,
+        reserve_per_node: float,
+    ) -> None:
+        self.sess, self.limits, self.report, self.progress = sess, limits, report, progress
+        self.count_classes, self.deadline, self.reserve_per_node = count_classes, deadline, reserve_per_node
+        self.start = self.clock = time.perf_counter()
+        self.counting = 0.0
+        self.reason = "saturated"
+        self.cut = False
+        self.base = 0
+        self.ceiling = _baseline_ceiling(deadline, cut_baseline)
+
+    def out_of_time(self, nodes: int) -> bool:
+        """Would the caller's deadline leave too little time for an e-graph of `nodes` after saturation?"""
+        return self.deadline is not None and time.perf_counter() + self.reserve_per_node * nodes > self.deadline
+
+    def over_limit(self, stage: Stage, step_start: int) -> str | None:
+        """The limit the e-graph has reached (None: none), for a step that began with `step_start` nodes."""
+        if not stage.limited:
+            late = self.ceiling is not None and time.perf_counter() > self.ceiling
+            return "node_ceiling" if self.sess.size() > BASELINE_CEILING else "time_ceiling" if late else None
+        limits = self.limits
+        nodes = self.sess.size()
+        if self.out_of_time(nodes):
+            return "time_limit"
+        if nodes - self.base > limits.node_limit + stage.extra_nodes:
+            return "node_limit"
+        if stage.growth_check and nodes > max(GROWTH_FLOOR, limits.step_growth * step_start):
+            return "growth_limit"
+        if time.perf_counter() - self.clock > limits.time_limit:
+            return "time_limit"
+        return None
+
+    def run_stage(self, stage: Stage, watch: Sequence[str]) -> bool:
+        """Run one stage (only its after_limit_steps once a limit cut saturation); False when saturation must
+        end: the baseline is incomplete, and later stages cannot help."""
+        sess = self.sess
+        main = sess._ruleset_for(stage.rulesets)
+        if stage.name not in sess._schedulers:
+            sess._new_schedulers([stage], self.limits)
+        sched = sess._schedulers[stage.name]
+        analyses = sess._ruleset_for(stage.analyses) if stage.analyses else ""
+        if self.cut:  # a few cheap steps, unless the caller's time is up
+            if stage.after_limit_steps and not self.out_of_time(sess.size()):
+                only = sess._ruleset_for(stage.after_limit_rulesets or stage.rulesets)
+                sess._steps_after_limit(stage, f"(run-schedule (run-with {sched} {only}))", self.report, self.progress)
+            return True
+        stage_reason = self.run_steps(stage, main, sched, analyses, watch)
+        if stage_reason is not None:
+            self.stopped(stage, stage_reason)
+            if stage_reason in CEILINGS:  # an incomplete baseline: later stages cannot help
+                return False
+        if not stage.limited:
+            self.base, self.clock = sess.size(), time.perf_counter()
+        return True
+
+    def run_steps(self, stage: Stage, main: str, sched: str, analyses: str, watch: Sequence[str]) -> str | None:
+        """Step the stage until nothing changes (None) or a limit, its step bound or convergence stops it (why)."""
+        limits = self.limits
+        patience = _Patience(self.sess, watch, limits.patience)
+        steps = 0
+        # the baseline's rules (no analyses, no limit) run several iterations a step while steps are quick: a deep
+        # graph's rangeify takes hundreds of tiny steps, each paying for the limit checks and the report
+        batch = 1
+        while True:
+            t0 = time.perf_counter()
+            step_start = self.sess.size()
+            scheduled = step_start >= limits.plain_below * stage.plain_factor
+            matches: dict[str, int] = {}
+            updated, stage_reason = self.run_analyses(stage, sched, analyses, scheduled, step_start, matches)
+            can_stop = True
+            if stage_reason is None:
+                main_cmd = (f"(run {main} {batch})", f"(run-schedule (repeat {batch} (run-with {sched} {main})))")
+                main_updated, can_stop = self.sess._run_counted(main_cmd[scheduled], matches)
+                updated |= main_updated
+            dt = time.perf_counter() - t0
+            self.record(stage, dt, matches)
+            steps += batch
+            if not stage.limited and not analyses:
+                batch = _next_batch(batch, dt)
+            if stage_reason is not None:
+                return stage_reason
+            if not updated and can_stop:
+                return None
+            stage_reason = self.over_limit(stage, step_start)
+            if stage_reason is None and steps >= (stage.max_steps or limits.iter_limit):
+                stage_reason = "iter_limit" if stage.limited else "max_steps"
+            if stage_reason is None and watch and patience.converged():
+                stage_reason = "converged"
+            if stage_reason is not None:
+                return stage_reason
+
+    def run_analyses(
+        self, stage: Stage, sched: str, analyses: str, scheduled: bool, step_start: int, matches: dict[str, int]
+    ) -> tuple[bool, str | None]:
+        """Saturate the stage's analyses (if any) ANALYSIS_CHUNK iterations at a time, checking the limits after each
+        chunk; returns (did they change anything, the limit that stopped them)."""
+        cmd = (
+            f"(run {analyses} {ANALYSIS_CHUNK})",
+            f"(run-schedule (repeat {ANALYSIS_CHUNK} (run-with {sched}_an {analyses})))",
+        )[scheduled]
+        updated = False
+        for _ in range(0, self.limits.analysis_steps, ANALYSIS_CHUNK) if analyses else ():
+            an_updated, _ = self.sess._run_counted(cmd, matches)
+            updated |= an_updated
+            stage_reason = self.over_limit(stage, step_start)
+            if not an_updated or stage_reason:
+                return updated, stage_reason
+        return updated, None
+
+    def record(self, stage: Stage, seconds: float, matches: dict[str, int]) -> None:
+        """Add a step's statistics to the report and pass them to `progress`."""
+        nodes = self.sess.size()
+        # counting classes freezes the e-graph (~5 ms at 10k nodes): for the report, at most ~10% of the time
+        classes = None
+        if nodes <= self.count_classes and self.counting <= 0.1 * (time.perf_counter() - self.start) + COUNT_ALLOWANCE_S:
+            t_count = time.perf_counter()
+            classes = self.sess.num_classes()
+            self.counting += time.perf_counter() - t_count
+        stats = IterationStats(len(self.report.iterations), stage.name, nodes, classes, seconds, matches)
+        self.report.iterations.append(stats)
+        if self.progress is not None:
+            self.progress(stats)
+
+    def stopped(self, stage: Stage, stage_reason: str) -> None:
+        """Record why a stage stopped early: the report's note, the call's stop reason, and whether it cut saturation."""
+        self.reason = stage_reason
+        why = (
+            f"its result had not improved for {self.limits.patience} steps"
+            if stage_reason == "converged"
+            else f"it reached its {stage_reason.replace('_', ' ')}"
+        )
+        self.report.notes.append(f"stage {stage.name!r} stopped because {why}; the result is the best program found so far")
+        self.cut = stage_reason in ("node_limit", "time_limit", "growth_limit", *CEILINGS)
