@@ -29,11 +29,11 @@ fuzz: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(PY) -m mypy egraph_compiler
 
 # mypy over the whole package (egraph_compiler/{rules,extract,backends} are links to the checkout's folders, so
-# a plain checkout and mypy resolve them as installed); not clean yet, so not part of lint or the tests
+# a plain checkout and mypy resolve them as installed); clean, and checked by the tests (tests/test_style.py)
 typecheck: $(STAMP)
-	$(PY) -m pip install -q "mypy>=1.10"
 	$(PY) -m mypy egraph_compiler
 
 # the benchmark tables: micro-kernels (bench/run.py, against numpy and tinygrad), real models (bench/models.py,
