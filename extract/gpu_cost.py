@@ -37,6 +37,7 @@ import math
 import os
 from dataclasses import dataclass, fields, replace
 from functools import cache
+from typing import NamedTuple
 
 from egraph_compiler.extract.loop_cost import KernelEstimate, stride
 from egraph_compiler.ir.diagnostics import CompilerError
@@ -327,87 +328,112 @@ def estimate_gpu(kernel: UOp, m: GPUMachine | None = None) -> KernelEstimate:
     except CompilerError as e:
         return _invalid(est, f"the CUDA renderer rejects it: {e}")
     hz = m.clock_ghz * 1e9
-    lanes_per_clock = m.fp32_tflops * 1e12 / 2 / (m.sms * hz)
     for k, ph in enumerate(r.phases):
-        split = ph.split
-        flat = not (ph.tc or ph.block or ph.group) and split is None
-        block_rs = ph.block + ph.group
-        total = max(math.prod(trip_count(x) for x in it.grid) for it in ph.items)
-        if split is not None:  # the partials launch; the combining one is a launch and a few dependent steps
-            threads, blocks, ok = split.block.threads, split.outputs * split.block.parts, True
+        shape = _launch_shape(ph)
+        if ph.split is not None:  # the partials launch; the combining one is a launch and a few dependent steps
             est.overhead_s += m.launch_us * 1e-6 + (DRAM_LATENCY + 5 * SHUFFLE_STEP + 2 * TREE_STEP) / hz
-            est.notes.append(f"phase {k}: its REDUCE split over {split.block.parts} blocks per output")
-        elif flat:
-            threads = min(FLAT_BLOCK, max(total, 1))
-            blocks = -(-total // threads)
-            ok = blocks <= GRID_LIMITS[0] * GRID_LIMITS[1]
-        else:
-            threads = (32 if ph.tc else 1) * math.prod(trip_count(x) for x in block_rs)
-            blocks = math.prod(trip_count(x) for x in ph.grid)
-            ok = blocks <= math.prod(GRID_LIMITS)
-        if threads > m.max_threads_per_block:
-            return _invalid(est, f"phase {k}: {threads} threads per block (max {m.max_threads_per_block})")
-        if not ok:
-            return _invalid(est, f"phase {k}: {blocks} blocks overflow the CUDA grid")
-        if blocks * threads == 0:
+            est.notes.append(f"phase {k}: its REDUCE split over {ph.split.block.parts} blocks per output")
+        if shape.threads > m.max_threads_per_block:
+            return _invalid(est, f"phase {k}: {shape.threads} threads per block (max {m.max_threads_per_block})")
+        if not shape.fits:
+            return _invalid(est, f"phase {k}: {shape.blocks} blocks overflow the CUDA grid")
+        if shape.blocks * shape.threads == 0:
             continue
-        warps = -(-threads // 32)
-        works = [_item(r, it, ph, split.block if split is not None else ph.shared) for it in ph.items]
+        works = [_item(r, it, ph, ph.split.block if ph.split is not None else ph.shared) for it in ph.items]
         smem = sum(w.smem for w in works)
         if smem > min(STATIC_SMEM, m.shared_mem_per_block):
             return _invalid(est, f"phase {k}: {smem} bytes of static shared memory")
-        per_sm = max(1, min(m.max_threads_per_sm // (warps * 32), MAX_BLOCKS_PER_SM, m.shared_mem_per_block // max(smem, 1)))
-        ln = _Launch()
-        dram: dict[UOp, float] = {}  # buffer -> bytes it moves
-        for it, w in zip(ph.items, works):
-            nb = -(-math.prod(trip_count(x) for x in it.grid) // threads) if flat else blocks
-            rounds, waves = -(-nb // m.sms), -(-nb // (m.sms * per_sm))
-            lanes = it.grid if flat else [it.tc.m, it.tc.n] if it.tc else block_rs
-            n_lanes = min(32, threads, math.prod(trip_count(x) for x in lanes) if flat else threads)
-            sector_bytes = 0.0
-            for u, runs, inner, vec, spread in w.accesses:
-                sectors, distinct = (
-                    _sectors(u, spread, min(32, math.prod(trip_count(x) for x in spread)), vec)
-                    if spread
-                    else _sectors(u, lanes, n_lanes, vec)
-                )
-                sector_bytes += runs * sectors * SECTOR
-                ln.req_bytes += runs * sectors * SECTOR
-                ln.reqs += runs
-                b = buffer_of(u.src[0])
-                size = b.dtype.itemsize
-                nbytes = b.arg[1][0] * size
-                s = stride(u.src[0].src[1], inner) if inner is not None and len(u.src[0].src) > 1 else None
-                # the rest of a sector is lost when it leaves L2 before anyone reads it: not when the thread's next
-                # iterations read it, nor for one sector per warp (neighbouring warps and blocks read the rest)
-                reuse = sectors == 1 or (s is not None and abs(s) * size < SECTOR)
-                waste = sectors * SECTOR / (distinct * size) if nbytes > m.l2_bytes and not reuse else 1.0
-                dram[b] = max(dram.get(b, 0.0), nbytes * max(1.0, waste))
-            if it.tc is not None:  # fragments through L1/shared memory, block tiles (or fragments) from L2
-                sector_bytes += w.tc_steps * (w.tc_frag_bytes + w.tc_l2_bytes)
-                ln.l2_s += rounds * warps * w.tc_steps * w.tc_l2_bytes / (L2_BYTES_PER_CLOCK * hz)
-                ln.compute_s += rounds * warps * w.tc_steps * w.tc_mmas * 2 * 16**3 / (m.fp16_tc_tflops * 1e12 / m.sms)
-                for b in (it.tc.a[0], it.tc.b[0]):
-                    dram[b] = max(dram.get(b, 0.0), b.arg[1][0] * b.dtype.itemsize)
-            ln.compute_s += rounds * warps * 32 * w.lane / (lanes_per_clock * hz)
-            ln.cache_s += rounds * warps * sector_bytes / (L1_BYTES_PER_CLOCK * hz)
-            ln.latency_s += waves * max(w.chain, w.instr) / hz
-        req = ln.req_bytes / ln.reqs if ln.reqs else 128.0
-        in_flight = min(blocks, m.sms * per_sm) * warps * MLP * (512.0 if ph.tc else req)
-        bandwidth = min(m.hbm_gbps * 1e9 * HBM_EFFICIENCY, in_flight / (DRAM_LATENCY / hz))
-        dram_s = sum(dram.values()) / bandwidth
-        terms = {"compute": ln.compute_s, "cache": max(ln.cache_s, ln.l2_s), "dram": dram_s, "latency": ln.latency_s}
-        bound = max(terms, key=lambda t: terms[t])
-        est.compute_s += ln.compute_s
-        est.memory_s += max(ln.cache_s, ln.l2_s, dram_s)
-        est.seconds += terms[bound]
-        est.bytes += int(sum(dram.values()))
-        est.parallel = max(est.parallel, blocks * threads)
-        est.notes.append(f"phase {k}: {blocks} x {threads} threads{' (TC)' if ph.tc else ''}, {bound} bound")
+        _add_launch(est, k, ph, shape, works, smem, m)
     est.cycles = est.seconds * hz
     est.overhead_s += len(r.phases) * m.launch_us * 1e-6
     est.seconds += est.overhead_s
     return est
+
+
+class _Shape(NamedTuple):
+    threads: int  # per block
+    blocks: int
+    fits: bool  # the blocks fit the CUDA grid
+    flat: bool  # one linear thread index over the grid ranges (no block ranges, no grid split)
+
+
+def _launch_shape(ph: Phase) -> _Shape:
+    """A phase's launch as the plan makes it: threads per block and blocks (symbolic sizes counted as 1)."""
+    if ph.split is not None:
+        return _Shape(ph.split.block.threads, ph.split.outputs * ph.split.block.parts, True, False)
+    if not (ph.tc or ph.block or ph.group):
+        total = max(math.prod(trip_count(x) for x in it.grid) for it in ph.items)
+        threads = min(FLAT_BLOCK, max(total, 1))
+        blocks = -(-total // threads)
+        return _Shape(threads, blocks, blocks <= GRID_LIMITS[0] * GRID_LIMITS[1], True)
+    threads = (32 if ph.tc else 1) * math.prod(trip_count(x) for x in ph.block + ph.group)
+    blocks = math.prod(trip_count(x) for x in ph.grid)
+    return _Shape(threads, blocks, blocks <= math.prod(GRID_LIMITS), False)
+
+
+def _add_launch(est: KernelEstimate, k: int, ph: Phase, shape: _Shape, works: list[_Thread], smem: int, m: GPUMachine) -> None:
+    """One launch's terms: compute, cache (L1 sectors, L2 tiles), DRAM (bandwidth limited by the requests in
+    flight) and latency (each thread's dependent chain, once per wave); the largest bounds it."""
+    hz = m.clock_ghz * 1e9
+    lanes_per_clock = m.fp32_tflops * 1e12 / 2 / (m.sms * hz)
+    threads, blocks = shape.threads, shape.blocks
+    warps = -(-threads // 32)
+    per_sm = max(1, min(m.max_threads_per_sm // (warps * 32), MAX_BLOCKS_PER_SM, m.shared_mem_per_block // max(smem, 1)))
+    ln = _Launch()
+    dram: dict[UOp, float] = {}  # buffer -> bytes it moves
+    for it, w in zip(ph.items, works):
+        nb = -(-math.prod(trip_count(x) for x in it.grid) // threads) if shape.flat else blocks
+        rounds, waves = -(-nb // m.sms), -(-nb // (m.sms * per_sm))
+        sector_bytes = _accesses(it, w, ph, shape, ln, dram, m)
+        if it.tc is not None:  # fragments through L1/shared memory, block tiles (or fragments) from L2
+            sector_bytes += w.tc_steps * (w.tc_frag_bytes + w.tc_l2_bytes)
+            ln.l2_s += rounds * warps * w.tc_steps * w.tc_l2_bytes / (L2_BYTES_PER_CLOCK * hz)
+            ln.compute_s += rounds * warps * w.tc_steps * w.tc_mmas * 2 * 16**3 / (m.fp16_tc_tflops * 1e12 / m.sms)
+            for b in (it.tc.a[0], it.tc.b[0]):
+                dram[b] = max(dram.get(b, 0.0), b.arg[1][0] * b.dtype.itemsize)
+        ln.compute_s += rounds * warps * 32 * w.lane / (lanes_per_clock * hz)
+        ln.cache_s += rounds * warps * sector_bytes / (L1_BYTES_PER_CLOCK * hz)
+        ln.latency_s += waves * max(w.chain, w.instr) / hz
+    req = ln.req_bytes / ln.reqs if ln.reqs else 128.0
+    in_flight = min(blocks, m.sms * per_sm) * warps * MLP * (512.0 if ph.tc else req)
+    bandwidth = min(m.hbm_gbps * 1e9 * HBM_EFFICIENCY, in_flight / (DRAM_LATENCY / hz))
+    dram_s = sum(dram.values()) / bandwidth
+    terms = {"compute": ln.compute_s, "cache": max(ln.cache_s, ln.l2_s), "dram": dram_s, "latency": ln.latency_s}
+    bound = max(terms, key=lambda t: terms[t])
+    est.compute_s += ln.compute_s
+    est.memory_s += max(ln.cache_s, ln.l2_s, dram_s)
+    est.seconds += terms[bound]
+    est.bytes += int(sum(dram.values()))
+    est.parallel = max(est.parallel, blocks * threads)
+    est.notes.append(f"phase {k}: {blocks} x {threads} threads{' (TC)' if ph.tc else ''}, {bound} bound")
+
+
+def _accesses(it: Item, w: _Thread, ph: Phase, shape: _Shape, ln: _Launch, dram: dict[UOp, float], m: GPUMachine) -> float:
+    """The item's loads and stores: their L1 sector bytes (returned), requests (into `ln`) and the DRAM bytes
+    each buffer moves (into `dram`: a sector's unread rest is lost when it leaves L2 first)."""
+    threads = shape.threads
+    lanes = it.grid if shape.flat else [it.tc.m, it.tc.n] if it.tc else ph.block + ph.group
+    n_lanes = min(32, threads, math.prod(trip_count(x) for x in lanes) if shape.flat else threads)
+    sector_bytes = 0.0
+    for u, runs, inner, vec, spread in w.accesses:
+        sectors, distinct = (
+            _sectors(u, spread, min(32, math.prod(trip_count(x) for x in spread)), vec)
+            if spread
+            else _sectors(u, lanes, n_lanes, vec)
+        )
+        sector_bytes += runs * sectors * SECTOR
+        ln.req_bytes += runs * sectors * SECTOR
+        ln.reqs += runs
+        b = buffer_of(u.src[0])
+        size = b.dtype.itemsize
+        nbytes = b.arg[1][0] * size
+        s = stride(u.src[0].src[1], inner) if inner is not None and len(u.src[0].src) > 1 else None
+        # the rest of a sector is lost when it leaves L2 before anyone reads it: not when the thread's next
+        # iterations read it, nor for one sector per warp (neighbouring warps and blocks read the rest)
+        reuse = sectors == 1 or (s is not None and abs(s) * size < SECTOR)
+        waste = sectors * SECTOR / (distinct * size) if nbytes > m.l2_bytes and not reuse else 1.0
+        dram[b] = max(dram.get(b, 0.0), nbytes * max(1.0, waste))
+    return sector_bytes
 
 
 def _item(r: LaunchPlan, it: Item, ph: Phase, shared: SharedBlock | None) -> _Thread:
