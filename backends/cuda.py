@@ -113,24 +113,19 @@ from egraph_compiler.ir.floordiv import DivFacts, floor_divide
 from egraph_compiler.ir.interpret import coerce_input
 from egraph_compiler.ir.ops import OP_TABLE, AxisType, Ops
 from egraph_compiler.ir.uop import UOp, range_name
-from egraph_compiler.kernel.analysis import index_of, range_size
+from egraph_compiler.kernel.analysis import axis_type, index_of, range_size
 from egraph_compiler.kernel.gpu_launch import (
     GRID_LIMITS,
-    HALFS,
     GridSplit,
     Item,
     LaunchPlan,
     Phase,
     SharedBlock,
-    TCMatch,
-    TCOperand,
-    TCStage,
-    affine,
-    axis_type,
     plan_launch,
     unsupported,
 )
 from egraph_compiler.kernel.program import BufferSpec, HostBuffers, Kernel, buffer_of
+from egraph_compiler.kernel.tensor_cores import HALFS, TCMatch, TCOperand, TCStage, affine
 
 # ---- C types -----------------------------------------------------------------------------------
 

@@ -104,7 +104,7 @@ from egraph_compiler.ir.floordiv import DivFacts, floor_divide
 from egraph_compiler.ir.ops import OP_TABLE, AxisType, Ops
 from egraph_compiler.ir.uop import UOp
 from egraph_compiler.kernel import disk_cache
-from egraph_compiler.kernel.analysis import Cond, RangeDeps, guards, index_of, range_size, store_items, value_nodes
+from egraph_compiler.kernel.analysis import Cond, RangeDeps, guards, index_of, range_size, store_items, value_order
 from egraph_compiler.kernel.cpu_target import CPUTarget, cpu_target, host_cpu
 from egraph_compiler.kernel.program import HostBuffers, Kernel, Program, accumulator_axis, buffer_of, stride
 
@@ -225,7 +225,7 @@ def _group_reduces(item: _Item, deps: RangeDeps) -> list[UOp]:
     """
     if item.loops or item.unrolled:
         return []
-    nodes = value_nodes(item.store)
+    nodes = value_order(item.store)
     inside: set[UOp] = set()
     stack = [u.src[0] for u in nodes if u.op is Ops.REDUCE]
     while stack:

@@ -44,19 +44,10 @@ from egraph_compiler.ir.diagnostics import CompilerError
 from egraph_compiler.ir.dtypes import dtypes
 from egraph_compiler.ir.ops import AxisType, Ops
 from egraph_compiler.ir.uop import UOp
-from egraph_compiler.kernel.analysis import trip_count
-from egraph_compiler.kernel.gpu_launch import (
-    FLAT_BLOCK,
-    GRID_LIMITS,
-    STATIC_SMEM,
-    Item,
-    LaunchPlan,
-    Phase,
-    SharedBlock,
-    affine,
-    plan_launch,
-)
-from egraph_compiler.kernel.program import Kernel, buffer_of, value_nodes
+from egraph_compiler.kernel.analysis import trip_count, value_nodes
+from egraph_compiler.kernel.gpu_launch import FLAT_BLOCK, GRID_LIMITS, Item, LaunchPlan, Phase, SharedBlock, plan_launch
+from egraph_compiler.kernel.program import Kernel, buffer_of
+from egraph_compiler.kernel.tensor_cores import STATIC_SMEM, affine
 
 FREE = (
     Ops.CONST,

@@ -49,9 +49,9 @@ from functools import cache, lru_cache
 
 from egraph_compiler.ir.ops import AxisType, Ops
 from egraph_compiler.ir.uop import UOp
-from egraph_compiler.kernel.analysis import RangeDeps, trip_count
+from egraph_compiler.kernel.analysis import RangeDeps, trip_count, value_nodes
 from egraph_compiler.kernel.cpu_target import CPUTarget, host_cpu
-from egraph_compiler.kernel.program import accumulator_axis, buffer_of, stride, value_nodes, vector_accumulators
+from egraph_compiler.kernel.program import accumulator_axis, buffer_of, stride, vector_accumulators
 
 UNROLLED = (AxisType.UPCAST, AxisType.UNROLL)
 # cycles per scalar operation (throughput on a modern x86 core); anything else costs DEFAULT_OP

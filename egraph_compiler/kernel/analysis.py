@@ -9,14 +9,19 @@ value uses must be bound by an END around its STORE (or reduced over inside it),
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from egraph_compiler.ir.diagnostics import UnsupportedOp
-from egraph_compiler.ir.ops import Ops
+from egraph_compiler.ir.ops import AxisType, Ops
 from egraph_compiler.ir.uop import UOp
 
 CONTRACT = "check the kernel AST against egraph_compiler/kernel/program.py"
+
+
+def axis_type(r: UOp) -> AxisType:
+    """A RANGE's axis type (GLOBAL, LOCAL, REDUCE, UPCAST, ...)."""
+    return r.arg[1]
 
 
 def range_size(r: UOp) -> int:
@@ -98,6 +103,24 @@ def store_items(ast: UOp, deps: RangeDeps | None = None) -> list[StoreItem]:
     return out
 
 
+def value_nodes(root: UOp, skip: Iterable[UOp] = ()) -> Iterator[UOp]:
+    """Every node of a kernel's value under `root` once (users before their sources; nodes in `skip` and below
+    them left out): a REDUCE is yielded but not entered (its body runs inside its own loops), and an AFTER only
+    leads to its buffer (the kernel it waits on is another one)."""
+    seen: set[UOp] = set(skip)
+    stack = [root]
+    while stack:
+        u = stack.pop()
+        if u in seen:
+            continue
+        seen.add(u)
+        yield u
+        if u.op is Ops.AFTER:
+            stack.append(u.src[0])
+        elif u.op is not Ops.REDUCE:
+            stack.extend(u.src)
+
+
 def index_of(ptr: UOp) -> UOp | None:
     """The flat index of a LOAD/STORE address INDEX(buffer[, idx]) (None: the buffer's one element)."""
     if ptr.op is not Ops.INDEX or len(ptr.src) > 2:
@@ -109,8 +132,9 @@ def index_of(ptr: UOp) -> UOp | None:
     return ptr.src[1] if len(ptr.src) > 1 else None
 
 
-def value_nodes(root: UOp) -> list[UOp]:
-    """Nodes under root in topological order, not entering the stores an AFTER waits on (other items)."""
+def value_order(root: UOp) -> list[UOp]:
+    """Nodes under root in topological order (sources first), not entering the stores an AFTER waits on (other
+    items): the order code computes an item's values in."""
     out: list[UOp] = []
     seen: set[UOp] = set()
     stack: list[tuple[UOp, bool]] = [(root, False)]

@@ -25,7 +25,7 @@ import statistics
 import sys
 import time
 import weakref
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, NamedTuple, Protocol, cast
@@ -37,6 +37,7 @@ from egraph_compiler.ir.dtypes import DType, bf16_from_bits, bf16_round, compute
 from egraph_compiler.ir.interpret import coerce_input
 from egraph_compiler.ir.ops import OP_TABLE, Ops
 from egraph_compiler.ir.uop import UOp, arg_key
+from egraph_compiler.kernel.analysis import value_nodes
 from egraph_compiler.kernel.memory_plan import ALIGN, ArenaPlan, lifetimes, plan
 
 
@@ -111,24 +112,6 @@ class Kernel:
             elif u.op is Ops.STORE:
                 writes.append(buffer_of(u.src[0]).arg[0])
         return Kernel(name, ast, tuple(dict.fromkeys(reads)), tuple(dict.fromkeys(writes)))
-
-
-def value_nodes(root: UOp, skip: Iterable[UOp] = ()) -> Iterator[UOp]:
-    """Every node of a kernel's value under `root` once (users before their sources; nodes in `skip` and below
-    them left out): a REDUCE is yielded but not entered (its body runs inside its own loops), and an AFTER only
-    leads to its buffer (the kernel it waits on is another one)."""
-    seen: set[UOp] = set(skip)
-    stack = [root]
-    while stack:
-        u = stack.pop()
-        if u in seen:
-            continue
-        seen.add(u)
-        yield u
-        if u.op is Ops.AFTER:
-            stack.append(u.src[0])
-        elif u.op is not Ops.REDUCE:
-            stack.extend(u.src)
 
 
 def buffer_of(index: UOp) -> UOp:
