@@ -514,14 +514,8 @@ def _malformed(fn: Any, why: str) -> InvalidArgument:
     return InvalidArgument(at=f"safe_load {fn}", why=f"not a valid safetensors file: {why}", suggestion="check the file")
 
 
-def safe_load(fn: str | os.PathLike[str]) -> dict[str, Tensor]:
-    """Read a safetensors file into {name: data-backed Tensor} (bool, int8..uint64, float16, bfloat16, float32,
-    float64). A truncated file, a bad header, an unknown dtype or data offsets that do not fit is a diagnostic."""
-    try:
-        with open(fn, "rb") as f:
-            raw = f.read()
-    except OSError as err:
-        raise InvalidArgument(at=f"safe_load {fn}", why=f"cannot read the file: {err}", suggestion="check the path") from None
+def _safe_header(fn: Any, raw: bytes) -> tuple[dict[str, Any], memoryview]:
+    """A safetensors file's json header (8 bytes of little-endian length, then the json) and the data after it."""
     if len(raw) < 8:
         raise _malformed(fn, f"{len(raw)} bytes, shorter than the 8-byte header length")
     n = int.from_bytes(raw[:8], "little")
@@ -533,45 +527,64 @@ def safe_load(fn: str | os.PathLike[str]) -> dict[str, Tensor]:
         raise _malformed(fn, f"the header is not json: {err}") from None
     if not isinstance(header, dict):
         raise _malformed(fn, "the header is not a json object")
-    data = memoryview(raw)[8 + n :]
+    return header, memoryview(raw)[8 + n :]
+
+
+def _safe_entry(fn: Any, k: str, v: Any, n_data: int) -> tuple[DType, list[int], int, int]:
+    """One header entry checked: (dtype, shape, begin, end) of a non-empty tensor within the n_data data bytes."""
+    if not isinstance(v, dict) or not {"dtype", "shape", "data_offsets"} <= set(v):
+        raise _malformed(fn, f"entry {k!r} lacks dtype, shape or data_offsets")
+    code, shape, offs = v["dtype"], v["shape"], v["data_offsets"]
+    if code not in _SAFE_DTYPES:
+        raise DTypeError(
+            at=f"safe_load {fn} [{k!r}]",
+            why=f"dtype {code!r} is not supported",
+            suggestion=f"use one of {', '.join(_SAFE_DTYPES)}",
+        )
+    ints_ok = isinstance(shape, list) and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape)
+    offs_ok = isinstance(offs, list) and len(offs) == 2 and all(isinstance(o, int) and not isinstance(o, bool) for o in offs)
+    if not ints_ok or not offs_ok:
+        raise _malformed(fn, f"entry {k!r} has shape {shape!r} and data_offsets {offs!r}")
+    dt = _SAFE_DTYPES[code]
+    b, e = offs
+    if not 0 <= b <= e <= n_data or e - b != math.prod(shape) * dt.itemsize:
+        raise _malformed(
+            fn,
+            f"entry {k!r} ({code} {shape}) has data_offsets [{b}, {e}] for {math.prod(shape) * dt.itemsize} bytes of {n_data}",
+        )
+    if math.prod(shape) == 0:
+        raise InvalidSize(at=f"safe_load {fn} [{k!r}]", why=f"an empty tensor {shape}", suggestion="tensors hold data")
+    return dt, shape, b, e
+
+
+def _safe_tensor(fn: Any, k: str, dt: DType, shape: list[int], data: memoryview) -> Tensor:
+    """An entry's little-endian bytes as a data-backed Tensor (bfloat16 from its bits; bools must be 0 or 1)."""
+    store = np.dtype(np.uint16 if dt is dtypes.bfloat16 else dt.np).newbyteorder("<")
+    arr = np.frombuffer(data, dtype=store).reshape(shape).astype(store.newbyteorder("="))
+    if dt is dtypes.bfloat16:
+        arr = bf16_from_bits(arr)
+    elif dt is dtypes.bool and arr.view(np.uint8).max() > 1:
+        raise _malformed(fn, f"entry {k!r} holds bool bytes other than 0 and 1")
+    return Tensor(arr, dt)
+
+
+def safe_load(fn: str | os.PathLike[str]) -> dict[str, Tensor]:
+    """Read a safetensors file into {name: data-backed Tensor} (bool, int8..uint64, float16, bfloat16, float32,
+    float64). A truncated file, a bad header, an unknown dtype or data offsets that do not fit is a diagnostic."""
+    try:
+        with open(fn, "rb") as f:
+            raw = f.read()
+    except OSError as err:
+        raise InvalidArgument(at=f"safe_load {fn}", why=f"cannot read the file: {err}", suggestion="check the path") from None
+    header, data = _safe_header(fn, raw)
     out: dict[str, Tensor] = {}
     spans = []
     for k, v in header.items():
         if k == "__metadata__":
             continue
-        if not isinstance(v, dict) or not {"dtype", "shape", "data_offsets"} <= set(v):
-            raise _malformed(fn, f"entry {k!r} lacks dtype, shape or data_offsets")
-        code, shape, offs = v["dtype"], v["shape"], v["data_offsets"]
-        if code not in _SAFE_DTYPES:
-            raise DTypeError(
-                at=f"safe_load {fn} [{k!r}]",
-                why=f"dtype {code!r} is not supported",
-                suggestion=f"use one of {', '.join(_SAFE_DTYPES)}",
-            )
-        ints_ok = isinstance(shape, list) and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape)
-        offs_ok = (
-            isinstance(offs, list) and len(offs) == 2 and all(isinstance(o, int) and not isinstance(o, bool) for o in offs)
-        )
-        if not ints_ok or not offs_ok:
-            raise _malformed(fn, f"entry {k!r} has shape {shape!r} and data_offsets {offs!r}")
-        dt = _SAFE_DTYPES[code]
-        b, e = offs
-        if not 0 <= b <= e <= len(data) or e - b != math.prod(shape) * dt.itemsize:
-            raise _malformed(
-                fn,
-                f"entry {k!r} ({code} {shape}) has data_offsets [{b}, {e}] for {math.prod(shape) * dt.itemsize} bytes"
-                f" of {len(data)}",
-            )
-        if math.prod(shape) == 0:
-            raise InvalidSize(at=f"safe_load {fn} [{k!r}]", why=f"an empty tensor {shape}", suggestion="tensors hold data")
+        dt, shape, b, e = _safe_entry(fn, k, v, len(data))
         spans.append((b, e, k))
-        store = np.dtype(np.uint16 if dt is dtypes.bfloat16 else dt.np).newbyteorder("<")
-        arr = np.frombuffer(data[b:e], dtype=store).reshape(shape).astype(store.newbyteorder("="))
-        if dt is dtypes.bfloat16:
-            arr = bf16_from_bits(arr)
-        elif dt is dtypes.bool and arr.view(np.uint8).max() > 1:
-            raise _malformed(fn, f"entry {k!r} holds bool bytes other than 0 and 1")
-        out[k] = Tensor(arr, dt)
+        out[k] = _safe_tensor(fn, k, dt, shape, data[b:e])
     spans.sort()
     for (_, e1, k1), (b2, _, k2) in itertools.pairwise(spans):
         if b2 < e1:

@@ -137,6 +137,68 @@ def _fan_shape(shape: tuple[Any, ...], what: str) -> tuple[int, ...]:
     return shp
 
 
+def _spelled_out_index(indices: Any, ndim: int) -> tuple[Any, ...]:
+    """An index as a tuple with an entry for every axis: '...' (or the missing trailing axes) as full slices."""
+    idx = indices if isinstance(indices, tuple) else (indices,)
+    if sum(i is Ellipsis for i in idx) > 1:
+        raise InvalidArgument(at="getitem", why="more than one Ellipsis", suggestion="use at most one ...")
+    n_real = sum(1 for i in idx if i is not None and i is not Ellipsis)
+    if n_real > ndim:
+        raise AxisError(
+            at="getitem",
+            why=f"{n_real} indices for a tensor of rank {ndim}",
+            suggestion="index at most one entry per axis",
+        )
+    if Ellipsis in idx:
+        k = idx.index(Ellipsis)
+        return idx[:k] + (slice(None),) * (ndim - n_real) + idx[k + 1 :]
+    return idx + (slice(None),) * (ndim - n_real)
+
+
+def _int_position(i: int | np.integer, axis: int, size: int) -> int:
+    """The position an int index (negative from the end) picks on an axis of `size`."""
+    j = int(i) + size if i < 0 else int(i)
+    if not 0 <= j < size:
+        raise AxisError(
+            at="getitem",
+            why=f"index {i} is out of bounds for axis {axis} of size {size}",
+            suggestion=f"use an index in [{-size}, {size - 1}]",
+        )
+    return j
+
+
+def _slice_positions(i: slice, axis: int, size: int) -> range:
+    """The positions a slice picks on an axis of `size`: int (or None) bounds, a non-zero step, at least one."""
+    int_bounds = all(
+        v is None or (isinstance(v, (int, np.integer)) and not isinstance(v, bool)) for v in (i.start, i.stop, i.step)
+    )
+    if not int_bounds or i.step == 0:
+        raise InvalidArgument(
+            at="getitem",
+            why=f"slice {i} needs int (or None) bounds and a non-zero step",
+            suggestion="use slices such as 1:5:2",
+        )
+    r = range(*i.indices(size))
+    if len(r) == 0:
+        raise InvalidSize(
+            at="getitem",
+            why=f"slice {i} selects nothing on axis {axis} of size {size}",
+            suggestion="select at least one element",
+        )
+    return r
+
+
+def _every_nth(x: Tensor, strides: list[int]) -> Tensor:
+    """Every strides[k]-th element of x along axis k, from the first: padded to a multiple of the stride, each axis
+    split into (groups, stride), the first of each group kept."""
+    pads = tuple((0, -sz % st) for sz, st in zip(x.shape, strides))
+    out = Tensor(x.uop.pad(pads))
+    split = tuple(n for sz, st in zip(out.shape, strides) for n in (sz // st, st))
+    out = Tensor(out.uop.reshape(split))
+    out = Tensor(out.uop.shrink(tuple(p for sz, st in zip(out.shape[::2], strides) for p in ((0, sz), (0, 1)))))
+    return Tensor(out.uop.reshape(tuple(out.shape[::2])))
+
+
 def data_buffer(arr: np.ndarray, dtype: DType) -> UOp:
     """A constant tensor holding `arr`: BUFFER(name, shape) over a BINARY blob with the data."""
     if arr.size == 0:
@@ -1021,24 +1083,11 @@ class Tensor(TensorNN, TensorMath, TensorSelect):
         return Tensor(self.uop.flip(tuple(i in axes for i in range(self.ndim))))
 
     def __getitem__(self, indices: Any) -> Tensor:
-        idx = indices if isinstance(indices, tuple) else (indices,)
-        if sum(i is Ellipsis for i in idx) > 1:
-            raise InvalidArgument(at="getitem", why="more than one Ellipsis", suggestion="use at most one ...")
-        n_real = sum(1 for i in idx if i is not None and i is not Ellipsis)
-        if n_real > self.ndim:
-            raise AxisError(
-                at="getitem",
-                why=f"{n_real} indices for a tensor of rank {self.ndim}",
-                suggestion="index at most one entry per axis",
-            )
-        if Ellipsis in idx:
-            k = idx.index(Ellipsis)
-            idx = idx[:k] + (slice(None),) * (self.ndim - n_real) + idx[k + 1 :]
-        else:
-            idx = idx + (slice(None),) * (self.ndim - n_real)
+        """numpy basic indexing: ints (drop the axis), slices (any step), None (a new axis of size 1) and one '...'.
+        A shrink to the selected span, a flip for negative steps, a subsampling for steps beyond 1, a reshape."""
         shrink, flips, strides, final_shape = [], [], [], []
         axis = 0
-        for i in idx:
+        for i in _spelled_out_index(indices, self.ndim):
             if i is None:
                 final_shape.append(1)
                 continue
@@ -1046,41 +1095,15 @@ class Tensor(TensorNN, TensorMath, TensorSelect):
                 break
             size = self.shape[axis]
             if isinstance(i, (int, np.integer)) and not isinstance(i, bool):
-                j = int(i) + size if i < 0 else int(i)
-                if not 0 <= j < size:
-                    raise AxisError(
-                        at="getitem",
-                        why=f"index {i} is out of bounds for axis {axis} of size {size}",
-                        suggestion=f"use an index in [{-size}, {size - 1}]",
-                    )
+                j = _int_position(i, axis, size)
                 shrink.append((j, j + 1))
                 flips.append(False)
                 strides.append(1)
             elif isinstance(i, slice):
-                if (
-                    not all(
-                        v is None or (isinstance(v, (int, np.integer)) and not isinstance(v, bool))
-                        for v in (i.start, i.stop, i.step)
-                    )
-                    or i.step == 0
-                ):
-                    raise InvalidArgument(
-                        at="getitem",
-                        why=f"slice {i} needs int (or None) bounds and a non-zero step",
-                        suggestion="use slices such as 1:5:2",
-                    )
-                start, stop, step = i.indices(size)
-                if len(range(start, stop, step)) == 0:
-                    raise InvalidSize(
-                        at="getitem",
-                        why=f"slice {i} selects nothing on axis {axis} of size {size}",
-                        suggestion="select at least one element",
-                    )
-                r = range(start, stop, step)
-                lo, hi = min(r[0], r[-1]), max(r[0], r[-1])
-                shrink.append((lo, hi + 1))
-                flips.append(step < 0)
-                strides.append(abs(step))
+                r = _slice_positions(i, axis, size)
+                shrink.append((min(r[0], r[-1]), max(r[0], r[-1]) + 1))
+                flips.append(r.step < 0)
+                strides.append(abs(r.step))
                 final_shape.append(len(r))
             else:
                 raise InvalidArgument(
@@ -1092,13 +1115,8 @@ class Tensor(TensorNN, TensorMath, TensorSelect):
         out = self.shrink(tuple(shrink)) if shrink else self
         if any(flips):
             out = Tensor(out.uop.flip(tuple(flips)))
-        if any(s != 1 for s in strides):  # strided slice: pad to a multiple, split, keep the first of each group
-            pads = tuple((0, (-(sz) % st)) for sz, st in zip(out.shape, strides))
-            out = Tensor(out.uop.pad(pads))
-            split = tuple(x for sz, st in zip(out.shape, strides) for x in (sz // st, st))
-            out = Tensor(out.uop.reshape(split))
-            out = Tensor(out.uop.shrink(tuple(p for sz, st in zip(out.shape[::2], strides) for p in ((0, sz), (0, 1)))))
-            out = Tensor(out.uop.reshape(tuple(out.shape[::2])))
+        if any(s != 1 for s in strides):
+            out = _every_nth(out, strides)
         return out.reshape(tuple(final_shape))
 
     def cat(self, *args: Tensor, dim: builtins.int = 0) -> Tensor:

@@ -237,9 +237,13 @@ def _einsum_sizes(inputs: list[str], xs: Sequence[Tensor], ell: set[str]) -> dic
     return sizes
 
 
-def _rearrange_side(side: str, formula: str) -> list[str | list[str]]:
+# one side of a rearrange pattern: axis names, and parenthesized groups of them
+_Side = list[str | list[str]]
+
+
+def _rearrange_side(side: str, formula: str) -> _Side:
     """One side of a rearrange pattern: axis names, '...', and parenthesized groups (a '1' is an empty group)."""
-    out: list[str | list[str]] = []
+    out: _Side = []
     group: list[str] | None = None
     for tok in side.replace("…", "...").replace("(", " ( ").replace(")", " ) ").split():
         if tok == "(" and group is None:
@@ -263,8 +267,34 @@ def _rearrange_side(side: str, formula: str) -> list[str | list[str]]:
     return out
 
 
-def _flat(side: list[str | list[str]]) -> list[str]:
+def _flat(side: _Side) -> list[str]:
     return [n for e in side for n in (e if isinstance(e, list) else [e])]
+
+
+def _rearrange_pattern(formula: Any, sizes: dict[str, Any]) -> tuple[_Side, _Side, dict[str, int]]:
+    """The two sides of a rearrange pattern and its keyword sizes, checked: every axis named once on each side."""
+    if not isinstance(formula, str) or formula.count("->") != 1:
+        raise InvalidArgument(at="rearrange", why=f"{formula!r} needs exactly one '->'", suggestion="write 'a b -> b a'")
+    lhs, rhs = (_rearrange_side(s, formula) for s in formula.split("->"))
+    names = _flat(lhs)
+    given = {n: _int(v, "rearrange size", 1) for n, v in sizes.items()}
+    if len(set(names)) != len(names) or sorted(names) != sorted(_flat(rhs)) or any(n not in names for n in given):
+        raise InvalidArgument(
+            at="rearrange",
+            why=f"{formula!r} must name every axis once on each side (sizes given: {sorted(given)})",
+            suggestion="use the same names on both sides, each once, and sizes only for names in the pattern",
+        )
+    if any(isinstance(e, list) and "..." in e for e in lhs):
+        raise InvalidArgument(at="rearrange", why=f"'...' inside a group on the left of {formula!r}", suggestion="move it out")
+    return lhs, rhs, given
+
+
+def _spell_out_ellipsis(lhs: _Side, rhs: _Side, ndim: int) -> tuple[_Side, _Side]:
+    """Both sides with '...' replaced by a name for each axis it stands for in a rank-`ndim` input ('...0', ...)."""
+    ell = [f"...{i}" for i in range(ndim - len(lhs) + 1)]
+    lhs, rhs = ([x for e in side for x in (ell if e == "..." else [e])] for side in (lhs, rhs))
+    rhs = [[x for n in e for x in (ell if n == "..." else [n])] if isinstance(e, list) else e for e in rhs]
+    return lhs, rhs
 
 
 def _group_sizes(group: list[str], size: int, given: dict[str, int], formula: str) -> dict[str, int]:
@@ -444,26 +474,9 @@ class TensorSelect:
 
     def rearrange(self: Tensor, formula: str, **sizes: int) -> Tensor:  # type: ignore[misc]
         """einops-style 'b (h w) c -> b h w c': named axes, one level of parentheses, '...', '1', sizes as keywords."""
-        if not isinstance(formula, str) or formula.count("->") != 1:
-            raise InvalidArgument(at="rearrange", why=f"{formula!r} needs exactly one '->'", suggestion="write 'a b -> b a'")
-        lhs, rhs = (_rearrange_side(s, formula) for s in formula.split("->"))
-        names = _flat(lhs)
-        given = {n: _int(v, "rearrange size", 1) for n, v in sizes.items()}
-        if len(set(names)) != len(names) or sorted(names) != sorted(_flat(rhs)) or any(n not in names for n in given):
-            raise InvalidArgument(
-                at="rearrange",
-                why=f"{formula!r} must name every axis once on each side (sizes given: {sorted(given)})",
-                suggestion="use the same names on both sides, each once, and sizes only for names in the pattern",
-            )
-        if any(isinstance(e, list) and "..." in e for e in lhs):
-            raise InvalidArgument(
-                at="rearrange", why=f"'...' inside a group on the left of {formula!r}", suggestion="move it out"
-            )
-        if "..." in names:
-            ell = [f"...{i}" for i in range(self.ndim - len(lhs) + 1)]
-            lhs, rhs = ([x for e in side for x in (ell if e == "..." else [e])] for side in (lhs, rhs))
-            rhs = [[x for n in e for x in (ell if n == "..." else [n])] if isinstance(e, list) else e for e in rhs]
-            names = _flat(lhs)
+        lhs, rhs, given = _rearrange_pattern(formula, sizes)
+        if "..." in _flat(lhs):
+            lhs, rhs = _spell_out_ellipsis(lhs, rhs, self.ndim)
         if len(lhs) != self.ndim:
             raise ShapeMismatch(
                 at="rearrange", why=f"{formula!r} has {len(lhs)} input axes, the tensor {self.shape}", suggestion="one per axis"
@@ -471,6 +484,7 @@ class TensorSelect:
         dims: dict[str, int] = {}
         for e, s in zip(lhs, self.shape):
             dims.update(_group_sizes(e if isinstance(e, list) else [e], s, given, formula))
+        names = _flat(lhs)
         x = self.reshape([dims[n] for n in names]).permute([names.index(n) for n in _flat(rhs)]) if names else self
         return x.reshape([math.prod(dims[n] for n in e) if isinstance(e, list) else dims[e] for e in rhs])
 

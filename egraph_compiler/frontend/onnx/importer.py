@@ -820,43 +820,63 @@ def _resize_axis(n_in: int, n_out: int, scale: float, mode: str, at: dict[str, A
     return w, outside
 
 
+def _resize_inputs(ins: list[Value], opset: int) -> tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None]:
+    """Resize's roi, scales and sizes, None where absent or empty (before opset 11 the second input is the scales)."""
+    given = [None if v is None or (not isinstance(v, Tensor) and np.size(v) == 0) else known(v, "scales") for v in ins[1:4]]
+    roi_v, scales_v, sizes_v = (given + [None, None])[:3] if opset >= 11 else (None, given[0], None)
+    if scales_v is None and sizes_v is None:
+        raise NotSupportedError("Resize without scales or sizes")
+    return roi_v, scales_v, sizes_v
+
+
+def _resize_targets(
+    shape: tuple[int, ...], axes: list[int], scales_v: np.ndarray | None, sizes_v: np.ndarray | None, at: dict[str, Any]
+) -> tuple[list[float], list[int]]:
+    """Each resized axis's scale and output size: from the sizes (under keep_aspect_ratio_policy) or the scales."""
+    if sizes_v is not None:
+        sizes = [int(v) for v in sizes_v]
+        scales = [sizes[i] / shape[a] for i, a in enumerate(axes)]
+        policy = text(at, "keep_aspect_ratio_policy", "stretch")
+        if policy != "stretch":  # one scale for every axis, the smaller or the larger; sizes rounded half up
+            one = min(scales) if policy == "not_larger" else max(scales)
+            scales, sizes = [one] * len(axes), [int(one * shape[a] + 0.5) for a in axes]
+        return scales, sizes
+    assert scales_v is not None  # scales or sizes is given (checked by _resize_inputs)
+    scales = [float(v) for v in scales_v]
+    return scales, [math.floor(shape[a] * scales[i]) for i, a in enumerate(axes)]
+
+
+def _resize_along(x: Tensor, axis: int, w: np.ndarray, outside: np.ndarray | None, mode: str, at: dict[str, Any]) -> Tensor:
+    """x resized along `axis` by the (n_out, n_in) weights w: a gather where each output takes one source element,
+    a matmul otherwise; extrapolation_value where `outside` marks an output outside the input."""
+    moved = x.transpose(axis, -1)
+    if mode == "nearest" and np.isin(w, (0.0, 1.0)).all():  # one source element each: a gather
+        moved = _take(moved, w.argmax(1), moved.ndim - 1)
+    else:
+        moved = moved @ Tensor(w.T.astype(np.float32))
+    if outside is not None and outside.any():
+        moved = Tensor(outside).where(float(at.get("extrapolation_value", 0.0)), moved)
+    return moved.transpose(axis, -1)
+
+
 def _resize(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
+    """ONNX Resize: each resized axis in turn, by the weights of its nearest, linear or cubic interpolation."""
     x = tensor_of(ins[0])
     mode = text(at, "mode", "nearest")
     if mode not in ("nearest", "linear", "cubic"):
         raise NotSupportedError(f"mode {mode!r}")
     axes = [axis_of(a, x.ndim) for a in at.get("axes", range(x.ndim))]
-    given = [None if v is None or (not isinstance(v, Tensor) and np.size(v) == 0) else known(v, "scales") for v in ins[1:4]]
-    roi_v, scales_v, sizes_v = (given + [None, None])[:3] if opset >= 11 else (None, given[0], None)
-    if scales_v is None and sizes_v is None:
-        raise NotSupportedError("Resize without scales or sizes")
-    n = len(axes)
-    if sizes_v is not None:
-        sizes = [int(v) for v in sizes_v]
-        scales = [sizes[i] / x.shape[a] for i, a in enumerate(axes)]
-        policy = text(at, "keep_aspect_ratio_policy", "stretch")
-        if policy != "stretch":  # one scale for every axis, the smaller or the larger; sizes rounded half up
-            one = min(scales) if policy == "not_larger" else max(scales)
-            scales, sizes = [one] * n, [int(one * x.shape[a] + 0.5) for a in axes]
-    else:
-        assert scales_v is not None  # scales or sizes is given (checked above)
-        scales = [float(v) for v in scales_v]
-        sizes = [math.floor(x.shape[a] * scales[i]) for i, a in enumerate(axes)]
+    roi_v, scales_v, sizes_v = _resize_inputs(ins, opset)
+    scales, sizes = _resize_targets(x.shape, axes, scales_v, sizes_v, at)
     roi = [float(v) for v in roi_v] if roi_v is not None else None
     out = x.cast("float32") if x.dtype != "float32" else x
+    n = len(axes)
     for i, a in enumerate(axes):
         r = (roi[i], roi[n + i]) if roi is not None and len(roi) == 2 * n else None
         if math.isclose(scales[i], 1.0) and sizes[i] == x.shape[a] and r in (None, (0.0, 1.0)):
-            continue
+            continue  # an axis left as it is
         w, outside = _resize_axis(x.shape[a], sizes[i], scales[i], mode, at, r)
-        moved = out.transpose(a, -1)
-        if mode == "nearest" and np.isin(w, (0.0, 1.0)).all():  # one source element each: a gather
-            moved = _take(moved, w.argmax(1), moved.ndim - 1)
-        else:
-            moved = moved @ Tensor(w.T.astype(np.float32))
-        if outside is not None and outside.any():
-            moved = Tensor(outside).where(float(at.get("extrapolation_value", 0.0)), moved)
-        out = moved.transpose(a, -1)
+        out = _resize_along(out, a, w, outside, mode, at)
     if x.dtype.is_int:  # rounded half to even and saturated, as the reference casts
         out = out.clip(float(x.dtype.min), float(x.dtype.max)).round()
     return [out.cast(x.dtype) if out.dtype != x.dtype else out]
