@@ -1501,6 +1501,53 @@ def cast_rules(rs: RuleSet) -> None:
     )
 
 
+def shorter_forms(rs: RuleSet) -> None:
+    """Forms with fewer nodes: a negated index numerator moved into the divisor's sign (the reverse of the
+    positive-divisor forms above, so both are in the e-graph and extraction takes the smaller), and a division
+    of a value that takes only two values written as the line through them."""
+    c = "divmod"
+    neg = f"(MUL {IX} x {ik(-1)})"
+    rewrite(
+        rs,
+        "idiv-neg-numerator",
+        f"(IDIV {IX} {neg} {ik('q')})",
+        f"(IDIV {IX} x {ik('(- 0 q)')})",
+        when=["(> q 0)", *small("q")],
+        category=c,
+        doc="(-x) // c -> x // (-c) for an index divisor c > 0",
+    )
+    rewrite(
+        rs,
+        "idiv-neg-sum",
+        f"(IDIV {IX} (ADD {IX} {neg} {ik('d')}) {ik('q')})",
+        f"(IDIV {IX} (ADD {IX} x {ik('(- 0 d)')}) {ik('(- 0 q)')})",
+        when=["(> q 0)", *small("q", "d")],
+        category=c,
+        doc="(d - x) // c -> (x - d) // (-c) for an index divisor c > 0",
+    )
+    rewrite(
+        rs,
+        "mod-neg-numerator",
+        f"(MUL {IX} (MOD {IX} {neg} {ik('q')}) {ik(-1)})",
+        f"(MOD {IX} x {ik('(- 0 q)')})",
+        when=["(> q 0)", *small("q")],
+        category=c,
+        doc="-((-x) % c) -> x % (-c) for an index divisor c > 0",
+    )
+    two_values = ["(> q 0)", *small("q", "d"), "(= lv (lo v))", "(= hv (hi v))", "(= hv (+ lv 1))", *small("lv")]
+    for op, name, f in (("IDIV", "idiv", floordiv), ("MOD", "mod", floormod)):
+        at_lo, at_hi = f("(+ lv d)", "q"), f("(+ (+ lv d) 1)", "q")
+        rewrite(
+            rs,
+            f"{name}-two-values",
+            f"({op} {IX} (ADD {IX} v {ik('d')}) {ik('q')})",
+            f"(ADD {IX} (MUL {IX} (ADD {IX} v {ik('(- 0 lv)')}) {ik(f'(- {at_hi} {at_lo})')}) {ik(at_lo)})",
+            when=two_values,
+            category=c,
+            doc=f"(v + d) {'//' if op == 'IDIV' else '%'} c for v of two values lo, lo+1: the line through them",
+        )
+
+
 def build() -> RuleSet:
     rs = RuleSet("symbolic")
     constant_folding(rs)
@@ -1514,6 +1561,7 @@ def build() -> RuleSet:
     where_rules(rs)
     where_closure(rs)
     cast_rules(rs)
+    shorter_forms(rs)
     return rs
 
 
