@@ -175,7 +175,7 @@ def test_an_optimized_program_s_snapshot_marks_its_nodes() -> None:
     assert re.search(r'\[label="SINK[^"]*", fillcolor="#c8ecd3"', dot)  # the kernel's root is among them
 
 
-def test_each_kernel_has_a_picture_of_its_own_classes() -> None:
+def test_each_kernel_has_a_picture_of_its_own_classes(monkeypatch: pytest.MonkeyPatch) -> None:
     """h = relu(x @ w), read by two outputs, gets a buffer: three kernels. Each kernel's picture draws only the
     e-classes its program is made of, its own SINK (green) among them and no other kernel's, and the HTML page
     offers the whole program and every kernel."""
@@ -194,6 +194,9 @@ def test_each_kernel_has_a_picture_of_its_own_classes() -> None:
     page = render_html(prog.report, program=prog, render_egraph=False)
     assert 'id="egraph-pick"' in page and page.count("data-pic=") == 1 + len(pictures)
     assert all(f'<option value="{k.name}">kernel {k.name} (writes' in page for k in prog.kernels)
+    monkeypatch.setattr(egraph_dot_mod.shutil, "which", lambda name: None)  # no Graphviz: said once, not per picture
+    no_dot = render_html(prog.report, program=prog)
+    assert no_dot.count("Graphviz &#x27;dot&#x27; not found") == 1 and no_dot.count("DOT source") == 1 + len(pictures)
 
 
 # ---- headless Chromium ------------------------------------------------------------------------------------------------

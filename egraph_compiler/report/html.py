@@ -460,9 +460,13 @@ def _egraph_section(report: Report, render: bool) -> str:
     if len(pictures) > 1:  # one picture per kernel too: its e-classes only, chosen e-nodes green
         options = "".join(f'<option value="{_e(key)}">{_e(label)}</option>' for key, label, _ in pictures)
         out.append(f'<p><label>show: <select id="egraph-pick">{options}</select></label></p>')
-    for i, (key, _, text) in enumerate(pictures):
-        svg, msg = render_svg(text) if render else (None, "picture not rendered (disabled)")
-        body = f'<div class="egraph">{svg}</div>' if svg is not None else f'<p class="warn">{_e(msg)}</p>'
+    drawn = [render_svg(text) if render else (None, "picture not rendered (disabled)") for _, _, text in pictures]
+    failures = {msg for svg, msg in drawn if svg is None}
+    said_once = len(failures) == 1 and all(svg is None for svg, _ in drawn)  # Graphviz missing: say it once
+    if said_once:
+        out.append(f'<p class="warn">{_e(failures.pop())}</p>')
+    for i, ((key, _, text), (svg, msg)) in enumerate(zip(pictures, drawn)):
+        body = f'<div class="egraph">{svg}</div>' if svg is not None else "" if said_once else f'<p class="warn">{_e(msg)}</p>'
         body += f"<details><summary>DOT source</summary><pre>{_e(text)}</pre></details>"
         out.append(f'<div data-pic="{_e(key)}"{" hidden" if i else ""}>{body}</div>')
     return "".join(out)
