@@ -20,9 +20,11 @@ semantics. z3 is a test dependency; this module imports it lazily.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import math
 import re
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -906,7 +908,8 @@ def _pattern_constants(body: list[SExpr]) -> list[str]:
 # allows on how busy the machine is: a nominal millisecond buys RLIMIT_PER_MS units, about what Z3 gets through in
 # a millisecond of one core. A wall-clock timeout WALL_SLACK times the nominal one stays as a backstop. Each rule is
 # proved in a fresh Z3 context (see _fresh_context), so its verdict does not depend on the rules proved before it.
-# (Near the budget a rule can still come out proved-bounded in one run and proved in another, rarely.)
+# (Near the budget a rule can still come out proved-bounded in one run and proved in another: Z3's search also
+# depends on where its objects lie in memory. A run turns a few of the ~40 rules near it one way or the other.)
 RLIMIT_PER_MS = 4_000
 WALL_SLACK = 10
 BV_BUDGET_MS = 50  # the bit-vector retry: 200_000 rlimit units
@@ -921,16 +924,81 @@ def _fresh_context() -> None:
     z3mod._main_ctx = None
 
 
-def _solve(assumptions: list[Any], goals: list[Any], timeout_ms: int) -> tuple[str, Any]:
+def _status(res: Any) -> str:
+    import z3
+
+    return "unsat" if res == z3.unsat else "sat" if res == z3.sat else "unknown"
+
+
+# Verdicts of the costly outright attempts made so far in this process, by obligation: rules that differ only in what
+# has no value meaning (a hint, a mode argument) build the same Z3 terms in the same order and so pose the same
+# question, and a budget spent once to find it undecided need not be spent again. An obligation is the text of its
+# assertions, their term ids (the same terms built in a fresh context in the same order get the same ids) and the
+# budget; a hit is a verdict Z3 reached on exactly this check in this run. Printing a formula costs about as much as
+# a small check, so only checks that took MEMO_MIN_S or more are remembered, and a check's text is printed only when
+# its term ids and hashes are those of a remembered one.
+MEMO_MIN_S = 0.5
+_VERDICTS: dict[tuple[int, tuple[tuple[int, int], ...]], dict[str, tuple[str, Any]]] = {}
+
+
+def _digest(facts: list[Any]) -> str:
+    return hashlib.sha256("\n".join(f.sexpr() for f in facts).encode()).hexdigest()
+
+
+def _solve(assumptions: list[Any], goals: list[Any], timeout_ms: int, memo: bool = False) -> tuple[str, Any]:
     import z3
 
     s = z3.Solver()
     s.set("rlimit", timeout_ms * RLIMIT_PER_MS)
     s.set("timeout", timeout_ms * WALL_SLACK)
     s.add(*assumptions)
-    s.add(z3.Not(z3.And(*goals)))
-    res = s.check()
-    return ("unsat" if res == z3.unsat else "sat" if res == z3.sat else "unknown"), (s.model() if res == z3.sat else None)
+    facts = [*assumptions, z3.Not(z3.And(*goals))]
+    s.add(facts[-1])
+    ids = (timeout_ms, tuple((f.get_id(), f.hash()) for f in facts)) if memo else None
+    text = ""
+    if ids in _VERDICTS:
+        text = _digest(facts)
+        if text in _VERDICTS[ids]:
+            return _VERDICTS[ids][text]
+    start = time.perf_counter()
+    status = _status(s.check())
+    verdict = status, (s.model() if status == "sat" else None)
+    if ids is not None and time.perf_counter() - start >= MEMO_MIN_S:
+        text = text or _digest(facts)
+        _VERDICTS.setdefault(ids, {})[text] = verdict
+    return verdict
+
+
+# Each instance is first put to a light solver with this budget; see _Instances.
+INSTANCE_FAST_MS = 50
+
+
+class _Instances:
+    """A fast path for the instances of one rule at one dtype (its constants fixed to values of the box). A default
+    Z3 solver spends a few milliseconds probing the formula and setting up its tactics, most of the time an instance
+    takes; this one only simplifies (which folds the instance's constants into the rule's assumptions) and runs Z3's
+    SMT core, which decides nearly every instance in a fraction of that. Only its definite answers are used: where it
+    is undecided, a default solver decides the instance as before."""
+
+    def __init__(self, assumptions: list[Any], goals: list[Any]) -> None:
+        import z3
+
+        self.tactic = z3.Then("simplify", "propagate-values", "solve-eqs", "smt")
+        self.assumptions = assumptions
+        self.negated_goals = z3.Not(z3.And(*goals))
+
+    def decide(self, fix: list[Any]) -> tuple[str, str, Any]:
+        """(can the rule match here, can its goals fail here, a counterexample): "unknown" where undecided."""
+        s = self.tactic.solver()
+        s.set("rlimit", INSTANCE_FAST_MS * RLIMIT_PER_MS)
+        s.set("timeout", INSTANCE_FAST_MS * WALL_SLACK)
+        s.add(*self.assumptions, *fix)
+        feasible = _status(s.check())
+        if feasible != "sat":
+            return feasible, "unknown", None
+        s.add(self.negated_goals)
+        status = _status(s.check())
+        return feasible, status, (s.model() if status == "sat" else None)
 
 
 def _model(
@@ -949,6 +1017,21 @@ def _model(
     for a in head:
         m.goal_action(a)
     return m
+
+
+def _instances_in_box(body: list[SExpr], names_c: list[str]) -> list[tuple[int, ...]]:
+    """The values of the constants `names_c` that the rule is proved for when it is not proved for all: those of the
+    box that meet the premises over them alone, at most MAX_INSTANCES of them (drawn with a fixed seed)."""
+    space: Any = itertools.product(BOX, repeat=len(names_c))
+    if len(BOX) ** len(names_c) > 50_000:  # the same draws as 50_000 calls of rng.choice(BOX, n), at once
+        rng = np.random.default_rng(0)
+        space = (tuple(BOX[i] for i in row) for row in rng.integers(0, len(BOX), (50_000, len(names_c))).tolist())
+    premises = _premises_over(body, names_c)
+    combos = [c for c in space if _py_premises_hold(premises, dict(zip(names_c, c)))]
+    if len(combos) > MAX_INSTANCES:
+        rng = np.random.default_rng(1)
+        combos = [combos[i] for i in sorted(rng.choice(len(combos), MAX_INSTANCES, replace=False))]
+    return combos
 
 
 def prove_rule(rule: Rule, sig: Signatures, timeout_ms: int = 1_000, domain: tuple[DType, ...] = ALL_DOMAIN) -> ProofResult:
@@ -972,6 +1055,7 @@ def prove_rule(rule: Rule, sig: Signatures, timeout_ms: int = 1_000, domain: tup
         else:
             typing.term(a, "?")
     checked, bounded = [], []
+    instance_sets: dict[tuple[str, ...], list[tuple[int, ...]]] = {}
     for assign in typing.assignments(domain):
         names = sorted({d.name for d in assign.values()})
         if any(to_dtype(n).is_float for n in names):
@@ -982,12 +1066,12 @@ def prove_rule(rule: Rule, sig: Signatures, timeout_ms: int = 1_000, domain: tup
             return ProofResult(rule.name, "unknown", f"unsupported: {e} (dtypes {names})", checked)
         if not m.goals:
             continue
-        status, model = _solve(m.assumptions, m.goals, timeout_ms)
+        status, model = _solve(m.assumptions, m.goals, timeout_ms, memo=True)
         if status == "unknown" and not any(x in " ".join(rule.body + rule.head) for x in ("TCons", "lin ", "(L ")):
             try:  # bitwise identities: decide them on bit-vectors of the dtype's width. Z3 decides those it can
                 # at once (each took < 1000 rlimit units so far); the others exhaust any budget, so this one is small
                 mb = _model(rule, typing, assign, sig, body, head, bv=True)
-                status_bv, model_bv = _solve(mb.assumptions, mb.goals, BV_BUDGET_MS)
+                status_bv, model_bv = _solve(mb.assumptions, mb.goals, BV_BUDGET_MS, memo=True)
                 if status_bv != "unknown":
                     status, model = status_bv, model_bv
             except (Unsupported, z3.Z3Exception):
@@ -997,21 +1081,20 @@ def prove_rule(rule: Rule, sig: Signatures, timeout_ms: int = 1_000, domain: tup
         if status == "unknown":  # nonlinear in the rule's constants: decide each instance in a box
             names_c = [v for v in _pattern_constants(body) if v in m.syms]
             consts = [m.syms[v] for v in names_c]
-            space: Any = itertools.product(BOX, repeat=len(consts))
-            if len(BOX) ** len(consts) > 50_000:  # the same draws as 50_000 calls of rng.choice(BOX, n), at once
-                rng = np.random.default_rng(0)
-                space = (tuple(BOX[i] for i in row) for row in rng.integers(0, len(BOX), (50_000, len(consts))).tolist())
-            premises = _premises_over(body, names_c)
-            combos = [c for c in space if _py_premises_hold(premises, dict(zip(names_c, c)))]
-            if len(combos) > MAX_INSTANCES:
-                rng = np.random.default_rng(1)
-                combos = [combos[i] for i in sorted(rng.choice(len(combos), MAX_INSTANCES, replace=False))]
+            if tuple(names_c) not in instance_sets:  # the same for every dtype of the rule
+                instance_sets[tuple(names_c)] = _instances_in_box(body, names_c)
+            combos = instance_sets[tuple(names_c)]
             live = 0
-            for combo in combos if consts else []:
+            instances = _Instances(m.assumptions, m.goals) if consts and combos else None
+            for combo in combos if instances else []:
                 fix = [c == v for c, v in zip(consts, combo)]
-                if _solve([*m.assumptions, *fix], [z3.BoolVal(False)], timeout_ms // 2)[0] == "unsat":
+                feasible, status, model = instances.decide(fix)
+                if feasible == "unknown":
+                    feasible = _solve([*m.assumptions, *fix], [z3.BoolVal(False)], timeout_ms // 2)[0]
+                if feasible == "unsat":
                     continue  # this instance never matches: proves nothing
-                status, model = _solve([*m.assumptions, *fix], m.goals, timeout_ms * 2)
+                if status == "unknown":
+                    status, model = _solve([*m.assumptions, *fix], m.goals, timeout_ms * 2)
                 if status == "unknown":  # instances are easy; should one not be, try once more with a larger budget
                     status, model = _solve([*m.assumptions, *fix], m.goals, timeout_ms * 8)
                 if status != "unsat":

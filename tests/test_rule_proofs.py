@@ -4,14 +4,16 @@ Integer/boolean rules ("z3") must come out proved or proved-bounded, never faile
 are checked by random evaluation and must pass; "structural" rules (bookkeeping with no value meaning of
 their own) are listed as such, and checked here to really have no value meaning: they never union e-classes
 and never set a bound or a linear form. The proofs are split over this file (shard 0) and
-test_rule_proofs_{1,2,3}.py; see tests/rule_proofs.py.
+test_rule_proofs_{1,2,3}.py; see tests/rule_proofs.py. Unsound rules must fail, whichever way the prover gets to
+its verdict (outright, or instance by instance).
 """
 
 from __future__ import annotations
 
+import prove
 import pytest
 from prove import parse_sexprs
-from rule_proofs import ALL_RULES, CHECKS, RULESETS, SHARDS, assert_rule_sound, shard
+from rule_proofs import ALL_RULES, CHECKS, RULESETS, SHARDS, SIG, assert_rule_sound, shard
 
 from egraph_compiler.egraph.dsl import Rule
 from egraph_compiler.egraph.schema import EGG_TO_OP
@@ -73,3 +75,51 @@ def test_structural_rule_has_no_value_meaning(rule: Rule) -> None:
 @pytest.mark.parametrize("rule", shard(0), ids=[r.name for r in shard(0)])
 def test_rule_is_sound(rule: Rule) -> None:
     assert_rule_sound(rule)
+
+
+def _rule(name: str, body: tuple[str, ...], head: tuple[str, ...], check: str = "z3") -> Rule:
+    return Rule(name, "test", "symbolic", body, head, check=check)
+
+
+MOD_NESTED_BODY = ("(= __e (MOD dt (MOD dt x (CONST dt (I a))) (CONST dt (I b))))", "(dt-int dt)", "(!= a 0)", "(> b 0)")
+MOD_NESTED_HEAD = ("(union __e (MOD dt x (CONST dt (I b))))",)
+MOD_NESTED = _rule("mod-nested-test", (*MOD_NESTED_BODY, "(= 0 (% a b))"), MOD_NESTED_HEAD)
+MOD_NESTED_UNSOUND = _rule("unsound-mod-nested", MOD_NESTED_BODY, MOD_NESTED_HEAD)  # b need not divide a
+UNSOUND = [
+    _rule("unsound-add-one", ("(= __e (ADD dt x (CONST dt (I 1))))", "(dt-intlike dt)"), ("(union __e x)",)),
+    MOD_NESTED_UNSOUND,
+    _rule(
+        "unsound-bounds-and",
+        ("(= e (AND dt a b))", "(dt-int dt)", "(= lb (lo b))", "(= hb (hi b))", "(>= lb 0)"),
+        ("(set (lo e) 0)", "(set (hi e) (- hb 1))"),
+    ),
+    _rule("unsound-float", ("(= __e (MUL dt x (CONST dt (F 2.0))))", "(dt-float dt)"), ("(union __e x)",), "float"),
+]
+
+
+@pytest.mark.parametrize("rule", UNSOUND, ids=[r.name for r in UNSOUND])
+def test_unsound_rule_fails(rule: Rule) -> None:
+    with pytest.raises(AssertionError, match=rf"^{rule.name}( \(float\))?: failed: "):
+        assert_rule_sound(rule)
+
+
+def test_instances_decide_when_the_rule_is_not_proved_outright(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the outright proof and the bit-vector retry left undecided, a rule is proved (or refuted) instance by
+    instance: the fast path and the default solvers behind it must find the counterexample of an unsound
+    rule and prove every instance of a sound one."""
+    solve = prove._solve
+
+    def undecided_outright(assumptions: list, goals: list, timeout_ms: int, memo: bool = False) -> tuple:
+        if memo:  # the outright attempt and the bit-vector retry
+            return "unknown", None
+        return solve(assumptions, goals, timeout_ms)
+
+    monkeypatch.setattr(prove, "_solve", undecided_outright)
+    sound = prove.prove_rule(MOD_NESTED, SIG)
+    assert sound.status == "proved-bounded", sound
+    assert sound.dtypes_checked == ["index", "int8", "uint8"] and "instances of ['a', 'b']" in sound.detail, sound
+    unsound = prove.prove_rule(MOD_NESTED_UNSOUND, SIG)
+    assert unsound.status == "failed" and "counterexample" in unsound.detail, unsound
+    monkeypatch.setattr(prove._Instances, "decide", lambda self, fix: ("unknown", "unknown", None))  # default solvers only
+    assert prove.prove_rule(MOD_NESTED, SIG).detail == sound.detail
+    assert prove.prove_rule(MOD_NESTED_UNSOUND, SIG).status == "failed"
