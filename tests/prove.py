@@ -34,6 +34,7 @@ import numpy as np
 from egraph_compiler.egraph.dsl import Rule
 from egraph_compiler.egraph.schema import ARG_FIELDS, EGG_TO_OP, constructor_fields, fixed_arity, schema_program
 from egraph_compiler.ir.dtypes import DType, dtypes, to_dtype
+from egraph_compiler.ir.floordiv import DivFacts, floor_divide
 from egraph_compiler.ir.ops import OP_TABLE, Ops
 
 # ---- s-expressions -------------------------------------------------------------------------------
@@ -762,6 +763,43 @@ def alu(m: Z3Model, op: Ops, d: DType, sd: list[DType], xs: list[Any]) -> Any:
     raise Unsupported(f"{op} on {d.name}")
 
 
+class _Z3BitVecs:
+    """IDIV/MOD's integer operations on Z3 bit-vectors of one width (ir/floordiv.py's IntArith)."""
+
+    def __init__(self, z3: Any, bits: int) -> None:
+        self.z3, self.bits = z3, bits
+
+    def const(self, v: int) -> Any:
+        return self.z3.BitVecVal(v, self.bits)
+
+    def eq(self, x: Any, v: int) -> Any:
+        return x == self.const(v)
+
+    def either(self, p: Any, q: Any) -> Any:
+        return self.z3.Or(p, q)
+
+    def select(self, c: Any, x: Any, y: Any) -> Any:
+        return self.z3.If(c, x, y)
+
+    def tdiv(self, a: Any, b: Any, unsigned: bool) -> Any:
+        return self.z3.UDiv(a, b) if unsigned else a / b  # bvsdiv truncates
+
+    def trem(self, a: Any, b: Any, unsigned: bool) -> Any:
+        return self.z3.URem(a, b) if unsigned else self.z3.SRem(a, b)
+
+    def needs_floor(self, r: Any, b: Any) -> Any:
+        return self.z3.And(r != 0, (r ^ b) < 0)
+
+    def dec_if(self, c: Any, q: Any) -> Any:
+        return self.z3.If(c, q - 1, q)
+
+    def add_if(self, c: Any, r: Any, b: Any) -> Any:
+        return self.z3.If(c, r + b, r)
+
+    def neg(self, x: Any) -> Any:
+        return -x
+
+
 def bv_alu(z3: Any, op: Ops, signed: bool, bits: int, a: Any, b: Any) -> Any:
     """Bit-vector semantics (wraparound is native): the fallback model for bitwise identities."""
     zero = z3.BitVecVal(0, bits)
@@ -771,13 +809,9 @@ def bv_alu(z3: Any, op: Ops, signed: bool, bits: int, a: Any, b: Any) -> Any:
         return a * b
     if op is Ops.MAX:
         return z3.If(a >= b if signed else z3.UGE(a, b), a, b)
-    if op in (Ops.IDIV, Ops.MOD):
-        if signed:
-            q, r = a / b, z3.SRem(a, b)  # truncating
-            fq = z3.If(z3.And(r != 0, (r < 0) != (b < 0)), q - 1, q)
-        else:
-            fq = z3.UDiv(a, b)
-        return z3.If(b == zero, zero, fq if op is Ops.IDIV else a - b * fq)
+    if op in (Ops.IDIV, Ops.MOD):  # the backends' own definition (ir/floordiv.py), in bit-vector terms
+        facts = DivFacts(signed=signed, zero=True, minus_one=signed, mixed=signed)
+        return floor_divide(_Z3BitVecs(z3, bits), a, b, facts, remainder=op is Ops.MOD)
     if op in (Ops.AND, Ops.OR, Ops.XOR):
         return {Ops.AND: a & b, Ops.OR: a | b, Ops.XOR: a ^ b}[op]
     if op in (Ops.SHL, Ops.SHR):
