@@ -45,7 +45,7 @@ from egraph_compiler.ir.dtypes import dtypes
 from egraph_compiler.ir.ops import AxisType, Ops
 from egraph_compiler.ir.uop import UOp
 from egraph_compiler.kernel.analysis import trip_count, value_nodes
-from egraph_compiler.kernel.gpu_launch import FLAT_BLOCK, GRID_LIMITS, Item, LaunchPlan, Phase, SharedBlock, plan_launch
+from egraph_compiler.kernel.gpu_launch import GRID_LIMITS, Item, LaunchPlan, Phase, SharedBlock, plan_launch
 from egraph_compiler.kernel.program import Kernel, buffer_of
 from egraph_compiler.kernel.tensor_cores import STATIC_SMEM, affine
 
@@ -354,10 +354,10 @@ def _launch_shape(ph: Phase) -> _Shape:
         return _Shape(ph.split.block.threads, ph.split.outputs * ph.split.block.parts, True, False)
     if not (ph.tc or ph.block or ph.group):
         total = max(math.prod(trip_count(x) for x in it.grid) for it in ph.items)
-        threads = min(FLAT_BLOCK, max(total, 1))
+        threads = ph.threads[0]  # the plan's flat block
         blocks = -(-total // threads)
         return _Shape(threads, blocks, blocks <= GRID_LIMITS[0] * GRID_LIMITS[1], True)
-    threads = (32 if ph.tc else 1) * math.prod(trip_count(x) for x in ph.block + ph.group)
+    threads = math.prod(ph.threads)  # the plan's block shape
     blocks = math.prod(trip_count(x) for x in ph.grid)
     return _Shape(threads, blocks, blocks <= math.prod(GRID_LIMITS), False)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Literal
 
 from egraph_compiler.ir.diagnostics import UnsupportedOp
 from egraph_compiler.ir.dtypes import dtypes
@@ -60,7 +61,7 @@ class Item:
 # How a phase's threads take its ranges: "warps" (tensor cores: a warp per tile, threadIdx.y over the block
 # ranges), "axes" (each block range its own threadIdx axis), "linear" (block ranges decomposed from threadIdx.x),
 # "flat" (no block ranges: one linear `gid` over blocks of FLAT_BLOCK threads, decomposed into the grid ranges).
-ThreadMap = str
+ThreadMap = Literal["warps", "axes", "linear", "flat"]
 
 
 @dataclass
