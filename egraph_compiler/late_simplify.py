@@ -36,26 +36,29 @@ LATE_PATIENCE = 3  # steps without a better result before the e-graph of a kerne
 NEEDS_WORK = (Ops.IDIV, Ops.MOD)
 
 
-def _is_index_math(u: UOp, pure: dict[UOp, bool]) -> bool:
-    if u not in pure:
-        ok = u.op in LEAVES or (OP_TABLE[u.op].is_alu and not u.dtype.is_float)
-        pure[u] = ok and all(_is_index_math(s, pure) for s in u.src)
-    return pure[u]
+class IndexMath:
+    """What late simplification asks of a node, remembered across calls (nodes are immutable and interned, and
+    the schedule candidates of a kernel share most of theirs): is it pure index math (integer/boolean ALU ops over
+    ranges, variables and constants), and does it contain a div or mod."""
 
+    def __init__(self) -> None:
+        self.pure: dict[UOp, bool] = {}
+        self.divmod: dict[UOp, bool] = {}
 
-def maximal_index_exprs(ast: UOp) -> list[UOp]:
-    """Pure index expressions containing a div or mod that are not part of a larger pure index expression."""
-    pure: dict[UOp, bool] = {}
-    nodes = ast.toposort()
-    for u in nodes:
-        _is_index_math(u, pure)
-    inside: set[UOp] = set()
-    for u in nodes:
-        if pure[u] and u.op not in LEAVES:
-            inside.update(s for s in u.src)
-    return [
-        u for u in nodes if pure[u] and u not in inside and u.op not in LEAVES and any(x.op in NEEDS_WORK for x in u.toposort())
-    ]
+    def maximal_exprs(self, ast: UOp) -> list[UOp]:
+        """Pure index expressions containing a div or mod that are not part of a larger pure index expression."""
+        pure, divmod = self.pure, self.divmod
+        nodes = ast.toposort()
+        for u in nodes:  # sources before users
+            if u not in pure:
+                ok = u.op in LEAVES or (OP_TABLE[u.op].is_alu and not u.dtype.is_float)
+                pure[u] = ok and all(pure[s] for s in u.src)
+                divmod[u] = u.op in NEEDS_WORK or any(divmod[s] for s in u.src)
+        inside: set[UOp] = set()
+        for u in nodes:
+            if pure[u] and u.op not in LEAVES:
+                inside.update(u.src)
+        return [u for u in nodes if pure[u] and divmod[u] and u not in inside and u.op not in LEAVES]
 
 
 Affine = tuple[dict[UOp, int], int]  # sum of coefficient * atom, plus a constant
@@ -181,12 +184,13 @@ class LateSimplifier:
         the symbolic one would cost a first call ~0.1 s); deadline: a perf_counter time (the caller's time limit)
         past which expressions get the affine fold alone, no saturation."""
         self.memo: dict[UOp, UOp] = {}
+        self.index_math = IndexMath()
         self.canonical: dict[UOp, UOp] = {}  # an expression with its ranges renamed by position -> its result
         self.session = session
         self.deadline = deadline
 
     def __call__(self, ast: UOp) -> UOp:
-        exprs = maximal_index_exprs(ast)
+        exprs = self.index_math.maximal_exprs(ast)
         hard: list[UOp] = []
         late = self.deadline is not None and time.perf_counter() > self.deadline
         for u in exprs:

@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass, field
 
 from egraph_compiler.egraph.schema import EGG_TO_OP
-from egraph_compiler.egraph.view import ClassRef, EGraphView, ENode
+from egraph_compiler.egraph.view import ClassRef, EGraphView, ENode, children_first
 from egraph_compiler.extract.cost import OP_COSTS
 from egraph_compiler.ir.dtypes import to_dtype
 from egraph_compiler.ir.ops import OP_TABLE, Category, Ops
@@ -72,8 +72,9 @@ def footprints(
 ) -> dict[int, Footprint]:
     """Free ranges of every class (smallest trip product over its extractable nodes), to a fixed point. A node
     that contains its own class (`r + 0` in a RANGE's class) can never be extracted and says nothing about the
-    class's ranges, and neither does an unextractable helper: both are skipped. A pass re-evaluates only
-    classes a child of which changed (the others would give the same answer)."""
+    class's ranges, and neither does an unextractable helper: both are skipped. Each pass visits the classes
+    children first and re-evaluates only those a child of which changed (the others would give the same
+    answer), so a change travels up a deep program within one pass."""
     fp: dict[int, Footprint] = {}
     trips: dict[Footprint, int] = {}
 
@@ -94,15 +95,16 @@ def footprints(
             kids_of[c].append(None if c in children or n.fn in unextractable else children)
             for k in children:
                 parents.setdefault(k, set()).add(c)
-    dirty = set(view.nodes)
+    order = children_first(view)
+    dirty = set(order)
     for _ in range(max_passes):
         changed = False
-        for c, ns in view.nodes.items():
+        for c in order:
             if c not in dirty:
                 continue
             dirty.discard(c)
             best = fp.get(c)
-            for n, kids in zip(ns, kids_of[c]):
+            for n, kids in zip(view.nodes[c], kids_of[c]):
                 if kids is None or any(k not in fp for k in kids):
                     continue
                 f: set[int] = set()

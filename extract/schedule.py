@@ -27,7 +27,7 @@ from egraph_compiler.extract.loop_cost import MAX_UNROLLED, CPUMachine, KernelEs
 from egraph_compiler.ir.ops import Ops
 from egraph_compiler.ir.uop import UOp
 from egraph_compiler.kernel.cpu_target import CPUTarget, host_cpu
-from egraph_compiler.kernel.split_ranges import bind_split_ranges
+from egraph_compiler.kernel.split_ranges import BindMemo, bind_split_ranges
 
 BINDERS = ("END", "REDUCE")
 UNROLLED_LETTERS = ("u", "r")
@@ -391,13 +391,15 @@ def _decoder(
     ex: Choices, sink: int, decode: Decode, model: CostModel, variant: set[int]
 ) -> Callable[[dict[int, ENode]], Candidate | None]:
     """Decode and estimate the kernel under a choice of its schedule classes (None: a part is unextractable).
-    The classes no choice changes are decoded once, for every candidate."""
+    The classes no choice changes are decoded once, for every candidate, and the parts candidates share get their
+    split ranges bound once."""
     shared: dict[int, UOp] = {}
+    bound: BindMemo = {}
 
     def candidate(choice: dict[int, ENode]) -> Candidate | None:
         try:
             memo = dict(shared)
-            kernel = bind_split_ranges(decode(sink, lambda c: choice.get(c) or ex.node(c), memo))
+            kernel = bind_split_ranges(decode(sink, lambda c: choice.get(c) or ex.node(c), memo), bound)
             shared.update((c, u) for c, u in memo.items() if c not in variant)
             return Candidate(dict(choice), kernel, model.estimate(kernel))
         except (KeyError, ValueError):  # an alternative with an unextractable part is not a program

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from egglog import bindings
@@ -39,8 +40,8 @@ class EGraphView:
     lets: dict[str, int] = field(default_factory=dict)  # global binding -> e-class
     functions: dict[str, dict[tuple[Any, ...], Any]] = field(default_factory=dict)  # analysis tables
 
-    @property
-    def num_nodes(self) -> int:
+    @cached_property
+    def num_nodes(self) -> int:  # a view is not changed once built
         return sum(len(v) for v in self.nodes.values())
 
     @property
@@ -52,6 +53,29 @@ class EGraphView:
 
     def lookup(self, fn: str, *key: Any) -> Any:
         return self.functions.get(fn, {}).get(tuple(key))
+
+
+def children_first(view: EGraphView) -> list[int]:
+    """Every class, each after the classes its nodes point to (a depth-first post-order; on a cycle, the class
+    met first goes last): the order in which bottom-up analyses settle with the fewest re-evaluations."""
+    out: list[int] = []
+    seen: set[int] = set()
+    for root in view.nodes:
+        if root in seen:
+            continue
+        seen.add(root)
+        stack = [(root, iter([k for n in view.nodes[root] for k in view.children(n)]))]
+        while stack:
+            c, kids = stack[-1]
+            for k in kids:
+                if k not in seen and k in view.nodes:
+                    seen.add(k)
+                    stack.append((k, iter([x for n in view.nodes[k] for x in view.children(n)])))
+                    break
+            else:
+                stack.pop()
+                out.append(c)
+    return out
 
 
 def build_view(eg: bindings.EGraph, constructors: Iterable[str], functions: Iterable[str] = ()) -> EGraphView:

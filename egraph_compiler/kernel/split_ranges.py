@@ -62,11 +62,16 @@ def _define(key: Any, bound: dict[Any, UOp], depth: int = 0) -> UOp | None:
     return None
 
 
-def bind_split_ranges(ast: UOp) -> UOp:
+BindMemo = dict[tuple[UOp, frozenset[UOp]], UOp]
+
+
+def bind_split_ranges(ast: UOp, memo: BindMemo | None = None) -> UOp:
     """`ast` with every RANGE that is not bound where it is used, but is defined by the ranges bound around it,
     replaced by its definition. Scopes matter: two REDUCEs over the same canonical range may bind it
-    differently (one split, one not), and nested REDUCEs may bind the two parts of one split."""
-    memo: dict[tuple[UOp, frozenset[UOp]], UOp] = {}
+    differently (one split, one not), and nested REDUCEs may bind the two parts of one split. `memo`: results
+    by (node, ranges bound around it), shared by calls on kernels that have parts in common (the schedule
+    candidates of one kernel)."""
+    memo = {} if memo is None else memo
     stack: list[tuple[UOp, frozenset[UOp], bool]] = [(ast, frozenset(), False)]
     while stack:
         u, env, ready = stack.pop()
