@@ -60,6 +60,11 @@ def extract(view: EGraphView, model: NodeCost, max_visits: int = 200) -> Extract
     best: dict[int, Choice] = {}
     own_cost = {id(n): model.node_cost(n, view) for ns in view.nodes.values() for n in ns}
     kids_of, parents = _edges(view)
+    # the nodes each class can choose (most are unextractable helpers: skipped once here, not on every visit)
+    options = {
+        c: [(n, kids, own_cost[id(n)]) for n, kids in zip(nodes, kids_of[c]) if own_cost[id(n)] != math.inf]
+        for c, nodes in view.nodes.items()
+    }
     kernels = {c for c, nodes in view.nodes.items() if any(n.fn == "SINK" for n in nodes)}
     queue = deque(view.nodes)
     queued = set(queue)
@@ -68,7 +73,7 @@ def extract(view: EGraphView, model: NodeCost, max_visits: int = 200) -> Extract
         budget -= 1
         c = queue.popleft()
         queued.discard(c)
-        if _choose(c, view.nodes[c], kids_of[c], own_cost, best, kernels):
+        if _choose(c, options[c], best, kernels):
             for p in parents.get(c, ()):
                 if p not in queued:
                     queued.add(p)
@@ -88,22 +93,13 @@ def _edges(view: EGraphView) -> tuple[dict[int, list[list[int]]], dict[int, set[
     return kids_of, parents
 
 
-def _choose(
-    c: int,
-    nodes: list[ENode],
-    kids_of_c: list[list[int]],
-    own_cost: dict[int, float],
-    best: dict[int, Choice],
-    kernels: set[int],
-) -> bool:
-    """Give class c its node of the cheapest DAG (ties: the smaller DAG, then the node's key) among those whose
-    children all have a choice and do not reach c (no cycles); True when c's choice changed."""
+def _choose(c: int, options: list[tuple[ENode, list[int], float]], best: dict[int, Choice], kernels: set[int]) -> bool:
+    """Give class c its node of the cheapest DAG (ties: the smaller DAG, then the node's key) among `options`
+    (node, its children, its own cost) whose children all have a choice and do not reach c (no cycles); True
+    when c's choice changed."""
     cur = best.get(c)
     changed = False
-    for n, kids in zip(nodes, kids_of_c):
-        nc = own_cost[id(n)]
-        if nc == math.inf:
-            continue
+    for n, kids, nc in options:
         if any(k not in best or k == c or c in best[k].dag for k in kids):
             continue
         below, base, extra = _children_dag(kids, best, kernels)
@@ -131,7 +127,7 @@ def _children_dag(
     others add to it (`extra`): small into large, so a deep chain does not copy its whole DAG per candidate.
     Another kernel is one entry at its whole cost: what it computes is not shared with its readers."""
     inner = [k for k in kids if k not in kernels]
-    big = max(inner, key=lambda k: len(best[k].dag)) if inner else None
+    big = (inner[0] if len(inner) == 1 else max(inner, key=lambda k: len(best[k].dag))) if inner else None
     base = best[big].dag if big is not None else {}
     extra: dict[int, float] = {}
     for k in kids:
@@ -139,5 +135,7 @@ def _children_dag(
             if k not in base:
                 extra[k] = best[k].cost
         elif k != big:
-            extra.update((x, v) for x, v in best[k].dag.items() if x not in base)
+            dag = best[k].dag
+            for x in dag.keys() - base.keys():
+                extra[x] = dag[x]
     return (best[big].cost if big is not None else 0.0) + sum(extra.values()), base, extra

@@ -31,6 +31,7 @@ from __future__ import annotations
 import itertools
 import math
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -60,6 +61,7 @@ RECHECK = 0.3  # a trial the quick ranking rejects (or, on big kernels, keeps) b
 VERIFY_ABOVE_S = 1e-3  # kernels estimated above this whose quick win is narrow (below RECHECK) are ranked in full
 MAX_PAIRED = 6  # buffers of one kernel tried in pairs (when no single fusion pays)
 BATCH_ABOVE = 128  # with more buffers than this, single fusions are tried in doubling batches
+CHOICES_KEPT = 4  # a trial asks for its program's choice and the current one's in turn: both are kept
 
 
 @dataclass(frozen=True)
@@ -200,7 +202,12 @@ class _Search:
         self.order = [n for n in [*sorted(barriers), *candidates] if n in self.offers]  # load preference order
         self.barriers = barriers
         self.name_of_after = {o.after: o.name for o in self.offers.values()}
-        self._choice: tuple[frozenset[str], dict[int, ENode]] | None = None
+        # each buffer's loads alone; where no two buffers' loads share a class (as a rule), a choice is their union
+        self.own_loads: dict[str, dict[int, ENode]] = {n: {} for n in self.order}
+        for name, loads in self.own_loads.items():
+            self._add_loads(name, loads)
+        self.apart = sum(map(len, self.own_loads.values())) == len(set().union(*self.own_loads.values()))
+        self._choices: OrderedDict[frozenset[str], dict[int, ENode]] = OrderedDict()  # the last few asked for
         self.rankings: dict[tuple[int, frozenset[str], bool], KernelSchedule] = {}  # (sink, loads, quick?)
         self.floors: dict[tuple[int, frozenset[str]], float] = {}
         self.kernels: dict[tuple[int, frozenset[str]], UOp | None] = {}
@@ -210,19 +217,29 @@ class _Search:
 
     def choice(self, mat: frozenset[str]) -> dict[int, ENode]:
         """The loads (and their AFTER nodes) that materialize the buffers in `mat` and the barriers."""
-        if self._choice is not None and self._choice[0] == mat:
-            return self._choice[1]
+        if mat in self._choices:
+            self._choices.move_to_end(mat)
+            return self._choices[mat]
         ch: dict[int, ENode] = {}
         for name in self.order:
             if name in mat or name in self.barriers:
-                o = self.offers[name]
-                ch[o.after] = o.after_node
-                for c, path in o.loads.items():
-                    if c != o.own and c not in ch:
-                        for k, n in path:
-                            ch.setdefault(k, n)
-        self._choice = (mat, ch)
+                if self.apart:
+                    ch.update(self.own_loads[name])
+                else:
+                    self._add_loads(name, ch)
+        self._choices[mat] = ch
+        if len(self._choices) > CHOICES_KEPT:
+            self._choices.popitem(last=False)
         return ch
+
+    def _add_loads(self, name: str, ch: dict[int, ENode]) -> None:
+        """Buffer `name`'s AFTER node and loads into `ch`, where no buffer before it put a load already."""
+        o = self.offers[name]
+        ch[o.after] = o.after_node
+        for c, path in o.loads.items():
+            if c != o.own and c not in ch:
+                for k, n in path:
+                    ch.setdefault(k, n)
 
     def loaded(self, sink: int, ch: dict[int, ENode]) -> frozenset[str]:
         """The buffers the kernel at `sink` loads under `ch` (the walk does not cross into other kernels)."""

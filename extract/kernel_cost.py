@@ -25,6 +25,7 @@ from egraph_compiler.ir.ops import OP_TABLE, Category, Ops
 
 INF = math.inf
 Footprint = frozenset[int]
+EMPTY: Footprint = frozenset()
 
 
 @dataclass
@@ -107,13 +108,11 @@ def footprints(
             for n, kids in zip(view.nodes[c], kids_of[c]):
                 if kids is None or any(k not in fp for k in kids):
                     continue
-                f: set[int] = set()
-                for k in kids:
-                    f |= fp[k]
+                ff = fp[kids[0]].union(*(fp[k] for k in kids[1:])) if kids else EMPTY
                 if n.fn == "RANGE":
-                    f.add(c)
-                f -= bound_by.get(id(n), frozenset())
-                ff = frozenset(f)
+                    ff |= {c}
+                if (bound := bound_by.get(id(n))) is not None:
+                    ff -= bound
                 if best is None or trip(ff) < trip(best) or (trip(ff) == trip(best) and len(ff) < len(best)):
                     best = ff
             if best is not None and fp.get(c) != best:
