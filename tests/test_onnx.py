@@ -81,37 +81,100 @@ def test_a_free_dimension_needs_a_shape_and_then_compiles() -> None:
 
 
 HAVE_PEERS = all(importlib.util.find_spec(m) is not None for m in ("torch", "onnxruntime"))
+EXPORTERS = ["torchscript", *(["dynamo"] if importlib.util.find_spec("onnxscript") is not None else [])]
 
 
-@pytest.mark.skipif(not HAVE_PEERS, reason="needs torch and onnxruntime (pip install -e '.[models]' onnxruntime)")
-@pytest.mark.parametrize("kind", ["mlp", "cnn"])
-def test_an_exported_pytorch_model_matches_onnxruntime(kind: str, tmp_path: Path) -> None:
+def _exported_model(kind: str) -> tuple[object, object]:
+    """A small PyTorch model of each family the model benchmark exports, with an input."""
+    import torch
+    from torch import nn
+
+    if kind == "mlp":
+        return nn.Sequential(nn.Linear(32, 64), nn.GELU(), nn.Linear(64, 10), nn.Softmax(-1)), torch.randn(8, 32)
+    if kind == "cnn":
+        net = nn.Sequential(
+            nn.Conv2d(3, 8, 3, padding=1),
+            nn.BatchNorm2d(8),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Conv2d(8, 16, 3, stride=2, padding=1),
+            nn.ReLU(),
+            nn.AdaptiveAvgPool2d(1),
+            nn.Flatten(),
+            nn.Linear(16, 5),
+        )
+        return net, torch.randn(2, 3, 16, 16)
+    # a pre-norm transformer layer (self-attention with a causal mask, GELU MLP), as exported transformers have
+    layer = nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, activation="gelu", batch_first=True, norm_first=True)
+
+    class Causal(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = layer
+            self.register_buffer("mask", nn.Transformer.generate_square_subsequent_mask(6))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.layer(x, src_mask=self.mask, is_causal=True)
+
+    return Causal(), torch.randn(2, 6, 32)
+
+
+@pytest.mark.skipif(not HAVE_PEERS, reason="needs torch and onnxruntime (pip install -e '.[models]')")
+@pytest.mark.parametrize("exporter", EXPORTERS)
+@pytest.mark.parametrize("kind", ["mlp", "cnn", "transformer"])
+def test_an_exported_pytorch_model_matches_onnxruntime(kind: str, exporter: str, tmp_path: Path) -> None:
+    """Both of torch's exporters (the dynamo one, the default since torch 2.9, needs onnxscript)."""
     import onnxruntime
     import torch
 
     torch.manual_seed(0)
-    if kind == "mlp":
-        net = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.Linear(64, 10), torch.nn.Softmax(-1))
-        x = torch.randn(8, 32)
-    else:
-        net = torch.nn.Sequential(
-            torch.nn.Conv2d(3, 8, 3, padding=1),
-            torch.nn.BatchNorm2d(8),
-            torch.nn.ReLU(),
-            torch.nn.MaxPool2d(2),
-            torch.nn.Conv2d(8, 16, 3, stride=2, padding=1),
-            torch.nn.ReLU(),
-            torch.nn.AdaptiveAvgPool2d(1),
-            torch.nn.Flatten(),
-            torch.nn.Linear(16, 5),
-        )
-        x = torch.randn(2, 3, 16, 16)
-    net.eval()
+    net, x = _exported_model(kind)
+    net.eval()  # type: ignore[attr-defined]
     path = tmp_path / f"{kind}.onnx"
-    torch.onnx.export(net, (x,), str(path), input_names=["x"], output_names=["y"], dynamo=False)
-    want = onnxruntime.InferenceSession(str(path)).run(None, {"x": x.numpy()})[0]
+    fastpath = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)  # the fused encoder-layer kernel has no ONNX export
+    try:
+        with torch.no_grad():
+            torch.onnx.export(net, (x,), str(path), input_names=["x"], output_names=["y"], dynamo=exporter == "dynamo")
+    finally:
+        torch.backends.mha.set_fastpath_enabled(fastpath)
+    xv = x.numpy()  # type: ignore[attr-defined]
+    want = onnxruntime.InferenceSession(str(path)).run(None, {"x": xv})[0]
     imported = from_onnx(path)
-    got = optimize(imported.outputs, target="llvm")(x=x.numpy())[0]
+    got = optimize(imported.outputs, target="llvm", inputs=imported.inputs)(x=xv)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.skipif(
+    not HAVE_PEERS or importlib.util.find_spec("transformers") is None or "dynamo" not in EXPORTERS,
+    reason="needs torch, onnxscript, onnxruntime and transformers",
+)
+def test_an_exported_transformers_gpt2_matches_onnxruntime(tmp_path: Path) -> None:
+    """transformers' own GPT-2 (token and position embeddings, its tanh GELU, the causal mask it builds), random
+    weights, exported as a user would: integer token ids in."""
+    import onnxruntime
+    import torch
+    from transformers import GPT2Config, GPT2Model
+
+    torch.manual_seed(0)
+    cfg = GPT2Config(n_layer=1, n_embd=32, n_head=2, n_positions=16, vocab_size=50, bos_token_id=0, eos_token_id=0)
+    gpt2 = GPT2Model(cfg).eval()
+
+    class LastHidden(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.gpt2 = gpt2
+
+        def forward(self, ids: torch.Tensor) -> torch.Tensor:
+            return self.gpt2(input_ids=ids, use_cache=False).last_hidden_state
+
+    ids = torch.randint(0, 50, (1, 8))
+    path = tmp_path / "gpt2.onnx"
+    with torch.no_grad():
+        torch.onnx.export(LastHidden(), (ids,), str(path), input_names=["x"], output_names=["y"], dynamo=True)
+    want = onnxruntime.InferenceSession(str(path)).run(None, {"x": ids.numpy()})[0]
+    imported = from_onnx(path)
+    got = optimize(imported.outputs, target="llvm", inputs=imported.inputs)(x=ids.numpy())[0]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
