@@ -351,6 +351,17 @@ def _mod(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
     return [((r != 0) & ((r < 0) != (b < 0))).where(r + b, r)]
 
 
+def _pow_op(ins: list[Value], at: dict[str, Any], opset: int) -> list[Value]:
+    """Pow; a known single exponent of a float base is a Python number (x**3 is x*x*x, not exp2(3*log2|x|) with
+    the checks a negative base needs: transformers' tanh GELU has one)."""
+    a, b = ins
+    if isinstance(a, Tensor) and not isinstance(b, Tensor) and a.dtype.is_float:
+        e = np.asarray(b)
+        if e.size == 1 and e.ndim <= len(a.shape) and e.dtype.kind == "f":
+            return [a ** float(e.reshape(()))]
+    return _both(np.power, _pow)(ins, at, opset)
+
+
 def _pow(a: Tensor, b: Tensor) -> Tensor:
     if b.dtype != a.dtype:
         b = b.cast(a.dtype) if a.dtype.is_float else b
@@ -1559,7 +1570,7 @@ OPS: dict[str, Callable[..., list[Value]]] = {
     "Sub": _both(np.subtract, lambda a, b: a - b),
     "Mul": _both(np.multiply, lambda a, b: a * b),
     "Div": _both(_np_div, _div),
-    "Pow": _both(np.power, _pow),
+    "Pow": _pow_op,
     "Mod": _mod,
     "Max": _variadic(lambda a, b: a.maximum(b), np_fn=np.maximum),
     "Min": _variadic(lambda a, b: a.minimum(b), np_fn=np.minimum),
