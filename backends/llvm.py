@@ -915,6 +915,16 @@ class _Alu:
         fn = self.intrinsic(name, ty, len(args))
         return f.ins(f"call {ty} {fn}({', '.join(f'{ty} {a}' for a in args)})")
 
+    @staticmethod
+    def np_max(f: _Fn, ty: str, a: str, b: str) -> str:
+        """numpy's maximum of two floats: a NaN operand propagates, and otherwise `a > b ? a : b` (a tie, -0.0 and
+        0.0, gives b, as numpy does). The compare and select is one x86 max instruction; llvm.maximum, which orders
+        -0.0 below 0.0, expands to several more, and a max-reduction's chain waited on all of them."""
+        gt = f.ins(f"fcmp ogt {ty} {a}, {b}")
+        m = f.ins(f"select i1 {gt}, {ty} {a}, {ty} {b}")
+        nan = f.ins(f"fcmp uno {ty} {a}, {a}")
+        return f.ins(f"select i1 {nan}, {ty} {a}, {ty} {m}")
+
     def bf16_round(self, f: _Fn, x: str) -> str:
         self.kb.need_bf16 = True
         return f.ins(f"call float @bf16_round(float {x})")
@@ -957,7 +967,7 @@ class _Alu:
                 return f.ins(f"fadd {fm}{ty} {acc}, {x}")
             if op is Ops.MUL:
                 return f.ins(f"fmul {fm}{ty} {acc}, {x}")
-            return self.call(f, "maximum", ty, acc, x)
+            return self.np_max(f, ty, acc, x)
         if d.is_bool:
             return f.ins(f"{'and' if op is Ops.MUL else 'or'} i1 {acc}, {x}")
         if op is Ops.ADD:
@@ -1047,11 +1057,11 @@ class _Alu:
             ins = {Ops.ADD: "or", Ops.MUL: "and", Ops.MAX: "or", Ops.XOR: "xor", Ops.OR: "or", Ops.AND: "and"}[op]
             return f.ins(f"{ins} i1 {a}, {b}")
         if d.is_float:
-            if op is Ops.MAX:  # numpy's maximum propagates NaN
+            if op is Ops.MAX:
                 if d is dtypes.float16:
                     wa, wb = f.ins(f"fpext half {a} to float"), f.ins(f"fpext half {b} to float")
-                    return f.ins(f"fptrunc float {self.call(f, 'maximum', 'float', wa, wb)} to half")
-                return self.call(f, "maximum", ty, a, b)
+                    return f.ins(f"fptrunc float {self.np_max(f, 'float', wa, wb)} to half")
+                return self.np_max(f, ty, a, b)
             fins = {Ops.ADD: "fadd", Ops.MUL: "fmul", Ops.FDIV: "fdiv"}.get(op)
             if fins is None:
                 raise UnsupportedOp(at=op.name, why=f"{op.name} on {d.name}", suggestion="use integer operands")

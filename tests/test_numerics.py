@@ -62,6 +62,33 @@ def test_abs_clears_the_sign_bit(x: np.ndarray) -> None:
         np.testing.assert_array_equal(np.signbit(got), np.signbit(np.abs(x)))
 
 
+@settings(max_examples=20, deadline=None)
+@given(x=floats32(), y=floats32())
+def test_maximum_is_numpys_bit_for_bit(x: np.ndarray, y: np.ndarray) -> None:
+    """maximum propagates a NaN from either side, and of -0.0 and 0.0 gives the second, as numpy (LLVM's
+    llvm.maximum gave 0.0 for maximum(0.0, -0.0))."""
+    x = np.concatenate([np.array([0.0, -0.0, np.nan, 1.0], np.float32), x])  # the cases that differed, always
+    y = np.concatenate([np.array([-0.0, 0.0, 1.0, np.nan], np.float32), y])
+    a, b = Tensor.empty(x.size, name="a"), Tensor.empty(y.size, name="b")
+    want = np.maximum(x, y)
+    for got in _both(a.maximum(b), a=x, b=y):
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+
+
+@settings(max_examples=20, deadline=None)
+@given(x=floats32(n=24))
+def test_max_reduction_is_numpys(x: np.ndarray) -> None:
+    """A row max (the reduce's accumulator) with NaN, infinities and signed zeros among the values."""
+    a = Tensor.empty(4, 6, name="a")
+    xs = x.reshape(4, 6)
+    want = xs.max(-1)
+    for got in _both(a.max(-1), a=xs):
+        np.testing.assert_array_equal(got, want)
+        nonzero = want != 0  # which zero a row of -0.0 and 0.0 keeps depends on the order the reduction visits it
+        np.testing.assert_array_equal(np.signbit(got)[nonzero], np.signbit(want)[nonzero])
+
+
 def _ulps(got: np.ndarray, want: np.ndarray) -> np.ndarray:
     """Distance in float32 units in the last place (NaN against NaN: 0)."""
     g, w = got.astype(np.float32), want.astype(np.float32)
