@@ -118,10 +118,14 @@ def _compile(graph: Any, args: argparse.Namespace, inputs: Any = None) -> Any:
         if prog_line is not None:
             prog_line.close()
     report = getattr(program, "report", None)
-    if report is not None and report.limit_hit:
+    # said when a limit made the program worse (the report's `degraded`), or when a limit the user set stopped the
+    # search: not for the stages' own node budgets under default limits, which bound every search by design
+    asked = any(v is not None for v in _limits(args).values())
+    if report is not None and (report.degraded or (asked and report.limit_hit)):
+        why = "; ".join(report.degraded) or f"saturation stopped at its {report.stop_reason.replace('_', ' ')}"
         print(
-            f"W2001 LimitReached: saturation stopped at its {report.stop_reason.replace('_', ' ')}; the program is "
-            "the best found so far\n  suggestion: raise --node-limit / --iter-limit / --time-limit for a better one",
+            f"W2001 LimitReached: {why}; the program is the best found so far\n"
+            "  suggestion: raise --node-limit / --iter-limit / --time-limit (and optimize's search_time) for a better one",
             file=sys.stderr,
         )
     return program

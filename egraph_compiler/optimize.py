@@ -607,10 +607,12 @@ def _why_default_schedule(reason: str, nodes: int, deadline: float | None, every
 
 def _note_default_schedule(why: str, report: Report, progress: Callable[[IterationStats | str], None] | None) -> None:
     """Say (in the report and to `progress`) why the graph is built again as the default schedule."""
-    report.notes.append(
+    note = (
         f"{why}: every materialization candidate got its own buffer (the default schedule), and only values "
         "with one reader at the same index were fused"
     )
+    report.notes.append(note)
+    report.degraded.append(note)
     if progress is not None:
         progress(f"{why}: building the default schedule instead")
 
@@ -716,6 +718,7 @@ def _build(
     )
     fusion, schedules = fused.choice, fused.schedules
     report.notes += fused.notes
+    report.degraded += fused.degraded
 
     def assemble(choice: dict[int, ENode]) -> Program:
         dec = Decoder(view, lambda c: choice.get(c) or ex.node(c), reg, rkey=_range_key)

@@ -61,6 +61,8 @@ RECHECK = 0.3  # a trial the quick ranking rejects (or, on big kernels, keeps) b
 VERIFY_ABOVE_S = 1e-3  # kernels estimated above this whose quick win is narrow (below RECHECK) are ranked in full
 MAX_PAIRED = 6  # buffers of one kernel tried in pairs (when no single fusion pays)
 BATCH_ABOVE = 128  # with more buffers than this, single fusions are tried in doubling batches
+# the notes (below) that say a limit cut the search short
+CUT_SHORT = ("the fusion search stopped at its time budget", "the time limit was reached")
 CHOICES_KEPT = 4  # a trial asks for its program's choice and the current one's in turn: both are kept
 
 
@@ -161,6 +163,7 @@ class FusionResult:
     decisions: list[Decision] = field(default_factory=list)
     materialized: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    degraded: list[str] = field(default_factory=list)  # the notes that say a limit cut the search short
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -398,7 +401,9 @@ def choose_fusion(
     trials = _Trials(s, candidates, mat, kernels, costs, progress)
     if trials.search(pairs, lambda: time.perf_counter() - start > time_budget):
         notes.append(f"the fusion search stopped at its time budget ({time_budget:g} s); the best program found so far is used")
-    return _result(trials, baseline, deadline, notes)
+    result = _result(trials, baseline, deadline, notes)
+    result.degraded = [n for n in result.notes if n.startswith(CUT_SHORT)]
+    return result
 
 
 def _baseline(

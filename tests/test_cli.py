@@ -388,15 +388,40 @@ def test_report_writes_html_and_json(capsys: pytest.CaptureFixture[str], tmp_pat
     assert_diagnostic(rc, err, "E1006")
 
 
-def test_limit_warning(capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    ("degraded", "flags", "warned"),
+    [
+        ([], [], False),  # a stage stopping at its node budget under default limits: the search's normal bound
+        ([], ["--node-limit", "5000"], True),  # a limit the user set stopped the search
+        (["the fusion search stopped at its time budget (20 s)"], [], True),  # a limit made the program worse
+    ],
+)
+def test_limit_warning(
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    degraded: list[str],
+    flags: list[str],
+    warned: bool,
+) -> None:
     def limited(*a: Any, **k: Any) -> Program:
         p = small_program()
         p.report.stop_reason = "node_limit"
+        p.report.degraded = list(degraded)
         return p
 
     monkeypatch.setattr(cli, "_optimize_fn", lambda: limited)
-    rc, _, err = egc(capsys, "run", write_json(tmp_path, SMALL))
-    assert rc == 0 and "W2001 LimitReached" in err and "node limit" in err
+    rc, _, err = egc(capsys, "run", write_json(tmp_path, SMALL), *flags)
+    assert rc == 0 and ("W2001 LimitReached" in err) == warned
+    if warned:
+        assert (degraded[0] if degraded else "node limit") in err
+
+
+def test_the_readme_example_runs_without_a_limit_warning(capsys: pytest.CaptureFixture[str]) -> None:
+    """The README's first command: its kernel stage stops at its node budget, as most do, and a larger one gives the
+    same program; nothing there is worth a warning."""
+    rc, out, err = egc(capsys, "run", str(GEMM))
+    assert rc == 0 and "ran" in out and "W2001" not in err
 
 
 # ---- bench ------------------------------------------------------------------------------------------------------------

@@ -389,6 +389,7 @@ def test_past_the_time_limit_kernels_keep_the_extractions_loop_nest() -> None:
     t = ((x @ w).gelu() @ E(24, 8, name="v")).softmax(-1) + E(16, 8, name="r")
     prog = optimize(t, target="llvm", time_limit=1e-6)
     assert any("kernels were ranked: they keep the extraction's loop nest" in n for n in prog.report.notes), prog.report.notes
+    assert any("kernels were ranked" in n for n in prog.report.degraded), prog.report.degraded  # egc's W2001 says so
     assert all(s["candidates"] == 1 for s in prog.report.extra["schedules"])
     v = _inputs(t)
     np.testing.assert_allclose(prog(**v), evaluate(t.uop, v), rtol=1e-4, atol=1e-4)
@@ -511,6 +512,7 @@ def test_inline_alternatives_past_the_ceiling_give_the_default_schedule(monkeypa
     monkeypatch.setattr(egraph, "BASELINE_CEILING", 10_000)  # the full graph needs ~19k nodes, the barriers ~3k
     prog = optimize(t, target=target)
     assert any("default schedule" in n for n in prog.report.notes), prog.report.notes
+    assert any("default schedule" in n for n in prog.report.degraded), prog.report.degraded
     assert len(prog.kernels) >= len(materialization_candidates([t.uop]))
     v = _inputs(t)
     np.testing.assert_allclose(prog(**v), evaluate(t.uop, v), rtol=1e-4, atol=1e-4)

@@ -44,6 +44,10 @@ class Report:
     egraph_nodes: int = 0
     egraph_classes: int = 0
     notes: list[str] = field(default_factory=list)
+    # the notes that say a limit made the program worse than the search would have found without it (the default
+    # schedule instead of the fusion search, a search cut short, kernels left unranked); a stage stopping at its
+    # node budget is the search's normal bound and is not one
+    degraded: list[str] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)  # stage-specific sections (kernels, ...)
 
     # ---- derived ---------------------------------------------------------------------------------
@@ -90,6 +94,7 @@ class Report:
                 for r, m in self.rule_totals.items()
             ],
             "notes": self.notes,
+            "degraded": self.degraded,
             **{k: v for k, v in self.extra.items()},
         }
 
