@@ -116,6 +116,20 @@ def test_kernels_section_and_escaping() -> None:
     assert "This report has no e-graph snapshot" in page
 
 
+def test_a_degraded_program_says_why_and_a_bounded_one_does_not() -> None:
+    """The notes of `report.degraded` (a limit made the program worse) stand apart as a warning; a stage that stopped
+    at its node budget alone only reports its stop reason."""
+    prog = tiny_program()
+    plain = render_html(prog.report, title="bounded", program=prog)
+    assert "made this program worse" not in plain and "a limit was hit" in plain
+    cut = "the fusion search stopped at its time budget (20 s); the best program found so far is used"
+    prog.report.notes.append(cut)
+    prog.report.degraded.append(cut)
+    page = render_html(prog.report, title="degraded", program=prog)
+    assert "made this program worse" in page and f'<li class="warn">{cut}</li>' in page
+    assert f"<li>{cut}</li>" not in page  # not repeated among the other notes
+
+
 def test_empty_report_renders() -> None:
     page = render_html(Report(), title="empty")
     assert "No saturation iterations recorded" in page and "No kernels in this report" in page

@@ -238,10 +238,13 @@ def _stop_section(report: Report) -> str:
     if report.limit_hit:
         out.append(' <span class="warn">(a limit was hit: the result is the best program found so far)</span>')
     out.append("</p>")
+    if report.degraded:
+        out.append('<p class="warn">A limit made this program worse than the search would have found without it:</p>')
+        out.append("<ul>" + "".join(f'<li class="warn">{_e(n)}</li>' for n in report.degraded) + "</ul>")
     if report.limits:
         out.append(_table(["limit", "value"], [(k, v) for k, v in report.limits.items()], numeric=(1,)))
-    if report.notes:
-        out.append("<ul>" + "".join(f"<li>{_e(n)}</li>" for n in report.notes) + "</ul>")
+    if notes := [n for n in report.notes if n not in report.degraded]:
+        out.append("<ul>" + "".join(f"<li>{_e(n)}</li>" for n in notes) + "</ul>")
     return "".join(out)
 
 
