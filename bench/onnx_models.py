@@ -132,22 +132,19 @@ def mlp() -> tuple[Any, Any]:
     )
 
 
-class _LastHidden:
+def _last_hidden(model: Any, arg: str) -> Any:
     """A transformers model as a module of one tensor: the input ids (or pixels) in, the last hidden state out."""
+    from torch import nn
 
-    @staticmethod
-    def wrap(model: Any, arg: str) -> Any:
-        from torch import nn
+    class LastHidden(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
 
-        class Wrapped(nn.Module):
-            def __init__(self) -> None:
-                super().__init__()
-                self.model = model
+        def forward(self, x: Any) -> Any:
+            return self.model(**{arg: x}).last_hidden_state
 
-            def forward(self, x: Any) -> Any:
-                return self.model(**{arg: x}).last_hidden_state
-
-        return Wrapped()
+    return LastHidden()
 
 
 def hf_gpt2(layers: int = 2, t: int = 64, c: int = 256, heads: int = 4) -> tuple[Any, Any]:
@@ -164,7 +161,7 @@ def hf_gpt2(layers: int = 2, t: int = 64, c: int = 256, heads: int = 4) -> tuple
         eos_token_id=0,
         use_cache=False,
     )
-    return _LastHidden.wrap(GPT2Model(cfg), "input_ids"), torch.randint(0, 1000, (1, t))
+    return _last_hidden(GPT2Model(cfg), "input_ids"), torch.randint(0, 1000, (1, t))
 
 
 def hf_vit(layers: int = 2, image: int = 64, patch: int = 16, c: int = 192, heads: int = 3) -> tuple[Any, Any]:
@@ -179,7 +176,7 @@ def hf_vit(layers: int = 2, image: int = 64, patch: int = 16, c: int = 192, head
         image_size=image,
         patch_size=patch,
     )
-    return _LastHidden.wrap(ViTModel(cfg, add_pooling_layer=False), "pixel_values"), torch.randn(1, 3, image, image)
+    return _last_hidden(ViTModel(cfg, add_pooling_layer=False), "pixel_values"), torch.randn(1, 3, image, image)
 
 
 MODELS: dict[str, Callable[[], tuple[Any, Any]]] = {
@@ -207,7 +204,7 @@ def tinygrad_runner(path: str, x: np.ndarray) -> Callable[[], np.ndarray] | str:
     return lambda: step(xt).numpy()
 
 
-def export(name: str, net: Any, x: Any, path: str, exporter: str) -> None:
+def export(net: Any, x: Any, path: str, exporter: str) -> None:
     import torch
 
     with torch.no_grad():
@@ -244,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
             net, x = MODELS[name]()
             net.eval()
             path = str(Path(d) / f"{name}.onnx")
-            export(name, net, x, path, args.exporter)
+            export(net, x, path, args.exporter)
             xv = x.numpy()
             sess = onnxruntime.InferenceSession(path)
             want = sess.run(None, {"x": xv})[0]

@@ -61,8 +61,6 @@ RECHECK = 0.3  # a trial the quick ranking rejects (or, on big kernels, keeps) b
 VERIFY_ABOVE_S = 1e-3  # kernels estimated above this whose quick win is narrow (below RECHECK) are ranked in full
 MAX_PAIRED = 6  # buffers of one kernel tried in pairs (when no single fusion pays)
 BATCH_ABOVE = 128  # with more buffers than this, single fusions are tried in doubling batches
-# the notes (below) that say a limit cut the search short
-CUT_SHORT = ("the fusion search stopped at its time budget", "the time limit was reached")
 CHOICES_KEPT = 4  # a trial asks for its program's choice and the current one's in turn: both are kept
 
 
@@ -399,11 +397,12 @@ def choose_fusion(
     if deadline is not None:
         time_budget = min(time_budget, max(0.0, deadline - start))
     trials = _Trials(s, candidates, mat, kernels, costs, progress)
+    degraded: list[str] = []  # the notes that say a limit cut the search short
     if trials.search(pairs, lambda: time.perf_counter() - start > time_budget):
-        notes.append(f"the fusion search stopped at its time budget ({time_budget:g} s); the best program found so far is used")
-    result = _result(trials, baseline, deadline, notes)
-    result.degraded = [n for n in result.notes if n.startswith(CUT_SHORT)]
-    return result
+        degraded.append(
+            f"the fusion search stopped at its time budget ({time_budget:g} s); the best program found so far is used"
+        )
+    return _result(trials, baseline, deadline, notes, degraded)
 
 
 def _baseline(
@@ -563,7 +562,7 @@ class _Trials:
         )
 
 
-def _result(trials: _Trials, baseline: float, deadline: float | None, notes: list[str]) -> FusionResult:
+def _result(trials: _Trials, baseline: float, deadline: float | None, notes: list[str], degraded: list[str]) -> FusionResult:
     """The kept program with its kernels ranked in full (unless the caller's time is up): a full ranking contains
     every quick one's candidates' region and is kept only where it is no worse, so the chosen estimate stays
     below the baseline's. Buffers never tried are recorded as materialized."""
@@ -577,9 +576,9 @@ def _result(trials: _Trials, baseline: float, deadline: float | None, notes: lis
         for k in kernels
     }
     if past:
-        notes.append("the time limit was reached: kernels ranked quickly in the fusion search keep that ranking")
+        degraded.append("the time limit was reached: kernels ranked quickly in the fusion search keep that ranking")
     if unranked := s.unranked & set(kernels):
-        notes.append(
+        degraded.append(
             f"the time limit was reached before {len(unranked)} of {len(kernels)} kernels were ranked: they keep the "
             "extraction's loop nest (no schedule search)"
         )
@@ -590,7 +589,14 @@ def _result(trials: _Trials, baseline: float, deadline: float | None, notes: lis
         if b in s.offers and b not in decisions and trials.live(b):
             decisions[b] = Decision(b, candidates[b][0], candidates[b][1], False, math.nan)
     return FusionResult(
-        choice, scheds, baseline, chosen, list(decisions.values()), sorted(b for b in mat if trials.live(b)), notes
+        choice,
+        scheds,
+        baseline,
+        chosen,
+        list(decisions.values()),
+        sorted(b for b in mat if trials.live(b)),
+        notes + degraded,
+        degraded,
     )
 
 
