@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -20,11 +20,62 @@ class NodeCost(Protocol):
     def node_cost(self, n: ENode, view: EGraphView) -> float: ...
 
 
+class Dag:
+    """The classes of a chosen sub-DAG, each with the cost of its chosen node: disjoint layers, the first ones shared
+    with the largest child's DAG (not copied), merged into one once there are MAX_LAYERS of them. A deep chain
+    copies its DAG every MAX_LAYERS levels instead of at every level (copying was quadratic in depth)."""
+
+    __slots__ = ("layers", "size")
+
+    def __init__(self, layers: tuple[dict[int, float], ...]) -> None:
+        if len(layers) > MAX_LAYERS:
+            merged: dict[int, float] = {}
+            for layer in layers:
+                merged.update(layer)
+            layers = (merged,)
+        self.layers = layers
+        self.size = sum(map(len, layers))
+
+    def __contains__(self, c: int) -> bool:
+        for layer in self.layers:  # noqa: SIM110 (a hot path: a loop, not any() over a generator)
+            if c in layer:
+                return True
+        return False
+
+    def __len__(self) -> int:
+        return self.size
+
+    def items(self) -> Iterator[tuple[int, float]]:
+        for layer in self.layers:
+            yield from layer.items()
+
+    def missing_from(self, other: Dag) -> dict[int, float]:
+        """The entries whose class `other` does not hold (a layer the two share holds none). Each difference walks
+        the smaller side in C: the set left over, checked against each of the other's layers."""
+        shared = {id(layer) for layer in other.layers}
+        out: dict[int, float] = {}
+        for layer in self.layers:
+            if id(layer) in shared:
+                continue
+            keys = set(layer)
+            for o in other.layers:
+                keys = keys.difference(o)
+                if not keys:
+                    break
+            for x in keys:
+                out[x] = layer[x]
+        return out
+
+
+MAX_LAYERS = 8
+EMPTY = Dag(())
+
+
 @dataclass
 class Choice:
     node: ENode
     cost: float  # total cost of the sub-DAG
-    dag: dict[int, float]  # e-class -> cost of its chosen node, for every class in the sub-DAG
+    dag: Dag  # e-class -> cost of its chosen node, for every class in the sub-DAG
 
 
 @dataclass
@@ -45,7 +96,7 @@ class Extraction:
     def dag_cost(self, roots: Iterable[int]) -> float:
         merged: dict[int, float] = {}
         for r in roots:
-            merged.update(self.best[r].dag)
+            merged.update(self.best[r].dag.items())
         return sum(merged.values())
 
 
@@ -59,15 +110,16 @@ def extract(view: EGraphView, model: NodeCost, max_visits: int = 200) -> Extract
     `max_visits` bounds the evaluations per class (a guard: choices only change while costs drop)."""
     best: dict[int, Choice] = {}
     own_cost = {id(n): model.node_cost(n, view) for ns in view.nodes.values() for n in ns}
-    kids_of, parents = _edges(view)
+    kids_of, parents = view.kids, view.parents
     # the nodes each class can choose (most are unextractable helpers: skipped once here, not on every visit)
     options = {
         c: [(n, kids, own_cost[id(n)]) for n, kids in zip(nodes, kids_of[c]) if own_cost[id(n)] != math.inf]
         for c, nodes in view.nodes.items()
     }
     kernels = {c for c, nodes in view.nodes.items() if any(n.fn == "SINK" for n in nodes)}
-    queue = deque(view.nodes)
+    queue = deque(c for c in view.children_first if options[c])  # a class with no options never gets a choice
     queued = set(queue)
+    queued.update(c for c, opts in options.items() if not opts)  # ... so it is never queued
     budget = max_visits * max(1, len(view.nodes))
     while queue and budget > 0:
         budget -= 1
@@ -79,18 +131,6 @@ def extract(view: EGraphView, model: NodeCost, max_visits: int = 200) -> Extract
                     queued.add(p)
                     queue.append(p)
     return Extraction(view, best)
-
-
-def _edges(view: EGraphView) -> tuple[dict[int, list[list[int]]], dict[int, set[int]]]:
-    """Each class's nodes' children (in node order), and each class's parents: the classes with a node over it."""
-    kids_of: dict[int, list[list[int]]] = {}
-    parents: dict[int, set[int]] = {}
-    for c, nodes in view.nodes.items():
-        kids_of[c] = [view.children(n) for n in nodes]
-        for kids in kids_of[c]:
-            for k in kids:
-                parents.setdefault(k, set()).add(c)
-    return kids_of, parents
 
 
 def _choose(c: int, options: list[tuple[ENode, list[int], float]], best: dict[int, Choice], kernels: set[int]) -> bool:
@@ -111,31 +151,25 @@ def _choose(c: int, options: list[tuple[ENode, list[int], float]], best: dict[in
             or (abs(total - cur.cost) <= 1e-12 and cur.node is not n and (size, _key(n)) < (len(cur.dag), _key(cur.node)))
         )
         if better:  # the union is built only for a better choice
-            dag = dict(base)
-            dag.update(extra)
-            dag[c] = nc
-            cur = Choice(n, total, dag)
+            extra[c] = nc
+            cur = Choice(n, total, Dag((*base.layers, extra)))
             best[c] = cur
             changed = True
     return changed
 
 
-def _children_dag(
-    kids: list[int], best: dict[int, Choice], kernels: set[int]
-) -> tuple[float, dict[int, float], dict[int, float]]:
+def _children_dag(kids: list[int], best: dict[int, Choice], kernels: set[int]) -> tuple[float, Dag, dict[int, float]]:
     """The cost of the children's DAG, as the largest child's DAG (`base`, shared, not copied) plus what the
     others add to it (`extra`): small into large, so a deep chain does not copy its whole DAG per candidate.
     Another kernel is one entry at its whole cost: what it computes is not shared with its readers."""
     inner = [k for k in kids if k not in kernels]
     big = (inner[0] if len(inner) == 1 else max(inner, key=lambda k: len(best[k].dag))) if inner else None
-    base = best[big].dag if big is not None else {}
+    base = best[big].dag if big is not None else EMPTY
     extra: dict[int, float] = {}
     for k in kids:
         if k in kernels:
             if k not in base:
                 extra[k] = best[k].cost
         elif k != big:
-            dag = best[k].dag
-            for x in dag.keys() - base.keys():
-                extra[x] = dag[x]
+            extra.update(best[k].dag.missing_from(base))
     return (best[big].cost if big is not None else 0.0) + sum(extra.values()), base, extra

@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass, field
 
 from egraph_compiler.egraph.schema import EGG_TO_OP
-from egraph_compiler.egraph.view import ClassRef, EGraphView, ENode, children_first
+from egraph_compiler.egraph.view import EGraphView, ENode
 from egraph_compiler.extract.cost import OP_COSTS
 from egraph_compiler.ir.dtypes import to_dtype
 from egraph_compiler.ir.ops import OP_TABLE, Category, Ops
@@ -86,17 +86,14 @@ def footprints(
 
     bound_by: dict[int, frozenset[int]] = {}
     kids_of: dict[int, list[list[int] | None]] = {}
-    parents: dict[int, set[int]] = {}
+    parents = view.parents
     for c, ns in view.nodes.items():
         kids_of[c] = []
-        for n in ns:
+        for n, children in zip(ns, view.kids[c]):
             if n.fn in ("REDUCE", "END"):
                 bound_by[id(n)] = frozenset(ulist(view, n.args[-1].id)[1:])
-            children = [a.id for a in n.args if isinstance(a, ClassRef)]
             kids_of[c].append(None if c in children or n.fn in unextractable else children)
-            for k in children:
-                parents.setdefault(k, set()).add(c)
-    order = children_first(view)
+    order = view.children_first
     dirty = set(order)
     for _ in range(max_passes):
         changed = False

@@ -51,31 +51,47 @@ class EGraphView:
     def children(self, n: ENode) -> list[int]:
         return [a.id for a in n.args if isinstance(a, ClassRef)]
 
+    @cached_property
+    def kids(self) -> dict[int, list[list[int]]]:
+        """Each class's nodes' children, in node order (the bottom-up analyses share them)."""
+        return {c: [[a.id for a in n.args if type(a) is ClassRef] for n in ns] for c, ns in self.nodes.items()}
+
+    @cached_property
+    def parents(self) -> dict[int, set[int]]:
+        """Each class's parents: the classes with a node over it."""
+        out: dict[int, set[int]] = {}
+        for c, per_node in self.kids.items():
+            for kids in per_node:
+                for k in kids:
+                    out.setdefault(k, set()).add(c)
+        return out
+
+    @cached_property
+    def children_first(self) -> list[int]:
+        """Every class, each after the classes its nodes point to (a depth-first post-order; on a cycle, the
+        class met first goes last): the order in which bottom-up analyses settle with the fewest re-evaluations."""
+        below = {c: [k for kids in per_node for k in kids] for c, per_node in self.kids.items()}
+        out: list[int] = []
+        seen: set[int] = set()
+        for root in self.nodes:
+            if root in seen:
+                continue
+            seen.add(root)
+            stack = [(root, iter(below[root]))]
+            while stack:
+                c, todo = stack[-1]
+                for k in todo:
+                    if k not in seen and k in below:
+                        seen.add(k)
+                        stack.append((k, iter(below[k])))
+                        break
+                else:
+                    stack.pop()
+                    out.append(c)
+        return out
+
     def lookup(self, fn: str, *key: Any) -> Any:
         return self.functions.get(fn, {}).get(tuple(key))
-
-
-def children_first(view: EGraphView) -> list[int]:
-    """Every class, each after the classes its nodes point to (a depth-first post-order; on a cycle, the class
-    met first goes last): the order in which bottom-up analyses settle with the fewest re-evaluations."""
-    out: list[int] = []
-    seen: set[int] = set()
-    for root in view.nodes:
-        if root in seen:
-            continue
-        seen.add(root)
-        stack = [(root, iter([k for n in view.nodes[root] for k in view.children(n)]))]
-        while stack:
-            c, kids = stack[-1]
-            for k in kids:
-                if k not in seen and k in view.nodes:
-                    seen.add(k)
-                    stack.append((k, iter([x for n in view.nodes[k] for x in view.children(n)])))
-                    break
-            else:
-                stack.pop()
-                out.append(c)
-    return out
 
 
 def build_view(eg: bindings.EGraph, constructors: Iterable[str], functions: Iterable[str] = ()) -> EGraphView:

@@ -16,7 +16,7 @@ import numpy as np
 from egraph_compiler.ir.diagnostics import DTypeError
 
 
-@dataclass(frozen=True, eq=True)
+@dataclass(frozen=True, eq=False)  # one instance per name (see __reduce__): identity is equality, hashed in C
 class DType:
     name: str
     itemsize: int

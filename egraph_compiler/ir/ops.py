@@ -107,6 +107,9 @@ class Ops(Enum):
     def __repr__(self) -> str:
         return f"Ops.{self.name}"
 
+    # members are singletons compared by identity: hashed in C, not by name in Python (kernel keys hash many)
+    __hash__ = object.__hash__
+
 
 class Category(Enum):
     SOURCE = auto()
@@ -138,6 +141,8 @@ class AxisType(Enum):
 
     def __repr__(self) -> str:
         return f"AxisType.{self.name}"
+
+    __hash__ = object.__hash__  # as Ops'
 
 
 class ArgKind(Enum):

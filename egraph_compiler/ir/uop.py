@@ -457,17 +457,22 @@ def toposort(roots: Iterable[UOp], sources: Callable[[UOp], tuple[UOp, ...]] | N
     """Nodes reachable from roots, sources before users; `sources` picks the edges to follow (default: all)."""
     order: list[UOp] = []
     seen: set[int] = set()
-    stack: list[tuple[UOp, bool]] = [(r, False) for r in reversed(list(roots))]
-    while stack:
-        u, expanded = stack.pop()
-        if expanded:
-            order.append(u)
+    edges = (lambda u: u.src) if sources is None else sources
+    for root in roots:  # a depth-first post-order, each node's sources in their order
+        if id(root) in seen:
             continue
-        if id(u) in seen:
-            continue
-        seen.add(id(u))
-        stack.append((u, True))
-        stack.extend((s, False) for s in reversed(u.src if sources is None else sources(u)) if id(s) not in seen)
+        seen.add(id(root))
+        stack = [(root, iter(edges(root)))]
+        while stack:
+            u, todo = stack[-1]
+            for s in todo:
+                if id(s) not in seen:
+                    seen.add(id(s))
+                    stack.append((s, iter(edges(s))))
+                    break
+            else:
+                stack.pop()
+                order.append(u)
     return order
 
 
