@@ -105,9 +105,10 @@ def _key(n: ENode) -> tuple[str, str]:
 
 
 def extract(view: EGraphView, model: NodeCost, max_visits: int = 200) -> Extraction:
-    """A worklist to a fixed point: a class is evaluated again only when a child's choice changed (the others
-    would choose the same), in first-in first-out order, so deep programs converge without whole passes.
-    `max_visits` bounds the evaluations per class (a guard: choices only change while costs drop)."""
+    """A worklist to a fixed point: a class is evaluated first once one of its nodes has a choice for every child,
+    and again only when a child's choice changed (the others would choose the same), in first-in first-out
+    order, so deep programs converge without whole passes. `max_visits` bounds the evaluations per class (a
+    guard: choices only change while costs drop)."""
     best: dict[int, Choice] = {}
     own_cost = {id(n): model.node_cost(n, view) for ns in view.nodes.values() for n in ns}
     kids_of, parents = view.kids, view.parents
@@ -117,17 +118,36 @@ def extract(view: EGraphView, model: NodeCost, max_visits: int = 200) -> Extract
         for c, nodes in view.nodes.items()
     }
     kernels = {c for c, nodes in view.nodes.items() if any(n.fn == "SINK" for n in nodes)}
-    queue = deque(c for c in view.children_first if options[c])  # a class with no options never gets a choice
+    # a class is evaluated only once one of its options has a choice for every child (`ready`): `missing` counts
+    # each option's children without one, `waiting` lists the options each class is a missing child of
+    ready: set[int] = set()
+    missing: list[int] = []
+    waiting: dict[int, list[tuple[int, int]]] = {}
+    for c, opts in options.items():
+        for _, kids, _cost in opts:
+            distinct = set(kids)
+            if not distinct:
+                ready.add(c)
+                continue
+            for k in distinct:
+                waiting.setdefault(k, []).append((c, len(missing)))
+            missing.append(len(distinct))
+    queue = deque(c for c in view.children_first if c in ready)
     queued = set(queue)
-    queued.update(c for c, opts in options.items() if not opts)  # ... so it is never queued
     budget = max_visits * max(1, len(view.nodes))
     while queue and budget > 0:
         budget -= 1
         c = queue.popleft()
         queued.discard(c)
+        first = c not in best
         if _choose(c, options[c], best, kernels):
+            if first:
+                for p, i in waiting.get(c, ()):
+                    missing[i] -= 1
+                    if missing[i] == 0:
+                        ready.add(p)
             for p in parents.get(c, ()):
-                if p not in queued:
+                if p in ready and p not in queued:
                     queued.add(p)
                     queue.append(p)
     return Extraction(view, best)
