@@ -73,6 +73,7 @@ class UOp:
     dtype: DType
     src: tuple[UOp, ...]
     arg: Any
+    arg_key: Any
 
     def __new__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None) -> UOp:
         src = tuple(src)
@@ -99,6 +100,7 @@ class UOp:
         object.__setattr__(self, "dtype", dtype)
         object.__setattr__(self, "src", src)
         object.__setattr__(self, "arg", arg)
+        object.__setattr__(self, "arg_key", key[3])  # arg_key(arg), kept: structural keys of kernels ask for it
         nbytes = math.prod(self.shape) * max(1, dtype.itemsize)  # computing the shape validates it (a diagnostic)
         if nbytes > MAX_BYTES:
             raise InvalidSize(

@@ -36,7 +36,7 @@ from egraph_compiler.ir.diagnostics import InvalidArgument, MissingInput, OutOfM
 from egraph_compiler.ir.dtypes import DType, bf16_from_bits, bf16_round, compute_np, dtypes
 from egraph_compiler.ir.interpret import coerce_input
 from egraph_compiler.ir.ops import OP_TABLE, Ops
-from egraph_compiler.ir.uop import UOp, arg_key
+from egraph_compiler.ir.uop import UOp
 from egraph_compiler.kernel.analysis import value_nodes
 from egraph_compiler.kernel.memory_plan import ALIGN, ArenaPlan, lifetimes, plan
 
@@ -712,9 +712,9 @@ def canonical_kernel(kernel: UOp) -> tuple[tuple[Any, ...], ...]:
     names: dict[object, int] = {}
     rows: list[tuple[Any, ...]] = []
     for u in kernel.toposort():
-        arg = u.arg
-        if u.op in (Ops.BUFFER, Ops.RANGE):
-            arg = (names.setdefault((u.op, arg[0]), len(names)), *arg[1:])
-        rows.append((u.op, u.dtype, arg_key(arg), tuple(pos[s] for s in u.src)))
+        key = u.arg_key
+        if u.op in (Ops.BUFFER, Ops.RANGE):  # arg_key maps a tuple element by element
+            key = (names.setdefault((u.op, u.arg[0]), len(names)), *key[1:])
+        rows.append((u.op, u.dtype, key, tuple(pos[s] for s in u.src)))
         pos[u] = len(rows) - 1
     return tuple(rows)
