@@ -8,12 +8,11 @@ is paid twice). Iterates to a fixed point; cycles are never chosen.
 from __future__ import annotations
 
 import math
-from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
-from egraph_compiler.egraph.view import EGraphView, ENode
+from egraph_compiler.egraph.view import EGraphView, ENode, settle
 
 
 class NodeCost(Protocol):
@@ -105,51 +104,20 @@ def _key(n: ENode) -> tuple[str, str]:
 
 
 def extract(view: EGraphView, model: NodeCost, max_visits: int = 200) -> Extraction:
-    """A worklist to a fixed point: a class is evaluated first once one of its nodes has a choice for every child,
-    and again only when a child's choice changed (the others would choose the same), in first-in first-out
-    order, so deep programs converge without whole passes. `max_visits` bounds the evaluations per class (a
-    guard: choices only change while costs drop)."""
+    """Each class's node of the cheapest DAG, to a fixed point (`settle`: a class is evaluated once a node of it
+    has a choice for every child, and again when a child's choice changed). `max_visits` bounds the evaluations
+    per class (a guard: choices only change while costs drop)."""
     best: dict[int, Choice] = {}
     own_cost = {id(n): model.node_cost(n, view) for ns in view.nodes.values() for n in ns}
-    kids_of, parents = view.kids, view.parents
+    kids_of = view.kids
     # the nodes each class can choose (most are unextractable helpers: skipped once here, not on every visit)
     options = {
         c: [(n, kids, own_cost[id(n)]) for n, kids in zip(nodes, kids_of[c]) if own_cost[id(n)] != math.inf]
         for c, nodes in view.nodes.items()
     }
     kernels = {c for c, nodes in view.nodes.items() if any(n.fn == "SINK" for n in nodes)}
-    # a class is evaluated only once one of its options has a choice for every child (`ready`): `missing` counts
-    # each option's children without one, `waiting` lists the options each class is a missing child of
-    ready: set[int] = set()
-    missing: list[int] = []
-    waiting: dict[int, list[tuple[int, int]]] = {}
-    for c, opts in options.items():
-        for _, kids, _cost in opts:
-            distinct = set(kids)
-            if not distinct:
-                ready.add(c)
-                continue
-            for k in distinct:
-                waiting.setdefault(k, []).append((c, len(missing)))
-            missing.append(len(distinct))
-    queue = deque(c for c in view.children_first if c in ready)
-    queued = set(queue)
-    budget = max_visits * max(1, len(view.nodes))
-    while queue and budget > 0:
-        budget -= 1
-        c = queue.popleft()
-        queued.discard(c)
-        first = c not in best
-        if _choose(c, options[c], best, kernels):
-            if first:
-                for p, i in waiting.get(c, ()):
-                    missing[i] -= 1
-                    if missing[i] == 0:
-                        ready.add(p)
-            for p in parents.get(c, ()):
-                if p in ready and p not in queued:
-                    queued.add(p)
-                    queue.append(p)
+    usable = {c: [kids for _, kids, _ in opts] for c, opts in options.items()}
+    settle(view, usable, lambda c: _choose(c, options[c], best, kernels), max_visits)
     return Extraction(view, best)
 
 

@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass, field
 
 from egraph_compiler.egraph.schema import EGG_TO_OP
-from egraph_compiler.egraph.view import EGraphView, ENode
+from egraph_compiler.egraph.view import EGraphView, ENode, settle
 from egraph_compiler.extract.cost import OP_COSTS
 from egraph_compiler.ir.dtypes import to_dtype
 from egraph_compiler.ir.ops import OP_TABLE, Category, Ops
@@ -69,13 +69,12 @@ def range_bounds(view: EGraphView) -> dict[int, int]:
 
 
 def footprints(
-    view: EGraphView, bounds: dict[int, int], unextractable: set[str] | frozenset[str] = frozenset(), max_passes: int = 64
+    view: EGraphView, bounds: dict[int, int], unextractable: set[str] | frozenset[str] = frozenset(), max_visits: int = 64
 ) -> dict[int, Footprint]:
-    """Free ranges of every class (smallest trip product over its extractable nodes), to a fixed point. A node
-    that contains its own class (`r + 0` in a RANGE's class) can never be extracted and says nothing about the
-    class's ranges, and neither does an unextractable helper: both are skipped. Each pass visits the classes
-    children first and re-evaluates only those a child of which changed (the others would give the same
-    answer), so a change travels up a deep program within one pass."""
+    """Free ranges of every class (smallest trip product over its extractable nodes), to a fixed point (`settle`:
+    a class is evaluated once a node of it has a footprint for every child, and again when a child's changed). A
+    node that contains its own class (`r + 0` in a RANGE's class) can never be extracted and says nothing about
+    the class's ranges, and neither does an unextractable helper: both are skipped."""
     fp: dict[int, Footprint] = {}
     trips: dict[Footprint, int] = {}
 
@@ -84,40 +83,37 @@ def footprints(
             trips[f] = math.prod(bounds.get(r, 1) for r in f)
         return trips[f]
 
+    binds: dict[int, frozenset[int]] = {}  # range-list class -> the ranges it binds
     bound_by: dict[int, frozenset[int]] = {}
     kids_of: dict[int, list[list[int] | None]] = {}
-    parents = view.parents
     for c, ns in view.nodes.items():
         kids_of[c] = []
         for n, children in zip(ns, view.kids[c]):
-            if n.fn in ("REDUCE", "END"):
-                bound_by[id(n)] = frozenset(ulist(view, n.args[-1].id)[1:])
+            if n.fn in ("REDUCE", "END"):  # many binders share one list of ranges
+                ranges = n.args[-1].id
+                if ranges not in binds:
+                    binds[ranges] = frozenset(ulist(view, ranges)[1:])
+                bound_by[id(n)] = binds[ranges]
             kids_of[c].append(None if c in children or n.fn in unextractable else children)
-    order = view.children_first
-    dirty = set(order)
-    for _ in range(max_passes):
-        changed = False
-        for c in order:
-            if c not in dirty:
+
+    def evaluate(c: int) -> bool:
+        best = fp.get(c)
+        for n, kids in zip(view.nodes[c], kids_of[c]):
+            if kids is None or any(k not in fp for k in kids):
                 continue
-            dirty.discard(c)
-            best = fp.get(c)
-            for n, kids in zip(view.nodes[c], kids_of[c]):
-                if kids is None or any(k not in fp for k in kids):
-                    continue
-                ff = fp[kids[0]].union(*(fp[k] for k in kids[1:])) if kids else EMPTY
-                if n.fn == "RANGE":
-                    ff |= {c}
-                if (bound := bound_by.get(id(n))) is not None:
-                    ff -= bound
-                if best is None or trip(ff) < trip(best) or (trip(ff) == trip(best) and len(ff) < len(best)):
-                    best = ff
-            if best is not None and fp.get(c) != best:
-                fp[c] = best
-                changed = True
-                dirty |= parents.get(c, set())
-        if not changed:
-            break
+            ff = fp[kids[0]].union(*(fp[k] for k in kids[1:])) if kids else EMPTY
+            if n.fn == "RANGE":
+                ff |= {c}
+            if (bound := bound_by.get(id(n))) is not None:
+                ff -= bound
+            if best is None or trip(ff) < trip(best) or (trip(ff) == trip(best) and len(ff) < len(best)):
+                best = ff
+        if best is None or fp.get(c) == best:
+            return False
+        fp[c] = best
+        return True
+
+    settle(view, {c: [k for k in per_node if k is not None] for c, per_node in kids_of.items()}, evaluate, max_visits)
     return fp
 
 

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from egraph_compiler import Tensor
 from egraph_compiler.egraph.report import Report
 from egraph_compiler.egraph.session import Limits
-from egraph_compiler.egraph.view import ClassRef, EGraphView, ENode
+from egraph_compiler.egraph.view import ClassRef, EGraphView, ENode, settle
 from egraph_compiler.extract.kernel_cost import KernelCost, footprints
 from egraph_compiler.extract.schedule import CostModel
 from egraph_compiler.ir.diagnostics import EstimateWarning
@@ -142,6 +142,31 @@ def test_footprints_reach_the_top_of_a_deep_program() -> None:
     fp = footprints(view, {rng: 7})
     assert all(fp[c] == frozenset({rng}) for c in range(depth + 1))
     assert fp[leaf] == frozenset()
+
+
+def test_settle_evaluates_a_class_once_a_node_is_ready_and_again_when_a_child_changes() -> None:
+    """A cycle (b = f(c) or g(a), c = h(b)) listed before its leaf: b is first evaluated once g(a) is ready, c once
+    b has a value, b again when c changed; the shortest-path lengths come out as from a fixed point."""
+    a, b, c = 0, 1, 2
+    view = EGraphView()
+    view.nodes[b] = [ENode("F", (ClassRef(c),), b, "U"), ENode("G", (ClassRef(a),), b, "U")]
+    view.nodes[c] = [ENode("H", (ClassRef(b),), c, "U")]
+    view.nodes[a] = [ENode("I", (), a, "U")]
+    depth: dict[int, int] = {}
+    visits: list[int] = []
+
+    def evaluate(x: int) -> bool:
+        visits.append(x)
+        options = [1 + max((depth[k] for k in kids), default=-1) for kids in view.kids[x] if all(k in depth for k in kids)]
+        if not options or depth.get(x) == min(options):
+            return False
+        depth[x] = min(options)
+        return True
+
+    settle(view, view.kids, evaluate, max_visits=8)
+    assert depth == {a: 0, b: 1, c: 2}
+    assert visits[0] == a and visits.count(a) == 1  # nothing is evaluated before one of its nodes is ready
+    assert visits.count(b) == 2 and visits.count(c) == 1  # b again after c changed; its choice stayed
 
 
 def test_reduce_class_fusion_changes_the_decoded_program() -> None:

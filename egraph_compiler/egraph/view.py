@@ -7,7 +7,8 @@ the extractor chooses between) from analysis functions (lo/hi, ...).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -92,6 +93,49 @@ class EGraphView:
 
     def lookup(self, fn: str, *key: Any) -> Any:
         return self.functions.get(fn, {}).get(tuple(key))
+
+
+def settle(
+    view: EGraphView, usable: Mapping[int, Sequence[Sequence[int]]], evaluate: Callable[[int], bool], max_visits: int
+) -> None:
+    """Run a bottom-up analysis over the view's classes to a fixed point. `usable[c]`: the children of each of c's
+    nodes the analysis may use; `evaluate(c)`: compute c's value again from its children's, True when it changed.
+    A class is evaluated first once one of its usable nodes has a value for every child (counted per node), and
+    again only when a child's value changed, first in first out from the children-first order: deep programs
+    and their cycles settle without whole passes. `max_visits` bounds the evaluations per class (a guard)."""
+    ready: set[int] = set()
+    missing: list[int] = []  # per usable node with children: how many of them have no value yet
+    waiting: dict[int, list[tuple[int, int]]] = {}  # class -> (parent, node index) of the nodes waiting on it
+    for c, nodes in usable.items():
+        for kids in nodes:
+            distinct = set(kids)
+            if not distinct:
+                ready.add(c)
+                continue
+            for k in distinct:
+                waiting.setdefault(k, []).append((c, len(missing)))
+            missing.append(len(distinct))
+    settled: set[int] = set()
+    parents = view.parents
+    queue = deque(c for c in view.children_first if c in ready)
+    queued = set(queue)
+    budget = max_visits * max(1, len(view.nodes))
+    while queue and budget > 0:
+        budget -= 1
+        c = queue.popleft()
+        queued.discard(c)
+        if not evaluate(c):
+            continue
+        if c not in settled:
+            settled.add(c)
+            for p, i in waiting.get(c, ()):
+                missing[i] -= 1
+                if missing[i] == 0:
+                    ready.add(p)
+        for p in parents.get(c, ()):
+            if p in ready and p not in queued:
+                queued.add(p)
+                queue.append(p)
 
 
 def build_view(eg: bindings.EGraph, constructors: Iterable[str], functions: Iterable[str] = ()) -> EGraphView:
