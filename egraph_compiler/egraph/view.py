@@ -108,12 +108,16 @@ def settle(
     waiting: dict[int, list[tuple[int, int]]] = {}  # class -> (parent, node index) of the nodes waiting on it
     for c, nodes in usable.items():
         for kids in nodes:
-            distinct = set(kids)
-            if not distinct:
+            if not kids:
                 ready.add(c)
                 continue
+            distinct = kids if len(kids) == 1 else set(kids)
+            entry = (c, len(missing))
             for k in distinct:
-                waiting.setdefault(k, []).append((c, len(missing)))
+                if k in waiting:
+                    waiting[k].append(entry)
+                else:
+                    waiting[k] = [entry]
             missing.append(len(distinct))
     settled: set[int] = set()
     parents = view.parents
