@@ -21,7 +21,7 @@ class NodeCost(Protocol):
 
 class Dag:
     """The classes of a chosen sub-DAG, each with the cost of its chosen node: disjoint layers, the first ones shared
-    with the largest child's DAG (not copied), merged into one once there are MAX_LAYERS of them. A deep chain
+    with the largest child's DAG (not copied), merged into one past MAX_LAYERS of them. A deep chain
     copies its DAG every MAX_LAYERS levels instead of at every level (copying was quadratic in depth)."""
 
     __slots__ = ("layers", "size")
