@@ -13,9 +13,12 @@ are memoized, so the schedule candidates of a kernel (the same expressions
 with ranges bound differently) share the work.
 
 Most of these terms are a div or mod of an affine sum of ranges whose
-remainder part provably stays within one multiple of the divisor (a split
-range recombined, `(32*jo + ji) // 32` with ji < 32, or a packed operand's
-view). `fold_affine_divmod` settles those directly, from the terms'
+remainder part (every coefficient taken modulo the divisor) provably stays
+within one multiple of the divisor (a split range recombined,
+`(32*jo + ji) // 32` with ji < 32, a packed operand's view, a convolution's
+window index `(10*r + i) % 9` with r + i < 9). `strip_identities` first drops
+the `+ 0`, `* 1` and `// 1` a limit leaves around them, then
+`fold_affine_divmod` settles those directly, from the terms'
 bounds, and only what it leaves with a div or mod of more than a bare range
 or variable (`j // 32` is as simple as it gets) goes to the e-graph: each
 e-graph costs ~0.1 s, and every schedule candidate brings new expressions.
@@ -74,11 +77,12 @@ def _affine_bounds(a: Affine) -> tuple[int, int]:
 
 
 def _divmod_affine(a: Affine, d: int, op: Ops) -> Affine | None:
-    """a // d or a % d (d > 0, a never negative) as an affine sum, when the terms that d does not divide stay
-    within one multiple of d; else None."""
+    """a // d or a % d (d > 0, a never negative) as an affine sum, when what is left of a once every coefficient
+    is taken modulo d (a = d * whole + rest, whatever the signs) stays within one multiple of d; else None
+    (`(10*r + i) % 9` is `r + i` where r + i < 9: a convolution's window index)."""
     terms, c = a
-    whole = {x: k // d for x, k in terms.items() if k % d == 0}
-    rest: Affine = ({x: k for x, k in terms.items() if k % d}, c % d)
+    whole = {x: k // d for x, k in terms.items() if k // d}
+    rest: Affine = ({x: k % d for x, k in terms.items() if k % d}, c % d)
     lo, hi = _affine_bounds(rest)
     if lo // d != hi // d:
         return None
@@ -171,6 +175,37 @@ def _fold(u: UOp) -> tuple[UOp, dict[UOp, Affine]]:
     return new[u], aff
 
 
+def _zero(u: UOp) -> bool:
+    return u.op is Ops.CONST and type(u.arg) is int and u.arg == 0
+
+
+def _one(u: UOp) -> bool:
+    return u.op is Ops.CONST and type(u.arg) is int and u.arg == 1
+
+
+def strip_identities(u: UOp) -> UOp:
+    """Integer index math without its `x + 0`, `x * 1`, `x * 0` and `x // 1`: what a limit leaves in a kernel's
+    indices is full of them, and each one multiplies what the symbolic rules' e-graph has to rewrite (ResNet-18's
+    conv indices grew 15k-50k-node e-graphs)."""
+    new: dict[UOp, UOp] = {}
+    for x in u.toposort():
+        src = tuple(new[s] for s in x.src)
+        if x.op is Ops.ADD and _zero(src[0]):
+            y = src[1]
+        elif x.op is Ops.ADD and _zero(src[1]):
+            y = src[0]
+        elif x.op is Ops.MUL and (_zero(src[0]) or _zero(src[1])):
+            y = UOp.const(0, x.dtype)
+        elif x.op is Ops.MUL and _one(src[0]):
+            y = src[1]
+        elif x.op in (Ops.MUL, Ops.IDIV) and _one(src[1]):
+            y = src[0]
+        else:
+            y = x if src == x.src else UOp(x.op, x.dtype, src, x.arg)
+        new[x] = y if y.dtype is x.dtype else x if src == x.src else UOp(x.op, x.dtype, src, x.arg)
+    return new[u]
+
+
 def _rename_ranges(u: UOp, prefix: str = "late") -> tuple[UOp, dict[UOp, UOp]]:
     """u with its RANGEs named prefix0, prefix1, ... by first appearance (same bounds and kinds), and the map back."""
     ranges = [x for x in u.toposort() if x.op is Ops.RANGE]
@@ -195,14 +230,14 @@ class LateSimplifier:
         late = self.deadline is not None and time.perf_counter() > self.deadline
         for u in exprs:
             if u not in self.memo:
-                folded = fold_affine_divmod(u)
+                folded = fold_affine_divmod(strip_identities(u))
                 if not late and any(x.op in NEEDS_WORK and x.src[0].op not in LEAVES for x in folded.toposort()):
                     hard.append(u)
                 else:
                     self.memo[u] = folded if folded.dtype is u.dtype else u
         # the same index math over other ranges (a model's repeated layers, a kernel's candidates over one range
         # another e-class named) is simplified once: ranges renamed by first appearance
-        renamed = [_rename_ranges(u) for u in hard]
+        renamed = [_rename_ranges(strip_identities(u)) for u in hard]
         todo = list(dict.fromkeys(c for c, _ in renamed if c not in self.canonical))
         # one e-graph for all of them (every schedule candidate brings some, so they stop sooner than simplify()),
         # each over ranges of its own, as the kernel had them: ranges shared between expressions make their
