@@ -578,3 +578,24 @@ def test_conv2d_takes_tinygrads_positional_order() -> None:
 def test_squeeze_of_all_ones_is_zero_dimensional_as_in_numpy() -> None:
     check(run(Tensor(np.full((1, 1), 5.0, np.float32)).squeeze()), np.full((1, 1), 5.0).squeeze(), dtype=np.float32)
     check(run(Tensor(np.ones((1, 3, 1), np.int32)).squeeze()), np.ones((1, 3, 1)).squeeze(), dtype=np.int32)
+
+
+@pytest.mark.parametrize("dt", [np.int8, np.uint8, np.int16, np.bool_])
+def test_small_integer_matmul_sums_in_int32_and_keeps_the_operands_dtype(dt: Any) -> None:
+    """int8 @ int8 is int8, as in numpy and tinygrad: the products are summed in int32 and the sum cast back (each
+    element here wraps: 100 * 100 * 8 is not an int8); `dot(w, dtype=...)` keeps the accumulator's dtype, as
+    tinygrad's does (its products still in the operands' dtype)."""
+    rng = np.random.default_rng(0)
+    if dt is np.bool_:
+        x, y = rng.random((5, 8)) < 0.5, rng.random((8, 3)) < 0.5
+    else:
+        info = np.iinfo(dt)
+        x = rng.integers(info.min, info.max, (5, 8), endpoint=True).astype(dt)
+        y = rng.integers(info.min, info.max, (8, 3), endpoint=True).astype(dt)
+        x[0], y[:, 0] = 100 % (int(info.max) + 1), 100 % (int(info.max) + 1)
+    check(run(Tensor(x) @ Tensor(y)), x @ y, dtype=dt)
+    if dt is not np.bool_:
+        wide = (x[:, :, None] * y[None]).astype(np.int32).sum(1)  # numpy's products wrap in dt too
+        check(run(Tensor(x).dot(Tensor(y), dtype="int32")), wide, dtype=np.int32)
+    tinygrad = pytest.importorskip("tinygrad")
+    check(run(Tensor(x) @ Tensor(y)), (tinygrad.Tensor(x) @ tinygrad.Tensor(y)).numpy(), dtype=dt)

@@ -1218,11 +1218,13 @@ class Tensor(TensorNN, TensorMath, TensorSelect):
 
     # ---- matmul --------------------------------------------------------------------------------
 
-    def dot(self, w: Tensor) -> Tensor:
-        return self.matmul(w)
+    def dot(self, w: Tensor, dtype: DType | str | None = None) -> Tensor:
+        return self.matmul(w, dtype=dtype)
 
-    def matmul(self, x: Tensor, reverse: builtins.bool = False) -> Tensor:
-        """The spec's gemm composition: (A.reshape(M,K,1) * B.reshape(1,K,N)).sum(K axis), with batching."""
+    def matmul(self, x: Tensor, reverse: builtins.bool = False, dtype: DType | str | None = None) -> Tensor:
+        """The spec's gemm composition: (A.reshape(M,K,1) * B.reshape(1,K,N)).sum(K axis), with batching. As in
+        tinygrad, the products are summed in their accumulator dtype (int32 for small integers, float32 for
+        halves) and the result has the operands' dtype (int8 @ int8 is int8, as in numpy), or `dtype`."""
         y = x if isinstance(x, Tensor) else self._to_tensor(x, "matmul")
         a, b = (y, self) if _flag(reverse) else (self, y)
         if a.ndim == 0 or b.ndim == 0:
@@ -1237,7 +1239,9 @@ class Tensor(TensorNN, TensorMath, TensorSelect):
             )
         m, k, n = a2.shape[-2], a2.shape[-1], b2.shape[-1]
         prod = a2.reshape(*a2.shape[:-2], m, k, 1) * b2.reshape(*b2.shape[:-2], 1, k, n)
-        out = prod.sum(-2)
+        out = prod.sum(-2, dtype=dtype)
+        if dtype is None and out.dtype is not prod.dtype:
+            out = out.cast(prod.dtype)
         if a.ndim == 1:
             out = out.squeeze(-2)
         if b.ndim == 1:
