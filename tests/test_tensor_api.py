@@ -597,5 +597,12 @@ def test_small_integer_matmul_sums_in_int32_and_keeps_the_operands_dtype(dt: Any
     if dt is not np.bool_:
         wide = (x[:, :, None] * y[None]).astype(np.int32).sum(1)  # numpy's products wrap in dt too
         check(run(Tensor(x).dot(Tensor(y), dtype="int32")), wide, dtype=np.int32)
+
+
+@pytest.mark.parametrize("dt", [np.int8, np.uint8, np.bool_])
+def test_small_integer_matmul_is_tinygrads(dt: Any) -> None:
     tinygrad = pytest.importorskip("tinygrad")
+    rng = np.random.default_rng(1)
+    x = (rng.random((5, 8)) < 0.5) if dt is np.bool_ else rng.integers(0, 120, (5, 8)).astype(dt)
+    y = (rng.random((8, 3)) < 0.5) if dt is np.bool_ else rng.integers(0, 120, (8, 3)).astype(dt)
     check(run(Tensor(x) @ Tensor(y)), (tinygrad.Tensor(x) @ tinygrad.Tensor(y)).numpy(), dtype=dt)
