@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable
 
 from egraph_compiler.egraph.session import EGraphSession
+from egraph_compiler.ir.dtypes import DType
 from egraph_compiler.ir.ops import OP_TABLE, Ops
 from egraph_compiler.ir.uop import UOp
 from egraph_compiler.simplify import simplify_all
@@ -190,20 +191,20 @@ def strip_identities(u: UOp) -> UOp:
     new: dict[UOp, UOp] = {}
     for x in u.toposort():
         src = tuple(new[s] for s in x.src)
-        if x.op is Ops.ADD and _zero(src[0]):
-            y = src[1]
-        elif x.op is Ops.ADD and _zero(src[1]):
-            y = src[0]
-        elif x.op is Ops.MUL and (_zero(src[0]) or _zero(src[1])):
-            y = UOp.const(0, x.dtype)
-        elif x.op is Ops.MUL and _one(src[0]):
-            y = src[1]
-        elif x.op in (Ops.MUL, Ops.IDIV) and _one(src[1]):
-            y = src[0]
-        else:
-            y = x if src == x.src else UOp(x.op, x.dtype, src, x.arg)
-        new[x] = y if y.dtype is x.dtype else x if src == x.src else UOp(x.op, x.dtype, src, x.arg)
+        same = _identity(x.op, src, x.dtype)
+        new[x] = same if same is not None and same.dtype is x.dtype else x if src == x.src else UOp(x.op, x.dtype, src, x.arg)
     return new[u]
+
+
+def _identity(op: Ops, src: tuple[UOp, ...], dtype: DType) -> UOp | None:
+    """What `op` over `src` equals when it adds 0, multiplies by 1 or 0, or divides by 1; else None."""
+    if op is Ops.ADD:
+        return src[1] if _zero(src[0]) else src[0] if _zero(src[1]) else None
+    if op is Ops.MUL and (_zero(src[0]) or _zero(src[1])):
+        return UOp.const(0, dtype)
+    if op is Ops.MUL and _one(src[0]):
+        return src[1]
+    return src[0] if op in (Ops.MUL, Ops.IDIV) and _one(src[1]) else None
 
 
 def _rename_ranges(u: UOp, prefix: str = "late") -> tuple[UOp, dict[UOp, UOp]]:
@@ -226,18 +227,19 @@ class LateSimplifier:
 
     def __call__(self, ast: UOp) -> UOp:
         exprs = self.index_math.maximal_exprs(ast)
-        hard: list[UOp] = []
+        hard: list[tuple[UOp, UOp]] = []  # (expression, without its identities) for the e-graph
         late = self.deadline is not None and time.perf_counter() > self.deadline
         for u in exprs:
             if u not in self.memo:
-                folded = fold_affine_divmod(strip_identities(u))
+                stripped = strip_identities(u)
+                folded = fold_affine_divmod(stripped)
                 if not late and any(x.op in NEEDS_WORK and x.src[0].op not in LEAVES for x in folded.toposort()):
-                    hard.append(u)
+                    hard.append((u, stripped))
                 else:
                     self.memo[u] = folded if folded.dtype is u.dtype else u
         # the same index math over other ranges (a model's repeated layers, a kernel's candidates over one range
         # another e-class named) is simplified once: ranges renamed by first appearance
-        renamed = [_rename_ranges(strip_identities(u)) for u in hard]
+        renamed = [_rename_ranges(stripped) for _, stripped in hard]
         todo = list(dict.fromkeys(c for c, _ in renamed if c not in self.canonical))
         # one e-graph for all of them (every schedule candidate brings some, so they stop sooner than simplify()),
         # each over ranges of its own, as the kernel had them: ranges shared between expressions make their
@@ -246,7 +248,7 @@ class LateSimplifier:
         done = simplify_all([a for a, _ in apart], self.session, patience=LATE_PATIENCE) if todo else []
         for c, (_, back), r in zip(todo, apart, done):
             self.canonical[c] = r.result.substitute(back) if r.result.dtype is c.dtype else c
-        for u, (c, back) in zip(hard, renamed):
+        for (u, _), (c, back) in zip(hard, renamed):
             self.memo[u] = self.canonical[c].substitute(back) if self.canonical[c] is not c else u
         mapping = {u: self.memo[u] for u in exprs if self.memo[u] is not u}
         return ast.substitute(mapping) if mapping else ast

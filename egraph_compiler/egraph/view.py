@@ -55,7 +55,7 @@ class EGraphView:
     @cached_property
     def kids(self) -> dict[int, list[list[int]]]:
         """Each class's nodes' children, in node order (the bottom-up analyses share them)."""
-        return {c: [[a.id for a in n.args if type(a) is ClassRef] for n in ns] for c, ns in self.nodes.items()}
+        return {c: [self.children(n) for n in ns] for c, ns in self.nodes.items()}
 
     @cached_property
     def parents(self) -> dict[int, set[int]]:
