@@ -19,7 +19,9 @@ within one multiple of the divisor (a split range recombined,
 window index `(10*r + i) % 9` with r + i < 9). `strip_identities` first drops
 the `+ 0`, `* 1` and `// 1` a limit leaves around them, then
 `fold_affine_divmod` settles those directly, from the terms'
-bounds, and only what it leaves with a div or mod of more than a bare range
+bounds (where the remainder part spans several multiples, the whole
+multiples still come out: `(64*h + i + 1536) // 32` is `2*h + 48 + i // 32`),
+and only what it leaves with a div or mod of more than a bare range
 or variable (`j // 32` is as simple as it gets) goes to the e-graph: each
 e-graph costs ~0.1 s, and every schedule candidate brings new expressions.
 """
@@ -77,18 +79,23 @@ def _affine_bounds(a: Affine) -> tuple[int, int]:
     return lo, hi
 
 
-def _divmod_affine(a: Affine, d: int, op: Ops) -> Affine | None:
-    """a // d or a % d (d > 0, a never negative) as an affine sum, when what is left of a once every coefficient
-    is taken modulo d (a = d * whole + rest, whatever the signs) stays within one multiple of d; else None
-    (`(10*r + i) % 9` is `r + i` where r + i < 9: a convolution's window index)."""
+def _divmod_affine(a: Affine, d: int, op: Ops, like: UOp) -> Affine | None:
+    """a // d or a % d (d > 0, a never negative) as an affine sum: a = d * whole + rest once every coefficient is
+    taken modulo d (whatever the signs). Where rest stays within one multiple of d, that is all (`(10*r + i) % 9`
+    is `r + i` where r + i < 9: a convolution's window index); where it spans more and is never negative, the
+    multiples come out and rest keeps the div or mod (`(64*h + i + 1536) // 32` is `2*h + 48 + i // 32`: a head's
+    column in a fused QKV matrix); None where nothing comes out."""
     terms, c = a
     whole = {x: k // d for x, k in terms.items() if k // d}
     rest: Affine = ({x: k % d for x, k in terms.items() if k % d}, c % d)
     lo, hi = _affine_bounds(rest)
-    if lo // d != hi // d:
+    if lo // d == hi // d:
+        q = lo // d
+        return (whole, c // d + q) if op is Ops.IDIV else (rest[0], rest[1] - q * d)
+    if lo < 0 or min(terms.values(), default=0) < 0 or not (whole or c >= d):
         return None
-    q = lo // d
-    return (whole, c // d + q) if op is Ops.IDIV else (rest[0], rest[1] - q * d)
+    left = UOp(op, like.dtype, (_build_affine(rest, like), UOp.const(d, like.dtype)))
+    return ({**whole, left: 1}, c // d) if op is Ops.IDIV else ({left: 1}, 0)
 
 
 def _build_affine(a: Affine, like: UOp) -> UOp:
@@ -168,7 +175,7 @@ def _fold(u: UOp) -> tuple[UOp, dict[UOp, Affine]]:
             and type(y.src[1].arg) is int
             and y.src[1].arg > 0
             and _affine_bounds(of(y.src[0]))[0] >= 0
-            and (r := _divmod_affine(of(y.src[0]), y.src[1].arg, y.op)) is not None
+            and (r := _divmod_affine(of(y.src[0]), y.src[1].arg, y.op, y)) is not None
         ):
             y = _build_affine(r, y)
             aff[y] = r

@@ -333,3 +333,25 @@ def test_the_late_simplifier_simplifies_index_math_over_other_ranges_once(monkey
         outs.append(out)
     assert len(calls) == 1, calls
     assert not any(x.op is Ops.MOD for x in outs[0].toposort()), outs[0].render()
+
+
+def test_the_late_simplifier_takes_whole_multiples_out_of_a_straddling_div_without_an_egraph(monkeypatch: Any) -> None:
+    """A head's column in a fused QKV matrix, `(((64*h + i) % 768 + 1536) // 32) % 72` (h < 12, i < 64), spans two
+    multiples of 32, so no single-multiple fold settles it; the multiples come out (`2*h + 48 + i // 32`), the
+    `% 768` and `% 72` fall to the bounds, and only a div/mod of a bare range is left: no e-graph (GPT-2's late
+    simplification built two, ~0.5 s)."""
+    from egraph_compiler import late_simplify
+    from egraph_compiler.late_simplify import LateSimplifier
+
+    calls: list[object] = []
+    monkeypatch.setattr(late_simplify, "simplify_all", lambda us, *a, **k: calls.append(us) or [])
+    h, i, r = UOp.variable("h", 0, 11), UOp.variable("i", 0, 63), UOp.variable("r", 0, 23)
+    col = (h * 64 + i) % 768 + 1536
+    u = ((col // 32) % 72) * 24576 + (r * 32 + col % 32)
+    out = LateSimplifier()(u)
+    assert not calls
+    assert all(x.src[0].op is Ops.DEFINE_VAR for x in out.toposort() if x.op in (Ops.IDIV, Ops.MOD)), out.render()
+    f = evaluator(out)
+    for a, b, c in itertools.product(range(12), range(64), (0, 7, 23)):
+        v = (64 * a + b) % 768 + 1536
+        assert f({"h": a, "i": b, "r": c}) == ((v // 32) % 72) * 24576 + c * 32 + v % 32
