@@ -462,10 +462,13 @@ class _Lines:
     levels ask the same questions): the load's contiguous span (the ranges whose strides abut or overlap the span
     of the smaller ones, from stride 1) in whole lines, times the other ranges' bounds; at most the whole buffer."""
 
-    def __init__(self, w: _Walk, bound: dict[UOp, int]) -> None:
-        self.w, self.bound = w, bound
+    def __init__(self, w: _Walk, bound: dict[UOp, int], loads: list[tuple[UOp, tuple[UOp, ...], int]]) -> None:
+        self.w, self.bound, self.loads = w, bound, loads
         self.memo: dict[tuple[UOp, frozenset[UOp]], float] = {}
         self.strides: dict[UOp, dict[UOp, int | None]] = {}
+        self.unrolled: dict[UOp, frozenset[UOp]] = {}  # a load's unrolled ranges
+        self.within: dict[tuple[UOp, tuple[UOp, ...], int], float] = {}
+        self.foot: dict[tuple[UOp, ...], float] = {}
 
     def size(self, r: UOp) -> int:
         return self.bound.get(r, trip_count(r))
@@ -479,6 +482,23 @@ class _Lines:
                 r: None if lin is None or (st := stride(lin, r)) is None else abs(st) for r in self.w.deps(load)
             }
         return self.strides[load]
+
+    def inside(self, load: UOp, loops: tuple[UOp, ...], level: int) -> float:
+        """Lines one run of the loops from `level` in (and every unrolled copy) touches through the load."""
+        key = (load, loops, level)
+        if key not in self.within:
+            if load not in self.unrolled:
+                self.unrolled[load] = frozenset(r for r in self.w.deps(load) if _unrolled(r))
+            self.within[key] = self(load, frozenset(loops[level:]) | self.unrolled[load])
+        return self.within[key]
+
+    def footprint(self, prefix: tuple[UOp, ...]) -> float:
+        """Bytes every load inside the loops `prefix` touches in one run of what is inside them (the same for
+        every cache level)."""
+        if prefix not in self.foot:
+            n = len(prefix)
+            self.foot[prefix] = LINE * sum(self.inside(y, ly, n) for y, ly, dy in self.loads if ly[:n] == prefix and dy >= n)
+        return self.foot[prefix]
 
     def __call__(self, load: UOp, inside: frozenset[UOp]) -> float:
         key = (load, inside)
@@ -508,34 +528,22 @@ class _Lines:
         return out
 
 
-def _misses(w: _Walk, loads: list[tuple[UOp, tuple[UOp, ...], int]], capacity: float, lines: _Lines) -> float:
-    """Lines the loads of one loop nest item miss in a cache of `capacity` bytes (the reuse-distance model in the
-    module docstring), one core's share when `lines.bound` narrows the parallel loop."""
-    foot: dict[tuple[UOp, ...], float] = {}
-
-    def inside(loops: tuple[UOp, ...], level: int, d: frozenset[UOp]) -> frozenset[UOp]:
-        return frozenset(loops[level:]) | frozenset(r for r in d if _unrolled(r))
-
-    def footprint(prefix: tuple[UOp, ...]) -> float:
-        """Bytes every load inside the loops `prefix` touches in one run of what is inside them."""
-        if prefix not in foot:
-            n = len(prefix)
-            foot[prefix] = LINE * sum(lines(y, inside(ly, n, w.deps(y))) for y, ly, dy in loads if ly[:n] == prefix and dy >= n)
-        return foot[prefix]
-
+def _misses(capacity: float, lines: _Lines) -> float:
+    """Lines the loads of one loop nest item (`lines.loads`) miss in a cache of `capacity` bytes (the reuse-distance
+    model in the module docstring), one core's share when `lines.bound` narrows the parallel loop."""
     total = 0.0
-    for x, lx, d in loads:
-        deps = w.deps(x)
-        misses = lines(x, inside(lx, d, deps))
+    for x, lx, d in lines.loads:
+        deps = lines.w.deps(x)
+        misses = lines.inside(x, lx, d)
         for level in range(d - 1, -1, -1):
             r = lx[level]
-            if footprint(lx[:level]) <= capacity:
-                misses = lines(x, inside(lx, level, deps))
+            if lines.footprint(lx[:level]) <= capacity:
+                misses = lines.inside(x, lx, level)
             elif r in deps:
                 st = lines.stride_of(x).get(r)
                 share = 1.0 if st is None else min(1.0, st * max(1, x.dtype.itemsize) / LINE)
                 misses = max(misses, misses * lines.size(r) * share)
-            elif footprint(lx[: level + 1]) > capacity:
+            elif lines.footprint(lx[: level + 1]) > capacity:
                 misses *= lines.size(r)
         total += misses
     return total
@@ -613,9 +621,9 @@ def estimate(kernel: UOp, m: CPUMachine | None = None) -> KernelEstimate:
         busy = max(w.cycles + w.loop_cycles - before, w.load_cycles - before_loads) + w.stalls - before_stalls
         est.compute_s += busy / (m.ghz * 1e9 * par)
         share = {split: -(-trip_count(split) // par)} if split is not None else {}  # one core's slice
-        lines = _Lines(w, share)
-        l1 = _misses(w, w.loads[first:], m.l1_bytes * CACHE_FILL[1], lines) + (w.conflicts - before_conflicts) / par
-        l2 = _misses(w, w.loads[first:], m.l2_bytes * CACHE_FILL[2], lines)
+        lines = _Lines(w, share, w.loads[first:])
+        l1 = _misses(m.l1_bytes * CACHE_FILL[1], lines) + (w.conflicts - before_conflicts) / par
+        l2 = _misses(m.l2_bytes * CACHE_FILL[2], lines)
         est.l1_misses += l1
         est.l2_misses += l2
         cache_s += max(l1 * LINE / (m.l2_bytes_per_cycle * m.ghz * 1e9), l2 * LINE / (m.mem_gbps * 1e9))

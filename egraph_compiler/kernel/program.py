@@ -599,6 +599,7 @@ def ranges_in(u: UOp) -> frozenset[UOp]:
     return frozenset(x for x in u.toposort() if x.op is Ops.RANGE)
 
 
+@lru_cache(maxsize=1 << 16)  # the estimate, the backend and the cache model ask about each index again and again
 def stride(idx: UOp, r: UOp) -> int | None:
     """Coefficient of range r in an index, over one run of r (0 if absent, None if r enters non-linearly). A
     MOD or IDIV by a constant whose run of r never crosses a multiple of it (a packed panel's `j % 32` with j
