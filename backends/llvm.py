@@ -97,7 +97,7 @@ from typing import Any
 import llvmlite.binding as llvm
 import numpy as np
 
-from egraph_compiler.backends import cpu_pool
+from egraph_compiler.backends import compile_workers, cpu_pool, llvm_pipeline
 from egraph_compiler.ir.diagnostics import BackendError, InvalidArgument, UnsupportedOp
 from egraph_compiler.ir.dtypes import DType, bf16_round, dtypes
 from egraph_compiler.ir.floordiv import DivFacts, floor_divide
@@ -1288,25 +1288,16 @@ class _Module:
 
 _LOCK = threading.RLock()
 _TM: dict[CPUTarget, Any] = {}
-CACHE_STATS = {"compiles": 0, "hits": 0, "disk_hits": 0}
+CACHE_STATS = {"compiles": 0, "hits": 0, "disk_hits": 0, "worker_compiles": 0}
+SPEED_LEVEL = llvm_pipeline.SPEED_LEVEL  # part of the disk cache's key: other passes, other machine code
 
 
 def _new_target_machine(cpu: CPUTarget) -> Any:
-    llvm.initialize_native_target()
-    llvm.initialize_native_asmprinter()
-    target = llvm.Target.from_default_triple()
-    return target.create_target_machine(cpu=cpu.name, features=_features(cpu), opt=3, codemodel="jitdefault", jit=True)
-
-
-# Loads whose copies sit apart along a vector's lanes (a stride-2 convolution's input) stay scalar loads and
-# inserts: LLVM's vgatherqps for them, with its shuffles, ran the kernel 2x slower on Zen 4 (1.3 vs 2.45 ms), and
-# the CPU estimate prices those copies as scalar loads
-NO_GATHER = "+prefer-no-gather"
+    return llvm_pipeline.new_target_machine(cpu.name, cpu.features)
 
 
 def _features(cpu: CPUTarget) -> str:
-    """The LLVM feature string: the CPU's own (empty for a named CPU: LLVM derives them) and NO_GATHER."""
-    return ",".join(f for f in (cpu.features, NO_GATHER) if f)
+    return llvm_pipeline.features(cpu.features)
 
 
 def _target_machine(cpu: CPUTarget) -> Any:
@@ -1315,11 +1306,6 @@ def _target_machine(cpu: CPUTarget) -> Any:
         if cpu not in _TM:
             _TM[cpu] = _new_target_machine(cpu)
         return _TM[cpu]
-
-
-# The O1 pipeline with the loop and SLP vectorizers and unrolling on: kernels run as fast as at O3 (the schedule
-# already unrolled what pays), and compiling takes 20% (GEMM) to 50% (attention) less time.
-SPEED_LEVEL = 1
 
 
 def optimize_ir(ir: str, cpu: CPUTarget | None = None) -> Any:
@@ -1334,12 +1320,7 @@ def optimize_ir(ir: str, cpu: CPUTarget | None = None) -> Any:
             why=f"the rendered IR does not verify: {e}",
             suggestion="this is a renderer bug; LLVMBackend.render shows the IR",
         ) from e
-    pto = llvm.create_pipeline_tuning_options(speed_level=SPEED_LEVEL)
-    pto.loop_vectorization = True
-    pto.slp_vectorization = True
-    pto.loop_unrolling = True
-    pb = llvm.create_pass_builder(tm, pto)
-    pb.getModulePassManager().run(mod, pb)
+    llvm_pipeline.optimize_module(mod, tm)
     return mod
 
 
@@ -1352,6 +1333,10 @@ class _Native:
     optimized_ir: str
 
 
+def _cache_key(ir: str, cpu: CPUTarget) -> str:
+    return hashlib.sha256(f"{cpu.name}|{cpu.features}|{ir}".encode()).hexdigest()
+
+
 def _jit(
     ir: str,
     signatures: list[tuple[str, int]],
@@ -1359,11 +1344,13 @@ def _jit(
     cpu: CPUTarget,
     protos: dict[str, Any] | None = None,
     persist: bool = False,
+    built: tuple[bytes, str] | None = None,
 ) -> _Native:
     """Compile IR (cached by its text and the CPU): functions named in `signatures` take n_bufs pointers, start,
     end and that many more pointers; `protos` gives other functions their ctypes prototype. `persist`: the
-    machine code is also kept in, and read from, the disk cache (kernels; never code with addresses in it)."""
-    key = hashlib.sha256(f"{cpu.name}|{cpu.features}|{ir}".encode()).hexdigest()
+    machine code is also kept in, and read from, the disk cache (kernels; never code with addresses in it).
+    `built`: the IR's object code and optimized IR, compiled already by a compile worker."""
+    key = _cache_key(ir, cpu)
     with _LOCK:
         hit = _CACHE.get(key)
         if hit is not None:
@@ -1371,13 +1358,15 @@ def _jit(
             CACHE_STATS["hits"] += 1
             return hit
         stored_key = disk_cache.key("llvm-object", key, SPEED_LEVEL) if persist and disk_cache.enabled() else None
-        stored = disk_cache.load("objects", stored_key) if stored_key is not None else None
-        if isinstance(stored, dict):  # machine code from an earlier process: no LLVM optimization or codegen
+        stored = disk_cache.load("objects", stored_key) if stored_key is not None and built is None else None
+        if isinstance(stored, dict) or built is not None:  # machine code made elsewhere: no optimization, no codegen
+            obj, optimized = (stored["object"], stored["ir"]) if isinstance(stored, dict) else built  # type: ignore[misc]
             engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), _new_target_machine(cpu))
-            engine.add_object_file(llvm.ObjectFileRef.from_data(stored["object"]))
+            engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
             engine.finalize_object()
-            optimized = stored["ir"]
-            CACHE_STATS["disk_hits"] += 1
+            CACHE_STATS["disk_hits" if isinstance(stored, dict) else "worker_compiles"] += 1
+            if built is not None and stored_key is not None:
+                disk_cache.store("objects", stored_key, {"object": obj, "ir": optimized})
         else:
             mod = optimize_ir(ir, cpu)
             engine = llvm.create_mcjit_compiler(mod, _new_target_machine(cpu))  # the engine owns (and frees) its TM
@@ -1400,9 +1389,20 @@ def _jit(
         _CACHE[key] = native
         while len(_CACHE) > MAX_CACHED_MODULES:  # an evicted engine lives on while a program still holds it
             _CACHE.popitem(last=False)
-        if not isinstance(stored, dict):
+        if stored is None:
             CACHE_STATS["compiles"] += 1
         return native
+
+
+def _compiled_already(ir: str, cpu: CPUTarget, persist: bool) -> bool:
+    """Is the IR's machine code in the module cache, or (persist) in the disk cache?"""
+    key = _cache_key(ir, cpu)
+    with _LOCK:
+        if key in _CACHE:
+            return True
+    if not (persist and disk_cache.enabled()):
+        return False
+    return isinstance(disk_cache.load("objects", disk_cache.key("llvm-object", key, SPEED_LEVEL)), dict)
 
 
 _CACHE: OrderedDict[str, _Native] = OrderedDict()  # least recently used first
@@ -1632,8 +1632,23 @@ class LLVMBackend(HostBuffers):
         return _target_machine(self.cpu).emit_assembly(optimize_ir(m.ir, self.cpu))
 
     def compile(self, kernel: Kernel, program: Program | None = None) -> LLVMCompiled:
-        m = self._module(kernel)
-        native = _jit(m.ir, m.signatures, len(m.buffers), self.cpu, persist=True)
+        return self._compiled(kernel, self._module(kernel), program)
+
+    def compile_all(self, kernels: list[Kernel], program: Program | None = None) -> list[LLVMCompiled]:
+        """Every kernel of a program compiled, the largest modules by compile workers (backends/compile_workers.py)
+        while this process compiles the others: the same machine code as `compile`, kernel by kernel."""
+        mods = [self._module(k) for k in kernels]
+        todo = {i: m.ir for i, m in enumerate(mods) if not _compiled_already(m.ir, self.cpu, persist=True)}
+        batch = compile_workers.Batch(todo, self.cpu.name, self.cpu.features)
+        out: dict[int, LLVMCompiled] = {}
+        for i in [i for i in range(len(kernels)) if i not in batch.theirs] + batch.theirs:
+            out[i] = self._compiled(kernels[i], mods[i], program, batch.result(i))
+        return [out[i] for i in range(len(kernels))]
+
+    def _compiled(
+        self, kernel: Kernel, m: _Module, program: Program | None, built: tuple[bytes, str] | None = None
+    ) -> LLVMCompiled:
+        native = _jit(m.ir, m.signatures, len(m.buffers), self.cpu, persist=True, built=built)
         checks = [(b.arg[0], _np_storage(b.dtype), math.prod(b.arg[1])) for b in m.buffers]
         if program is not None:  # the program's spec is the authority on a buffer's dtype
             checks = [(n, self.storage_np(program.buffers[n].dtype) if n in program.buffers else dt, s) for n, dt, s in checks]

@@ -128,7 +128,8 @@ CompiledKernel = Callable[[dict[str, Any]], None]
 class Backend(Protocol):
     """What a target provides (every Program runs on one). Host backends hold buffers as numpy arrays. Optional:
     `runner(program, compiled)` (run every kernel in one call), `storage_np(dtype)` (the numpy storage of a
-    dtype), `holds(value)` / `put_device` / `get_device` (arrays already on the device), `synchronize()`."""
+    dtype), `holds(value)` / `put_device` / `get_device` (arrays already on the device), `synchronize()`,
+    `compile_all(kernels, program)` (every kernel at once, for a backend that compiles them side by side)."""
 
     name: str
 
@@ -252,7 +253,8 @@ class Program:
 
     def compile(self) -> list[CompiledKernel]:
         if self._compiled is None:
-            self._compiled = [self.backend.compile(k, self) for k in self.kernels]
+            every = getattr(self.backend, "compile_all", None)  # a backend that compiles kernels side by side
+            self._compiled = every(self.kernels, self) if every else [self.backend.compile(k, self) for k in self.kernels]
         return self._compiled
 
     def __call__(self, *, out: Any = None, **inputs: Any) -> Any:
