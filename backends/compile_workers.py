@@ -1,10 +1,10 @@
 """Compile workers: processes that compile a program's LLVM modules side by side with the backend.
 
 llvmlite serializes every LLVM call of one process, so a program's kernels compile one after another however
-many cores there are (GPT-2 block: 16 modules, ~1.6 s). A batch hands the largest modules to worker processes
-(backends/llvm_worker.py: llvmlite and the shared pipeline alone, ~0.1 s to start) and the caller compiles the
-rest in the meantime; the workers send back MCJIT object code, which the backend loads as it loads a disk cache
-entry, so the machine code is the same either way.
+many cores there are (GPT-2 block: 16 modules, ~1 s). A batch puts a program's modules in one queue, largest
+first, and worker processes (backends/llvm_worker.py: llvmlite and the shared pipeline alone, ~0.1 s to start)
+take from it while the caller takes and compiles the others; the workers send back MCJIT object code, which the
+backend loads as it loads a disk cache entry, so the machine code is the same either way.
 
 Workers start on the first batch big enough to pay for them and stay for later ones (one batch at a time each;
 a batch that finds none idle compiles in process). `EGC_COMPILE_WORKERS` caps their number (0: none; default:
@@ -19,6 +19,8 @@ import os
 import subprocess
 import sys
 import threading
+from collections import deque
+from collections.abc import Iterator
 from pathlib import Path
 
 from egraph_compiler.ir.diagnostics import InvalidArgument
@@ -26,7 +28,6 @@ from egraph_compiler.ir.diagnostics import InvalidArgument
 WORKER_SCRIPT = Path(__file__).with_name("llvm_worker.py")
 MAX_WORKERS = 4
 MIN_BATCH_CHARS = 150_000  # IR smaller than this compiles in ~0.2 s: not worth a hand-off
-START_CHARS = 60_000  # a new worker's start-up, in the IR characters the caller compiles meanwhile (~0.1 s)
 
 
 def worker_limit() -> int:
@@ -89,13 +90,12 @@ _STARTED: list[_Worker] = []
 _POOL_LOCK = threading.Lock()
 
 
-def _borrow(n: int) -> tuple[list[_Worker], int]:
-    """Up to n workers for one batch: idle ones first, new ones up to the limit; (workers, how many are new)."""
+def _borrow(n: int) -> list[_Worker]:
+    """Up to n workers for one batch: idle ones first, new ones up to the limit."""
     with _POOL_LOCK:
         _STARTED[:] = [w for w in _STARTED if w.alive and w.proc.poll() is None]
         _IDLE[:] = [w for w in _IDLE if w in _STARTED]
         got = [_IDLE.pop() for _ in range(min(n, len(_IDLE)))]
-        new = 0
         while len(got) < n and len(_STARTED) < worker_limit():
             try:
                 w = _Worker()
@@ -103,8 +103,7 @@ def _borrow(n: int) -> tuple[list[_Worker], int]:
                 break
             _STARTED.append(w)
             got.append(w)
-            new += 1
-        return got, new
+        return got
 
 
 def _give_back(workers: list[_Worker]) -> None:
@@ -123,57 +122,55 @@ def close_workers() -> None:
 
 
 class Batch:
-    """Modules (IR texts) split between worker processes and the caller: the largest go to whichever side will be
-    free first (a new worker counts its start-up), the caller compiling its share while the workers run theirs.
-    `mine` lists the caller's modules; `result(i)` waits for a worker's module (None: the caller compiles it)."""
+    """Modules (IR texts) compiled by worker processes and the caller side by side, from one queue, largest first:
+    whoever is free takes the next, so the split follows how fast each side really goes. The caller iterates
+    `mine()` (compiling each module it yields itself) until the queue is empty, then asks `result(i)` for the
+    modules workers took (`theirs`): (object code, optimized IR), or None where the caller must compile it."""
 
     def __init__(self, irs: dict[int, str], cpu_name: str, cpu_features: str) -> None:
-        self.mine = sorted(irs)
-        self._done: dict[int, threading.Event] = {}
+        self._queue = deque(sorted(irs, key=lambda i: -len(irs[i])))
+        self._lock = threading.Lock()
+        self._taken: dict[int, threading.Event] = {}
         self._results: dict[int, tuple[bytes, str] | None] = {}
-        self._threads: list[threading.Thread] = []
-        total = sum(map(len, irs.values()))
-        if len(irs) < 2 or total < MIN_BATCH_CHARS or worker_limit() == 0:
+        if len(irs) < 2 or sum(map(len, irs.values())) < MIN_BATCH_CHARS or worker_limit() == 0:
             return
-        workers, new = _borrow(min(worker_limit(), len(irs) - 1))
-        if not workers:
-            return
-        load = [0.0] + [START_CHARS if k >= len(workers) - new else 0.0 for k in range(len(workers))]
-        share: list[list[int]] = [[] for _ in load]
-        for i in sorted(irs, key=lambda i: -len(irs[i])):
-            side = min(range(len(load)), key=lambda k: load[k])
-            share[side].append(i)
-            load[side] += len(irs[i])
-        self.mine = sorted(share[0])
-        for w, jobs in zip(workers, share[1:]):
-            for i in jobs:
-                self._done[i] = threading.Event()
-            t = threading.Thread(target=self._run, args=(w, jobs, irs, cpu_name, cpu_features), daemon=True)
-            t.start()
-            self._threads.append(t)
-        unused = [w for w, jobs in zip(workers, share[1:]) if not jobs]
-        _give_back(unused)
+        workers = _borrow(min(worker_limit(), len(irs) - 1))
+        for w in workers:
+            threading.Thread(target=self._run, args=(w, irs, cpu_name, cpu_features), daemon=True).start()
 
-    def _run(self, w: _Worker, jobs: list[int], irs: dict[int, str], cpu_name: str, cpu_features: str) -> None:
+    def _take(self, worker: bool) -> int | None:
+        with self._lock:
+            if not self._queue:
+                return None
+            i = self._queue.popleft()
+            if worker:
+                self._taken[i] = threading.Event()
+            return i
+
+    def _run(self, w: _Worker, irs: dict[int, str], cpu_name: str, cpu_features: str) -> None:
         try:
-            for i in jobs:
-                self._results[i] = w.compile(irs[i], cpu_name, cpu_features) if w.alive else None
-                self._done[i].set()
+            while w.alive and (i := self._take(worker=True)) is not None:
+                self._results[i] = w.compile(irs[i], cpu_name, cpu_features)
+                self._taken[i].set()
         finally:
-            for i in jobs:
-                self._done[i].set()
             _give_back([w])
 
+    def mine(self) -> Iterator[int]:
+        """The modules the caller compiles itself, as it gets to them."""
+        while (i := self._take(worker=False)) is not None:
+            yield i
+
+    @property
+    def theirs(self) -> list[int]:
+        with self._lock:
+            return sorted(self._taken)
+
     def result(self, i: int) -> tuple[bytes, str] | None:
-        done = self._done.get(i)
+        done = self._taken.get(i)
         if done is None:
             return None
         done.wait()
         return self._results.get(i)
-
-    @property
-    def theirs(self) -> list[int]:
-        return sorted(self._done)
 
 
 __all__ = ["Batch", "close_workers", "worker_limit"]

@@ -1638,12 +1638,13 @@ class LLVMBackend(HostBuffers):
         """Every kernel of a program compiled, the largest modules by compile workers (backends/compile_workers.py)
         while this process compiles the others: the same machine code as `compile`, kernel by kernel."""
         mods = [self._module(k) for k in kernels]
-        todo = {i: m.ir for i, m in enumerate(mods) if not _compiled_already(m.ir, self.cpu, persist=True)}
+        first: dict[str, int] = {}  # one module per IR text: a model's repeated layers compile once
+        for i, m in enumerate(mods):
+            first.setdefault(m.ir, i)
+        todo = {i: ir for ir, i in first.items() if not _compiled_already(ir, self.cpu, persist=True)}
         batch = compile_workers.Batch(todo, self.cpu.name, self.cpu.features)
-        out: dict[int, LLVMCompiled] = {}
-        for i in [i for i in range(len(kernels)) if i not in batch.theirs] + batch.theirs:
-            out[i] = self._compiled(kernels[i], mods[i], program, batch.result(i))
-        return [out[i] for i in range(len(kernels))]
+        out = {i: self._compiled(kernels[i], mods[i], program) for i in batch.mine()}
+        return [out.get(i) or self._compiled(kernels[i], mods[i], program, batch.result(i)) for i in range(len(kernels))]
 
     def _compiled(
         self, kernel: Kernel, m: _Module, program: Program | None, built: tuple[bytes, str] | None = None
