@@ -262,6 +262,7 @@ class _Walk:
         self.contiguous: frozenset[UOp] = frozenset()  # the item's unrolled ranges its store steps by 1 along
         self.strided: frozenset[UOp] = frozenset()  # ... and those it steps along by more (or non-linearly)
         self.vec: UOp | None = None  # inside a REDUCE that keeps its accumulators along another range than those
+        self.reduced: set[tuple[object, ...]] = set()  # the REDUCEs charged, each where it is placed
 
     def deps(self, u: UOp) -> frozenset[UOp]:
         """Ranges u depends on (a REDUCE's own ranges are bound inside it)."""
@@ -404,6 +405,13 @@ class _Walk:
         scalar code, one chain per copy (measured: a fused pair of dense layers, 16x32, ran 12x slower than
         when its copies were priced as vectors): its accumulators and body are not packed."""
         depth = self.place(u, loops, unrolled)
+        # the backend computes a REDUCE once where it is placed (hoisted out of the loops it does not depend on),
+        # however many bodies read it: charged once there (walking it again for every body that reads it made a
+        # fused chain of dependent reductions, a QR's steps, cost exponential time to estimate, and exponential time)
+        here = (u, tuple(loops[:depth]), unrolled & self.deps(u), nested, self.scalar_depth, self.vec)
+        if here in self.reduced:
+            return
+        self.reduced.add(here)
         own = [r for r in u.src[1:] if r.op is Ops.RANGE]
         inner_loops = loops[:depth] + [r for r in own if not _unrolled(r)]
         inner_trips = trips[: depth + 1]
@@ -574,6 +582,7 @@ def work_floor(kernel: UOp, m: CPUMachine | None = None) -> float:
     m = m or CPUMachine.host()
     w = _Walk(m)
     cycles = 0.0
+    reduced: set[tuple[UOp, frozenset[UOp]]] = set()
 
     def visit(root: UOp, enclosing: list[tuple[frozenset[UOp], set[UOp]]]) -> None:
         nonlocal cycles
@@ -583,6 +592,9 @@ def work_floor(kernel: UOp, m: CPUMachine | None = None) -> float:
                 if runs & own:
                     runs |= domain
             if u.op is Ops.REDUCE:
+                if (u, frozenset(runs)) in reduced:  # computed once where it runs (see _Walk.reduce)
+                    continue
+                reduced.add((u, frozenset(runs)))
                 visit(u.src[0], [(frozenset(u.src[1:]), runs), *enclosing])
             elif u.dtype.is_float and u.op not in FREE and u.op not in (Ops.LOAD, Ops.STORE):
                 per = OP_CYCLES.get(u.op, DEFAULT_OP) / (m.lanes(u.dtype.itemsize) * LOOP_VECTOR_INTERLEAVE)

@@ -394,7 +394,7 @@ def _decoder(
     The classes no choice changes are decoded once, for every candidate, and the parts candidates share get their
     split ranges bound once."""
     shared: dict[int, UOp] = {}
-    bound: BindMemo = {}
+    bound = BindMemo()
 
     def candidate(choice: dict[int, ENode]) -> Candidate | None:
         try:

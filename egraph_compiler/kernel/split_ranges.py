@@ -16,6 +16,7 @@ runs once, and the loop nest drops it as a loop over a size-one axis.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 from egraph_compiler.ir.ops import Ops
@@ -62,38 +63,84 @@ def _define(key: Any, bound: dict[Any, UOp], depth: int = 0) -> UOp | None:
     return None
 
 
-BindMemo = dict[tuple[UOp, frozenset[UOp]], UOp]
+def _family(key: Any) -> Any:
+    """The key a range was split from, at the top of its chain of splits (a range's own key if it is not a part)."""
+    while (sk := split_key(key, ("split", "pad"))) is not None:
+        key = sk[0]
+    return key
+
+
+@dataclass
+class BindMemo:
+    """What bind_split_ranges remembers across calls on kernels that have parts in common (the schedule
+    candidates of one kernel): results by (node, the bound ranges that matter to it), and each node's range
+    families (the top keys of the ranges under it)."""
+
+    results: dict[tuple[UOp, frozenset[UOp]], UOp] = field(default_factory=dict)
+    families: dict[UOp, frozenset[Any]] = field(default_factory=dict)
+    range_family: dict[UOp, Any] = field(default_factory=dict)
+
+
+def _families(ast: UOp, fams: dict[UOp, frozenset[Any]]) -> None:
+    """Fill in the range families of every node under ast not known yet (sources first, iteratively)."""
+    stack: list[tuple[UOp, bool]] = [(ast, False)]
+    while stack:
+        u, ready = stack.pop()
+        if u in fams:
+            continue
+        if not ready:
+            stack.append((u, True))
+            stack.extend((s, False) for s in u.src if s not in fams)
+            continue
+        own = frozenset((_family(u.arg[0]),)) if u.op is Ops.RANGE else frozenset()
+        fams[u] = own.union(*(fams[s] for s in u.src)) if u.src else own
 
 
 def bind_split_ranges(ast: UOp, memo: BindMemo | None = None) -> UOp:
     """`ast` with every RANGE that is not bound where it is used, but is defined by the ranges bound around it,
     replaced by its definition. Scopes matter: two REDUCEs over the same canonical range may bind it
-    differently (one split, one not), and nested REDUCEs may bind the two parts of one split. `memo`: results
-    by (node, ranges bound around it), shared by calls on kernels that have parts in common (the schedule
-    candidates of one kernel)."""
-    memo = {} if memo is None else memo
-    stack: list[tuple[UOp, frozenset[UOp], bool]] = [(ast, frozenset(), False)]
+    differently (one split, one not), and nested REDUCEs may bind the two parts of one split. `memo`: shared by
+    calls on kernels that have parts in common (the schedule candidates of one kernel). A node's result depends
+    on the bound ranges of its own ranges' families alone (a range is defined from parts of its own split), so
+    it is worked out once for those: a chain of nested REDUCEs that each bind other ranges would otherwise be
+    rebuilt once per path through it."""
+    memo = BindMemo() if memo is None else memo
+    done, fams, of = memo.results, memo.families, memo.range_family
+    _families(ast, fams)
+
+    def key(u: UOp, env: frozenset[UOp]) -> tuple[UOp, frozenset[UOp]]:
+        if not env:
+            return u, env
+        f = fams[u]
+        for r in env:
+            if r not in of:
+                of[r] = _family(r.arg[0])
+        if all(of[r] in f for r in env):
+            return u, env
+        return u, frozenset(r for r in env if of[r] in f)
+
+    stack: list[tuple[UOp, frozenset[UOp], list[tuple[UOp, frozenset[UOp]]] | None]] = [(ast, frozenset(), None)]
     while stack:
-        u, env, ready = stack.pop()
-        if (u, env) in memo:
-            continue
-        if u.op in (Ops.END, Ops.REDUCE):
-            scopes = [(u.src[0], env | {r for r in u.src[1:] if r.op is Ops.RANGE})]
-            scopes += [(r, env) for r in u.src[1:]]
-        elif u.op is Ops.AFTER:  # the kernel it waits on has scopes of its own
-            scopes = [(u.src[0], env), *((s, frozenset()) for s in u.src[1:])]
-        else:
-            scopes = [(s, env) for s in u.src]
-        if not ready:
-            stack.append((u, env, True))
-            stack.extend((s, e, False) for s, e in scopes if (s, e) not in memo)
+        u, env, keys = stack.pop()
+        if keys is None:
+            if (u, env) in done:
+                continue
+            if u.op in (Ops.END, Ops.REDUCE):
+                inner = env | {r for r in u.src[1:] if r.op is Ops.RANGE}
+                keys = [key(u.src[0], inner), *(key(r, env) for r in u.src[1:])]
+            elif u.op is Ops.AFTER:  # the kernel it waits on has scopes of its own
+                keys = [key(u.src[0], env), *((s, frozenset()) for s in u.src[1:])]
+            else:
+                keys = [key(s, env) for s in u.src]
+            stack.append((u, env, keys))
+            stack.extend((s, e, None) for s, e in keys if (s, e) not in done)
             continue
         if u.op is Ops.RANGE and u not in env:
             d = _define(u.arg[0], {r.arg[0]: r for r in env})
-            memo[(u, env)] = u if d is None else d
+            done[(u, env)] = u if d is None else d
             continue
-        src = tuple(memo[se] for se in scopes)
+        src = tuple(done[k] for k in keys)
         if u.op in (Ops.END, Ops.REDUCE):
             src = (src[0], *u.src[1:])
-        memo[(u, env)] = u if src == u.src else UOp(u.op, u.dtype, src, u.arg)
-    return memo[(ast, frozenset())]
+        done[(u, env)] = u if src == u.src else UOp(u.op, u.dtype, src, u.arg)
+    return done[(ast, frozenset())]
