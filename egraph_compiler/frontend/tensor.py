@@ -17,9 +17,11 @@ from typing import Any, TypeGuard
 import numpy as np
 
 from egraph_compiler.frontend.runtime import realize
+from egraph_compiler.frontend.tensor_bits import TensorBits
+from egraph_compiler.frontend.tensor_linalg import TensorLinalg
 from egraph_compiler.frontend.tensor_math import TensorMath
 from egraph_compiler.frontend.tensor_nn import TensorNN, _finite_number, _fits_values, _uniform_values
-from egraph_compiler.frontend.tensor_select import TensorSelect
+from egraph_compiler.frontend.tensor_select import TensorSelect, advanced_index
 from egraph_compiler.ir.diagnostics import AxisError, BroadcastMismatch, DTypeError, InvalidArgument, InvalidSize, ShapeMismatch
 from egraph_compiler.ir.dtypes import (
     DType,
@@ -121,6 +123,9 @@ def _rng(seed: Any, what: str) -> np.random.Generator:
     return np.random.default_rng(s % (1 << 64))  # any python int: negative seeds map to distinct streams
 
 
+_UNSIGNED = {1: dtypes.uint8, 2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}
+
+
 def _argfix(args: tuple[Any, ...], what: str) -> tuple[Any, ...]:
     if len(args) == 1 and isinstance(args[0], (tuple, list)):
         return tuple(args[0])
@@ -149,10 +154,15 @@ def _spelled_out_index(indices: Any, ndim: int) -> tuple[Any, ...]:
             why=f"{n_real} indices for a tensor of rank {ndim}",
             suggestion="index at most one entry per axis",
         )
-    if Ellipsis in idx:
-        k = idx.index(Ellipsis)
+    if any(i is Ellipsis for i in idx):  # by identity: `in` would compare a Tensor index elementwise
+        k = next(j for j, i in enumerate(idx) if i is Ellipsis)
         return idx[:k] + (slice(None),) * (ndim - n_real) + idx[k + 1 :]
     return idx + (slice(None),) * (ndim - n_real)
+
+
+def _is_array_index(i: Any) -> bool:
+    """A tensor index: a Tensor, a numpy array, or a (nested) list of ints."""
+    return isinstance(i, (Tensor, np.ndarray, list))
 
 
 def _int_position(i: int | np.integer, axis: int, size: int) -> int:
@@ -208,7 +218,7 @@ def data_buffer(arr: np.ndarray, dtype: DType) -> UOp:
     return UOp(Ops.BUFFER, dtype, (UOp(Ops.BINARY, dtypes.uint8, (), blob),), (f"const_{blob.digest[:12]}", arr.shape))
 
 
-class Tensor(TensorNN, TensorMath, TensorSelect):
+class Tensor(TensorNN, TensorMath, TensorSelect, TensorLinalg, TensorBits):
     """A lazily evaluated tensor; `.uop` is its UOp graph."""
 
     __hash__ = object.__hash__  # == is elementwise, so hash by identity
@@ -227,6 +237,10 @@ class Tensor(TensorNN, TensorMath, TensorSelect):
                 dt = _checked_int_dtype(v, v, dt, "Tensor(int)")
             self.uop = UOp.const(v, dt or default_dtype_for(v))
             return
+        if isinstance(data, (bytes, bytearray)):  # bytes are uint8 values, as tinygrad's Tensor(b"...")
+            data = np.frombuffer(bytes(data), np.uint8).copy()
+            if not len(data):
+                raise InvalidSize(at="Tensor(bytes)", why="no bytes", suggestion="pass at least one byte")
         if isinstance(data, np.ndarray):
             arr = data
             if dt is None:
@@ -361,6 +375,13 @@ class Tensor(TensorNN, TensorMath, TensorSelect):
         return Tensor(
             (start + np.arange(n, dtype=np.float64) * step).astype(dt.np if dt is not dtypes.bfloat16 else np.float32), dt
         )
+
+    @staticmethod
+    def const(value: Scalar, dtype: DType | str | None = None) -> Tensor:
+        """A 0-d tensor of `value` (tinygrad's Tensor.const): Tensor(value, dtype)."""
+        if not _is_scalar(value):
+            raise InvalidArgument(at="Tensor.const", why=f"{value!r} is not a scalar", suggestion="pass a bool, int or float")
+        return Tensor(value, dtype)
 
     @staticmethod
     def eye(n: int, dtype: DType | str | None = None) -> Tensor:
@@ -527,6 +548,15 @@ class Tensor(TensorNN, TensorMath, TensorSelect):
         return math.prod(self.shape)
 
     @property
+    def max_shape(self) -> tuple[int, ...]:
+        """The shape with every symbolic size at its maximum: every size here is known, so the shape itself."""
+        return self.shape
+
+    def max_numel(self) -> int:
+        """The number of elements of `max_shape`."""
+        return math.prod(self.max_shape)
+
+    @property
     def T(self) -> Tensor:
         return self.permute(tuple(reversed(range(self.ndim))))
 
@@ -581,6 +611,42 @@ class Tensor(TensorNN, TensorMath, TensorSelect):
     def realize(self) -> Tensor:
         return Tensor(self.numpy(), self.dtype)
 
+    def data(self) -> memoryview:
+        """The computed values as a memoryview in C order, shaped as the tensor (a 0-d one as one element), as
+        tinygrad's `data()`: `np.frombuffer(t.data(), dtype)` reads it back."""
+        arr = np.ascontiguousarray(self.numpy())
+        return memoryview(arr.reshape(1) if arr.ndim == 0 else arr)
+
+    def replace(self, x: Tensor) -> Tensor:
+        """This tensor becomes `x` (its graph: its dtype too); only the shapes must match. Returns self."""
+        if not isinstance(x, Tensor):
+            raise InvalidArgument(
+                at="Tensor.replace", why=f"expected a Tensor, got {type(x).__name__}", suggestion="pass a Tensor"
+            )
+        if x.shape != self.shape:
+            raise ShapeMismatch(
+                at="Tensor.replace", why=f"shape {x.shape} for a tensor of shape {self.shape}", suggestion="reshape it first"
+            )
+        self.uop = x.uop
+        return self
+
+    def assign(self, x: Any) -> Tensor:
+        """This tensor takes the value of `x` (a Tensor broadcast to its shape, or a python value or array made a
+        tensor of its dtype); the dtypes must match. Tensors are values here, so this rebinds what the tensor
+        computes: graphs built from it before keep the old value. Returns self."""
+        if not isinstance(x, Tensor):
+            x = Tensor(x, self.dtype)
+        if x.uop is self.uop:
+            return self
+        if x.dtype is not self.dtype:
+            raise DTypeError(
+                at="Tensor.assign",
+                why=f"assigning {x.dtype.name} to a {self.dtype.name} tensor",
+                suggestion=f"cast it first: x.cast('{self.dtype.name}')",
+            )
+        self.uop = x.expand(*self.shape).uop if x.shape != self.shape else x.uop
+        return self
+
     def contiguous(self) -> Tensor:
         return Tensor(self.uop.contiguous())
 
@@ -593,7 +659,36 @@ class Tensor(TensorNN, TensorMath, TensorSelect):
         return Tensor(self.uop.cast(to_dtype(dtype)))
 
     def bitcast(self, dtype: DType | str) -> Tensor:
-        return Tensor(self.uop.bitcast(to_dtype(dtype)))
+        """The same bytes read as `dtype` (little-endian, as numpy's view). Between sizes the last axis changes
+        length, as tinygrad's: to a smaller dtype each element becomes its pieces in order, to a larger one
+        consecutive elements (the last axis must divide) become one."""
+        dt = to_dtype(dtype)
+        old = self.dtype
+        if dt.itemsize == old.itemsize or old.is_bool or dt.is_bool or dt is dtypes.index or old is dtypes.index:
+            return Tensor(self.uop.bitcast(dt))  # equal sizes, or the IR's own diagnostic
+        if self.ndim == 0:
+            raise ShapeMismatch(
+                at="Tensor.bitcast",
+                why=f"a scalar {old.name} cannot become {dt.name}s: the sizes differ ({old.itemsize} and {dt.itemsize} bytes)",
+                suggestion="reshape it to (1,) first",
+            )
+        small, big = (dt, old) if dt.itemsize < old.itemsize else (old, dt)
+        ratio, bits = big.itemsize // small.itemsize, 8 * small.itemsize
+        ubig, usmall = _UNSIGNED[big.itemsize], _UNSIGNED[small.itemsize]
+        *lead, n = self.shape
+        if dt is small:  # each element into `ratio` pieces, lowest first
+            u = self.bitcast(ubig)
+            pieces = [(u >> (bits * k)).cast(usmall) for k in range(ratio)]
+            return Tensor.stack(*pieces, dim=-1).reshape(*lead, n * ratio).bitcast(dt)
+        if n % ratio:
+            raise ShapeMismatch(
+                at="Tensor.bitcast",
+                why=f"the last axis ({n} {old.name}s) does not divide into {dt.name}s of {ratio}",
+                suggestion=f"pad the last axis to a multiple of {ratio}",
+            )
+        parts = self.bitcast(usmall).reshape(*lead, n // ratio, ratio).cast(ubig)
+        shifts = Tensor(np.array([1 << (bits * k) for k in range(ratio)], dtype=ubig.np))
+        return (parts * shifts).sum(-1, dtype=ubig).bitcast(dt)  # the pieces do not overlap: their sum is their OR
 
     def float(self) -> Tensor:
         return self.cast(dtypes.float32)
@@ -1084,10 +1179,26 @@ class Tensor(TensorNN, TensorMath, TensorSelect):
 
     def __getitem__(self, indices: Any) -> Tensor:
         """numpy basic indexing: ints (drop the axis), slices (any step), None (a new axis of size 1) and one '...'.
-        A shrink to the selected span, a flip for negative steps, a subsampling for steps beyond 1, a reshape."""
+        A shrink to the selected span, a flip for negative steps, a subsampling for steps beyond 1, a reshape.
+        Integer tensors (or lists, arrays) index as tinygrad's: the basic indices apply first, then the tensor
+        indices pick along their axes (negative from the end, out of range reads 0), broadcast together; their
+        axes replace the indexed ones where those are adjacent, else go first (select.advanced_index)."""
+        spelled = _spelled_out_index(indices, self.ndim)
+        picks: dict[builtins.int, Tensor] = {}  # position in the basic result -> index tensor
+        if any(_is_array_index(i) for i in spelled):
+            plain, at = [], 0
+            for i in spelled:
+                if _is_array_index(i):
+                    picks[at] = i if isinstance(i, Tensor) else Tensor(np.asarray(i))
+                    plain.append(slice(None))
+                else:
+                    plain.append(i)
+                if i is None or isinstance(i, slice) or _is_array_index(i):
+                    at += 1
+            return advanced_index(self[tuple(plain)], picks)
         shrink, flips, strides, final_shape = [], [], [], []
         axis = 0
-        for i in _spelled_out_index(indices, self.ndim):
+        for i in spelled:
             if i is None:
                 final_shape.append(1)
                 continue
@@ -1217,6 +1328,41 @@ class Tensor(TensorNN, TensorMath, TensorSelect):
         return self.var(axis, keepdim, correction).sqrt()
 
     # ---- matmul --------------------------------------------------------------------------------
+
+    def usum(self, *others: Any) -> Tensor:
+        """self + others[0] + ... (a logical or of bools), left to right."""
+        out = self
+        for o in _argfix(others, "Tensor.usum"):
+            out = out | o if self.dtype.is_bool else out + o
+        return out
+
+    def uprod(self, *others: Any) -> Tensor:
+        """self * others[0] * ... (a logical and of bools), left to right."""
+        out = self
+        for o in _argfix(others, "Tensor.uprod"):
+            out = out & o if self.dtype.is_bool else out * o
+        return out
+
+    def image_dot(self, w: Tensor, dtype: DType | str | None = None) -> Tensor:
+        """tinygrad's dot through image (texture) layouts for GPUs that have them; the same values as `dot`."""
+        return self.dot(w, dtype=dtype)
+
+    def image_conv2d(
+        self,
+        weight: Tensor,
+        bias: Tensor | None = None,
+        groups: builtins.int = 1,
+        stride: Any = 1,
+        dilation: Any = 1,
+        padding: Any = 0,
+        dtype: DType | str | None = None,
+    ) -> Tensor:
+        """tinygrad's conv2d through image (texture) layouts; the same values as `conv2d` (in `dtype` if given)."""
+        if dtype is not None:
+            return self.cast(dtype).conv2d(
+                weight.cast(dtype), None if bias is None else bias.cast(dtype), groups, stride, dilation, padding
+            )
+        return self.conv2d(weight, bias, groups, stride, dilation, padding)
 
     def dot(self, w: Tensor, dtype: DType | str | None = None) -> Tensor:
         return self.matmul(w, dtype=dtype)

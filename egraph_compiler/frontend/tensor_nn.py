@@ -503,6 +503,17 @@ class TensorNN:
 
     # ---- layers' functional forms ---------------------------------------------------------------
 
+    def sequential(self: Tensor, layers: Any) -> Tensor:  # type: ignore[misc]
+        """Each callable of `layers` applied in turn: layers[-1](...(layers[0](self)))."""
+        out = self
+        for i, f in enumerate(layers):
+            if not callable(f):
+                raise InvalidArgument(
+                    at=f"Tensor.sequential layer {i}", why=f"{f!r} is not callable", suggestion="pass functions or layers"
+                )
+            out = f(out)
+        return out
+
     def linear(self: Tensor, weight: Tensor, bias: Tensor | None = None, dtype: DType | str | None = None) -> Tensor:  # type: ignore[misc]
         """self @ weight + bias, with tinygrad's weight layout (in_features, out_features); a 1-d weight scales
         elementwise. `dtype`: cast all three first."""

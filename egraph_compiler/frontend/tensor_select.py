@@ -17,7 +17,7 @@ import numpy as np
 
 from egraph_compiler.frontend.tensor_nn import _check_tensor, _windows
 from egraph_compiler.ir.diagnostics import DTypeError, InvalidArgument, InvalidSize, ShapeMismatch, UnsupportedOp
-from egraph_compiler.ir.dtypes import DType, promote
+from egraph_compiler.ir.dtypes import DType, dtypes, promote
 from egraph_compiler.ir.ops import broadcast_shapes
 
 if TYPE_CHECKING:
@@ -25,6 +25,52 @@ if TYPE_CHECKING:
 
 Scalar = bool | int | float
 SCATTER_REDUCES = ("sum", "prod", "mean", "amax", "amin")
+
+
+# ---- advanced indexing -------------------------------------------------------------------------
+
+
+def advanced_index(t: Tensor, picks: dict[int, Tensor]) -> Tensor:
+    """t indexed along the axes in `picks` by integer tensors (the basic indices applied already), as tinygrad's
+    getitem: the index tensors broadcast together to a shape B; element (..., b, ...) is t at index[b] along each
+    picked axis (negative from the end; out of range reads 0), a one-hot selection summed over the picked axes.
+    B's axes replace the picked ones where those are adjacent, else they go first."""
+    cls = type(t)
+    pos = sorted(picks)
+    for p in pos:
+        if picks[p].dtype.is_float or picks[p].dtype.is_bool:
+            raise DTypeError(
+                at="getitem",
+                why=f"a {picks[p].dtype.name} tensor index",
+                suggestion="index with integer tensors (boolean masks: use masked_select or where)",
+            )
+    try:
+        bshape = broadcast_shapes(*(picks[p].shape for p in pos))
+    except ValueError:
+        raise ShapeMismatch(
+            at="getitem",
+            why=f"index tensors of shapes {[picks[p].shape for p in pos]} do not broadcast together",
+            suggestion="give the index tensors broadcastable shapes",
+        ) from None
+    rest = [a for a in range(t.ndim) if a not in picks]
+    sizes = [t.shape[p] for p in pos]
+    nb, k = len(bshape), len(pos)
+    x = t.permute(*rest, *pos).reshape(*(t.shape[a] for a in rest), *(1,) * nb, *sizes)
+    mask: Tensor | None = None
+    for j, p in enumerate(pos):
+        idx = picks[p].cast(dtypes.int32)
+        idx = (idx < 0).where(idx + t.shape[p], idx).reshape(*(1,) * (nb - idx.ndim), *idx.shape)
+        hit = idx.reshape(*idx.shape, *(1,) * k) == cls.arange(sizes[j]).reshape(*(1,) * j, sizes[j], *(1,) * (k - j - 1))
+        mask = hit if mask is None else mask & hit
+    assert mask is not None
+    mask = mask.reshape(*(1,) * len(rest), *mask.shape)
+    picked = tuple(range(len(rest) + nb, len(rest) + nb + k))
+    if t.dtype.is_bool:
+        out = mask.where(x.cast(dtypes.int8), 0).sum(axis=picked, dtype=dtypes.int8).cast(dtypes.bool)
+    else:
+        out = mask.where(x, 0).sum(axis=picked, dtype=t.dtype)
+    first = pos[0] if pos == list(range(pos[0], pos[0] + k)) else 0  # adjacent: B's axes go where they were
+    return out.permute(*range(first), *range(len(rest), len(rest) + nb), *range(first, len(rest)))
 
 
 # ---- argument checks ---------------------------------------------------------------------------
