@@ -296,6 +296,8 @@ def test_small_helpers() -> None:
     assert b.usum(Tensor(np.array([False, False]))).numpy().tolist() == [True, False]
     assert t.sequential([lambda x: x * 2, lambda x: x + 1]).numpy().tolist() == (a * 2 + 1).tolist()
     assert Tensor(b"hi").numpy().tolist() == [104, 105]
+    assert Tensor.invalids(2, 2, dtype="int32").assign(Tensor(a[:, :2])).numpy().tolist() == a[:, :2].tolist()
+    assert t.ufix(2).dtype.name == "int32" and t.ufix(2.5).dtype.is_float and t.ufix(t) is t
     w = RNG.standard_normal((3, 4)).astype(np.float32)
     x = RNG.standard_normal((2, 3)).astype(np.float32)
     np.testing.assert_allclose(Tensor(x).image_dot(Tensor(w)).numpy(), x @ w, rtol=1e-5, atol=1e-6)

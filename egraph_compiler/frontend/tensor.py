@@ -329,6 +329,17 @@ class Tensor(TensorNN, TensorMath, TensorSelect, TensorLinalg, TensorBits):
     def ones(*shape: Any, dtype: DType | str | None = None) -> Tensor:
         return Tensor.full(_argfix(shape, "Tensor.ones"), 1.0, dtype or dtypes.default_float)
 
+    @staticmethod
+    def invalids(*shape: Any, dtype: DType | str | None = None) -> Tensor:
+        """tinygrad's anonymous buffer whose contents are unspecified (to be assigned): any value is allowed, and
+        here it holds zeros."""
+        return Tensor.zeros(*shape, dtype=dtype)
+
+    def ufix(self, x: Any) -> Tensor:
+        """x if it is a Tensor, else x as a tensor beside this one (a python number takes this tensor's dtype kind,
+        as in arithmetic with it)."""
+        return self._to_tensor(x, "Tensor.ufix")
+
     def zeros_like(self) -> Tensor:
         return Tensor.full(self.shape, 0, self.dtype)
 
