@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import pickle
 import subprocess
 import sys
 import threading
@@ -23,6 +24,7 @@ from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
 
+from egraph_compiler.backends.llvm_worker import read_message, write_message
 from egraph_compiler.ir.diagnostics import InvalidArgument
 
 WORKER_SCRIPT = Path(__file__).with_name("llvm_worker.py")
@@ -61,13 +63,11 @@ class _Worker:
 
     def compile(self, ir: str, cpu_name: str, cpu_features: str) -> tuple[bytes, str] | None:
         """The IR's (object code, optimized IR), or None where the worker failed (it is not used again)."""
-        from egraph_compiler.backends.llvm_worker import read_message, write_message
-
         assert self.proc.stdin is not None and self.proc.stdout is not None
         try:
             write_message(self.proc.stdin, (ir, cpu_name, cpu_features))
             reply = read_message(self.proc.stdout)
-        except (OSError, ValueError, EOFError):
+        except (OSError, ValueError, EOFError, pickle.UnpicklingError):
             reply = None
         if not isinstance(reply, tuple) or len(reply) != 3:
             self.close()
@@ -150,8 +150,10 @@ class Batch:
     def _run(self, w: _Worker, irs: dict[int, str], cpu_name: str, cpu_features: str) -> None:
         try:
             while w.alive and (i := self._take(worker=True)) is not None:
-                self._results[i] = w.compile(irs[i], cpu_name, cpu_features)
-                self._taken[i].set()
+                try:
+                    self._results[i] = w.compile(irs[i], cpu_name, cpu_features)
+                finally:  # whatever happened, the caller must not wait on it forever
+                    self._taken[i].set()
         finally:
             _give_back([w])
 
