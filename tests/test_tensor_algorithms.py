@@ -320,3 +320,22 @@ def test_replace_and_assign_rebind_the_tensor() -> None:
     assert t.dtype.name == "int32" and t.numpy().tolist() == [0, 1, 2]
     with pytest.raises(CompilerError, match="shape"):
         t.replace(Tensor(np.ones(4, np.int32)))
+
+
+def test_a_constant_permuted_is_folded_into_its_data() -> None:
+    """A data-backed tensor permuted (a weight used as `w.T`, ONNX Gemm's transB) becomes a constant with the
+    permuted data, so kernels read it along rows; placeholders keep a PERMUTE; values as numpy's."""
+    from egraph_compiler.ir.ops import Ops
+
+    w = RNG.standard_normal((3, 4, 5)).astype(np.float32)
+    folded = Tensor(w).permute(2, 0, 1)
+    assert folded.uop.op is Ops.BUFFER and folded.shape == (5, 3, 4)
+    np.testing.assert_array_equal(folded.numpy(), np.transpose(w, (2, 0, 1)))
+    x = RNG.standard_normal((2, 4)).astype(np.float32)
+    m = RNG.standard_normal((3, 4)).astype(np.float32)
+    np.testing.assert_allclose((Tensor(x) @ Tensor(m).T).numpy(), x @ m.T, rtol=1e-5, atol=1e-5)
+    bf = Tensor(m, "bfloat16").T  # stored as bits: moved as they are
+    np.testing.assert_array_equal(bf.float().numpy(), Tensor(m, "bfloat16").float().numpy().T)
+    assert Tensor.empty(3, 4, name="p").T.uop.op is Ops.PERMUTE
+    t = Tensor(m)
+    assert t.permute(0, 1) is t

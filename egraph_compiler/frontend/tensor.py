@@ -209,6 +209,15 @@ def _every_nth(x: Tensor, strides: list[int]) -> Tensor:
     return Tensor(out.uop.reshape(tuple(out.shape[::2])))
 
 
+def _permuted_data(buf: UOp, order: tuple[int, ...]) -> UOp:
+    """A constant tensor's data permuted when the graph is built: a weight used transposed (`x @ w.T`, ONNX Gemm's
+    transB) is then read along its rows, as the kernels' vectors want, instead of a column at a time."""
+    data = buf.src[0].arg.data.reshape(buf.arg[1])
+    blob = Blob(np.transpose(data, order))  # the stored form (bfloat16 as its bits) moves as it is
+    shape = tuple(buf.arg[1][i] for i in order)
+    return UOp(Ops.BUFFER, buf.dtype, (UOp(Ops.BINARY, dtypes.uint8, (), blob),), (f"const_{blob.digest[:12]}", shape))
+
+
 def data_buffer(arr: np.ndarray, dtype: DType) -> UOp:
     """A constant tensor holding `arr`: BUFFER(name, shape) over a BINARY blob with the data."""
     if arr.size == 0:
@@ -1099,6 +1108,10 @@ class Tensor(TensorNN, TensorMath, TensorSelect, TensorLinalg, TensorBits):
             raise InvalidArgument(
                 at="permute", why=f"{o} is not a permutation of {self.ndim} axes", suggestion="list every axis exactly once"
             )
+        if o == tuple(range(self.ndim)):
+            return self
+        if self.uop.op is Ops.BUFFER and self.uop.src and self.uop.src[0].op is Ops.BINARY:
+            return Tensor(_permuted_data(self.uop, o))
         return Tensor(self.uop.permute(o))
 
     def transpose(self, dim0: builtins.int = 1, dim1: builtins.int = 0) -> Tensor:
