@@ -217,6 +217,10 @@ def test_keccak_shake_128_over_two_blocks_keeps_leading_axes() -> None:
     assert [bytes(r) for r in out[0]] == [hashlib.shake_128(bytes(m)).digest(16) for m in msgs[0]]
 
 
+def test_keccak_is_sha3_224() -> None:
+    assert bytes(Tensor(b"abc").keccak("sha3_224").numpy()).hex() == hashlib.sha3_224(b"abc").hexdigest()
+
+
 def test_keccak_refuses_an_unknown_configuration() -> None:
     with pytest.raises(CompilerError, match="unknown configuration"):
         Tensor(b"abc").keccak("md5")
