@@ -1109,7 +1109,7 @@ class Tensor(TensorNN, TensorMath, TensorSelect, TensorLinalg, TensorBits):
                 at="permute", why=f"{o} is not a permutation of {self.ndim} axes", suggestion="list every axis exactly once"
             )
         if o == tuple(range(self.ndim)):
-            return self
+            return Tensor(self.uop)  # a new tensor all the same: assign/replace on it must not touch self
         if self.uop.op is Ops.BUFFER and self.uop.src and self.uop.src[0].op is Ops.BINARY:
             return Tensor(_permuted_data(self.uop, o))
         return Tensor(self.uop.permute(o))
