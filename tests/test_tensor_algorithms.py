@@ -283,6 +283,17 @@ def test_integer_tensor_indexing_is_tinygrads_where_numpy_differs() -> None:
     assert Tensor(a)[Tensor(far)].numpy().tolist() == TinyTensor(a)[TinyTensor(far)].numpy().tolist()
 
 
+def test_wide_and_narrow_index_dtypes_never_wrap() -> None:
+    """An int64 index past int32's range is out of range (reads 0), not its low 32 bits; an int8 index may reach
+    from the end of an axis longer than int8 holds; a bool tensor is indexed too."""
+    a = np.arange(300, dtype=np.float32)
+    assert Tensor(a)[Tensor(np.array([2**33 + 1, 7], np.int64))].numpy().tolist() == [0.0, 7.0]
+    assert Tensor(a)[Tensor(np.array([-1, -128], np.int8))].numpy().tolist() == [299.0, 172.0]
+    assert Tensor(a)[Tensor(np.array([299, 300], np.uint16))].numpy().tolist() == [299.0, 0.0]
+    b = np.array([True, False, True])
+    assert Tensor(b)[Tensor(np.array([2, 1], np.int32))].numpy().tolist() == [True, False]
+
+
 def test_a_float_index_is_a_diagnostic() -> None:
     with pytest.raises(CompilerError, match="integer tensors"):
         Tensor(np.ones(3, np.float32))[Tensor(np.array([0.0], np.float32))]

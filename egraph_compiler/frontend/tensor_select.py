@@ -35,7 +35,6 @@ def advanced_index(t: Tensor, picks: dict[int, Tensor]) -> Tensor:
     getitem: the index tensors broadcast together to a shape B; element (..., b, ...) is t at index[b] along each
     picked axis (negative from the end; out of range reads 0), a one-hot selection summed over the picked axes.
     B's axes replace the picked ones where those are adjacent, else they go first."""
-    cls = type(t)
     pos = sorted(picks)
     for p in pos:
         if picks[p].dtype.is_float or picks[p].dtype.is_bool:
@@ -58,17 +57,16 @@ def advanced_index(t: Tensor, picks: dict[int, Tensor]) -> Tensor:
     x = t.permute(*rest, *pos).reshape(*(t.shape[a] for a in rest), *(1,) * nb, *sizes)
     mask: Tensor | None = None
     for j, p in enumerate(pos):
-        idx = picks[p].cast(dtypes.int32)
-        idx = (idx < 0).where(idx + t.shape[p], idx).reshape(*(1,) * (nb - idx.ndim), *idx.shape)
-        hit = idx.reshape(*idx.shape, *(1,) * k) == cls.arange(sizes[j]).reshape(*(1,) * j, sizes[j], *(1,) * (k - j - 1))
+        idx = picks[p] if picks[p].dtype.is_unsigned else picks[p].cast(dtypes.int64)  # no index wraps
+        if not idx.dtype.is_unsigned:
+            idx = (idx < 0).where(idx + t.shape[p], idx)
+        hot = idx.reshape(*(1,) * (nb - idx.ndim), *idx.shape, 1)._one_hot(sizes[j])  # B's shape + (size,)
+        hit = hot.reshape(*hot.shape[:-1], *(1,) * j, sizes[j], *(1,) * (k - j - 1))
         mask = hit if mask is None else mask & hit
     assert mask is not None
     mask = mask.reshape(*(1,) * len(rest), *mask.shape)
     picked = tuple(range(len(rest) + nb, len(rest) + nb + k))
-    if t.dtype.is_bool:
-        out = mask.where(x.cast(dtypes.int8), 0).sum(axis=picked, dtype=dtypes.int8).cast(dtypes.bool)
-    else:
-        out = mask.where(x, 0).sum(axis=picked, dtype=t.dtype)
+    out = mask.where(x, 0).sum(axis=picked, dtype=t.dtype)  # as gather: one hit at most, bools included
     first = pos[0] if pos == list(range(pos[0], pos[0] + k)) else 0  # adjacent: B's axes go where they were
     return out.permute(*range(first), *range(len(rest), len(rest) + nb), *range(first, len(rest)))
 
