@@ -16,18 +16,28 @@ from egraph_compiler.egraph.schema import EGG_TO_OP
 from egraph_compiler.egraph.session import EGraphSession, Limits, Stage
 from egraph_compiler.extract.cost import OP_COSTS, ScalarCost
 from egraph_compiler.extract.extractor import extract
+from egraph_compiler.extract.tree import extract_tree
 from egraph_compiler.ir.diagnostics import InvalidArgument
 from egraph_compiler.ir.ops import OP_TABLE
 from egraph_compiler.ir.uop import UOp
 from egraph_compiler.report.dot import attach_snapshot
-from egraph_compiler.rules import intervals, linear, symbolic
+from egraph_compiler.rules import intervals, linear, refine, symbolic
 
 SYMBOLIC_STAGE = Stage("symbolic", rulesets=("symbolic",), analyses=("analysis", "linear"))
+# `simplify` runs again on its own result while that keeps getting smaller, at most MAX_ROUNDS more times, with
+# rules/refine.py's rules too: a large expression's first round is cut by the growth limits before its deepest
+# parts are simplified, and the smaller result saturates further and affords the deeper rules
+REFINED_STAGE = Stage("symbolic", rulesets=("symbolic", "refine"), analyses=("analysis", "linear"))
+MAX_ROUNDS = 4
+# the later rounds wait this many times Limits.patience for a smaller root before they count as converged: a div/mod
+# rewrite can take several steps of analysis (a new linear form, its gcd) before the root shrinks, and a later
+# round's e-graph, grown from a smaller expression, can afford them (the first round's could grow for long)
+LATER_PATIENCE = 2
 
 
 def symbolic_session() -> EGraphSession:
     return EGraphSession(
-        [intervals.ANALYSIS, linear.LINEAR, symbolic.SYMBOLIC],
+        [intervals.ANALYSIS, linear.LINEAR, symbolic.SYMBOLIC, refine.REFINE],
         declarations=[intervals.DECLARATIONS, linear.DECLARATIONS],
         unextractable=linear.HELPERS,
     )
@@ -65,43 +75,91 @@ class SimplifyResult:
 
 
 def simplify(
-    u: UOp, progress: Callable[[IterationStats], None] | None = None, snapshot: bool = False, **limits: Any
+    u: UOp,
+    progress: Callable[[IterationStats], None] | None = None,
+    snapshot: bool = False,
+    rounds: int = MAX_ROUNDS,
+    **limits: Any,
 ) -> SimplifyResult:
-    """Simplify a scalar UOp expression with the symbolic rules; returns the cheapest equivalent found.
+    """Simplify a scalar UOp expression with the symbolic rules; returns the smallest equivalent expression found
+    (extract/tree.py; ties: the cheapest by the scalar cost model). The result is simplified again, with
+    rules/refine.py's rules too, while that makes it smaller (`rounds` more at most; limits.time_limit and iter_limit
+    bound all rounds together, node_limit each round's e-graph); the report holds every round's iterations.
 
-    snapshot: also put a truncated DOT picture of the final e-graph into report.extra (report.dot.attach_snapshot)."""
+    snapshot: also put a truncated DOT picture of the final e-graph into report.extra (report.dot.attach_snapshot).
+    rounds: how many later rounds at most (0: one saturation, as optimize's kernels get)."""
     if not isinstance(u, UOp):
         raise InvalidArgument(at="simplify", why=f"expected a UOp, got {type(u).__name__}", suggestion="pass a UOp")
-    return _simplify([u], progress, snapshot, **limits)[0]
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 0:
+        raise InvalidArgument(
+            at="simplify", why=f"rounds={rounds!r} is not a whole number >= 0", suggestion="pass rounds=0 for one round"
+        )
+    t0 = time.perf_counter()
+    lim = Limits.make(**limits)
+    report = Report()
+    best = _simplify([u], progress, snapshot, report=report, tree=True, **limits)[0]
+    for _ in range(rounds):
+        left, steps = lim.time_limit - (time.perf_counter() - t0), lim.iter_limit - len(report.iterations)
+        if not best.result.src or left < 0.1 * lim.time_limit or steps < 1:  # a leaf is as small as it gets
+            break
+        more = {**limits, "patience": lim.patience * LATER_PATIENCE, "time_limit": left, "iter_limit": steps}
+        nxt = _simplify([best.result], progress, snapshot, REFINED_STAGE, report, tree=True, **more)[0]
+        vmin, vmax = _tighter(best.vmin, nxt.vmin, max), _tighter(best.vmax, nxt.vmax, min)
+        smaller = _tree_size(nxt.result) < _tree_size(best.result)
+        if smaller:
+            best = nxt
+        best.vmin, best.vmax = vmin, vmax
+        if not smaller:
+            break
+    return best
+
+
+def _tree_size(u: UOp) -> int:
+    """Nodes of u written out as a tree (shared subterms counted at every use): the size a reader sees."""
+    sizes: dict[UOp, int] = {}
+    for n in u.toposort():
+        sizes[n] = 1 + sum(sizes[s] for s in n.src)
+    return sizes[u]
+
+
+def _tighter(a: int | None, b: int | None, pick: Callable[[int, int], int]) -> int | None:
+    return b if a is None else a if b is None else pick(a, b)
 
 
 def simplify_all(us: list[UOp], session: EGraphSession | None = None, **limits: Any) -> list[SimplifyResult]:
     """Several expressions in one e-graph (one scope: egglog prepares its rules once per scope, which costs more
     than simplifying a small expression). They share the limits and the report. `session`: any session holding
     the symbolic and analysis rulesets (default: the shared symbolic one)."""
-    return _simplify(us, None, False, session, **limits) if us else []
+    return _simplify(us, None, False, session=session, **limits) if us else []
 
 
 def _simplify(
     us: list[UOp],
     progress: Callable[[IterationStats], None] | None,
     snapshot: bool,
+    stage: Stage = SYMBOLIC_STAGE,
+    report: Report | None = None,
     session: EGraphSession | None = None,
+    tree: bool = False,
     **limits: Any,
 ) -> list[SimplifyResult]:
+    """`report`: one to go on with (a later round's iterations follow the earlier ones; the first round's cost
+    before is kept). `tree`: extract the smallest expression written out (extract/tree.py, what a reader of
+    `simplify`'s result counts) instead of the cheapest DAG (what a kernel computes)."""
     lim = Limits.make(**limits)
-    report = Report()
+    report = report or Report()
     t0 = time.perf_counter()
     sess = session or shared_session("symbolic", symbolic_session)
-    with sess.scope([SYMBOLIC_STAGE], lim):
+    with sess.scope([stage], lim):
         sess.add(us)
         report.add_phase("encode", time.perf_counter() - t0)
-        sess.saturate([SYMBOLIC_STAGE], lim, report, progress, watch=[sess.name_of(u) for u in us])
+        sess.saturate([stage], lim, report, progress, watch=[sess.name_of(u) for u in us])
         t0 = time.perf_counter()
         view = sess.view(functions=("lo", "hi"))
         roots = [view.lets[sess.name_of(u)] for u in us]
         reg = sess.reg
-    ex = extract(view, ScalarCost(unextractable=sess.unextractable))
+    cost = ScalarCost(unextractable=sess.unextractable)
+    ex = extract_tree(view, cost) if tree else extract(view, cost)
     report.add_phase("extract", time.perf_counter() - t0)
     t0 = time.perf_counter()
     dec = Decoder(view, ex.node, reg)
@@ -111,7 +169,9 @@ def _simplify(
         t0 = time.perf_counter()
         attach_snapshot(report, view, roots=roots, hide=sess.unextractable, chosen=ex.chosen)
         report.add_phase("snapshot", time.perf_counter() - t0)
-    report.cost_before, report.cost_after = sum(uop_cost(u) for u in us), ex.dag_cost(roots)
+    if report.cost_before is None:
+        report.cost_before = sum(uop_cost(u) for u in us)
+    report.cost_after = ex.dag_cost(roots)
     report.egraph_nodes, report.egraph_classes = view.num_nodes, view.num_classes
     return [SimplifyResult(out, report, view.lookup("lo", r), view.lookup("hi", r)) for out, r in zip(outs, roots)]
 

@@ -99,7 +99,7 @@ class Extraction:
         return sum(merged.values())
 
 
-def _key(n: ENode) -> tuple[str, str]:
+def node_key(n: ENode) -> tuple[str, str]:
     return (n.fn, repr(n.args))
 
 
@@ -136,7 +136,11 @@ def _choose(c: int, options: list[tuple[ENode, list[int], float]], best: dict[in
         better = (
             cur is None
             or total < cur.cost - 1e-12
-            or (abs(total - cur.cost) <= 1e-12 and cur.node is not n and (size, _key(n)) < (len(cur.dag), _key(cur.node)))
+            or (
+                abs(total - cur.cost) <= 1e-12
+                and cur.node is not n
+                and (size, node_key(n)) < (len(cur.dag), node_key(cur.node))
+            )
         )
         if better:  # the union is built only for a better choice
             extra[c] = nc

@@ -7,7 +7,7 @@ by a test), and tests/test_rule_docs.py fails on a rule without a description.
 from __future__ import annotations
 
 from egraph_compiler.egraph.dsl import Rule, RuleSet
-from egraph_compiler.rules import intervals, linear, optops, rangeify, symbolic
+from egraph_compiler.rules import intervals, linear, optops, rangeify, refine, symbolic
 
 CHECKS = {
     "z3": "proved with Z3 for every integer/boolean value",
@@ -18,8 +18,9 @@ CHECKS = {
 
 
 def rulesets() -> list[RuleSet]:
-    """The rule sets in the order the stages use them: analyses, index math, rangeify, schedules (OptOps)."""
-    return [intervals.ANALYSIS, linear.LINEAR, symbolic.SYMBOLIC, rangeify.RANGEIFY, *optops.OPTOPS.values()]
+    """The rule sets in the order the stages use them: analyses, index math (and what simplify's later rounds add),
+    rangeify, schedules (OptOps)."""
+    return [intervals.ANALYSIS, linear.LINEAR, symbolic.SYMBOLIC, refine.REFINE, rangeify.RANGEIFY, *optops.OPTOPS.values()]
 
 
 def rules() -> list[Rule]:

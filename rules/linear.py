@@ -264,7 +264,8 @@ def build() -> RuleSet:
     # tsplit(T, c, mode) = TS(Q, R, c) with value(T) = c*value(Q) + value(R). The pair carries c: its value is
     # (c*Q + R, c), so hash-consing only ever shares a pair between splits of equal terms by the same divisor.
     # Modes choose which part of each coefficient p goes to Q: 0 = all of p when c divides it, else none;
-    # 1 = floor(p/c); 2 = round(p/c).
+    # 1 = floor(p/c); 2 = round(p/c). rules/forms.py adds 3 (c = -1: Q the negated negative terms, R the
+    # positive ones) and 4 (Q the atoms whose coefficient is c, R the others).
     rewrite(
         rs,
         "tsplit-nil",
@@ -286,10 +287,10 @@ def build() -> RuleSet:
     rule(
         rs,
         "tsplit-divisible",
-        [*step, "(= 0 (% p q))"],
+        [*step, "(<= m 2)", "(= 0 (% p q))"],
         ["(union x (TS (TCons a (/ p q) qs) rs q))"],
         category=c,
-        doc="split (any mode): a coefficient p divisible by q > 0 goes to the quotient as p/q",
+        doc="split (modes 0-2): a coefficient p divisible by q > 0 goes to the quotient as p/q",
     )
     rule(
         rs,

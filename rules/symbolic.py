@@ -261,6 +261,23 @@ def constant_folding(rs: RuleSet) -> None:
         check="float",  # f64's 53 bits: no double rounding to f32
         doc="c1 / c2 of non-NaN float constants, c2 != 0, folds in f64 (53 bits: no double rounding to f32)",
     )
+    m, n = "(abs a)", "(to-i64 (abs a))"
+    for scale, pow2 in (
+        ("up", [f"(>= {m} 2.0)", f"(= {m} (to-f64 {n}))"]),
+        ("down", [f"(< {m} 1.0)", f"(> {m} 0.0)", f"(= (/ 1.0 {m}) (to-f64 (to-i64 (/ 1.0 {m}))))"]),
+    ):
+        bits = n if scale == "up" else f"(to-i64 (/ 1.0 {m}))"
+        rewrite(
+            rs,
+            f"recip-scaled-{scale}",
+            f"(MUL dt {kf('a')} (RECIP dt (MUL dt {kf('a')} x)))",
+            "(RECIP dt x)",
+            when=["(dt-float dt)", *pow2, f"(= 0 (& {bits} (- {bits} 1)))"],
+            category=ff,
+            check="float",
+            doc=f"c * (1 / (c*x)) -> 1/x for a power of two |c| {'>= 2' if scale == 'up' else '< 1'}: exact, except where "
+            "c*x overflows or underflows, and there 1/x is the closer result",
+        )
     rewrite(
         rs,
         "fold-float-recip",
@@ -473,6 +490,21 @@ def identities(rs: RuleSet) -> None:
         category=c,
         doc="x >> s -> x // 2**s for a constant shift 0 <= s < bits (arithmetic shift is floor division)",
     )
+    shift = [*ints, f"(!= dt {IX})", "(= bits (dt-bits dt))", "(>= s 0)", "(< s bits)", "(< s 62)"]
+    for kind, full in (
+        ("signed", ["(dt-signed dt)", "(< m 0)", "(>= m (- 0 (<< 1 s)))"]),
+        ("unsigned", ["(= 0 (dt-min dt))", "(= mx (dt-max dt))", "(< mx (<< 1 62))", "(>= m (- (+ mx 1) (<< 1 s)))"]),
+    ):
+        rewrite(
+            rs,
+            f"shr-and-mask-{kind}",
+            f"(SHR dt (AND dt x {k('m')}) {k('s')})",
+            f"(SHR dt x {k('s')})",
+            when=[*shift, *full],
+            category=c,
+            doc=f"(x & m) >> s -> x >> s when m keeps every bit from s up ({kind} fixed-width ints: m >= "
+            + ("-2**s)" if kind == "signed" else "2**bits - 2**s)"),
+        )
     rewrite(rs, "trunc-int", "(TRUNC dt x)", "x", when=["(dt-intlike dt)"], category=c, doc="trunc(x) -> x for ints and bools")
     rewrite(
         rs,
@@ -1534,17 +1566,25 @@ def shorter_forms(rs: RuleSet) -> None:
         category=c,
         doc="-((-x) % c) -> x % (-c) for an index divisor c > 0",
     )
-    two_values = ["(> q 0)", *small("q", "d"), "(= lv (lo v))", "(= hv (hi v))", "(= hv (+ lv 1))", *small("lv")]
+    two_values = [
+        "(> q 0)",
+        *lin_of("s", "t", "d"),
+        "(= t (TCons v p (TNil)))",
+        *small("q", "d", "p", bound=1 << 30),
+        "(= lv (lo v))",
+        "(= hv (hi v))",
+        "(= hv (+ lv 1))",
+        *small("lv", bound=1 << 30),
+    ]
     for op, name, f in (("IDIV", "idiv", floordiv), ("MOD", "mod", floormod)):
-        at_lo, at_hi = f("(+ lv d)", "q"), f("(+ (+ lv d) 1)", "q")
-        rewrite(
+        at_lo, at_hi = f("(+ (* p lv) d)", "q"), f("(+ (* p (+ lv 1)) d)", "q")
+        rule(
             rs,
             f"{name}-two-values",
-            f"({op} {IX} (ADD {IX} v {ik('d')}) {ik('q')})",
-            f"(ADD {IX} (MUL {IX} (ADD {IX} v {ik('(- 0 lv)')}) {ik(f'(- {at_hi} {at_lo})')}) {ik(at_lo)})",
-            when=two_values,
+            [f"(= e ({op} {IX} s {ik('q')}))", *two_values],
+            [f"(union e (ADD {IX} (MUL {IX} (ADD {IX} v {ik('(- 0 lv)')}) {ik(f'(- {at_hi} {at_lo})')}) {ik(at_lo)}))"],
             category=c,
-            doc=f"(v + d) {'//' if op == 'IDIV' else '%'} c for v of two values lo, lo+1: the line through them",
+            doc=f"(p*v + d) {'//' if op == 'IDIV' else '%'} c for v of two values lo, lo+1: the line through them",
         )
 
 

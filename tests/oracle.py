@@ -149,3 +149,61 @@ def expected_size(s: str) -> int:
             n += 1
         prev = t
     return n
+
+
+# ---- random cases from tinygrad ----------------------------------------------------------------------------------
+# The held-out half of the oracle is random index expressions with tinygrad's simplified results. These build such
+# cases the way tinygrad's test/external/fuzz_symbolic.py does: a tape of 2-30 steps over three variables with
+# random upper bounds (add a variable, add/multiply by a small constant, floor-divide or take the remainder by
+# 1-9), sometimes ended by a comparison, then simplified by the tinygrad that is installed.
+
+_UPPER = [*range(1, 10), 16, 32, 64, 128, 256]
+
+
+def tinygrad_case(rng: random.Random, case_id: int = 0) -> dict[str, Any] | None:
+    """One random oracle case (the format of load_cases), or None when tinygrad's expression is a bare leaf."""
+    from tinygrad import dtypes as tdt
+    from tinygrad.uop.ops import Ops as TOps
+    from tinygrad.uop.ops import UOp as TUOp
+
+    vs = [TUOp.variable(f"v{i + 1}", 0, rng.choice(_UPPER)) for i in range(3)]
+    tape = [rng.choice(("add_v", "div", "mul", "add_num", "mod")) for _ in range(rng.randint(2, 30))]
+    if rng.random() < 0.05:
+        tape.append("lt")
+    elif rng.random() < 0.05:
+        tape.append("ge")
+    e = TUOp.const(0, tdt.weakint)
+    for step in tape:
+        if step == "add_v":
+            e = e + vs[rng.randint(0, 2)]
+        elif step == "div":
+            e = e // rng.randint(1, 9)
+        elif step == "mul":
+            e = e * rng.randint(-4, 4)
+        elif step == "mod":
+            e = e % rng.randint(1, 9)
+        elif step == "add_num":
+            e = e + rng.randint(-4, 4)
+        else:
+            e = (e < rng.randint(-4, 4)) if step == "lt" else (e >= rng.randint(-4, 4))
+    if e.op in (TOps.CONST, TOps.BUFFER):
+        return None
+    names = {tdt.weakint: "dtypes.weakint", tdt.bool: "dtypes.bool", tdt.int: "dtypes.int"}
+
+    def as_json(u: Any) -> dict[str, Any]:
+        if u.op is TOps.BUFFER:  # tinygrad 0.14's variable: a parameter with its bounds
+            lo, hi = u.arg.vmin_vmax
+            return {"op": "VAR", "name": u.arg.name, "min": lo, "max": hi, "dtype": names[u.dtype]}
+        if u.op is TOps.CONST:
+            return {"op": "CONST", "value": u.arg, "dtype": names[u.dtype]}
+        return {"op": u.op.name, "dtype": names[u.dtype], "src": [as_json(s) for s in u.src]}
+
+    s = e.simplify()
+    return {
+        "id": case_id,
+        "expr_str": e.render(simplify=False),
+        "expr": as_json(e),
+        "expected_min": int(s.vmin),
+        "expected_max": int(s.vmax),
+        "expected_str": s.render(),
+    }

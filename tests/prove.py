@@ -1156,16 +1156,19 @@ def prove_rule(rule: Rule, sig: Signatures, timeout_ms: int = 1_000, domain: tup
 
 
 def check_float_rule(rule: Rule, sig: Signatures, samples: int = 400, seed: int = 0) -> ProofResult:
-    """Evaluate lhs and rhs of a float rule on random float32 inputs (specials included); compare within rounding."""
+    """Evaluate lhs and rhs of a float rule on `samples` random float32 inputs that meet its conditions (specials
+    included); compare within rounding."""
     rng = np.random.default_rng(seed)
     body = [parse_sexprs(f)[0] for f in rule.body]
     head = [parse_sexprs(a)[0] for a in rule.head]
     lhs = next(f[2] for f in body if f[0] == "=" and f[1] == "__e")
     rhs = head[0][2]
-    specials = np.array([0.0, -0.0, 1.0, -1.0, 0.5, 3.0, 1e30, -1e-30, np.inf, -np.inf, np.nan], np.float32)
+    specials = np.array([0.0, -0.0, 1.0, -1.0, 0.5, 2.0, -4.0, 3.0, 1e30, -1e-30, np.inf, -np.inf, np.nan], np.float32)
     int_slots = set(re.findall(r"\(I ([a-z_][a-z0-9_]*)\)", " ".join(rule.body + rule.head)))
     compared = 0
-    for _ in range(samples):
+    for _ in range(samples * 40):  # draws until `samples` of them meet the rule's conditions (a power of two is rare)
+        if compared == samples:
+            break
         env: dict[str, Any] = {}
 
         def val(name: str, env: dict[str, Any] = env) -> Any:
@@ -1206,7 +1209,17 @@ def _fprim(x: SExpr, val: Any) -> Any:
     if isinstance(x, list):
         op, *args = x
         vs = [_fprim(a, val) for a in args]
-        fns = {"+": lambda a, b: a + b, "*": lambda a, b: a * b, "/": lambda a, b: a / b, "max": max, "to-f64": float}
+        fns = {
+            "+": lambda a, b: a + b,
+            "-": lambda a, b: a - b,
+            "*": lambda a, b: a * b,
+            "/": lambda a, b: a / b,
+            "max": max,
+            "abs": abs,
+            "to-f64": float,
+            "to-i64": lambda a: int(a) if np.isfinite(a) else 0,  # egglog truncates; non-finite never matches
+            "&": lambda a, b: int(a) & int(b),
+        }
         if op in fns:
             with np.errstate(all="ignore"):
                 return fns[op](*vs)

@@ -14,9 +14,9 @@ import re
 from prove import check_rule, signatures
 
 from egraph_compiler.egraph.dsl import Rule
-from egraph_compiler.rules import intervals, linear, symbolic
+from egraph_compiler.rules import intervals, linear, refine, symbolic
 
-RULESETS = (intervals.ANALYSIS, linear.LINEAR, symbolic.SYMBOLIC)
+RULESETS = (intervals.ANALYSIS, linear.LINEAR, symbolic.SYMBOLIC, refine.REFINE)
 ALL_RULES: list[Rule] = [r for rs in RULESETS for r in rs.rules]
 SHARDS = 4
 SIG = signatures(intervals.DECLARATIONS, linear.DECLARATIONS)
