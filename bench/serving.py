@@ -11,7 +11,10 @@ repeated optimize, and the memory plan, beside numpy and PyTorch eager (when ins
   reaches it).
 - repeat optimize: the first optimize of a GPT-2 block and of a small graph, then the same graphs built again
   from scratch (the compile cache).
-- memory: peak bytes of the GPT-2 and ResNet blocks with the intermediates' arena and without.
+- memory: peak bytes of the GPT-2 and ResNet blocks with the intermediates' arena and without (inputs, outputs
+  and intermediates, from the plan), beside PyTorch eager's: the inputs plus the high-water mark of resident
+  memory over one call after two warm-up calls, measured in a child process whose allocator maps every large
+  block afresh (MALLOC_MMAP_THRESHOLD_), so freed tensors leave the resident set (Linux only).
 - new process: a fresh Python process that builds, optimizes and runs the GPT-2 block once, with an empty disk
   cache (cold) and again with the cache the first one left (warm): wall time of the whole process, and from its
   start to the first result. Everything else here runs with the disk cache off, so first optimizes are cold.
@@ -170,11 +173,50 @@ def new_process() -> dict[str, float]:
     return row
 
 
+TORCH_PEAK = """
+import re, sys
+sys.path.insert(0, sys.argv[1])
+import torch
+from model_defs import gpt2_block, resnet_block
+
+def status(field):
+    return int(re.search(field + r":\\s+(\\d+)", open("/proc/self/status").read()).group(1)) * 1024
+
+torch.set_grad_enabled(False)
+for m in (gpt2_block(), resnet_block()):
+    ins = {k: torch.from_numpy(v) for k, v in m.inputs().items()}
+    for _ in range(2):
+        del_me = m.torch(**ins)
+        del del_me
+    calls = []
+    for _ in range(3):
+        open("/proc/self/clear_refs", "w").write("5")  # resets VmHWM to the resident set now
+        before = status("VmRSS")
+        out = m.torch(**ins)
+        calls.append(status("VmHWM") - before)
+        del out
+    print(m.name, sum(v.numel() * v.element_size() for v in ins.values()) + min(calls))
+"""
+
+
+def torch_peaks() -> dict[str, int]:
+    """PyTorch eager's peak bytes per model (see the module docstring); empty without torch or /proc."""
+    import subprocess
+
+    if torch_or_none() is None or not Path("/proc/self/clear_refs").exists():
+        return {}
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "131072"}
+    here = str(Path(__file__).resolve().parent)
+    out = subprocess.run([sys.executable, "-c", TORCH_PEAK, here], env=env, capture_output=True, text=True)
+    return {name: int(v) for name, v in (line.split() for line in out.stdout.splitlines() if line.strip())}
+
+
 def memory() -> dict[str, dict[str, int]]:
     rows = {}
+    theirs = torch_peaks()
     for m in (gpt2_block(), resnet_block()):
         prog = optimize(m.ours(**{k: Tensor.empty(s, name=k) for k, s in m.shapes.items()}), target="llvm")
-        rows[m.name] = prog.report.extra["memory"]
+        rows[m.name] = {**prog.report.extra["memory"], "torch_peak_bytes": theirs.get(m.name)}
     return rows
 
 
@@ -217,9 +259,11 @@ def main() -> int:
         f"{repeat['gpt2_first_s']:.2f} s, again {repeat['gpt2_repeat_ms']:.2f} ms"
     )
     for name, m in mem.items():
+        tp = m["torch_peak_bytes"]
+        vs = f"; PyTorch eager {tp / 2**20:.1f} MiB ({m['peak_bytes'] / tp:.2f}x)" if tp else "; PyTorch eager n/a"
         print(
             f"memory {name}: peak {m['peak_bytes'] / 2**20:.1f} MiB with the arena, {m['peak_bytes_unplanned'] / 2**20:.1f} "
-            f"MiB without ({m['intermediates']} intermediates in {m['arena_bytes'] / 2**20:.1f} MiB)"
+            f"MiB without ({m['intermediates']} intermediates in {m['arena_bytes'] / 2**20:.1f} MiB){vs}"
         )
     print(
         f"new process, GPT-2 block: cold {fresh['cold_process_s']:.2f} s (first result {fresh['cold_first_result_s']:.2f} s); "
