@@ -1288,7 +1288,8 @@ class _Module:
 
 _LOCK = threading.RLock()
 _TM: dict[CPUTarget, Any] = {}
-CACHE_STATS = {"compiles": 0, "hits": 0, "disk_hits": 0, "worker_compiles": 0}
+# summary_hits: kernels assembled from their module summary on disk, without rendering them to IR
+CACHE_STATS = {"compiles": 0, "hits": 0, "disk_hits": 0, "worker_compiles": 0, "summary_hits": 0}
 SPEED_LEVEL = llvm_pipeline.SPEED_LEVEL  # part of the disk cache's key: other passes, other machine code
 
 
@@ -1357,13 +1358,11 @@ def _jit(
             _CACHE.move_to_end(key)
             CACHE_STATS["hits"] += 1
             return hit
-        stored_key = disk_cache.key("llvm-object", key, SPEED_LEVEL) if persist and disk_cache.enabled() else None
+        stored_key = _object_key(key) if persist and disk_cache.enabled() else None
         stored = disk_cache.load("objects", stored_key) if stored_key is not None and built is None else None
         if isinstance(stored, dict) or built is not None:  # machine code made elsewhere: no optimization, no codegen
             obj, optimized = (stored["object"], stored["ir"]) if isinstance(stored, dict) else built  # type: ignore[misc]
-            engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), _new_target_machine(cpu))
-            engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
-            engine.finalize_object()
+            engine = _engine_of(obj, cpu)
             CACHE_STATS["disk_hits" if isinstance(stored, dict) else "worker_compiles"] += 1
             if built is not None and stored_key is not None:
                 disk_cache.store("objects", stored_key, {"object": obj, "ir": optimized})
@@ -1377,21 +1376,57 @@ def _jit(
             optimized = str(mod)
             if made and stored_key is not None:
                 disk_cache.store("objects", stored_key, {"object": made[0], "ir": optimized})
-        funcs = {}
-        for name, extra in signatures:
-            proto = ctypes.CFUNCTYPE(
-                None, *([ctypes.c_void_p] * n_bufs), ctypes.c_int64, ctypes.c_int64, *([ctypes.c_void_p] * extra)
-            )
-            funcs[name] = proto(engine.get_function_address(name))
-        for name, proto in (protos or {}).items():
-            funcs[name] = proto(engine.get_function_address(name))
-        native = _Native(engine, funcs, optimized)
-        _CACHE[key] = native
-        while len(_CACHE) > MAX_CACHED_MODULES:  # an evicted engine lives on while a program still holds it
-            _CACHE.popitem(last=False)
         if stored is None:
             CACHE_STATS["compiles"] += 1
-        return native
+        return _cached_native(key, engine, signatures, n_bufs, optimized, protos)
+
+
+def _object_key(key: str) -> str:
+    """The disk cache's name for the machine code of the IR whose module-cache key is `key`."""
+    return disk_cache.key("llvm-object", key, SPEED_LEVEL)
+
+
+def _engine_of(obj: bytes, cpu: CPUTarget) -> Any:
+    """An MCJIT engine running machine code made elsewhere (no optimization, no codegen)."""
+    engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), _new_target_machine(cpu))
+    engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
+    engine.finalize_object()
+    return engine
+
+
+def _cached_native(
+    key: str, engine: Any, signatures: list[tuple[str, int]], n_bufs: int, optimized: str, protos: dict[str, Any] | None
+) -> _Native:
+    """The engine's functions as ctypes callables, put into the module cache under `key` (called holding _LOCK)."""
+    funcs = {}
+    for name, extra in signatures:
+        proto = ctypes.CFUNCTYPE(
+            None, *([ctypes.c_void_p] * n_bufs), ctypes.c_int64, ctypes.c_int64, *([ctypes.c_void_p] * extra)
+        )
+        funcs[name] = proto(engine.get_function_address(name))
+    for name, proto in (protos or {}).items():
+        funcs[name] = proto(engine.get_function_address(name))
+    native = _Native(engine, funcs, optimized)
+    _CACHE[key] = native
+    while len(_CACHE) > MAX_CACHED_MODULES:  # an evicted engine lives on while a program still holds it
+        _CACHE.popitem(last=False)
+    return native
+
+
+def _jit_stored(key: str, signatures: list[tuple[str, int]], n_bufs: int, cpu: CPUTarget) -> _Native | None:
+    """The module whose IR has module-cache key `key`, from the module cache or the disk cache; None if neither
+    holds its machine code (the IR is not at hand to compile)."""
+    with _LOCK:
+        hit = _CACHE.get(key)
+        if hit is not None:
+            _CACHE.move_to_end(key)
+            CACHE_STATS["hits"] += 1
+            return hit
+        stored = disk_cache.load("objects", _object_key(key)) if disk_cache.enabled() else None
+        if not isinstance(stored, dict):
+            return None
+        CACHE_STATS["disk_hits"] += 1
+        return _cached_native(key, _engine_of(stored["object"], cpu), signatures, n_bufs, stored["ir"], None)
 
 
 def _compiled_already(ir: str, cpu: CPUTarget, persist: bool) -> bool:
@@ -1402,7 +1437,7 @@ def _compiled_already(ir: str, cpu: CPUTarget, persist: bool) -> bool:
             return True
     if not (persist and disk_cache.enabled()):
         return False
-    return isinstance(disk_cache.load("objects", disk_cache.key("llvm-object", key, SPEED_LEVEL)), dict)
+    return isinstance(disk_cache.load("objects", _object_key(key)), dict)
 
 
 _CACHE: OrderedDict[str, _Native] = OrderedDict()  # least recently used first
@@ -1636,25 +1671,70 @@ class LLVMBackend(HostBuffers):
 
     def compile_all(self, kernels: list[Kernel], program: Program | None = None) -> list[LLVMCompiled]:
         """Every kernel of a program compiled, the largest modules by compile workers (backends/compile_workers.py)
-        while this process compiles the others: the same machine code as `compile`, kernel by kernel."""
-        mods = [self._module(k) for k in kernels]
+        while this process compiles the others: the same machine code as `compile`, kernel by kernel. A kernel
+        whose module summary and machine code the disk cache holds is not rendered to IR at all."""
+        done: dict[int, LLVMCompiled] = {}
+        for i, k in enumerate(kernels):
+            if (c := self._from_summary(k, program)) is not None:
+                done[i] = c
+        rest = [i for i in range(len(kernels)) if i not in done]
+        mods = {i: self._module(kernels[i]) for i in rest}
         first: dict[str, int] = {}  # one module per IR text: a model's repeated layers compile once
-        for i, m in enumerate(mods):
+        for i, m in mods.items():
             first.setdefault(m.ir, i)
         todo = {i: ir for ir, i in first.items() if not _compiled_already(ir, self.cpu, persist=True)}
         batch = compile_workers.Batch(todo, self.cpu.name, self.cpu.features)
-        out = {i: self._compiled(kernels[i], mods[i], program) for i in batch.mine()}
-        return [out.get(i) or self._compiled(kernels[i], mods[i], program, batch.result(i)) for i in range(len(kernels))]
+        done.update({i: self._compiled(kernels[i], mods[i], program) for i in batch.mine()})
+        for i in rest:
+            done[i] = done.get(i) or self._compiled(kernels[i], mods[i], program, batch.result(i))
+        return [done[i] for i in range(len(kernels))]
+
+    def _summary_key(self, kernel: Kernel) -> str:
+        """The disk cache's name for what rendering `kernel` told (everything _Module depends on is in it)."""
+        options = (self.threads, self.fast_math, self.auto_parallel, self.cpu.name, self.cpu.features, SPEED_LEVEL)
+        return disk_cache.key("llvm-kernel", kernel.name, disk_cache.graph_digest([kernel.ast]), *options)
+
+    def _from_summary(self, kernel: Kernel, program: Program | None) -> LLVMCompiled | None:
+        """The kernel from its module summary and the machine code its IR got, both from the disk cache."""
+        if not disk_cache.enabled():
+            return None
+        summary = disk_cache.load("objects", self._summary_key(kernel))
+        if not isinstance(summary, dict):
+            return None
+        native = _jit_stored(summary["ir_key"], summary["signatures"], len(summary["checks"]), self.cpu)
+        if native is None:
+            return None
+        CACHE_STATS["summary_hits"] += 1
+        return self._assembled(kernel, native, summary, program)
 
     def _compiled(
         self, kernel: Kernel, m: _Module, program: Program | None, built: tuple[bytes, str] | None = None
     ) -> LLVMCompiled:
         native = _jit(m.ir, m.signatures, len(m.buffers), self.cpu, persist=True, built=built)
-        checks = [(b.arg[0], _np_storage(b.dtype), math.prod(b.arg[1])) for b in m.buffers]
+        summary = {
+            "ir_key": _cache_key(m.ir, self.cpu),
+            "signatures": m.signatures,
+            "checks": [(b.arg[0], _np_storage(b.dtype), math.prod(b.arg[1])) for b in m.buffers],
+            "parallel": [range_size(it.parallel) if it.parallel is not None else None for it in m.items],
+            "groups": [[(grp.fn, grp.bound, grp.offset) for grp in gs] for gs in m.groups],
+            "scratch": m.scratch,
+        }
+        if disk_cache.enabled():
+            disk_cache.store("objects", self._summary_key(kernel), summary)
+        return self._assembled(kernel, native, summary, program)
+
+    def _assembled(self, kernel: Kernel, native: _Native, summary: dict[str, Any], program: Program | None) -> LLVMCompiled:
+        checks = summary["checks"]
         if program is not None:  # the program's spec is the authority on a buffer's dtype
             checks = [(n, self.storage_np(program.buffers[n].dtype) if n in program.buffers else dt, s) for n, dt, s in checks]
-        parallel = [range_size(it.parallel) if it.parallel is not None else None for it in m.items]
-        groups = [[(grp.fn, grp.bound, grp.offset) for grp in gs] for gs in m.groups]
         return LLVMCompiled(
-            kernel.name, [b.arg[0] for b in m.buffers], checks, native, parallel, self.threads, groups, m.scratch, self.cpu
+            kernel.name,
+            [n for n, _, _ in summary["checks"]],
+            checks,
+            native,
+            summary["parallel"],
+            self.threads,
+            summary["groups"],
+            summary["scratch"],
+            self.cpu,
         )

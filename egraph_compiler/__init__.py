@@ -1,6 +1,7 @@
 """egraph-compiler: an equality-saturation compiler for tinygrad-style UOp graphs."""
 
-from egraph_compiler.frontend.onnx.importer import from_onnx  # onnx itself is imported only when called
+from typing import Any
+
 from egraph_compiler.frontend.tensor import Tensor
 from egraph_compiler.ir.diagnostics import CompilerError
 from egraph_compiler.ir.dtypes import DType, dtypes
@@ -12,3 +13,13 @@ from egraph_compiler.optimize import optimize
 
 __all__ = ["AxisType", "CompilerError", "DType", "Ops", "Tensor", "UOp", "dtypes", "from_onnx", "optimize"]
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    """`from_onnx` loads the ONNX importer's modules when first asked for (onnx itself only when called): a program
+    from the compile cache starts without them."""
+    if name == "from_onnx":
+        from egraph_compiler.frontend.onnx.importer import from_onnx
+
+        return from_onnx
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -36,7 +36,8 @@ e = np.exp(z - z.max(1, keepdims=True))
 want = e / e.sum(1, keepdims=True) + av.sum(1, keepdims=True)
 got = prog(a=av, b=bv)
 print(json.dumps({"err": float(np.abs(got - want).max()), "kernels": len(prog.kernels), **llvm.CACHE_STATS,
-                  "loaded": any("disk cache" in n for n in prog.report.notes)}))
+                  "loaded": any("disk cache" in n for n in prog.report.notes),
+                  "egglog": "egglog" in sys.modules, "onnx": "egraph_compiler.frontend.onnx.importer" in sys.modules}))
 """
 
 
@@ -59,7 +60,10 @@ def test_a_new_process_skips_optimize_and_llvm(tmp_path: Path) -> None:
     warm = _child(tmp_path)
     assert warm["loaded"] and warm["err"] < 1e-4
     assert warm["disk_hits"] == warm["kernels"]  # every kernel's machine code from disk
+    assert warm["summary_hits"] == warm["kernels"] and cold["summary_hits"] == 0  # and none rendered to IR again
     assert warm["compiles"] <= 1  # only the program's driver (it holds this process's addresses) is compiled
+    # nor is anything imported that only optimizing needs: egglog (0.23 s), the ONNX importer's modules
+    assert cold["egglog"] and not warm["egglog"] and not warm["onnx"]
 
 
 def test_the_cache_tells_graphs_options_targets_and_versions_apart(monkeypatch: pytest.MonkeyPatch) -> None:

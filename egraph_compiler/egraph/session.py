@@ -23,8 +23,6 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 
-from egglog import bindings
-
 from egraph_compiler.egraph.dsl import RuleSet
 from egraph_compiler.egraph.encode import Encoder, Registry
 from egraph_compiler.egraph.report import IterationStats, Report
@@ -119,6 +117,8 @@ class EGraphSession:
     def __init__(
         self, rulesets: Sequence[RuleSet], declarations: Sequence[str] = (), unextractable: Iterable[str] = ()
     ) -> None:
+        from egglog import bindings  # here, not at import: a program from the compile cache needs no e-graph
+
         self.eg = bindings.EGraph()
         self.reg = Registry()
         self.encoder = Encoder(self.reg)
@@ -215,12 +215,16 @@ class EGraphSession:
 
     def tree_cost(self, let_name: str) -> int:
         """egglog's own (tree, node-count) extraction cost of a bound term: a cheap progress signal."""
+        from egglog import bindings
+
         out = self._run(f"(extract {let_name})")[-1]
         assert isinstance(out, bindings.ExtractBest)
         return int(out.cost)
 
     def _run_counted(self, cmd: str, matches: dict[str, int]) -> tuple[bool, bool]:
         """Run one schedule, add its rule matches to `matches`; returns (updated, can_stop)."""
+        from egglog import bindings
+
         out = self._run(cmd)[-1]
         assert isinstance(out, bindings.RunScheduleOutput)
         rep = out.report

@@ -11,9 +11,10 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from egglog import bindings
+if TYPE_CHECKING:  # egglog is imported where an e-graph is built (session.py): a cached program needs none
+    from egglog import bindings
 
 PRIMITIVE_SORTS = {"i64", "String", "f64", "bool", "Unit"}
 

@@ -5,7 +5,9 @@ Two kinds of entry, each one file named by a SHA-256 key:
   structure, the output names, the options (target, CPU, limits, tune, nolocals), the core count the cost model
   assumed, and the compiler's version;
 - `objects/`: the machine code LLVM made of one kernel module (and its optimized IR, for inspection), keyed by
-  the module's IR, the CPU and its features, and the compiler's version.
+  the module's IR, the CPU and its features, and the compiler's version; and what rendering a kernel told the
+  LLVM backend (the key of its IR, its functions, buffers and parallel ranges), keyed by the kernel's structure
+  and the backend's options, so that a loaded program's kernels are not rendered to IR again.
 
 The compiler's version is a hash of the package's own source files and the versions of egglog, llvmlite and
 numpy: any change to a rule, the cost model or a backend starts a fresh cache. Writes go to a temporary file in
