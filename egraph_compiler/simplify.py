@@ -103,13 +103,19 @@ def simplify(
         if not best.result.src or left < 0.1 * lim.time_limit or steps < 1:  # a leaf is as small as it gets
             break
         more = {**limits, "patience": lim.patience * LATER_PATIENCE, "time_limit": left, "iter_limit": steps}
+        kept = (
+            (report.cost_after, report.egraph_nodes, report.egraph_classes),
+            {k: v for k, v in report.extra.items() if k in ("egraph_dot", "egraph_snapshot")},
+        )
         nxt = _simplify([best.result], progress, snapshot, REFINED_STAGE, report, tree=True, **more)[0]
         vmin, vmax = _tighter(best.vmin, nxt.vmin, max), _tighter(best.vmax, nxt.vmax, min)
         smaller = _tree_size(nxt.result) < _tree_size(best.result)
         if smaller:
             best = nxt
         best.vmin, best.vmax = vmin, vmax
-        if not smaller:
+        if not smaller:  # the report's cost, e-graph size and picture stay those of the round whose result it is
+            report.cost_after, report.egraph_nodes, report.egraph_classes = kept[0]
+            report.extra.update(kept[1])
             break
     return best
 

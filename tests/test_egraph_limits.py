@@ -26,7 +26,7 @@ from egraph_compiler.ir.diagnostics import InvalidArgument
 from egraph_compiler.ir.ops import Ops
 from egraph_compiler.ir.uop import toposort
 from egraph_compiler.rules import intervals, linear, refine, symbolic
-from egraph_compiler.simplify import SimplifyResult, simplify
+from egraph_compiler.simplify import SimplifyResult, simplify, uop_cost
 
 ALL_RULES = {
     r.name: (rs.name, r.category)
@@ -384,6 +384,10 @@ def test_later_rounds_go_on_in_one_report_and_share_the_step_limit() -> None:
     assert_equivalent(u, more)
     its = more.report.iterations
     assert len(its) > len(one.report.iterations) and [it.index for it in its] == list(range(len(its)))
+    # the last round did not shrink it: the report's cost and picture are those of the round it came from
+    pictured = simplify(u, snapshot=True)
+    assert pictured.report.cost_after == uop_cost(pictured.result) and "egraph_dot" in pictured.report.extra
+    assert pictured.report.extra["egraph_snapshot"]["classes_total"] == pictured.report.egraph_classes
     capped = simplify(u, iter_limit=len(one.report.iterations) + 1)
     assert len(capped.report.iterations) <= len(one.report.iterations) + 1
     assert_equivalent(u, capped)
