@@ -1353,18 +1353,15 @@ def _jit(
     `built`: the IR's object code and optimized IR, compiled already by a compile worker."""
     key = _cache_key(ir, cpu)
     with _LOCK:
-        hit = _CACHE.get(key)
-        if hit is not None:
-            _CACHE.move_to_end(key)
-            CACHE_STATS["hits"] += 1
-            return hit
+        found = _found(key, signatures, n_bufs, cpu, protos, disk=persist and built is None)
+        if found is not None:
+            return found
         stored_key = _object_key(key) if persist and disk_cache.enabled() else None
-        stored = disk_cache.load("objects", stored_key) if stored_key is not None and built is None else None
-        if isinstance(stored, dict) or built is not None:  # machine code made elsewhere: no optimization, no codegen
-            obj, optimized = (stored["object"], stored["ir"]) if isinstance(stored, dict) else built  # type: ignore[misc]
+        if built is not None:  # machine code a compile worker made: no optimization, no codegen here
+            obj, optimized = built
             engine = _engine_of(obj, cpu)
-            CACHE_STATS["disk_hits" if isinstance(stored, dict) else "worker_compiles"] += 1
-            if built is not None and stored_key is not None:
+            CACHE_STATS["worker_compiles"] += 1
+            if stored_key is not None:
                 disk_cache.store("objects", stored_key, {"object": obj, "ir": optimized})
         else:
             mod = optimize_ir(ir, cpu)
@@ -1376,8 +1373,7 @@ def _jit(
             optimized = str(mod)
             if made and stored_key is not None:
                 disk_cache.store("objects", stored_key, {"object": made[0], "ir": optimized})
-        if stored is None:
-            CACHE_STATS["compiles"] += 1
+        CACHE_STATS["compiles"] += 1
         return _cached_native(key, engine, signatures, n_bufs, optimized, protos)
 
 
@@ -1413,20 +1409,33 @@ def _cached_native(
     return native
 
 
+def _found(
+    key: str,
+    signatures: list[tuple[str, int]],
+    n_bufs: int,
+    cpu: CPUTarget,
+    protos: dict[str, Any] | None = None,
+    disk: bool = True,
+) -> _Native | None:
+    """The module whose IR has module-cache key `key`, from the module cache or (`disk`) the disk cache; None if
+    neither holds its machine code (called holding _LOCK)."""
+    hit = _CACHE.get(key)
+    if hit is not None:
+        _CACHE.move_to_end(key)
+        CACHE_STATS["hits"] += 1
+        return hit
+    stored = disk_cache.load("objects", _object_key(key)) if disk and disk_cache.enabled() else None
+    if not isinstance(stored, dict):
+        return None
+    CACHE_STATS["disk_hits"] += 1
+    return _cached_native(key, _engine_of(stored["object"], cpu), signatures, n_bufs, stored["ir"], protos)
+
+
 def _jit_stored(key: str, signatures: list[tuple[str, int]], n_bufs: int, cpu: CPUTarget) -> _Native | None:
-    """The module whose IR has module-cache key `key`, from the module cache or the disk cache; None if neither
-    holds its machine code (the IR is not at hand to compile)."""
+    """The module whose IR has module-cache key `key`, when its machine code is at hand (the IR is not, to
+    compile)."""
     with _LOCK:
-        hit = _CACHE.get(key)
-        if hit is not None:
-            _CACHE.move_to_end(key)
-            CACHE_STATS["hits"] += 1
-            return hit
-        stored = disk_cache.load("objects", _object_key(key)) if disk_cache.enabled() else None
-        if not isinstance(stored, dict):
-            return None
-        CACHE_STATS["disk_hits"] += 1
-        return _cached_native(key, _engine_of(stored["object"], cpu), signatures, n_bufs, stored["ir"], None)
+        return _found(key, signatures, n_bufs, cpu)
 
 
 def _compiled_already(ir: str, cpu: CPUTarget, persist: bool) -> bool:
@@ -1667,15 +1676,16 @@ class LLVMBackend(HostBuffers):
         return _target_machine(self.cpu).emit_assembly(optimize_ir(m.ir, self.cpu))
 
     def compile(self, kernel: Kernel, program: Program | None = None) -> LLVMCompiled:
-        return self._compiled(kernel, self._module(kernel), program)
+        return self._compiled(kernel, self._module(kernel), program, self._summary_key(kernel))
 
     def compile_all(self, kernels: list[Kernel], program: Program | None = None) -> list[LLVMCompiled]:
         """Every kernel of a program compiled, the largest modules by compile workers (backends/compile_workers.py)
         while this process compiles the others: the same machine code as `compile`, kernel by kernel. A kernel
         whose module summary and machine code the disk cache holds is not rendered to IR at all."""
+        keys = [self._summary_key(k) for k in kernels]
         done: dict[int, LLVMCompiled] = {}
         for i, k in enumerate(kernels):
-            if (c := self._from_summary(k, program)) is not None:
+            if (c := self._from_summary(k, keys[i], program)) is not None:
                 done[i] = c
         rest = [i for i in range(len(kernels)) if i not in done]
         mods = {i: self._module(kernels[i]) for i in rest}
@@ -1684,21 +1694,24 @@ class LLVMBackend(HostBuffers):
             first.setdefault(m.ir, i)
         todo = {i: ir for ir, i in first.items() if not _compiled_already(ir, self.cpu, persist=True)}
         batch = compile_workers.Batch(todo, self.cpu.name, self.cpu.features)
-        done.update({i: self._compiled(kernels[i], mods[i], program) for i in batch.mine()})
+        done.update({i: self._compiled(kernels[i], mods[i], program, keys[i]) for i in batch.mine()})
         for i in rest:
-            done[i] = done.get(i) or self._compiled(kernels[i], mods[i], program, batch.result(i))
+            done[i] = done.get(i) or self._compiled(kernels[i], mods[i], program, keys[i], batch.result(i))
         return [done[i] for i in range(len(kernels))]
 
-    def _summary_key(self, kernel: Kernel) -> str:
-        """The disk cache's name for what rendering `kernel` told (everything _Module depends on is in it)."""
+    def _summary_key(self, kernel: Kernel) -> str | None:
+        """The disk cache's name for what rendering `kernel` told (everything _Module depends on is in it); None
+        when the disk cache is off."""
+        if not disk_cache.enabled():
+            return None
         options = (self.threads, self.fast_math, self.auto_parallel, self.cpu.name, self.cpu.features, SPEED_LEVEL)
         return disk_cache.key("llvm-kernel", kernel.name, disk_cache.graph_digest([kernel.ast]), *options)
 
-    def _from_summary(self, kernel: Kernel, program: Program | None) -> LLVMCompiled | None:
-        """The kernel from its module summary and the machine code its IR got, both from the disk cache."""
-        if not disk_cache.enabled():
+    def _from_summary(self, kernel: Kernel, key: str | None, program: Program | None) -> LLVMCompiled | None:
+        """The kernel from its module summary (disk cache entry `key`) and the machine code its IR got."""
+        if key is None:
             return None
-        summary = disk_cache.load("objects", self._summary_key(kernel))
+        summary = disk_cache.load("objects", key)
         if not isinstance(summary, dict):
             return None
         native = _jit_stored(summary["ir_key"], summary["signatures"], len(summary["checks"]), self.cpu)
@@ -1708,8 +1721,14 @@ class LLVMBackend(HostBuffers):
         return self._assembled(kernel, native, summary, program)
 
     def _compiled(
-        self, kernel: Kernel, m: _Module, program: Program | None, built: tuple[bytes, str] | None = None
+        self,
+        kernel: Kernel,
+        m: _Module,
+        program: Program | None,
+        summary_key: str | None,
+        built: tuple[bytes, str] | None = None,
     ) -> LLVMCompiled:
+        """The kernel compiled from its module `m`; its module summary goes to the disk cache as `summary_key`."""
         native = _jit(m.ir, m.signatures, len(m.buffers), self.cpu, persist=True, built=built)
         summary = {
             "ir_key": _cache_key(m.ir, self.cpu),
@@ -1719,8 +1738,8 @@ class LLVMBackend(HostBuffers):
             "groups": [[(grp.fn, grp.bound, grp.offset) for grp in gs] for gs in m.groups],
             "scratch": m.scratch,
         }
-        if disk_cache.enabled():
-            disk_cache.store("objects", self._summary_key(kernel), summary)
+        if summary_key is not None:
+            disk_cache.store("objects", summary_key, summary)
         return self._assembled(kernel, native, summary, program)
 
     def _assembled(self, kernel: Kernel, native: _Native, summary: dict[str, Any], program: Program | None) -> LLVMCompiled:
