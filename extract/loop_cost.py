@@ -577,15 +577,18 @@ def work_floor(kernel: UOp, m: CPUMachine | None = None) -> float:
     """A lower bound of `estimate(kernel)` for any schedule of it, without walking its loop nest: every float
     operation runs at least once per combination of the ranges it depends on and, inside a REDUCE whose ranges
     it depends on, of the ranges that REDUCE runs over (a GEMM fused into each element of its consumer runs
-    once per element), at the cheapest rate the estimate ever charges (a vectorized loop on every core).
+    once per element), at the cheapest rate the estimate ever charges (a vectorized loop on every core). A
+    REDUCE nested in another one's body costs at least the lesser of its two forms in the estimate: one
+    accumulator waiting ADD_LATENCY on each of its own iterations, or (with several) scalar chains whose body
+    operations run one element at a time. The kernel's buffers also stream through memory at least once.
     Fusion trials whose floor is above what they would replace need no ranking."""
     m = m or CPUMachine.host()
     w = _Walk(m)
-    cycles = 0.0
     reduced: set[tuple[UOp, frozenset[UOp]]] = set()
 
-    def visit(root: UOp, enclosing: list[tuple[frozenset[UOp], set[UOp]]]) -> None:
-        nonlocal cycles
+    def visit(root: UOp, enclosing: list[tuple[frozenset[UOp], set[UOp]]]) -> tuple[float, float]:
+        """(cycles vectorized, cycles as scalar code) of the operations under root, REDUCE bodies included."""
+        vec = scal = 0.0
         for u in value_nodes(root):
             runs = set(w.deps(u))
             for own, domain in enclosing:  # innermost first: its domain holds the ranges of the ones around it
@@ -595,14 +598,25 @@ def work_floor(kernel: UOp, m: CPUMachine | None = None) -> float:
                 if (u, frozenset(runs)) in reduced:  # computed once where it runs (see _Walk.reduce)
                     continue
                 reduced.add((u, frozenset(runs)))
-                visit(u.src[0], [(frozenset(u.src[1:]), runs), *enclosing])
+                own_ranges = frozenset(r for r in u.src[1:] if r.op is Ops.RANGE)
+                body_vec, body_scal = visit(u.src[0], [(frozenset(u.src[1:]), runs), *enclosing])
+                if enclosing:  # nested (see _Walk.reduce): one chain's latency a step, or scalar chains
+                    steps = math.prod(trip_count(r) for r in w.deps(u) | own_ranges)
+                    body_vec = max(body_vec, min(steps * ADD_LATENCY, body_scal))
+                vec, scal = vec + body_vec, scal + body_scal
             elif u.dtype.is_float and u.op not in FREE and u.op not in (Ops.LOAD, Ops.STORE):
-                per = OP_CYCLES.get(u.op, DEFAULT_OP) / (m.lanes(u.dtype.itemsize) * LOOP_VECTOR_INTERLEAVE)
-                cycles += math.prod(trip_count(r) for r in runs) * per
+                per = OP_CYCLES.get(u.op, DEFAULT_OP) * math.prod(trip_count(r) for r in runs)
+                vec += per / (m.lanes(u.dtype.itemsize) * LOOP_VECTOR_INTERLEAVE)
+                scal += per
+        return vec, scal
 
-    visit(kernel, [])
-    group = any(u.op is Ops.RANGE and u.arg[1] is AxisType.GROUP_REDUCE for u in kernel.toposort())
-    return cycles / (m.ghz * 1e9 * m.cores * (m.cores if group else 1)) + m.launch_us * 1e-6
+    cycles, _ = visit(kernel, [])
+    nodes = kernel.toposort()
+    group = any(u.op is Ops.RANGE and u.arg[1] is AxisType.GROUP_REDUCE for u in nodes)
+    compute = cycles / (m.ghz * 1e9 * m.cores * (m.cores if group else 1))
+    nbytes = sum(u.arg[1][0] * u.dtype.itemsize for u in nodes if u.op is Ops.BUFFER)
+    memory = nbytes / (max(m.mem_gbps, m.mem_gbps_all) * 1e9)
+    return max(compute, memory) + m.launch_us * 1e-6
 
 
 def estimate(kernel: UOp, m: CPUMachine | None = None) -> KernelEstimate:

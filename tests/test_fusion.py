@@ -271,6 +271,37 @@ def test_work_floor_never_exceeds_any_schedules_estimate() -> None:
                 assert work_floor(k.ast, m) <= estimate(k.ast, m).seconds
 
 
+def test_work_floor_is_below_every_candidate_the_search_estimates(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same, on every kernel the fusion search decodes, the trials' fused ones included: reductions nested
+    in other reductions' bodies (a matmul fused into the layernorm that reads it, attention's scores into the
+    softmax sums, a dense layer into the next), whose floor counts their scalar chains or their latency."""
+    import egraph_compiler.extract.schedule as schedule
+    from egraph_compiler.extract.loop_cost import CPUMachine, estimate, work_floor
+
+    m = CPUMachine.host()
+    seen: list[tuple[float, float]] = []
+
+    def checked(kernel: UOp, machine: CPUMachine | None = None) -> object:
+        est = estimate(kernel, machine)
+        seen.append((work_floor(kernel, machine or m), est.seconds))
+        return est
+
+    monkeypatch.setattr(schedule, "estimate", checked)
+    x, w = E(16, 48, name="x"), E(48, 48, name="w")
+    h = x + x @ w
+    mu = h.mean(-1, keepdim=True)
+    q, k, v = (E(2, 24, 16, name=n) for n in "qkv")
+    for t in (
+        (h - mu) / ((h - mu).square().mean(-1, keepdim=True) + 1e-5).sqrt(),
+        q.scaled_dot_product_attention(k, v),
+        ((x @ w).relu() @ E(48, 40, name="w2")).relu(),
+    ):
+        optimize(t, target="llvm", cache=False)
+    assert len(seen) > 20
+    bad = [(f, e) for f, e in seen if f > e]
+    assert not bad, bad[:5]
+
+
 def test_recomputing_a_matmul_is_ruled_out_by_its_work_alone() -> None:
     """Fusing a 64x256 @ 256x256 product into the next product recomputes it for each of the 256 output columns:
     the trial's work floor is already above the two kernels' estimate, so it is refused without ranking, and
