@@ -112,6 +112,7 @@ def _compile(graph: Any, args: argparse.Namespace, inputs: Any = None) -> Any:
             nolocals=args.nolocals,
             cpu=args.cpu,
             inputs=inputs,
+            provenance=getattr(args, "provenance", False),
             **_limits(args),
         )
     finally:
@@ -500,6 +501,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--nolocals",
         action="store_true",
         help="the Nolocals OptOp: no schedule with workgroup dims (LOCAL, GROUP_REDUCE threads, tensor cores)",
+    )
+    compile_opts.add_argument(
+        "--provenance",
+        action="store_true",
+        help="record which rule built each e-node: the report lists the chosen program's e-nodes per rule, "
+        "with a picture of each top rule's (slower; no compile cache)",
     )
     pg = compile_opts.add_mutually_exclusive_group()
     pg.add_argument("--progress", action="store_true", help="print progress to stderr (default: on a TTY)")

@@ -18,6 +18,7 @@ import math
 import os
 import time
 import warnings
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from os import PathLike
@@ -29,7 +30,9 @@ from egraph_compiler import compile_cache
 from egraph_compiler.backends import get_backend
 from egraph_compiler.egraph.decode import Decoder
 from egraph_compiler.egraph.encode import egg_ilist, egg_str
+from egraph_compiler.egraph.provenance import by_producer, program_nodes
 from egraph_compiler.egraph.report import IterationStats, Report
+from egraph_compiler.egraph.schema import EGG_TO_OP
 from egraph_compiler.egraph.session import BASELINE_CEILING, CEILINGS, EGraphSession, Limits, Stage
 from egraph_compiler.egraph.view import EGraphView, ENode
 from egraph_compiler.extract.extractor import Extraction, extract
@@ -43,6 +46,7 @@ from egraph_compiler.extract.schedule import (
     kernel_classes,
     kernel_entry,
     schedule_report,
+    term_children,
 )
 from egraph_compiler.ir.diagnostics import EstimateWarning, InvalidArgument, OutOfMemory, UnguardedAccess, UnsupportedOp
 from egraph_compiler.ir.dtypes import DType
@@ -107,11 +111,12 @@ SCHEDULE_NODES_CAP = 40_000
 TENSOR_ONLY = (Ops.STACK, Ops.INDEX, Ops.TUPLE, Ops.GETTUPLE, Ops.PARAM)
 
 
-def kernel_session() -> EGraphSession:
+def kernel_session(provenance: bool = False) -> EGraphSession:
     return EGraphSession(
         [intervals.ANALYSIS, linear.LINEAR, symbolic.SYMBOLIC, rangeify.RANGEIFY, *optops.OPTOPS.values()],
         declarations=[intervals.DECLARATIONS, linear.DECLARATIONS, rangeify.DECLARATIONS, optops.DECLARATIONS],
         unextractable=set(linear.HELPERS) | set(rangeify.HELPERS),
+        provenance=provenance,
     )
 
 
@@ -288,6 +293,7 @@ def optimize(
     alternatives: list[tuple[str, Program]] | None = None,
     cache: bool = True,
     inputs: Inputs | None = None,
+    provenance: bool = False,
 ) -> Program:
     """Optimize a tensor program for `target` ("llvm", "cuda" or "reference"); returns a runnable Program.
 
@@ -309,7 +315,10 @@ def optimize(
     too); False always optimizes afresh and stores nothing.
     inputs: the program's inputs in call order (Tensors or a name -> Tensor dict): a placeholder listed here is
     an input of the program even where no output reads it (the program checks and ignores its value). Default:
-    a Frontend-IR graph's signature, else every placeholder of the graph."""
+    a Frontend-IR graph's signature, else every placeholder of the graph.
+    provenance: record which rule's firing built each e-node (about twice the e-graph's inserts, so off by
+    default): the report then lists, per rule, the chosen program's e-nodes its firings produced
+    (`report.extra["provenance"]`) with a picture of them. Such a call does not use the compile caches."""
     backend = get_backend(target, cpu)
     roots, names, single, declared = output_roots(graph, inputs)
     limits = {"node_limit": node_limit, "iter_limit": iter_limit, "time_limit": time_limit, "search_time": search_time}
@@ -320,7 +329,7 @@ def optimize(
         hash(key)
     except TypeError:  # an unhashable limit: _optimize's validation says what is wrong with it
         cache = False
-    use_cache = cache and alternatives is None  # alternatives are filled by a search only
+    use_cache = cache and alternatives is None and not provenance  # only a search fills these in
     if use_cache and (hit := compile_cache.get(key)) is not None:
         if progress is not None:
             progress("the compile cache holds this graph's program: no optimization needed")
@@ -339,7 +348,9 @@ def optimize(
     collecting = gc.isenabled()
     gc.disable()  # optimize allocates many small objects and frees them at the end: collections would only scan
     try:
-        prog = _optimize(roots, names, single, declared, backend, target, limits, tune, nolocals, progress, alternatives)
+        prog = _optimize(
+            roots, names, single, declared, backend, target, limits, tune, nolocals, progress, alternatives, provenance
+        )
     finally:
         if collecting:
             gc.enable()
@@ -394,6 +405,7 @@ def _optimize(
     nolocals: bool,
     progress: Callable[[IterationStats | str], None] | None,
     alternatives: list[tuple[str, Program]] | None,
+    provenance: bool = False,
 ) -> Program:
     # an output that is an input tensor still needs its own buffer (and kernel): a copy
     roots = [UOp(Ops.CONTIGUOUS, r.dtype, (r,)) if r.op is Ops.BUFFER else r for r in inline_functions(roots)]
@@ -411,7 +423,19 @@ def _optimize(
     report = Report()
     try:
         program = _build(
-            roots, names, target, backend, tune, lim, report, progress, alternatives, nolocals, deadline, "node_limit" in given
+            roots,
+            names,
+            target,
+            backend,
+            tune,
+            lim,
+            report,
+            progress,
+            alternatives,
+            nolocals,
+            deadline,
+            "node_limit" in given,
+            provenance=provenance,
         )
     except MemoryError:
         nodes = report.iterations[-1].nodes if report.iterations else 0
@@ -656,6 +680,7 @@ def _build(
     deadline: float | None = None,
     fixed_nodes: bool = False,
     every_barrier: bool = False,
+    provenance: bool = False,
 ) -> Program:
     """The program for the graph: encode, saturate, extract, the fusion search and schedule ranking (and tuning),
     decode. `every_barrier`: the graph is the default schedule already (see _why_default_schedule)."""
@@ -664,7 +689,11 @@ def _build(
     given = roots
     if target == "llvm":  # packed copies of GEMM and conv operands: buffers the fusion search may keep
         roots, packs = pack_operands(roots)
-    sess = shared_session("kernel", kernel_session)
+    sess = (
+        shared_session("kernel+provenance", lambda: kernel_session(provenance=True))
+        if provenance
+        else shared_session("kernel", kernel_session)
+    )
     reduces = 0 if fixed_nodes else sum(1 for u in toposort(roots) if u.op is Ops.REDUCE)  # a given node_limit holds
     stages = stages_for(target, nolocals, graph_depth(roots), reduces)
     with sess.scope(stages, lim):
@@ -688,7 +717,20 @@ def _build(
         _note_default_schedule(why, report, progress)
         again = barrier_every_candidate(given)
         return _build(
-            again, names, target, backend, tune, lim, report, progress, alternatives, nolocals, deadline, fixed_nodes, True
+            again,
+            names,
+            target,
+            backend,
+            tune,
+            lim,
+            report,
+            progress,
+            alternatives,
+            nolocals,
+            deadline,
+            fixed_nodes,
+            True,
+            provenance=provenance,
         )
     if progress is not None:
         progress(f"extracting: {view.num_classes} e-classes, {view.num_nodes} e-nodes")
@@ -741,7 +783,9 @@ def _build(
         alternatives += [(c.describe(), assemble({**chosen, **c.choice})) for ks in schedules.values() for c in ks.ranked]
     program = assemble(chosen)
     report.add_phase("decode", time.perf_counter() - t2)
-    chosen_s = _report_program(report, view, ex, sess.unextractable, list(root_classes.values()), fused, chosen, program)
+    chosen_s = _report_program(
+        report, view, ex, sess.unextractable, list(root_classes.values()), fused, chosen, program, provenance
+    )
     check_roofline(roots, chosen_s, cost_model, report)
     report.egraph_nodes, report.egraph_classes = view.num_nodes, view.num_classes
     report.extra["kernels"] = [kernel_entry(k, report.extra["schedules"]) for k in program.kernels]
@@ -758,17 +802,24 @@ def _report_program(
     fused: FusionResult,
     chosen: dict[int, ENode],
     program: Program,
+    provenance: bool = False,
 ) -> float:
-    """The e-graph pictures (the whole program's and each kernel's, the program's e-nodes marked), and the
-    fusion search's result with the chosen program's estimate (returned): the sum of its kernels' chosen
-    schedules."""
+    """The e-graph pictures (the whole program's and each kernel's, the program's e-nodes marked), the fusion
+    search's result with the chosen program's estimate (returned: the sum of its kernels' chosen schedules), and
+    (`provenance`) the program's e-nodes by the rule that built them, with a picture per rule."""
     t0 = time.perf_counter()
 
     def picked(c: int) -> ENode | None:  # the program's e-node in class c: the search's choice, else the extraction's
         return chosen.get(c) or ex.chosen(c)
 
     attach_snapshot(report, view, roots=roots, hide=hide, chosen=picked)
-    report.extra["egraph_kernels"] = _kernel_pictures(view, ex, fused.schedules, chosen, picked, program, hide)
+    kernels = _program_kernels(view, ex, fused.schedules, chosen, program)
+    report.extra["egraph_kernels"] = [
+        {"kernel": name, "writes": writes, **_picture(view, [sink], hide, picked, within, f"kernel {name}")}
+        for name, writes, sink, within in kernels
+    ]
+    if provenance:
+        _report_provenance(report, view, roots, hide, picked, kernels)
     report.add_phase("snapshot", time.perf_counter() - t0)
     chosen_s = sum(schedule_entry["estimate"]["seconds"] for schedule_entry in report.extra["schedules"])
     report.extra["fusion"] = {**fused.to_dict(), "chosen_s": chosen_s}
@@ -777,28 +828,67 @@ def _report_program(
     return chosen_s
 
 
-def _kernel_pictures(
+RULE_PICTURES = 8  # the rules that built most of the program's e-nodes get a picture of them each
+
+
+def _report_provenance(
+    report: Report,
     view: EGraphView,
-    ex: Extraction,
-    schedules: dict[int, KernelSchedule],
-    chosen: dict[int, ENode],
-    picked: Callable[[int], ENode | None],
-    program: Program,
+    roots: list[int],
     hide: set[str],
-) -> list[dict[str, Any]]:
-    """One e-graph picture per kernel: its e-classes only (not those of the kernels it loads from), the program's
-    e-nodes (`picked`: the search's `chosen` over the extraction's) marked, named by the program kernel that
-    writes the same buffers."""
+    picked: Callable[[int], ENode | None],
+    kernels: list[tuple[str, list[str], int, set[int]]],
+) -> None:
+    """report.extra["provenance"]: per rule (the caller's graph as "input"), the program's op e-nodes its firings
+    built, their ops and kernels; report.extra["egraph_rules"]: a picture of each top rule's e-nodes."""
+    nodes = {c: n for c, n in program_nodes(roots, picked, lambda n: term_children(view, n)).items() if n.fn in EGG_TO_OP}
+    groups = by_producer(view, nodes)
+    rows = []
+    for rule, classes in groups.items():
+        ops = Counter(nodes[c].fn for c in classes)
+        rows.append(
+            {
+                "rule": rule,
+                "nodes": len(classes),
+                "ops": dict(ops.most_common()),
+                "kernels": [name for name, _, _, within in kernels if within.intersection(classes)],
+                "category": report.rule_category.get(rule, ""),
+                "description": report.rule_doc.get(rule, ""),
+            }
+        )
+    report.extra["provenance"] = {"nodes": len(nodes), "rules": rows}
+    top = [(r, cs) for r, cs in groups.items() if r in report.rule_category][:RULE_PICTURES]
+    report.extra["egraph_rules"] = [
+        {"rule": r, "nodes": len(cs), **_picture(view, sorted(cs), hide, picked, set(cs), f"rule {r}")} for r, cs in top
+    ]
+
+
+def _program_kernels(
+    view: EGraphView, ex: Extraction, schedules: dict[int, KernelSchedule], chosen: dict[int, ENode], program: Program
+) -> list[tuple[str, list[str], int, set[int]]]:
+    """Each kernel of the program: (name, buffers it writes, its SINK class, its e-classes (not those of the
+    kernels it loads from)), named by the program kernel that writes the same buffers, in program order."""
     order = {k.name: i for i, k in enumerate(program.kernels)}
     out = []
     for ks in schedules.values():
         kernel = chosen_candidate(ks, chosen).kernel
         writes = sorted({buffer_of(u.src[0]).arg[0] for u in kernel.toposort() if u.op is Ops.STORE})
         name = next((k.name for k in program.kernels if sorted(k.writes) == writes), "?")
-        within = kernel_classes(view, ex, ks.sink_class, chosen)
-        snap = snapshot(view, [ks.sink_class], hide=hide, chosen=picked, within=within, title=f"kernel {name}")
-        out.append({"kernel": name, "writes": writes, "dot": snap.dot, **snap.info()})
-    return sorted(out, key=lambda p: order.get(p["kernel"], len(order)))
+        out.append((name, writes, ks.sink_class, kernel_classes(view, ex, ks.sink_class, chosen)))
+    return sorted(out, key=lambda k: order.get(k[0], len(order)))
+
+
+def _picture(
+    view: EGraphView,
+    roots: list[int],
+    hide: set[str],
+    picked: Callable[[int], ENode | None],
+    within: set[int],
+    title: str,
+) -> dict[str, Any]:
+    """A picture of the classes `within` (from `roots`), the program's e-nodes marked: its DOT text and sizes."""
+    snap = snapshot(view, roots, hide=hide, chosen=picked, within=within, title=title)
+    return {"dot": snap.dot, **snap.info()}
 
 
 def _label(u: UOp) -> str:

@@ -13,7 +13,59 @@ Pattern shorthands used across the rule files:
 
 from __future__ import annotations
 
+import re
+from collections.abc import Collection
 from dataclasses import dataclass, field
+
+from egraph_compiler.egraph.schema import PROVENANCE_PREFIX
+
+# actions whose terms must exist already: they build nothing
+_NOT_BUILDING = ("delete", "subsume")
+_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[()]|[^\s()]+')
+
+SExpr = str | list["SExpr"]
+
+
+def parse_sexprs(text: str) -> list[SExpr]:
+    """egglog text as nested lists of atoms (strings keep their quotes)."""
+    out: list[SExpr] = []
+    stack: list[list[SExpr]] = [out]
+    for tok in _TOKEN.findall(text):
+        if tok == "(":
+            stack.append([])
+        elif tok == ")":
+            done = stack.pop()
+            stack[-1].append(done)
+        else:
+            stack[-1].append(tok)
+    if len(stack) != 1:
+        raise ValueError(f"unbalanced parentheses in {text!r}")
+    return out
+
+
+def unparse(e: SExpr) -> str:
+    return e if isinstance(e, str) else "(" + " ".join(map(unparse, e)) + ")"
+
+
+def built_terms(actions: tuple[str, ...], constructors: Collection[str]) -> list[SExpr]:
+    """Every application of one of `constructors` the actions build (each distinct term once, innermost first),
+    not those inside delete or subsume (their terms exist already)."""
+    seen: dict[str, SExpr] = {}
+
+    def walk(e: SExpr) -> None:
+        if isinstance(e, str) or not e:
+            return
+        if e[0] in _NOT_BUILDING:
+            return
+        for x in e[1:]:
+            walk(x)
+        if isinstance(e[0], str) and e[0] in constructors:
+            seen.setdefault(unparse(e), e)
+
+    for action in actions:
+        for e in parse_sexprs(action):
+            walk(e)
+    return list(seen.values())
 
 
 @dataclass(frozen=True)
@@ -29,8 +81,14 @@ class Rule:
     check: str = "z3"
     subsume: bool = False
 
-    def to_egglog(self) -> str:
-        body, head = " ".join(self.body), " ".join(self.head)
+    def to_egglog(self, provenance: Collection[str] = ()) -> str:
+        """The rule in egglog syntax. `provenance`: constructors whose e-nodes the rule's firings stamp with its
+        name (`(set (prov-OP ...) "name")` for every term of theirs the head builds; a table keeps the first)."""
+        stamps = [
+            f'(set ({PROVENANCE_PREFIX}{t[0]} {" ".join(map(unparse, t[1:]))}) "{self.name}")'
+            for t in built_terms(self.head, provenance)
+        ]
+        body, head = " ".join(self.body), " ".join((*self.head, *stamps))
         return f'(rule ({body})\n      ({head})\n      :ruleset {self.ruleset} :name "{self.name}")'
 
 
@@ -49,8 +107,8 @@ class RuleSet:
         self.rules.append(r)
         return r
 
-    def to_egglog(self) -> str:
-        return "\n".join([f"(ruleset {self.name})", *(r.to_egglog() for r in self.rules)])
+    def to_egglog(self, provenance: Collection[str] = ()) -> str:
+        return "\n".join([f"(ruleset {self.name})", *(r.to_egglog(provenance) for r in self.rules)])
 
 
 def k(v: int | str, dt: str = "dt") -> str:

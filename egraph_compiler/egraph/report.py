@@ -132,6 +132,7 @@ class Report:
             if len(fired) > RULES_SHOWN:
                 lines.append(f"  ... {len(fired) - RULES_SHOWN} more")
         lines += self._fusion_lines()
+        lines += self._provenance_lines()
         if m := self.extra.get("memory"):
             lines.append(
                 f"memory: {m['peak_bytes']:,} bytes at peak with the arena plan, {m['peak_bytes_unplanned']:,} "
@@ -139,6 +140,20 @@ class Report:
             )
         lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines)
+
+    def _provenance_lines(self) -> list[str]:
+        """optimize(provenance=True): the chosen program's e-nodes by the rule whose firing built them."""
+        p = self.extra.get("provenance")
+        if not p:
+            return []
+        out = [f"chosen e-nodes by the rule that built them ({p['nodes']} in all; input: the caller's graph):"]
+        for r in p["rules"][:RULES_SHOWN]:
+            ops = ", ".join(f"{op} {n}" for op, n in list(r["ops"].items())[:4])
+            kernels = ", ".join(r["kernels"][:4]) + (" ..." if len(r["kernels"]) > 4 else "")
+            out.append(f"  {r['nodes']:6d}  {r['rule']}  [{r['category']}]  {ops}  (kernels {kernels or '-'})")
+        if len(p["rules"]) > RULES_SHOWN:
+            out.append(f"  ... {len(p['rules']) - RULES_SHOWN} more")
+        return out
 
     def _fusion_lines(self) -> list[str]:
         """The fusion search: the baseline's estimate beside the chosen one, and each decision with its saving."""

@@ -94,6 +94,26 @@ def op_constructors() -> str:
     return "\n".join(f"(constructor {sp.egg_name} ({' '.join(constructor_fields(sp))}) U)" for sp in OP_TABLE.values())
 
 
+PROVENANCE_PREFIX = "prov-"  # (prov-OP <the OP e-node's fields>) -> the name of the rule that first built it
+PROVENANCE_SEED = "prov_seed"  # the ruleset that stamps the encoded graph's e-nodes
+INPUT = "input"  # their producer
+
+
+def provenance_program() -> str:
+    """Per op constructor, a table of the rule that first built each of its e-nodes (a later firing that builds
+    one again keeps the first), and the ruleset that stamps the e-nodes there are already as INPUT."""
+    lines = [f"(ruleset {PROVENANCE_SEED})"]
+    for sp in OP_TABLE.values():
+        fields = constructor_fields(sp)
+        vs = " ".join(f"f{i}" for i in range(len(fields)))
+        lines += [
+            f"(function {PROVENANCE_PREFIX}{sp.egg_name} ({' '.join(fields)}) String :merge old)",
+            f'(rule ((= __e ({sp.egg_name} {vs}))) ((set ({PROVENANCE_PREFIX}{sp.egg_name} {vs}) "{INPUT}")) '
+            f":ruleset {PROVENANCE_SEED})",
+        ]
+    return "\n".join(lines)
+
+
 def schema_program() -> str:
     return "\n".join([BASE_SORTS, op_constructors(), dtype_facts()])
 

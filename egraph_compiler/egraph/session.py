@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass
 from egraph_compiler.egraph.dsl import RuleSet
 from egraph_compiler.egraph.encode import Encoder, Registry
 from egraph_compiler.egraph.report import IterationStats, Report
-from egraph_compiler.egraph.schema import EGG_TO_OP, schema_program
+from egraph_compiler.egraph.schema import EGG_TO_OP, PROVENANCE_PREFIX, PROVENANCE_SEED, provenance_program, schema_program
 from egraph_compiler.egraph.view import EGraphView, build_view
 from egraph_compiler.ir.diagnostics import InvalidArgument
 from egraph_compiler.ir.uop import UOp
@@ -115,8 +115,14 @@ def declared_constructors(text: str) -> set[str]:
 
 class EGraphSession:
     def __init__(
-        self, rulesets: Sequence[RuleSet], declarations: Sequence[str] = (), unextractable: Iterable[str] = ()
+        self,
+        rulesets: Sequence[RuleSet],
+        declarations: Sequence[str] = (),
+        unextractable: Iterable[str] = (),
+        provenance: bool = False,
     ) -> None:
+        """`provenance`: every rule firing stamps the op e-nodes it builds with the rule's name, and saturation
+        first stamps the encoded graph's as INPUT (`producer` reads the stamps back; about twice the inserts)."""
         from egglog import bindings  # here, not at import: a program from the compile cache needs no e-graph
 
         self.eg = bindings.EGraph()
@@ -128,8 +134,11 @@ class EGraphSession:
         self.unextractable = set(unextractable)
         self._run(schema_program())
         self._run(decl_text)
+        self.provenance = provenance
+        if provenance:
+            self._run(provenance_program())
         for rs in rulesets:
-            self._run(rs.to_egglog())
+            self._run(rs.to_egglog(EGG_TO_OP if provenance else ()))
         self._combined: dict[tuple[str, ...], str] = {}
         self.worked = 0  # e-nodes of the problems it has held: egglog keeps some memory per problem after a pop
         self._schedulers: dict[str, str] = {}
@@ -282,6 +291,8 @@ class EGraphSession:
                 report.rule_category[r.name] = r.category
                 report.rule_doc[r.name] = r.doc
                 report.rule_ruleset[r.name] = rs.name
+        if self.provenance:  # what is here now came from the caller's graph
+            self._run(f"(run {PROVENANCE_SEED} 1)")
         run = _Saturation(self, limits, report, progress, count_classes, deadline, cut_baseline, reserve_per_node)
         for stage in stages:
             if not run.run_stage(stage, watch):
@@ -293,7 +304,9 @@ class EGraphSession:
     # ---- reading back --------------------------------------------------------------------------
 
     def view(self, functions: Iterable[str] = ()) -> EGraphView:
-        return build_view(self.eg, self.constructors, functions)
+        """The e-graph as it is now; with provenance, the producers' tables come along."""
+        stamps = [PROVENANCE_PREFIX + name for name in EGG_TO_OP] if self.provenance else []
+        return build_view(self.eg, self.constructors, [*functions, *stamps])
 
 
 def _baseline_ceiling(deadline: float | None, cut_baseline: float | bool) -> float | None:

@@ -456,11 +456,28 @@ def _egraph_section(report: Report, render: bool) -> str:
             )
             + ".</p>"
         )
-    pictures = [("all", "the whole program", dot)] + [
-        (p["kernel"], f"kernel {p['kernel']} (writes {', '.join(p['writes'])})", p["dot"])
-        for p in report.extra.get("egraph_kernels") or []
-    ]
-    if len(pictures) > 1:  # one picture per kernel too: its e-classes only, chosen e-nodes green
+    pictures = (
+        [("all", "the whole program", dot)]
+        + [
+            (p["kernel"], f"kernel {p['kernel']} (writes {', '.join(p['writes'])})", p["dot"])
+            for p in report.extra.get("egraph_kernels") or []
+        ]
+        + [
+            (f"rule:{p['rule']}", f"rule {p['rule']} (built {p['nodes']} of the program's e-nodes)", p["dot"])
+            for p in report.extra.get("egraph_rules") or []
+        ]
+    )
+    if prov := report.extra.get("provenance"):  # optimize(provenance=True)
+        out.append(
+            f"<p>The program's {prov['nodes']} op e-nodes by the rule whose firing built them (input: the caller's "
+            "graph); the rules with most have a picture of their e-classes below.</p>"
+        )
+        rows = [
+            (r["rule"], r["category"], r["nodes"], ", ".join(f"{o} {n}" for o, n in r["ops"].items()), ", ".join(r["kernels"]))
+            for r in prov["rules"]
+        ]
+        out.append(_table(["rule", "category", "e-nodes", "ops", "kernels"], rows, numeric=(2,), sortable=True))
+    if len(pictures) > 1:  # one picture per kernel (and rule) too: its e-classes only, chosen e-nodes green
         options = "".join(f'<option value="{_e(key)}">{_e(label)}</option>' for key, label, _ in pictures)
         out.append(f'<p><label>show: <select id="egraph-pick">{options}</select></label></p>')
     drawn = [render_svg(text) if render else (None, "picture not rendered (disabled)") for _, _, text in pictures]
