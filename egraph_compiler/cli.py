@@ -113,6 +113,7 @@ def _compile(graph: Any, args: argparse.Namespace, inputs: Any = None) -> Any:
             cpu=args.cpu,
             inputs=inputs,
             provenance=getattr(args, "provenance", False),
+            memory_limit=getattr(args, "memory_limit", None),
             **_limits(args),
         )
     finally:
@@ -466,6 +467,7 @@ def _parsed(convert: Callable[[str], Any], ok: Callable[[Any], bool], what: str)
 
 
 _positive_int = _parsed(int, lambda v: v > 0, "a positive integer")
+_bytes = _parsed(int, lambda v: v >= 0, "a count of bytes (a non-negative integer)")
 _positive_float = _parsed(float, lambda v: v > 0, "a positive number")
 _seed = _parsed(int, lambda v: v >= 0, "a seed (a non-negative integer)")
 _tolerance = _parsed(float, lambda v: 0 <= v < float("inf"), "a finite tolerance >= 0")
@@ -501,6 +503,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--nolocals",
         action="store_true",
         help="the Nolocals OptOp: no schedule with workgroup dims (LOCAL, GROUP_REDUCE threads, tensor cores)",
+    )
+    compile_opts.add_argument(
+        "--memory-limit",
+        type=_bytes,
+        metavar="BYTES",
+        help="bytes the intermediates' arena may take: buffers are fused (at a cost in time) until it fits",
     )
     compile_opts.add_argument(
         "--provenance",

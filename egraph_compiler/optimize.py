@@ -55,6 +55,7 @@ from egraph_compiler.ir.ops import OP_TABLE, Category, Ops
 from egraph_compiler.ir.uop import UOp, check_placeholder_names, pretty, toposort
 from egraph_compiler.kernel import disk_cache
 from egraph_compiler.kernel.cpu_target import CPUTarget
+from egraph_compiler.kernel.memory_plan import ArenaPlan
 from egraph_compiler.kernel.packing import pack_operands
 from egraph_compiler.kernel.program import Backend, BufferSpec, Kernel, Program, buffer_of
 from egraph_compiler.kernel.split_ranges import bind_split_ranges
@@ -294,6 +295,7 @@ def optimize(
     cache: bool = True,
     inputs: Inputs | None = None,
     provenance: bool = False,
+    memory_limit: int | None = None,
 ) -> Program:
     """Optimize a tensor program for `target` ("llvm", "cuda" or "reference"); returns a runnable Program.
 
@@ -318,13 +320,28 @@ def optimize(
     a Frontend-IR graph's signature, else every placeholder of the graph.
     provenance: record which rule's firing built each e-node (about twice the e-graph's inserts, so off by
     default): the report then lists, per rule, the chosen program's e-nodes its firings produced
-    (`report.extra["provenance"]`) with a picture of them. Such a call does not use the compile caches."""
+    (`report.extra["provenance"]`) with a picture of them. Such a call does not use the compile caches.
+    memory_limit: bytes the intermediates' arena may take (a serving budget): after the search, buffers are fused
+    where that frees arena bytes at the least estimated time per byte, until the arena fits; the report says
+    what it cost, and a note says so when nothing left can free more."""
+    _check_memory_limit(memory_limit)
     backend = get_backend(target, cpu)
     roots, names, single, declared = output_roots(graph, inputs)
     limits = {"node_limit": node_limit, "iter_limit": iter_limit, "time_limit": time_limit, "search_time": search_time}
     cpu_target = _cpu_of(backend, target)
     machine = cpu_target.name if cpu_target is not None else target
-    key = (tuple(roots), tuple(declared), tuple(names), single, target, machine, tuple(limits.values()), tune, nolocals)
+    key = (
+        tuple(roots),
+        tuple(declared),
+        tuple(names),
+        single,
+        target,
+        machine,
+        tuple(limits.values()),
+        tune,
+        nolocals,
+        memory_limit,
+    )
     try:
         hash(key)
     except TypeError:  # an unhashable limit: _optimize's validation says what is wrong with it
@@ -340,6 +357,8 @@ def optimize(
         stored = disk_cache.key(
             disk_cache.graph_digest([*roots, *declared]), names, single, target, machine, limits_key, tune, nolocals
         )
+        if memory_limit is not None:  # (the key of a call without one stays what it was)
+            stored = disk_cache.key(stored, memory_limit)
         if (hit := _from_disk(stored, backend)) is not None:
             if progress is not None:
                 progress(f"the disk cache ({disk_cache.directory()}) holds this graph's program: no optimization needed")
@@ -349,7 +368,19 @@ def optimize(
     gc.disable()  # optimize allocates many small objects and frees them at the end: collections would only scan
     try:
         prog = _optimize(
-            roots, names, single, declared, backend, target, limits, tune, nolocals, progress, alternatives, provenance
+            roots,
+            names,
+            single,
+            declared,
+            backend,
+            target,
+            limits,
+            tune,
+            nolocals,
+            progress,
+            alternatives,
+            provenance,
+            memory_limit,
         )
     finally:
         if collecting:
@@ -406,6 +437,7 @@ def _optimize(
     progress: Callable[[IterationStats | str], None] | None,
     alternatives: list[tuple[str, Program]] | None,
     provenance: bool = False,
+    memory_limit: int | None = None,
 ) -> Program:
     # an output that is an input tensor still needs its own buffer (and kernel): a copy
     roots = [UOp(Ops.CONTIGUOUS, r.dtype, (r,)) if r.op is Ops.BUFFER else r for r in inline_functions(roots)]
@@ -436,6 +468,7 @@ def _optimize(
             deadline,
             "node_limit" in given,
             provenance=provenance,
+            memory_limit=memory_limit,
         )
     except MemoryError:
         nodes = report.iterations[-1].nodes if report.iterations else 0
@@ -448,7 +481,8 @@ def _optimize(
     program.backend, program.target, program.single_output, program.report = backend, target, single, report
     _declare_inputs(program, declared)
     report.extra["input_graph"] = "\n".join(pretty(r) for r in roots)
-    if (arena := program.memory_plan()) is not None and isinstance(backend, HostStorage):  # a host backend's plan
+    if isinstance(backend, HostStorage):  # a host backend's plan (an empty one where nothing is intermediate)
+        arena = program.memory_plan() or ArenaPlan({}, 0, 0)
         rest = sum(s.size * backend.storage_np(s.dtype).itemsize for s in program.buffers.values() if s.kind != "intermediate")
         report.extra["memory"] = {
             "peak_bytes": rest + arena.size,
@@ -456,7 +490,23 @@ def _optimize(
             "arena_bytes": arena.size,
             "intermediates": len(arena.offsets),
         }
+        if memory_limit is not None:
+            report.extra["memory"]["limit_bytes"] = memory_limit
+            if arena.size > memory_limit:
+                report.notes.append(
+                    f"memory_limit {memory_limit:,} bytes not met: the program's intermediates take an arena of "
+                    f"{arena.size:,} bytes (no fusion left frees any of it)"
+                )
     return program
+
+
+def _check_memory_limit(limit: object) -> None:
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+        raise InvalidArgument(
+            at="memory_limit",
+            why=f"{limit!r} is not a count of bytes",
+            suggestion="give a non-negative integer (bytes of intermediates), or None for no limit",
+        )
 
 
 def _declare_inputs(program: Program, declared: list[UOp]) -> None:
@@ -681,6 +731,7 @@ def _build(
     fixed_nodes: bool = False,
     every_barrier: bool = False,
     provenance: bool = False,
+    memory_limit: int | None = None,
 ) -> Program:
     """The program for the graph: encode, saturate, extract, the fusion search and schedule ranking (and tuning),
     decode. `every_barrier`: the graph is the default schedule already (see _why_default_schedule)."""
@@ -731,6 +782,7 @@ def _build(
             fixed_nodes,
             True,
             provenance=provenance,
+            memory_limit=memory_limit,
         )
     if progress is not None:
         progress(f"extracting: {view.num_classes} e-classes, {view.num_nodes} e-nodes")
@@ -757,6 +809,7 @@ def _build(
         progress,
         deadline,
         pairs=target == "cuda",
+        memory_limit=memory_limit,
     )
     fusion, schedules = fused.choice, fused.schedules
     report.notes += fused.notes

@@ -24,6 +24,10 @@ rankings are memoized on that pair and a trial re-walks only the kernels that lo
 of the same shape as one ranked before (a model's repeated layers) replays that ranking's best schedules
 (`schedule.rank_like`). With more than BATCH_ABOVE buffers, single fusions that pay are tried in doubling
 batches (a graph of thousands of small ops would otherwise take one trial per buffer, each over a growing kernel).
+
+A memory limit (bytes of the intermediates' arena, the memory plan's greedy placement over the kernels'
+lifetimes in dependency order) is met after the search by fusing, one at a time, the buffer whose fusion costs
+the least estimated time per arena byte it frees, until the arena fits or nothing left frees any.
 """
 
 from __future__ import annotations
@@ -54,6 +58,7 @@ from egraph_compiler.extract.schedule import (
     term_children,
 )
 from egraph_compiler.ir.uop import UOp
+from egraph_compiler.kernel.memory_plan import plan
 from egraph_compiler.kernel.program import canonical_kernel
 
 NOISE = 0.001  # a fusion must save this fraction of the estimate of the kernels it changes
@@ -378,6 +383,7 @@ def choose_fusion(
     progress: Callable[[str], None] | None = None,
     deadline: float | None = None,
     pairs: bool = True,
+    memory_limit: int | None = None,
 ) -> FusionResult:
     """The materialized buffers and every kernel's schedules, from the baseline by estimated savings.
 
@@ -386,7 +392,8 @@ def choose_fusion(
     the baseline and the final ranking are not counted); deadline: a perf_counter time past which no trial
     starts and kernels ranked quickly are not ranked again in full (`optimize`'s time_limit); pairs: when no single
     fusion pays, try the buffers one kernel loads two at a time (a GEMM's two cast operands enable tensor cores
-    only together: on CPUs no pair has paid where no single did, and the pass cost GPT-2 ~0.8 s)."""
+    only together: on CPUs no pair has paid where no single did, and the pass cost GPT-2 ~0.8 s); memory_limit:
+    bytes the intermediates' arena may take (see the module docstring; a note says so where it cannot)."""
     s = _Search(view, ex, roots, decode, model, candidates, barriers, deadline)
     notes: list[str] = []
     mat, kernels = _baseline(s, candidates, notes)
@@ -402,6 +409,8 @@ def choose_fusion(
         degraded.append(
             f"the fusion search stopped at its time budget ({time_budget:g} s); the best program found so far is used"
         )
+    if memory_limit is not None:
+        trials.fit(memory_limit)
     return _result(trials, baseline, deadline, notes, degraded)
 
 
@@ -550,6 +559,67 @@ class _Trials:
             if (keep and not narrow) or not math.isfinite(after) or after > before * (1 + RECHECK):
                 break
         return keep, before, after, ranked
+
+    def arena(self, kernels: dict[int, frozenset[str]]) -> int:
+        """Bytes of the arena the materialized candidates of a program need, planned over their lifetimes with
+        the kernels in dependency order (the program's own order may differ a little)."""
+        offs = self.s.offers
+        order: list[int] = []
+        done: set[int] = set()
+
+        def visit(k: int) -> None:  # writers before readers (the kernels are acyclic)
+            stack = [(k, iter(sorted(kernels[k])))]
+            done.add(k)
+            while stack:
+                node, todo = stack[-1]
+                nxt = next((offs[b].sink for b in todo if offs[b].sink in kernels and offs[b].sink not in done), None)
+                if nxt is None:
+                    stack.pop()
+                    order.append(node)
+                else:
+                    done.add(nxt)
+                    stack.append((nxt, iter(sorted(kernels[nxt]))))
+
+        for k in sorted(kernels):
+            if k not in done:
+                visit(k)
+        at = {k: i for i, k in enumerate(order)}
+        spans: dict[str, tuple[int, int]] = {}
+        for k, loaded in kernels.items():
+            for b in loaded:
+                if b in self.candidates and offs[b].sink in at:
+                    first, last = spans.get(b, (at[offs[b].sink], at[offs[b].sink]))
+                    spans[b] = (first, max(last, at[k]))
+        return plan({b: self.candidates[b][1] for b in spans}, spans).size
+
+    def fit(self, limit: int) -> int:
+        """Fuse buffers until the arena fits `limit` bytes: each time the one whose fusion costs the least
+        estimated time per arena byte it frees (its floor rules out the hopeless unranked). The arena's bytes."""
+        size = self.arena(self.kernels)
+        while size > limit:
+            best: tuple[float, str, frozenset[str], dict[int, frozenset[str]], dict[int, float], int, float] | None = None
+            for b in sorted((b for b in self.candidates if self.live(b)), key=lambda b: -self.candidates[b][1]):
+                trial_mat = self.mat - {b}
+                trial = self.s.program(trial_mat, self.kernels, {b})
+                if trial is None or (freed := size - self.arena(trial)) <= 0:
+                    continue
+                costs = {k: self.costs[k] for k in trial if k in self.costs and trial[k] == self.kernels[k]}
+                changed = {k: v for k, v in trial.items() if k not in costs}
+                before = sum(c for k, c in self.costs.items() if k not in costs)
+                if best is not None and (self.s.floor(changed, trial_mat) - before) / freed >= best[0]:
+                    continue
+                costs.update(self.s.cost(changed, trial_mat, quick=True))
+                after = sum(costs[k] for k in changed)
+                rate = (after - before) / freed
+                if math.isfinite(after) and (best is None or rate < best[0]):
+                    best = (rate, b, trial_mat, trial, costs, size - freed, before - after)
+            if best is None:
+                break
+            _, b, self.mat, self.kernels, self.costs, size, saving = best
+            self.decisions[b] = Decision(b, self.candidates[b][0], self.candidates[b][1], True, saving)
+            if self.progress is not None:
+                self.progress(f"fusion: {b} ({self.candidates[b][0]}) fused to fit the memory limit: arena {size:,} bytes")
+        return size
 
     def describe(self, group: tuple[str, ...], keep: bool, before: float, after: float, ranked: bool) -> str:
         """A trial in one line, for `progress`."""

@@ -63,3 +63,53 @@ def test_a_chain_of_layers_shares_its_intermediates_and_stays_correct() -> None:
         want = np.maximum(want @ vals[f"w{i}"], 0)
     for _ in range(2):  # the second call reuses the first call's arena
         np.testing.assert_allclose(prog(**vals), want, rtol=1e-4, atol=1e-4)
+
+
+def _mlp_block() -> tuple[Tensor, dict[str, np.ndarray], np.ndarray]:
+    x, w1, w2 = Tensor.empty(64, 128, name="x"), Tensor.empty(128, 512, name="w1"), Tensor.empty(512, 128, name="w2")
+    rng = np.random.default_rng(1)
+    vals = {"x": rng.standard_normal((64, 128), dtype=np.float32)}
+    vals |= {
+        "w1": rng.standard_normal((128, 512), dtype=np.float32) / 11,
+        "w2": rng.standard_normal((512, 128), dtype=np.float32) / 22,
+    }
+    h = np.maximum(vals["x"] @ vals["w1"], 0)
+    return (x @ w1).relu() @ w2 + x, vals, h @ vals["w2"] + vals["x"]
+
+
+def test_a_memory_limit_bounds_the_arena_at_a_cost_in_time() -> None:
+    """memory_limit: the search fuses buffers until the intermediates fit; the program stays right (numpy), and
+    the estimate it gives up is reported."""
+    t, vals, want = _mlp_block()
+    free = optimize(t, target="llvm", cache=False)
+    arena = free.report.extra["memory"]["arena_bytes"]
+    assert arena > 0
+    lean = optimize(t, target="llvm", cache=False, memory_limit=arena // 2)
+    m = lean.report.extra["memory"]
+    assert m["arena_bytes"] <= arena // 2 and m["limit_bytes"] == arena // 2
+    np.testing.assert_allclose(lean(**vals), want, rtol=1e-4, atol=1e-4)
+    assert lean.report.extra["fusion"]["chosen_s"] >= free.report.extra["fusion"]["chosen_s"]
+    assert any(d["decision"] == "fused" for d in lean.report.extra["fusion"]["decisions"])
+    roomy = optimize(t, target="llvm", cache=False, memory_limit=arena)  # a limit already met changes nothing
+    assert roomy.source == free.source
+
+
+def test_a_memory_limit_nothing_can_meet_is_reported() -> None:
+    x, w1, w2 = Tensor.empty(32, 64, name="x"), Tensor.empty(64, 64, name="w1"), Tensor.empty(64, 32, name="w2")
+    t = (x @ w1).contiguous() @ w2  # CONTIGUOUS: a buffer the search never fuses
+    prog = optimize(t, target="llvm", cache=False, memory_limit=0)
+    assert any("memory_limit 0 bytes not met" in n for n in prog.report.notes)
+    rng = np.random.default_rng(2)
+    vals = {k: rng.standard_normal(s, dtype=np.float32) for k, s in (("x", (32, 64)), ("w1", (64, 64)), ("w2", (64, 32)))}
+    np.testing.assert_allclose(prog(**vals), vals["x"] @ vals["w1"] @ vals["w2"], rtol=1e-4, atol=1e-4)
+
+
+def test_a_memory_limit_is_a_count_of_bytes() -> None:
+    import pytest
+
+    from egraph_compiler.ir.diagnostics import InvalidArgument
+
+    t, _, _ = _mlp_block()
+    for bad in (-1, 1.5, True, "1MB"):
+        with pytest.raises(InvalidArgument, match="memory_limit"):
+            optimize(t, target="llvm", memory_limit=bad)  # type: ignore[arg-type]
