@@ -34,7 +34,7 @@ from egraph_compiler.egraph.provenance import by_producer, program_nodes
 from egraph_compiler.egraph.report import IterationStats, Report
 from egraph_compiler.egraph.schema import EGG_TO_OP
 from egraph_compiler.egraph.session import BASELINE_CEILING, CEILINGS, EGraphSession, Limits, Stage
-from egraph_compiler.egraph.view import EGraphView, ENode
+from egraph_compiler.egraph.view import EGraphView, ENode, reachable
 from egraph_compiler.extract.extractor import Extraction, extract
 from egraph_compiler.extract.fusion import FusionResult, choose_fusion
 from egraph_compiler.extract.kernel_cost import KernelCost
@@ -786,8 +786,9 @@ def _build(
         )
     if progress is not None:
         progress(f"extracting: {view.num_classes} e-classes, {view.num_nodes} e-nodes")
-    model = KernelCost(view, unextractable=sess.unextractable, loads_from=frozenset(enc.barriers))
-    ex = extract(view, model)  # everything inline but CONTIGUOUS: the fusion search adds the loads
+    within = reachable(view, root_classes.values(), sess.unextractable)  # what programs can be made of
+    model = KernelCost(view, unextractable=sess.unextractable, loads_from=frozenset(enc.barriers), within=within)
+    ex = extract(view, model, within=within)  # everything inline but CONTIGUOUS: the fusion search adds the loads
     report.add_phase("extract", time.perf_counter() - t1)
     t2 = time.perf_counter()
     _check_complete(root_classes, ex, report)

@@ -103,19 +103,21 @@ def node_key(n: ENode) -> tuple[str, str]:
     return (n.fn, repr(n.args))
 
 
-def extract(view: EGraphView, model: NodeCost, max_visits: int = 200) -> Extraction:
+def extract(view: EGraphView, model: NodeCost, max_visits: int = 200, within: set[int] | None = None) -> Extraction:
     """Each class's node of the cheapest DAG, to a fixed point (`settle`: a class is evaluated once a node of it
     has a choice for every child, and again when a child's choice changed). `max_visits` bounds the evaluations
-    per class (a guard: choices only change while costs drop)."""
+    per class (a guard: choices only change while costs drop); `within`: the classes to extract (closed under
+    the extractable nodes' children; default every class)."""
     best: dict[int, Choice] = {}
-    own_cost = {id(n): model.node_cost(n, view) for ns in view.nodes.values() for n in ns}
+    classes = {c: view.nodes[c] for c in (view.nodes if within is None else within) if c in view.nodes}
+    own_cost = {id(n): model.node_cost(n, view) for ns in classes.values() for n in ns}
     kids_of = view.kids
     # the nodes each class can choose (most are unextractable helpers: skipped once here, not on every visit)
     options = {
         c: [(n, kids, own_cost[id(n)]) for n, kids in zip(nodes, kids_of[c]) if own_cost[id(n)] != math.inf]
-        for c, nodes in view.nodes.items()
+        for c, nodes in classes.items()
     }
-    kernels = {c for c, nodes in view.nodes.items() if any(n.fn == "SINK" for n in nodes)}
+    kernels = {c for c, nodes in classes.items() if any(n.fn == "SINK" for n in nodes)}
     usable = {c: [kids for _, kids, _ in opts] for c, opts in options.items()}
     settle(view, usable, lambda c: _choose(c, options[c], best, kernels), max_visits)
     return Extraction(view, best)

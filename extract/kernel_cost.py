@@ -69,12 +69,17 @@ def range_bounds(view: EGraphView) -> dict[int, int]:
 
 
 def footprints(
-    view: EGraphView, bounds: dict[int, int], unextractable: set[str] | frozenset[str] = frozenset(), max_visits: int = 64
+    view: EGraphView,
+    bounds: dict[int, int],
+    unextractable: set[str] | frozenset[str] = frozenset(),
+    max_visits: int = 64,
+    within: set[int] | None = None,
 ) -> dict[int, Footprint]:
     """Free ranges of every class (smallest trip product over its extractable nodes), to a fixed point (`settle`:
     a class is evaluated once a node of it has a footprint for every child, and again when a child's changed). A
     node that contains its own class (`r + 0` in a RANGE's class) can never be extracted and says nothing about
-    the class's ranges, and neither does an unextractable helper: both are skipped."""
+    the class's ranges, and neither does an unextractable helper: both are skipped. `within`: the classes to
+    analyse (closed under the extractable nodes' children; default every class)."""
     fp: dict[int, Footprint] = {}
     trips: dict[Footprint, int] = {}
 
@@ -86,7 +91,8 @@ def footprints(
     binds: dict[int, frozenset[int]] = {}  # range-list class -> the ranges it binds
     bound_by: dict[int, frozenset[int]] = {}
     kids_of: dict[int, list[list[int] | None]] = {}
-    for c, ns in view.nodes.items():
+    for c in view.nodes if within is None else within:
+        ns = view.nodes.get(c, [])
         kids_of[c] = []
         for n, children in zip(ns, view.kids[c]):
             if n.fn in ("REDUCE", "END"):  # many binders share one list of ranges
@@ -127,10 +133,11 @@ class KernelCost:
     loads_from: frozenset[str] | None = None  # if given, a load from another kernel's buffer is extractable only
     #                                            for these buffers: every other value is computed inline (the fusion
     #                                            search decides what to materialize, extract/fusion.py)
+    within: set[int] | None = None  # the classes programs can be made of (egraph.view.reachable); default all
 
     def __post_init__(self) -> None:
         self.bounds = range_bounds(self.view)
-        self.fp = footprints(self.view, self.bounds, self.unextractable)
+        self.fp = footprints(self.view, self.bounds, self.unextractable, within=self.within)
         self._trips: dict[int, int] = {}
 
     def trip(self, c: int) -> int:

@@ -130,6 +130,34 @@ def test_matmul_body_trip_count() -> None:
             assert model.trip(c) == bound
 
 
+def test_extracting_the_reachable_classes_alone_chooses_the_same() -> None:
+    """optimize extracts only the classes its kernels' roots reach through program nodes (not through helpers):
+    every one of them gets the e-node, cost and footprint the whole e-graph's extraction gives it, and they are
+    fewer than all."""
+    from egraph_compiler.egraph.view import reachable
+    from egraph_compiler.extract.extractor import extract
+
+    t = (E(16, 32, name="a") @ E(32, 24, name="b")).relu().sum(-1)
+    sess = kernel_session()
+    with sess.scope([RANGEIFY_STAGE], Limits()):
+        sess.add([t.uop])
+        facts = Facts(sess, [t.uop])
+        facts.buffer_for(t.uop, "out", "output")
+        facts.cmds.append(f'(let $k (KernelOf {sess.name_of(t.uop)} (BUFFER "float32" "out" (ICons 16 (INil)) (UNil))))')
+        sess.run_commands("\n".join(facts.cmds))
+        sess.saturate([RANGEIFY_STAGE], Limits(), Report())
+        view = sess.view()
+    within = reachable(view, [view.lets["$k"]], sess.unextractable)
+    assert len(within) < view.num_classes
+    whole = KernelCost(view, unextractable=sess.unextractable)
+    part = KernelCost(view, unextractable=sess.unextractable, within=within)
+    ex_whole, ex_part = extract(view, whole), extract(view, part, within=within)
+    assert set(ex_part.best) == set(ex_whole.best) & within
+    for c in ex_part.best:
+        assert ex_part.node(c) == ex_whole.node(c) and ex_part.cost(c) == ex_whole.cost(c)
+        assert part.fp.get(c) == whole.fp.get(c)
+
+
 def test_footprints_reach_the_top_of_a_deep_program() -> None:
     """Every class of a 300-deep chain over one range depends on that range, whatever order the e-graph lists the
     classes in (parents first here: a pass in that order settles one level of the chain, and 64 passes left the

@@ -96,6 +96,23 @@ class EGraphView:
         return self.functions.get(fn, {}).get(tuple(key))
 
 
+def reachable(view: EGraphView, roots: Iterable[int], skip: Iterable[str] = ()) -> set[int]:
+    """The classes reachable from `roots` through e-nodes whose constructor is not in `skip` (helpers no program
+    is made of): a bottom-up analysis for programs needs no other class."""
+    skipped = set(skip)
+    seen: set[int] = set()
+    stack = list(roots)
+    while stack:
+        c = stack.pop()
+        if c in seen:
+            continue
+        seen.add(c)
+        for n, kids in zip(view.nodes.get(c, ()), view.kids.get(c, ())):
+            if n.fn not in skipped:
+                stack.extend(kids)
+    return seen
+
+
 def settle(
     view: EGraphView, usable: Mapping[int, Sequence[Sequence[int]]], evaluate: Callable[[int], bool], max_visits: int
 ) -> None:
