@@ -161,49 +161,48 @@ def settle(
 
 
 def build_view(eg: bindings.EGraph, constructors: Iterable[str], functions: Iterable[str] = ()) -> EGraphView:
-    """Freeze `eg` and convert it. `constructors` are the e-node tables; `functions` analysis tables to keep."""
+    """Freeze `eg` and convert it. `constructors` are the e-node tables; `functions` analysis tables to keep. Each
+    e-class is numbered once and has one ClassRef, shared by every e-node pointing to it."""
     cons, funs = set(constructors), set(functions)
     frozen = eg.freeze()
-    ids: dict[Any, int] = {}
+    refs: dict[Any, ClassRef] = {}  # egglog value -> its class's ClassRef (numbered in first-seen order)
     view = EGraphView()
+    readers = {"i64": eg.value_to_i64, "String": eg.value_to_string, "f64": eg.value_to_f64, "bool": eg.value_to_bool}
 
-    def cid(v: Any) -> int:
-        if v not in ids:
-            ids[v] = len(ids)
-        return ids[v]
+    def ref(v: Any) -> ClassRef:
+        r = refs.get(v)
+        if r is None:
+            r = refs[v] = ClassRef(len(refs))
+        return r
 
-    def prim(sort: str, v: Any) -> Any:
-        if sort == "i64":
-            return eg.value_to_i64(v)
-        if sort == "String":
-            return eg.value_to_string(v)
-        if sort == "f64":
-            return eg.value_to_f64(v)
-        if sort == "bool":
-            return eg.value_to_bool(v)
-        return None
-
-    def conv(sort: str, v: Any) -> Any:
-        return prim(sort, v) if sort in PRIMITIVE_SORTS else ClassRef(cid(v))
+    def converter(sort: str) -> Callable[[Any], Any]:
+        if sort not in PRIMITIVE_SORTS:
+            return ref
+        read = readers.get(sort)
+        return read if read is not None else (lambda _v: None)
 
     for name, fn in frozen.functions.items():
         if fn.is_let_binding:
             for row in fn.rows:
-                view.lets[name] = cid(row.output)
+                view.lets[name] = ref(row.output).id
             continue
+        convs = [converter(s) for s in fn.input_sorts]
         if name in cons:
+            nodes, sort_of, out_sort = view.nodes, view.sort_of, fn.output_sort
             for row in fn.rows:
                 if row.subsumed:
                     continue
-                c = cid(row.output)
-                node = ENode(name, tuple(conv(s, v) for s, v in zip(fn.input_sorts, row.inputs)), c, fn.output_sort)
-                view.nodes.setdefault(c, []).append(node)
-                view.sort_of[c] = fn.output_sort
+                c = ref(row.output).id
+                node = ENode(name, tuple(f(v) for f, v in zip(convs, row.inputs)), c, out_sort)
+                if c in nodes:
+                    nodes[c].append(node)
+                else:
+                    nodes[c] = [node]
+                    sort_of[c] = out_sort
         elif name in funs:
             table = view.functions.setdefault(name, {})
+            out = converter(fn.output_sort)
             for row in fn.rows:
-                key = tuple(
-                    conv(s, v) if s in PRIMITIVE_SORTS else ClassRef(cid(v)).id for s, v in zip(fn.input_sorts, row.inputs)
-                )
-                table[key] = conv(fn.output_sort, row.output)
+                key = tuple(a.id if isinstance(a, ClassRef) else a for a in (f(v) for f, v in zip(convs, row.inputs)))
+                table[key] = out(row.output)
     return view
