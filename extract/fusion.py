@@ -593,33 +593,48 @@ class _Trials:
         return plan({b: self.candidates[b][1] for b in spans}, spans).size
 
     def fit(self, limit: int) -> int:
-        """Fuse buffers until the arena fits `limit` bytes: each time the one whose fusion costs the least
-        estimated time per arena byte it frees (its floor rules out the hopeless unranked). The arena's bytes."""
+        """Fuse buffers until the arena fits `limit` bytes: each time the buffer (else the pair of them: two
+        values live at once, a convolution's padded input beside its output, free nothing one by one) whose
+        fusion costs the least estimated time per arena byte it frees (the floor rules out the hopeless
+        unranked). The arena's bytes."""
         size = self.arena(self.kernels)
         while size > limit:
-            best: tuple[float, str, frozenset[str], dict[int, frozenset[str]], dict[int, float], int, float] | None = None
-            for b in sorted((b for b in self.candidates if self.live(b)), key=lambda b: -self.candidates[b][1]):
-                trial_mat = self.mat - {b}
-                trial = self.s.program(trial_mat, self.kernels, {b})
-                if trial is None or (freed := size - self.arena(trial)) <= 0:
-                    continue
-                costs = {k: self.costs[k] for k in trial if k in self.costs and trial[k] == self.kernels[k]}
-                changed = {k: v for k, v in trial.items() if k not in costs}
-                before = sum(c for k, c in self.costs.items() if k not in costs)
-                if best is not None and (self.s.floor(changed, trial_mat) - before) / freed >= best[0]:
-                    continue
-                costs.update(self.s.cost(changed, trial_mat, quick=True))
-                after = sum(costs[k] for k in changed)
-                rate = (after - before) / freed
-                if math.isfinite(after) and (best is None or rate < best[0]):
-                    best = (rate, b, trial_mat, trial, costs, size - freed, before - after)
+            live = sorted((b for b in self.candidates if self.live(b)), key=lambda b: -self.candidates[b][1])
+            best = self._cheapest([(b,) for b in live], size) or self._cheapest(
+                list(itertools.combinations(live[:MAX_PAIRED], 2)), size
+            )
             if best is None:
                 break
-            _, b, self.mat, self.kernels, self.costs, size, saving = best
-            self.decisions[b] = Decision(b, self.candidates[b][0], self.candidates[b][1], True, saving)
+            _, group, self.mat, self.kernels, self.costs, size, saving = best
+            for b in group:
+                self.decisions[b] = Decision(b, self.candidates[b][0], self.candidates[b][1], True, saving)
             if self.progress is not None:
-                self.progress(f"fusion: {b} ({self.candidates[b][0]}) fused to fit the memory limit: arena {size:,} bytes")
+                names = " + ".join(f"{b} ({self.candidates[b][0]})" for b in group)
+                self.progress(f"fusion: {names} fused to fit the memory limit: arena {size:,} bytes")
         return size
+
+    def _cheapest(
+        self, groups: list[tuple[str, ...]], size: int
+    ) -> tuple[float, tuple[str, ...], frozenset[str], dict[int, frozenset[str]], dict[int, float], int, float] | None:
+        """Of fusing each group, the one with the least estimated time per arena byte freed (None: none frees
+        any): (seconds per byte, the group, its program's buffers, kernels and costs, the arena, the saving)."""
+        best = None
+        for group in groups:
+            trial_mat = self.mat - set(group)
+            trial = self.s.program(trial_mat, self.kernels, set(group))
+            if trial is None or (freed := size - self.arena(trial)) <= 0:
+                continue
+            costs = {k: self.costs[k] for k in trial if k in self.costs and trial[k] == self.kernels[k]}
+            changed = {k: v for k, v in trial.items() if k not in costs}
+            before = sum(c for k, c in self.costs.items() if k not in costs)
+            if best is not None and (self.s.floor(changed, trial_mat) - before) / freed >= best[0]:
+                continue
+            costs.update(self.s.cost(changed, trial_mat, quick=True))
+            after = sum(costs[k] for k in changed)
+            rate = (after - before) / freed
+            if math.isfinite(after) and (best is None or rate < best[0]):
+                best = (rate, group, trial_mat, trial, costs, size - freed, before - after)
+        return best
 
     def describe(self, group: tuple[str, ...], keep: bool, before: float, after: float, ranked: bool) -> str:
         """A trial in one line, for `progress`."""
