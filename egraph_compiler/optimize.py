@@ -22,49 +22,34 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from os import PathLike
-from typing import Any, Protocol, TypeGuard, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeGuard, runtime_checkable
 
 import numpy as np
 
 from egraph_compiler import compile_cache
 from egraph_compiler.backends import get_backend
-from egraph_compiler.egraph.decode import Decoder
 from egraph_compiler.egraph.encode import egg_ilist, egg_str
-from egraph_compiler.egraph.provenance import by_producer, program_nodes
 from egraph_compiler.egraph.report import IterationStats, Report
-from egraph_compiler.egraph.schema import EGG_TO_OP
 from egraph_compiler.egraph.session import BASELINE_CEILING, CEILINGS, EGraphSession, Limits, Stage
-from egraph_compiler.egraph.view import EGraphView, ENode, reachable
-from egraph_compiler.extract.extractor import Extraction, extract
-from egraph_compiler.extract.fusion import FusionResult, choose_fusion
-from egraph_compiler.extract.kernel_cost import KernelCost
-from egraph_compiler.extract.schedule import (
-    CostModel,
-    KernelSchedule,
-    chosen_candidate,
-    cost_model_for,
-    kernel_classes,
-    kernel_entry,
-    schedule_report,
-    term_children,
-)
+from egraph_compiler.egraph.view import EGraphView, ENode
 from egraph_compiler.ir.diagnostics import EstimateWarning, InvalidArgument, OutOfMemory, UnguardedAccess, UnsupportedOp
 from egraph_compiler.ir.dtypes import DType
-from egraph_compiler.ir.interpret import inline_functions
 from egraph_compiler.ir.ops import OP_TABLE, Category, Ops
 from egraph_compiler.ir.uop import UOp, check_placeholder_names, pretty, toposort
 from egraph_compiler.kernel import disk_cache
 from egraph_compiler.kernel.cpu_target import CPUTarget
 from egraph_compiler.kernel.memory_plan import ArenaPlan
-from egraph_compiler.kernel.packing import pack_operands
 from egraph_compiler.kernel.program import Backend, BufferSpec, Kernel, Program, buffer_of
-from egraph_compiler.kernel.split_ranges import bind_split_ranges
-from egraph_compiler.late_simplify import LateSimplifier, affine_bounds
-from egraph_compiler.report.dot import attach_snapshot, snapshot
-from egraph_compiler.rules import intervals, linear, optops, rangeify, symbolic
-from egraph_compiler.rules.optops import MAX_POSITION
-from egraph_compiler.simplify import shared_session
-from egraph_compiler.tuning import tune_schedules
+
+if TYPE_CHECKING:
+    from egraph_compiler.egraph.decode import Decoder
+    from egraph_compiler.extract.extractor import Extraction
+    from egraph_compiler.extract.fusion import FusionResult
+    from egraph_compiler.extract.schedule import CostModel, KernelSchedule
+
+# The optimization pipeline (extraction, the fusion search, schedule ranking, late simplification, tuning, the
+# pictures) is imported by the functions that run it: a program the compile caches hold needs none of it, and a
+# new process with a warm disk cache reaches its first result without loading it.
 
 # rangeify terminates and builds the safe baseline (every materialization's load and kernel): no limit cuts it
 RANGEIFY_STAGE = Stage("rangeify", rulesets=("rangeify",), max_steps=500, growth_check=False, limited=False)
@@ -84,12 +69,14 @@ def stages_for(target: str, nolocals: bool, depth: int = 0, reduces: int = 0) ->
     math settled: splitting first multiplies the terms the symbolic rules work on). The schedule stage runs
     without the back-off scheduler up to 2.5x further: a split is never split again, so its growth is bounded,
     and on softmax or layernorm the scheduler's rule compilation would cost 50-70 ms."""
+    from egraph_compiler.rules import optops
+
     opt = optops.rulesets_for(target, nolocals)
     schedule = Stage(
         "schedule",
         rulesets=("symbolic", *opt),
         analyses=("analysis", "linear"),
-        after_limit_steps=MAX_POSITION + 2,
+        after_limit_steps=optops.MAX_POSITION + 2,
         after_limit_rulesets=opt,
         plain_factor=2.5,
         extra_nodes=min(SCHEDULE_NODES_CAP, SCHEDULE_NODES_PER_REDUCE * reduces),
@@ -113,6 +100,8 @@ TENSOR_ONLY = (Ops.STACK, Ops.INDEX, Ops.TUPLE, Ops.GETTUPLE, Ops.PARAM)
 
 
 def kernel_session(provenance: bool = False) -> EGraphSession:
+    from egraph_compiler.rules import intervals, linear, optops, rangeify, symbolic
+
     return EGraphSession(
         [intervals.ANALYSIS, linear.LINEAR, symbolic.SYMBOLIC, rangeify.RANGEIFY, *optops.OPTOPS.values()],
         declarations=[intervals.DECLARATIONS, linear.DECLARATIONS, rangeify.DECLARATIONS, optops.DECLARATIONS],
@@ -439,6 +428,8 @@ def _optimize(
     provenance: bool = False,
     memory_limit: int | None = None,
 ) -> Program:
+    from egraph_compiler.ir.interpret import inline_functions
+
     # an output that is an input tensor still needs its own buffer (and kernel): a copy
     roots = [UOp(Ops.CONTIGUOUS, r.dtype, (r,)) if r.op is Ops.BUFFER else r for r in inline_functions(roots)]
     for u in toposort(roots):
@@ -620,6 +611,8 @@ class _Encoded:
 def _encode(sess: EGraphSession, roots: list[UOp], names: list[str], packs: list[UOp], target: str, nolocals: bool) -> _Encoded:
     """Add the graph to the e-graph with the facts rangeify needs: a buffer per output, per materialization
     candidate and per packed operand, and a let naming each output's kernel."""
+    from egraph_compiler.rules import optops
+
     sess.add(roots)
     facts = Facts(sess, roots)
     out_names, out_terms = _output_buffers(facts, roots, names)
@@ -735,6 +728,17 @@ def _build(
 ) -> Program:
     """The program for the graph: encode, saturate, extract, the fusion search and schedule ranking (and tuning),
     decode. `every_barrier`: the graph is the default schedule already (see _why_default_schedule)."""
+    from egraph_compiler.egraph.decode import Decoder
+    from egraph_compiler.egraph.view import reachable
+    from egraph_compiler.extract.extractor import extract
+    from egraph_compiler.extract.fusion import choose_fusion
+    from egraph_compiler.extract.kernel_cost import KernelCost
+    from egraph_compiler.extract.schedule import cost_model_for, kernel_entry, schedule_report
+    from egraph_compiler.kernel.packing import pack_operands
+    from egraph_compiler.late_simplify import LateSimplifier
+    from egraph_compiler.simplify import shared_session
+    from egraph_compiler.tuning import tune_schedules
+
     t0 = time.perf_counter()
     packs: list[UOp] = []
     given = roots
@@ -861,6 +865,8 @@ def _report_program(
     """The e-graph pictures (the whole program's and each kernel's, the program's e-nodes marked), the fusion
     search's result with the chosen program's estimate (returned: the sum of its kernels' chosen schedules), and
     (`provenance`) the program's e-nodes by the rule that built them, with a picture per rule."""
+    from egraph_compiler.report.dot import attach_snapshot
+
     t0 = time.perf_counter()
 
     def picked(c: int) -> ENode | None:  # the program's e-node in class c: the search's choice, else the extraction's
@@ -895,6 +901,10 @@ def _report_provenance(
 ) -> None:
     """report.extra["provenance"]: per rule (the caller's graph as "input"), the program's op e-nodes its firings
     built, their ops and kernels; report.extra["egraph_rules"]: a picture of each top rule's e-nodes."""
+    from egraph_compiler.egraph.provenance import by_producer, program_nodes
+    from egraph_compiler.egraph.schema import EGG_TO_OP
+    from egraph_compiler.extract.schedule import term_children
+
     nodes = {c: n for c, n in program_nodes(roots, picked, lambda n: term_children(view, n)).items() if n.fn in EGG_TO_OP}
     groups = by_producer(view, nodes)
     rows = []
@@ -922,6 +932,8 @@ def _program_kernels(
 ) -> list[tuple[str, list[str], int, set[int]]]:
     """Each kernel of the program: (name, buffers it writes, its SINK class, its e-classes (not those of the
     kernels it loads from)), named by the program kernel that writes the same buffers, in program order."""
+    from egraph_compiler.extract.schedule import chosen_candidate, kernel_classes
+
     order = {k.name: i for i, k in enumerate(program.kernels)}
     out = []
     for ks in schedules.values():
@@ -941,6 +953,8 @@ def _picture(
     title: str,
 ) -> dict[str, Any]:
     """A picture of the classes `within` (from `roots`), the program's e-nodes marked: its DOT text and sizes."""
+    from egraph_compiler.report.dot import snapshot
+
     snap = snapshot(view, roots, hide=hide, chosen=picked, within=within, title=title)
     return {"dot": snap.dot, **snap.info()}
 
@@ -1007,6 +1021,8 @@ def _split_kernels(
 ) -> Program:
     """The program of kernels in dependency order: AFTER(buffer, kernel) inside a kernel means 'run that kernel
     first'."""
+    from egraph_compiler.kernel.split_ranges import bind_split_ranges
+
     order: list[tuple[str, UOp]] = []
     done: dict[UOp, UOp] = {}
     buffers: dict[str, BufferSpec] = {}
@@ -1059,6 +1075,8 @@ def check_accesses(program: Program) -> None:
     """Static memory safety: every index's interval lies inside its buffer, unless the access runs only under a
     gate: its own, its store's (a padded loop nest, see rules/optops.py), or a WHERE branch's (backends evaluate
     a branch's loads only where it is taken)."""
+    from egraph_compiler.late_simplify import affine_bounds
+
     for k in program.kernels:
         seen: set[tuple[UOp, bool]] = set()
         stack = [(k.ast, False)]

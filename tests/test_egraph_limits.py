@@ -367,7 +367,7 @@ def test_the_compiler_running_out_of_memory_is_a_diagnostic(monkeypatch: pytest.
     def no_memory(*args: object, **kw: object) -> None:
         raise MemoryError
 
-    monkeypatch.setattr(importlib.import_module("egraph_compiler.optimize"), "extract", no_memory)
+    monkeypatch.setattr(importlib.import_module("egraph_compiler.extract.extractor"), "extract", no_memory)
     x = Tensor.empty(8, 6, name="x")
     with pytest.raises(OutOfMemory) as err:
         optimize((x * 2).relu(), target="llvm")
