@@ -356,21 +356,8 @@ def optimize(
     collecting = gc.isenabled()
     gc.disable()  # optimize allocates many small objects and frees them at the end: collections would only scan
     try:
-        prog = _optimize(
-            roots,
-            names,
-            single,
-            declared,
-            backend,
-            target,
-            limits,
-            tune,
-            nolocals,
-            progress,
-            alternatives,
-            provenance,
-            memory_limit,
-        )
+        request = _Request(target, backend, tune, nolocals, progress, alternatives, provenance, memory_limit)
+        prog = _optimize(roots, names, single, declared, request, limits)
     finally:
         if collecting:
             gc.enable()
@@ -413,20 +400,23 @@ def _from_disk(name: str, backend: Backend) -> Program | None:
     )
 
 
+@dataclass(frozen=True)
+class _Request:
+    """What optimize() was asked for besides the graph and its limits: the target and its backend, the search's
+    options, and where progress lines and alternatives go."""
+
+    target: str
+    backend: Backend
+    tune: bool
+    nolocals: bool
+    progress: Callable[[IterationStats | str], None] | None
+    alternatives: list[tuple[str, Program]] | None
+    provenance: bool
+    memory_limit: int | None
+
+
 def _optimize(
-    roots: list[UOp],
-    names: list[str],
-    single: bool,
-    declared: list[UOp],
-    backend: Backend,
-    target: str,
-    limits: dict[str, float | None],
-    tune: bool,
-    nolocals: bool,
-    progress: Callable[[IterationStats | str], None] | None,
-    alternatives: list[tuple[str, Program]] | None,
-    provenance: bool = False,
-    memory_limit: int | None = None,
+    roots: list[UOp], names: list[str], single: bool, declared: list[UOp], req: _Request, limits: dict[str, float | None]
 ) -> Program:
     from egraph_compiler.ir.interpret import inline_functions
 
@@ -445,22 +435,7 @@ def _optimize(
     deadline = time.perf_counter() + lim.time_limit if "time_limit" in given else None
     report = Report()
     try:
-        program = _build(
-            roots,
-            names,
-            target,
-            backend,
-            tune,
-            lim,
-            report,
-            progress,
-            alternatives,
-            nolocals,
-            deadline,
-            "node_limit" in given,
-            provenance=provenance,
-            memory_limit=memory_limit,
-        )
+        program = _build(roots, names, req, lim, report, deadline, "node_limit" in given)
     except MemoryError:
         nodes = report.iterations[-1].nodes if report.iterations else 0
         raise OutOfMemory(
@@ -469,9 +444,10 @@ def _optimize(
             suggestion="give values many later ops read a buffer of their own with .contiguous(), "
             "lower node_limit, or optimize the graph in parts",
         ) from None
-    program.backend, program.target, program.single_output, program.report = backend, target, single, report
+    program.backend, program.target, program.single_output, program.report = req.backend, req.target, single, report
     _declare_inputs(program, declared)
     report.extra["input_graph"] = "\n".join(pretty(r) for r in roots)
+    backend, memory_limit = req.backend, req.memory_limit
     if isinstance(backend, HostStorage):  # a host backend's plan (an empty one where nothing is intermediate)
         arena = program.memory_plan() or ArenaPlan({}, 0, 0)
         rest = sum(s.size * backend.storage_np(s.dtype).itemsize for s in program.buffers.values() if s.kind != "intermediate")
@@ -712,19 +688,12 @@ def _check_complete(root_classes: dict[UOp, int], ex: Extraction, report: Report
 def _build(
     roots: list[UOp],
     names: list[str],
-    target: str,
-    backend: Backend,
-    tune: bool,
+    req: _Request,
     lim: Limits,
     report: Report,
-    progress: Callable[[IterationStats | str], None] | None,
-    alternatives: list[tuple[str, Program]] | None = None,
-    nolocals: bool = False,
     deadline: float | None = None,
     fixed_nodes: bool = False,
     every_barrier: bool = False,
-    provenance: bool = False,
-    memory_limit: int | None = None,
 ) -> Program:
     """The program for the graph: encode, saturate, extract, the fusion search and schedule ranking (and tuning),
     decode. `every_barrier`: the graph is the default schedule already (see _why_default_schedule)."""
@@ -738,6 +707,9 @@ def _build(
     from egraph_compiler.late_simplify import LateSimplifier
     from egraph_compiler.simplify import shared_session
     from egraph_compiler.tuning import tune_schedules
+
+    target, backend, tune, nolocals, progress = req.target, req.backend, req.tune, req.nolocals, req.progress
+    alternatives, provenance, memory_limit = req.alternatives, req.provenance, req.memory_limit
 
     t0 = time.perf_counter()
     packs: list[UOp] = []
@@ -771,23 +743,7 @@ def _build(
     if why is not None:
         _note_default_schedule(why, report, progress)
         again = barrier_every_candidate(given)
-        return _build(
-            again,
-            names,
-            target,
-            backend,
-            tune,
-            lim,
-            report,
-            progress,
-            alternatives,
-            nolocals,
-            deadline,
-            fixed_nodes,
-            True,
-            provenance=provenance,
-            memory_limit=memory_limit,
-        )
+        return _build(again, names, req, lim, report, deadline, fixed_nodes, every_barrier=True)
     if progress is not None:
         progress(f"extracting: {view.num_classes} e-classes, {view.num_nodes} e-nodes")
     within = reachable(view, root_classes.values(), sess.unextractable)  # what programs can be made of

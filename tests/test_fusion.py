@@ -100,34 +100,40 @@ def test_contiguous_is_a_barrier() -> None:
 # ---- costs that count recomputation ----------------------------------------------------------------------------------
 
 
-def test_matmul_body_trip_count() -> None:
-    """A 16x32 @ 32x32 matmul's reduce body runs 16*32*32 = 16,384 times, and each RANGE class's trip count is its
-    bound (a node containing its own class, `r + 0`, says nothing about it)."""
-    t = E(16, 32, name="a") @ E(32, 32, name="b")
+def _rangeified(t: Tensor) -> tuple[EGraphView, set[str]]:
+    """The e-graph of t's kernel (let $k, writing buffer "out") after rangeify, and the session's helpers."""
     sess = kernel_session()
     with sess.scope([RANGEIFY_STAGE], Limits()):
         sess.add([t.uop])
         facts = Facts(sess, [t.uop])
         facts.buffer_for(t.uop, "out", "output")
-        facts.cmds.append(f'(let $k (KernelOf {sess.name_of(t.uop)} (BUFFER "float32" "out" (ICons 512 (INil)) (UNil))))')
+        size = math.prod(t.shape)
+        facts.cmds.append(f'(let $k (KernelOf {sess.name_of(t.uop)} (BUFFER "float32" "out" (ICons {size} (INil)) (UNil))))')
         sess.run_commands("\n".join(facts.cmds))
         sess.saturate([RANGEIFY_STAGE], Limits(), Report())
-        view = sess.view()
-        model = KernelCost(view, unextractable=sess.unextractable)
+        return sess.view(), sess.unextractable
 
-        def cons(c: int) -> tuple[int, int] | None:
-            n = next((n for n in view.nodes[c] if n.fn == "UCons"), None)
-            return None if n is None else (n.args[0].id, n.args[1].id)
 
-        bodies = []  # kernel-level REDUCEs: REDUCE(body, RANGE...) (a tensor-level REDUCE has no ranges)
-        for ns in view.nodes.values():
-            for n in ns:
-                if n.fn == "REDUCE" and (head := cons(n.args[-1].id)) and (rest := cons(head[1])) and rest[0] in model.bounds:
-                    bodies.append(head[0])
-        assert bodies
-        assert {model.trip(b) for b in bodies} == {16 * 32 * 32}
-        for c, bound in model.bounds.items():
-            assert model.trip(c) == bound
+def test_matmul_body_trip_count() -> None:
+    """A 16x32 @ 32x32 matmul's reduce body runs 16*32*32 = 16,384 times, and each RANGE class's trip count is its
+    bound (a node containing its own class, `r + 0`, says nothing about it)."""
+    t = E(16, 32, name="a") @ E(32, 32, name="b")
+    view, unextractable = _rangeified(t)
+    model = KernelCost(view, unextractable=unextractable)
+
+    def cons(c: int) -> tuple[int, int] | None:
+        n = next((n for n in view.nodes[c] if n.fn == "UCons"), None)
+        return None if n is None else (n.args[0].id, n.args[1].id)
+
+    bodies = []  # kernel-level REDUCEs: REDUCE(body, RANGE...) (a tensor-level REDUCE has no ranges)
+    for ns in view.nodes.values():
+        for n in ns:
+            if n.fn == "REDUCE" and (head := cons(n.args[-1].id)) and (rest := cons(head[1])) and rest[0] in model.bounds:
+                bodies.append(head[0])
+    assert bodies
+    assert {model.trip(b) for b in bodies} == {16 * 32 * 32}
+    for c, bound in model.bounds.items():
+        assert model.trip(c) == bound
 
 
 def test_extracting_the_reachable_classes_alone_chooses_the_same() -> None:
@@ -138,19 +144,11 @@ def test_extracting_the_reachable_classes_alone_chooses_the_same() -> None:
     from egraph_compiler.extract.extractor import extract
 
     t = (E(16, 32, name="a") @ E(32, 24, name="b")).relu().sum(-1)
-    sess = kernel_session()
-    with sess.scope([RANGEIFY_STAGE], Limits()):
-        sess.add([t.uop])
-        facts = Facts(sess, [t.uop])
-        facts.buffer_for(t.uop, "out", "output")
-        facts.cmds.append(f'(let $k (KernelOf {sess.name_of(t.uop)} (BUFFER "float32" "out" (ICons 16 (INil)) (UNil))))')
-        sess.run_commands("\n".join(facts.cmds))
-        sess.saturate([RANGEIFY_STAGE], Limits(), Report())
-        view = sess.view()
-    within = reachable(view, [view.lets["$k"]], sess.unextractable)
+    view, unextractable = _rangeified(t)
+    within = reachable(view, [view.lets["$k"]], unextractable)
     assert len(within) < view.num_classes
-    whole = KernelCost(view, unextractable=sess.unextractable)
-    part = KernelCost(view, unextractable=sess.unextractable, within=within)
+    whole = KernelCost(view, unextractable=unextractable)
+    part = KernelCost(view, unextractable=unextractable, within=within)
     ex_whole, ex_part = extract(view, whole), extract(view, part, within=within)
     assert set(ex_part.best) == set(ex_whole.best) & within
     for c in ex_part.best:
