@@ -401,6 +401,23 @@ def test_random_dags_are_correct_and_never_above_the_baseline(data: st.DataObjec
     np.testing.assert_allclose(prog(**x), evaluate(t.uop, x), rtol=1e-4, atol=1e-4)
 
 
+@settings(max_examples=examples(10), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data(), st.floats(0.0, 1.0))
+def test_random_dags_under_a_memory_limit_are_correct_and_fit_or_say_so(data: st.DataObject, share: float) -> None:
+    """memory_limit at a random share of the free program's arena: the program is right (reference interpreter),
+    and its arena fits the limit or the report says the limit was not met."""
+    t = _random_dag(data.draw)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", EstimateWarning)
+        free = optimize(t, target="llvm", cache=False)
+        limit = int(free.report.extra["memory"]["arena_bytes"] * share)
+        prog = optimize(t, target="llvm", cache=False, memory_limit=limit)
+    arena = prog.report.extra["memory"]["arena_bytes"]
+    assert arena <= limit or any(f"memory_limit {limit:,} bytes not met" in n for n in prog.report.notes)
+    x = _inputs(t, seed=2)
+    np.testing.assert_allclose(prog(**x), evaluate(t.uop, x), rtol=1e-4, atol=1e-4)
+
+
 # ---- limits and warnings --------------------------------------------------------------------------------------------
 
 
