@@ -26,8 +26,9 @@ of the same shape as one ranked before (a model's repeated layers) replays that 
 batches (a graph of thousands of small ops would otherwise take one trial per buffer, each over a growing kernel).
 
 A memory limit (bytes of the intermediates' arena, the memory plan's greedy placement over the kernels'
-lifetimes in dependency order) is met after the search by fusing, one at a time, the buffer whose fusion costs
-the least estimated time per arena byte it frees, until the arena fits or nothing left frees any.
+lifetimes in dependency order) is met after the search by fusing, one at a time, the buffer (else the pair of
+buffers) whose fusion costs the least estimated time per arena byte it frees, until the arena fits or nothing
+left frees any; the chosen estimate may then be above the baseline's, and a note says by how much.
 """
 
 from __future__ import annotations
@@ -393,7 +394,7 @@ def choose_fusion(
     starts and kernels ranked quickly are not ranked again in full (`optimize`'s time_limit); pairs: when no single
     fusion pays, try the buffers one kernel loads two at a time (a GEMM's two cast operands enable tensor cores
     only together: on CPUs no pair has paid where no single did, and the pass cost GPT-2 ~0.8 s); memory_limit:
-    bytes the intermediates' arena may take (see the module docstring; a note says so where it cannot)."""
+    bytes the intermediates' arena may take (see the module docstring)."""
     s = _Search(view, ex, roots, decode, model, candidates, barriers, deadline)
     notes: list[str] = []
     mat, kernels = _baseline(s, candidates, notes)
@@ -409,8 +410,12 @@ def choose_fusion(
         degraded.append(
             f"the fusion search stopped at its time budget ({time_budget:g} s); the best program found so far is used"
         )
-    if memory_limit is not None:
-        trials.fit(memory_limit)
+    if memory_limit is not None and (fused := trials.fit(memory_limit)):
+        cost = -sum(d.saving_s for d in fused)
+        notes.append(
+            f"memory_limit {memory_limit:,} bytes: {len(fused)} more buffer(s) fused to fit it, "
+            f"{cost * 1e3:+.3g} ms by the estimate"
+        )
     return _result(trials, baseline, deadline, notes, degraded)
 
 
@@ -592,11 +597,12 @@ class _Trials:
                     spans[b] = (first, max(last, at[k]))
         return plan({b: self.candidates[b][1] for b in spans}, spans).size
 
-    def fit(self, limit: int) -> int:
+    def fit(self, limit: int) -> list[Decision]:
         """Fuse buffers until the arena fits `limit` bytes: each time the buffer (else the pair of them: two
         values live at once, a convolution's padded input beside its output, free nothing one by one) whose
         fusion costs the least estimated time per arena byte it frees (the floor rules out the hopeless
-        unranked). The arena's bytes."""
+        unranked). The decisions it took (a pair's saving counted once)."""
+        taken: list[Decision] = []
         size = self.arena(self.kernels)
         while size > limit:
             live = sorted((b for b in self.candidates if self.live(b)), key=lambda b: -self.candidates[b][1])
@@ -606,12 +612,13 @@ class _Trials:
             if best is None:
                 break
             _, group, self.mat, self.kernels, self.costs, size, saving = best
-            for b in group:
+            for i, b in enumerate(group):
                 self.decisions[b] = Decision(b, self.candidates[b][0], self.candidates[b][1], True, saving)
+                taken.append(replace(self.decisions[b], saving_s=saving if i == 0 else 0.0))
             if self.progress is not None:
                 names = " + ".join(f"{b} ({self.candidates[b][0]})" for b in group)
                 self.progress(f"fusion: {names} fused to fit the memory limit: arena {size:,} bytes")
-        return size
+        return taken
 
     def _cheapest(
         self, groups: list[tuple[str, ...]], size: int

@@ -90,6 +90,7 @@ def test_a_memory_limit_bounds_the_arena_at_a_cost_in_time() -> None:
     np.testing.assert_allclose(lean(**vals), want, rtol=1e-4, atol=1e-4)
     assert lean.report.extra["fusion"]["chosen_s"] >= free.report.extra["fusion"]["chosen_s"]
     assert any(d["decision"] == "fused" for d in lean.report.extra["fusion"]["decisions"])
+    assert any("more buffer(s) fused to fit it" in n for n in lean.report.notes)
     roomy = optimize(t, target="llvm", cache=False, memory_limit=arena)  # a limit already met changes nothing
     assert roomy.source == free.source
 
