@@ -70,10 +70,16 @@ def test_a_rules_firing_stamps_the_e_nodes_it_builds() -> None:
 def _programs() -> list[Tensor]:
     x, w = E(16, 32, name="x"), E(32, 24, name="w")
     img, k = E(1, 4, 8, 8, name="img"), E(4, 4, 3, 3, name="k")
-    return [(x @ w + 1.0).relu(), x.softmax(-1), img.conv2d(k, padding=1)]
+    q, kk, v = (E(2, 16, 8, name=n) for n in "qkv")
+    return [
+        (x @ w + 1.0).relu(),
+        x.softmax(-1),
+        img.conv2d(k, padding=1),
+        q.scaled_dot_product_attention(kk, v, is_causal=True),
+    ]
 
 
-@pytest.mark.parametrize("i", range(3))
+@pytest.mark.parametrize("i", range(4))
 def test_the_chosen_programs_e_nodes_come_from_rules_that_fired(i: int) -> None:
     t = _programs()[i]
     prog = optimize(t, target="llvm", provenance=True)

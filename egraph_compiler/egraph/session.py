@@ -306,7 +306,7 @@ class EGraphSession:
     def view(self, functions: Iterable[str] = ()) -> EGraphView:
         """The e-graph as it is now; with provenance, the producers' tables come along."""
         stamps = [PROVENANCE_PREFIX + name for name in EGG_TO_OP] if self.provenance else []
-        return build_view(self.eg, self.constructors, [*functions, *stamps])
+        return build_view(self.eg, self.constructors, functions, annotations=stamps)
 
 
 def _baseline_ceiling(deadline: float | None, cut_baseline: float | bool) -> float | None:

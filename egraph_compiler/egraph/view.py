@@ -160,10 +160,14 @@ def settle(
                 queue.append(p)
 
 
-def build_view(eg: bindings.EGraph, constructors: Iterable[str], functions: Iterable[str] = ()) -> EGraphView:
-    """Freeze `eg` and convert it. `constructors` are the e-node tables; `functions` analysis tables to keep. Each
-    e-class is numbered once and has one ClassRef, shared by every e-node pointing to it."""
-    cons, funs = set(constructors), set(functions)
+def build_view(
+    eg: bindings.EGraph, constructors: Iterable[str], functions: Iterable[str] = (), annotations: Iterable[str] = ()
+) -> EGraphView:
+    """Freeze `eg` and convert it. `constructors` are the e-node tables; `functions` analysis tables to keep;
+    `annotations` tables to keep that are read after everything else, so that the classes are numbered as they
+    would be without them (the extraction breaks ties by class number). Each e-class is numbered once and has
+    one ClassRef, shared by every e-node pointing to it."""
+    cons, funs, notes = set(constructors), set(functions), set(annotations)
     frozen = eg.freeze()
     refs: dict[Any, ClassRef] = {}  # egglog value -> its class's ClassRef (numbered in first-seen order)
     view = EGraphView()
@@ -200,9 +204,16 @@ def build_view(eg: bindings.EGraph, constructors: Iterable[str], functions: Iter
                     nodes[c] = [node]
                     sort_of[c] = out_sort
         elif name in funs:
-            table = view.functions.setdefault(name, {})
-            out = converter(fn.output_sort)
-            for row in fn.rows:
-                key = tuple(a.id if isinstance(a, ClassRef) else a for a in (f(v) for f, v in zip(convs, row.inputs)))
-                table[key] = out(row.output)
+            _read_table(view, fn, name, convs, converter(fn.output_sort))
+    for name, fn in frozen.functions.items():
+        if name in notes:
+            _read_table(view, fn, name, [converter(s) for s in fn.input_sorts], converter(fn.output_sort))
     return view
+
+
+def _read_table(view: EGraphView, fn: Any, name: str, convs: list[Callable[[Any], Any]], out: Callable[[Any], Any]) -> None:
+    """A function table into view.functions[name]: its rows' inputs (class ids for e-classes) -> output."""
+    table = view.functions.setdefault(name, {})
+    for row in fn.rows:
+        key = tuple(a.id if isinstance(a, ClassRef) else a for a in (f(v) for f, v in zip(convs, row.inputs)))
+        table[key] = out(row.output)
