@@ -112,8 +112,8 @@ def _compile(graph: Any, args: argparse.Namespace, inputs: Any = None) -> Any:
             nolocals=args.nolocals,
             cpu=args.cpu,
             inputs=inputs,
-            provenance=getattr(args, "provenance", False),
-            memory_limit=getattr(args, "memory_limit", None),
+            provenance=args.provenance,
+            memory_limit=args.memory_limit,
             **_limits(args),
         )
     finally:
@@ -589,7 +589,17 @@ def build_parser() -> argparse.ArgumentParser:
     ox.add_argument("--seed", type=_seed, default=0, help="seed for random inputs (default 0)")
     ox.add_argument("--target", choices=TARGETS, default="llvm", help="backend (default: llvm)")
     ox.add_argument("--report", metavar="report.html", help="also write the HTML report here")
-    ox.set_defaults(func=cmd_onnx, tune=False, nolocals=False, cpu=None, node_limit=None, iter_limit=None, time_limit=None)
+    ox.set_defaults(
+        func=cmd_onnx,
+        tune=False,
+        nolocals=False,
+        cpu=None,
+        node_limit=None,
+        iter_limit=None,
+        time_limit=None,
+        provenance=False,
+        memory_limit=None,
+    )
     ox.set_defaults(progress=False, no_progress=False)
 
     ca = sub.add_parser(

@@ -59,7 +59,7 @@ from egraph_compiler.extract.schedule import (
     term_children,
 )
 from egraph_compiler.ir.uop import UOp
-from egraph_compiler.kernel.memory_plan import plan
+from egraph_compiler.kernel.memory_plan import lifetimes, plan
 from egraph_compiler.kernel.program import canonical_kernel
 
 NOISE = 0.001  # a fusion must save this fraction of the estimate of the kernels it changes
@@ -522,10 +522,7 @@ class _Trials:
         trial = self.s.program(trial_mat, self.kernels, set(group))
         if trial is None:
             return False
-        kernels, costs = self.kernels, self.costs
-        trial_costs = {k: costs[k] for k in trial if k in costs and trial[k] == kernels[k]}
-        changed = {k: v for k, v in trial.items() if k not in trial_costs}
-        replaced = {k: v for k, v in kernels.items() if k not in trial or trial[k] != v}
+        trial_costs, changed, replaced = self.compare(trial)
         keep, before, after, ranked = self.judge(trial_mat, trial_costs, changed, replaced)
         for b in group:
             self.decisions[b] = Decision(b, self.candidates[b][0], self.candidates[b][1], keep, before - after)
@@ -565,6 +562,17 @@ class _Trials:
                 break
         return keep, before, after, ranked
 
+    def compare(
+        self, trial: dict[int, frozenset[str]]
+    ) -> tuple[dict[int, float], dict[int, frozenset[str]], dict[int, frozenset[str]]]:
+        """A trial program against the current one: the estimates of the kernels it keeps, the kernels it
+        changes, and the current kernels they replace."""
+        kernels, costs = self.kernels, self.costs
+        kept = {k: costs[k] for k in trial if k in costs and trial[k] == kernels[k]}
+        changed = {k: v for k, v in trial.items() if k not in kept}
+        replaced = {k: v for k, v in kernels.items() if k not in trial or trial[k] != v}
+        return kept, changed, replaced
+
     def arena(self, kernels: dict[int, frozenset[str]]) -> int:
         """Bytes of the arena the materialized candidates of a program need, planned over their lifetimes with
         the kernels in dependency order (the program's own order may differ a little)."""
@@ -588,13 +596,11 @@ class _Trials:
         for k in sorted(kernels):
             if k not in done:
                 visit(k)
-        at = {k: i for i, k in enumerate(order)}
-        spans: dict[str, tuple[int, int]] = {}
-        for k, loaded in kernels.items():
-            for b in loaded:
-                if b in self.candidates and offs[b].sink in at:
-                    first, last = spans.get(b, (at[offs[b].sink], at[offs[b].sink]))
-                    spans[b] = (first, max(last, at[k]))
+        writes: dict[int, list[str]] = {}
+        for b, o in offs.items():
+            writes.setdefault(o.sink, []).append(b)
+        live = {b for loaded in kernels.values() for b in loaded if b in self.candidates}
+        spans = lifetimes([(kernels[k], writes.get(k, ())) for k in order], live)
         return plan({b: self.candidates[b][1] for b in spans}, spans).size
 
     def fit(self, limit: int) -> list[Decision]:
@@ -631,9 +637,8 @@ class _Trials:
             trial = self.s.program(trial_mat, self.kernels, set(group))
             if trial is None or (freed := size - self.arena(trial)) <= 0:
                 continue
-            costs = {k: self.costs[k] for k in trial if k in self.costs and trial[k] == self.kernels[k]}
-            changed = {k: v for k, v in trial.items() if k not in costs}
-            before = sum(c for k, c in self.costs.items() if k not in costs)
+            costs, changed, replaced = self.compare(trial)
+            before = sum(self.costs[k] for k in replaced)
             if best is not None and (self.s.floor(changed, trial_mat) - before) / freed >= best[0]:
                 continue
             costs.update(self.s.cost(changed, trial_mat, quick=True))
