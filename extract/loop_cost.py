@@ -624,9 +624,12 @@ def estimate(kernel: UOp, m: CPUMachine | None = None) -> KernelEstimate:
     m = m or CPUMachine.host()
     w = _Walk(m)
     est = KernelEstimate()
-    nbytes = 0
     cache_s = 0.0  # per core: the slices run side by side
-    for item in kernel.src if kernel.op is Ops.SINK else (kernel,):
+    nodes = kernel.toposort()
+    w.ranges[kernel]  # every node's ranges, over the kernel's toposort (no walk of its own per item)
+    items = kernel.src if kernel.op is Ops.SINK else (kernel,)
+    kernel_ranges = [u for u in nodes if u.op is Ops.RANGE]
+    for item in items:
         ranges: list[UOp] = []
         st = item
         while st.op is Ops.END:
@@ -637,8 +640,10 @@ def estimate(kernel: UOp, m: CPUMachine | None = None) -> KernelEstimate:
         before_stalls = w.stalls
         first = len(w.loads)
         w.item(st, loops, [r for r in ranges if _unrolled(r)])
-        # the backend's auto-parallel rule counts every range under the store, the reduce ranges too
-        work = math.prod(trip_count(r) for r in st.toposort() if r.op is Ops.RANGE)
+        # the backend's auto-parallel rule counts every range under the store, the reduce ranges too: the kernel's
+        # ranges, where the store is its one item and depends on every range its ENDs bind
+        alone = len(items) == 1 and w.ranges[st].issuperset(ranges)
+        work = math.prod(trip_count(r) for r in (kernel_ranges if alone else st.toposort()) if r.op is Ops.RANGE)
         thread = [r for r in loops if r.arg[1] is AxisType.THREAD]  # a THREAD split is parallel at any size
         split = thread[0] if thread else loops[0] if loops and work >= AUTO_PARALLEL_MIN_WORK else None
         par = min(m.cores, trip_count(split)) if split is not None else 1
@@ -653,9 +658,7 @@ def estimate(kernel: UOp, m: CPUMachine | None = None) -> KernelEstimate:
         est.l1_misses += l1
         est.l2_misses += l2
         cache_s += max(l1 * LINE / (m.l2_bytes_per_cycle * m.ghz * 1e9), l2 * LINE / (m.mem_gbps * 1e9))
-    for u in kernel.toposort():
-        if u.op is Ops.BUFFER:
-            nbytes += u.arg[1][0] * u.dtype.itemsize
+    nbytes = sum(u.arg[1][0] * u.dtype.itemsize for u in nodes if u.op is Ops.BUFFER)
     est.cycles, est.bytes = max(w.cycles + w.loop_cycles, w.load_cycles) + w.stalls, nbytes
     est.spills, est.code = w.spills, w.code
     est.parallel = max(est.parallel, w.group_parallel)
@@ -663,7 +666,7 @@ def estimate(kernel: UOp, m: CPUMachine | None = None) -> KernelEstimate:
     est.overhead_s = m.launch_us * 1e-6
     # the cores keep computing while lines arrive, but not all the time: part of the lesser side shows
     est.seconds = max(est.compute_s, est.memory_s) + OVERLAP_MISS * min(est.compute_s, est.memory_s) + est.overhead_s
-    unrolled = math.prod(trip_count(r) for r in {u for u in kernel.toposort() if u.op is Ops.RANGE and _unrolled(u)})
+    unrolled = math.prod(trip_count(r) for r in kernel_ranges if _unrolled(r))
     if unrolled > MAX_UNROLLED:  # straight-line code this long compiles slowly and thrashes registers and caches
         est.seconds = math.inf
         est.notes.append(f"{unrolled} unrolled copies: more than {MAX_UNROLLED}")
