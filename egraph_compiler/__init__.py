@@ -4,6 +4,7 @@ from typing import Any
 
 from egraph_compiler.frontend.tensor import Tensor
 from egraph_compiler.ir.diagnostics import CompilerError
+from egraph_compiler.ir.dims import Variable
 from egraph_compiler.ir.dtypes import DType, dtypes
 from egraph_compiler.ir.ops import AxisType, Ops
 from egraph_compiler.ir.uop import UOp
@@ -11,7 +12,7 @@ from egraph_compiler.ir.uop import UOp
 # after the submodule import, so that the package attribute `optimize` is the function, not the module
 from egraph_compiler.optimize import optimize
 
-__all__ = ["AxisType", "CompilerError", "DType", "Ops", "Tensor", "UOp", "dtypes", "from_onnx", "optimize"]
+__all__ = ["AxisType", "CompilerError", "DType", "Ops", "Tensor", "UOp", "Variable", "dtypes", "from_onnx", "optimize"]
 __version__ = "0.1.0"
 
 

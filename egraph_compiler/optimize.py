@@ -33,6 +33,7 @@ from egraph_compiler.egraph.report import IterationStats, Report
 from egraph_compiler.egraph.session import BASELINE_CEILING, CEILINGS, EGraphSession, Limits, Stage
 from egraph_compiler.egraph.view import EGraphView, ENode
 from egraph_compiler.ir.diagnostics import EstimateWarning, InvalidArgument, OutOfMemory, UnguardedAccess, UnsupportedOp
+from egraph_compiler.ir.dims import symbolic_placeholders
 from egraph_compiler.ir.dtypes import DType
 from egraph_compiler.ir.ops import OP_TABLE, Category, Ops
 from egraph_compiler.ir.uop import UOp, check_placeholder_names, pretty, toposort
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
     from egraph_compiler.extract.extractor import Extraction
     from egraph_compiler.extract.fusion import FusionResult
     from egraph_compiler.extract.schedule import CostModel, KernelSchedule
+    from egraph_compiler.shape_sets import SymbolicProgram
 
 # The optimization pipeline (extraction, the fusion search, schedule ranking, late simplification, tuning, the
 # pictures) is imported by the functions that run it: a program the compile caches hold needs none of it, and a
@@ -285,7 +287,7 @@ def optimize(
     inputs: Inputs | None = None,
     provenance: bool = False,
     memory_limit: int | None = None,
-) -> Program:
+) -> Program | SymbolicProgram:
     """Optimize a tensor program for `target` ("llvm", "cuda" or "reference"); returns a runnable Program.
 
     node_limit, iter_limit: bounds on saturation past the safe baseline (rangeify, which no limit cuts);
@@ -317,6 +319,28 @@ def optimize(
     backend = get_backend(target, cpu)
     roots, names, single, declared = output_roots(graph, inputs)
     limits = {"node_limit": node_limit, "iter_limit": iter_limit, "time_limit": time_limit, "search_time": search_time}
+    request = _Request(target, backend, tune, nolocals, progress, alternatives, provenance, memory_limit)
+    if symbolic := symbolic_placeholders([*roots, *declared]):  # a program per bucket of sizes, built as asked for
+        from egraph_compiler.shape_sets import SymbolicProgram
+
+        return SymbolicProgram.build(
+            roots, declared, symbolic, lambda r, d: _fixed(r, names, single, d, request, limits, cache), progress
+        )
+    return _fixed(roots, names, single, declared, request, limits, cache)
+
+
+def _fixed(
+    roots: list[UOp],
+    names: list[str],
+    single: bool,
+    declared: list[UOp],
+    request: _Request,
+    limits: dict[str, float | None],
+    cache: bool,
+) -> Program:
+    """optimize() for a graph of fixed sizes: from the compile caches where they hold it, else afresh."""
+    target, backend, tune, nolocals = request.target, request.backend, request.tune, request.nolocals
+    progress, memory_limit = request.progress, request.memory_limit
     cpu_target = _cpu_of(backend, target)
     machine = cpu_target.name if cpu_target is not None else target
     key = (
@@ -335,7 +359,7 @@ def optimize(
         hash(key)
     except TypeError:  # an unhashable limit: _optimize's validation says what is wrong with it
         cache = False
-    use_cache = cache and alternatives is None and not provenance  # only a search fills these in
+    use_cache = cache and request.alternatives is None and not request.provenance  # only a search fills these in
     if use_cache and (hit := compile_cache.get(key)) is not None:
         if progress is not None:
             progress("the compile cache holds this graph's program: no optimization needed")
@@ -356,7 +380,6 @@ def optimize(
     collecting = gc.isenabled()
     gc.disable()  # optimize allocates many small objects and frees them at the end: collections would only scan
     try:
-        request = _Request(target, backend, tune, nolocals, progress, alternatives, provenance, memory_limit)
         prog = _optimize(roots, names, single, declared, request, limits)
     finally:
         if collecting:

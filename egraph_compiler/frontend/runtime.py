@@ -17,12 +17,12 @@ import numpy as np
 
 from egraph_compiler.ir.diagnostics import InvalidArgument, UnsupportedOp
 from egraph_compiler.ir.interpret import evaluate
+from egraph_compiler.kernel.program import Program
 from egraph_compiler.optimize import optimize
 
 if TYPE_CHECKING:
     from egraph_compiler.frontend.tensor import Tensor
     from egraph_compiler.ir.uop import UOp
-    from egraph_compiler.kernel.program import Program
 
 TARGETS = ("llvm", "reference", "cuda")
 _default_target = os.environ.get("EGC_TARGET", "llvm")
@@ -51,7 +51,8 @@ def _program(u: UOp, target: str) -> Program | None:
             _programs.move_to_end(key)
             return _programs[key]
     try:
-        prog: Program | None = optimize(u, target=target)
+        found = optimize(u, target=target)
+        prog = found if isinstance(found, Program) else None  # a symbolic size has placeholders: no data
     except UnsupportedOp:
         prog = None
     if prog is not None and prog.inputs:  # placeholders have no data: the interpreter says so

@@ -23,6 +23,7 @@ from egraph_compiler.frontend.tensor_math import TensorMath
 from egraph_compiler.frontend.tensor_nn import TensorNN, _finite_number, _fits_values, _uniform_values
 from egraph_compiler.frontend.tensor_select import TensorSelect, advanced_index
 from egraph_compiler.ir.diagnostics import AxisError, BroadcastMismatch, DTypeError, InvalidArgument, InvalidSize, ShapeMismatch
+from egraph_compiler.ir.dims import as_variable, mark
 from egraph_compiler.ir.dtypes import (
     DType,
     bf16_to_bits,
@@ -288,8 +289,12 @@ class Tensor(TensorNN, TensorMath, TensorSelect, TensorLinalg, TensorBits):
 
     @staticmethod
     def empty(*shape: Any, dtype: DType | str | None = "float32", name: str | None = None) -> Tensor:
-        """A named placeholder input: supply its value when calling the optimized program."""
-        shp = _check_shape(_argfix(shape, "Tensor.empty"), "Tensor.empty")
+        """A named placeholder input: supply its value when calling the optimized program. A size may be symbolic,
+        bound at each call: a Variable("B", lo, hi), or a name alone ("B", bounds 1 to 1024); the tensor then has
+        the largest size in the bounds until the program runs (see egraph_compiler/ir/dims.py)."""
+        given = _argfix(shape, "Tensor.empty")
+        symbolic = {a: v for a, d in enumerate(given) if (v := as_variable(d, "Tensor.empty")) is not None}
+        shp = _check_shape([symbolic[a].trace if a in symbolic else d for a, d in enumerate(given)], "Tensor.empty")
         if name is None:
             name = f"input{next(_name_counter)}"
         if not isinstance(name, str) or not name.isidentifier() or not name.isascii():
@@ -299,7 +304,10 @@ class Tensor(TensorNN, TensorMath, TensorSelect, TensorLinalg, TensorBits):
                 suggestion="use names such as 'a', 'x0', 'weights'",
             )
         dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
-        return Tensor(UOp(Ops.BUFFER, dt, (), (name, shp)))
+        placeholder = UOp(Ops.BUFFER, dt, (), (name, shp))
+        if symbolic:
+            mark(placeholder, symbolic)
+        return Tensor(placeholder)
 
     @staticmethod
     def full(shape: Sequence[int] | int, fill_value: Scalar, dtype: DType | str | None = None) -> Tensor:

@@ -89,6 +89,13 @@ class InvalidArgument(CompilerError):
     kind = "InvalidArgument"
 
 
+class SymbolicDimError(CompilerError):
+    """A symbolic dimension is outside its bounds, or the graph mixes the rows it indexes."""
+
+    code = "E1007"
+    kind = "SymbolicDimError"
+
+
 class UnknownOp(CompilerError):
     """An operation name is not known to the frontend."""
 
