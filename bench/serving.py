@@ -17,6 +17,9 @@ repeated optimize, and the memory plan, beside numpy and PyTorch eager (when ins
   block afresh (MALLOC_MMAP_THRESHOLD_), so freed tensors leave the resident set (Linux only). Where ours is
   above PyTorch's, the block is optimized again with `memory_limit` set to what PyTorch's peak leaves for
   intermediates (its result checked against the first), both with their estimate and run time.
+- symbolic batch: an MLP (256 -> 1024, GELU, -> 256, residual) over a batch `Variable("B", 1, 64)`, called at
+  several sizes (each runs its bucket's program on inputs padded to it), beside the same MLP compiled for that
+  size alone and PyTorch eager; every result checked against numpy.
 - new process: a fresh Python process that builds, optimizes and runs the GPT-2 block once, with an empty disk
   cache (cold) and again with the cache the first one left (warm): wall time of the whole process, and from its
   start to the first result. Everything else here runs with the disk cache off, so first optimizes are cold.
@@ -111,6 +114,48 @@ def streaming(torch: Any, ok: list[bool]) -> dict[str, float | None]:
     if torch is not None:
         at, bt, ct = (torch.from_numpy(v) for v in (av, bv, cv))
         row["torch_gbs"] = gbs(lambda: torch.addcmul(ct, at, bt))
+    return row
+
+
+SYMBOLIC_SIZES = (1, 5, 16, 48, 64)
+
+
+def symbolic_batch(torch: Any, ok: list[bool]) -> dict[str, Any]:
+    """The symbolic-batch MLP at each size: ours (its bucket), ours compiled for the size alone, torch eager (ms)."""
+    from egraph_compiler import Variable
+
+    c, h = 256, 1024
+    rng = np.random.default_rng(0)
+    w1, w2 = ((rng.standard_normal(s) / np.sqrt(s[0])).astype(np.float32) for s in ((c, h), (h, c)))
+
+    def mlp(x: Any) -> Any:
+        return (x @ Tensor.empty(c, h, name="w1")).gelu() @ Tensor.empty(h, c, name="w2") + x
+
+    t0 = time.perf_counter()
+    prog = optimize(mlp(Tensor.empty((Variable("B", 1, 64), c), name="x")), target="llvm")
+    row: dict[str, Any] = {"optimize_s": time.perf_counter() - t0, "sizes": {}}
+
+    def at(n: int) -> dict[str, float | None]:
+        x = rng.standard_normal((n, c)).astype(np.float32)
+        z = x @ w1
+        want = 0.5 * z * (1 + np.tanh(0.7978845608 * (z + 0.044715 * z**3))) @ w2 + x
+        ok.append(bool(np.allclose(prog(x=x, w1=w1, w2=w2), want, rtol=1e-3, atol=1e-3)))
+        fixed = optimize(mlp(Tensor.empty(n, c, name="x")), target="llvm")
+        cell: dict[str, float | None] = {
+            "ours_ms": per_call_us(lambda: prog(x=x, w1=w1, w2=w2)) / 1e3,
+            "fixed_ms": per_call_us(lambda: fixed(x=x, w1=w1, w2=w2)) / 1e3,
+            "torch_ms": None,
+        }
+        if torch is not None:
+            xt, w1t, w2t = (torch.from_numpy(v) for v in (x, w1, w2))
+            gelu = torch.nn.functional.gelu
+            with torch.no_grad():
+                cell["torch_ms"] = per_call_us(lambda: gelu(xt @ w1t, approximate="tanh") @ w2t + xt) / 1e3
+        return cell
+
+    for n in SYMBOLIC_SIZES:
+        row["sizes"][n] = at(n)
+    row["buckets_compiled"] = repr(prog)
     return row
 
 
@@ -264,6 +309,8 @@ def main() -> int:
     repeat = repeat_optimize()
     print("memory plans ...", file=sys.stderr, flush=True)
     mem = memory(ok)
+    print("symbolic batch ...", file=sys.stderr, flush=True)
+    sym = symbolic_batch(torch, ok)
     print("new processes, cold and warm disk cache ...", file=sys.stderr, flush=True)
     fresh = new_process()
     ok.append(bool(fresh["same_result"]))
@@ -302,13 +349,21 @@ def main() -> int:
                 f"intermediates in {lim['arena_bytes'] / 2**20:.1f} MiB; estimate {lim['estimate_ms']:.2f} ms, run "
                 f"{lim['run_ms']:.2f} ms"
             )
+    print(f"symbolic batch MLP, B in [1, 64]: optimize {sym['optimize_s']:.2f} s; {sym['buckets_compiled']} after the calls")
+    for n, cell in sym["sizes"].items():
+        tt = cell["torch_ms"]
+        print(
+            f"  B={n:<3} ours {cell['ours_ms']:.3f} ms, compiled for {n} alone {cell['fixed_ms']:.3f} ms "
+            f"({cell['ours_ms'] / cell['fixed_ms']:.2f}x), torch eager {fmt(tt, '.3f')} ms"
+            + (f" ({tt / cell['ours_ms']:.2f}x ours)" if tt else "")
+        )
     print(
         f"new process, GPT-2 block: cold {fresh['cold_process_s']:.2f} s (first result {fresh['cold_first_result_s']:.2f} s); "
         f"warm disk cache {fresh['warm_process_s']:.2f} s (first result {fresh['warm_first_result_s']:.2f} s, "
         f"{fresh['warm_first_result_s'] / fresh['cold_first_result_s']:.1%} of cold)"
     )
     if args.json:
-        figures = {"calls": calls, "stream": stream, "repeat": repeat, "memory": mem, "new_process": fresh}
+        figures = {"calls": calls, "stream": stream, "repeat": repeat, "memory": mem, "symbolic": sym, "new_process": fresh}
         Path(args.json).write_text(json.dumps(figures, indent=2))
     if not all(ok):
         print("WRONG RESULT", file=sys.stderr)
