@@ -187,12 +187,18 @@ class SymbolicProgram:
 
 
 def _pad(x: Any, sizes: dict[int, int]) -> Any:
-    """x with zero rows appended along the axes in `sizes` up to those sizes (x itself where nothing is missing)."""
-    arr = np.asarray(x)
+    """x with zero rows appended along the axes in `sizes` up to those sizes (x itself where nothing is missing);
+    a GPU array (CuPy's) is padded on the GPU."""
+    xp: Any = np
+    if hasattr(x, "__cuda_array_interface__"):
+        import cupy
+
+        xp = cupy
+    arr = xp.asarray(x)
     shape = tuple(sizes.get(a, d) for a, d in enumerate(arr.shape))
     if shape == arr.shape:
         return x
-    out = np.zeros(shape, dtype=arr.dtype)
+    out = xp.zeros(shape, dtype=arr.dtype)
     out[tuple(slice(0, d) for d in arr.shape)] = arr
     return out
 
