@@ -120,6 +120,9 @@ AUTO_PARALLEL_MIN_WORK = 1 << 16
 PAGE = 4096  # bytes
 PAGE_STEP_CYCLES = 8.0  # a stall beside the ports when a load steps a page per loop iteration (an unpacked
 #                            GEMM B column: 512x1024 @ 1024x4096 ran ~6-8 cycles a k step slower than packed)
+# steps from a quarter page up stall too, from none at a quarter to the whole stall at half a page (Zen 4, GEMM
+# B columns against packed panels: rows of 1 KiB ran alike, 1.5 KiB 1.15x, 2 KiB 1.6x, 3 KiB 1.2x, 4000 B 1.4x)
+STALL_FROM = PAGE // 4
 MAX_UNROLLED = 512  # product of a kernel's UPCAST/UNROLL bounds
 
 
@@ -384,16 +387,16 @@ class _Walk:
         return vectorizes, max(runs, default=lanes), per
 
     def load_penalties(self, lin: UOp, unr: list[UOp], loops: list[UOp], depth: int, trip: int, itemsize: int) -> None:
-        """The misses of a load's unrolled copies that overfill one L1 set, and the stall of a load a page or
+        """The misses of a load's unrolled copies that overfill one L1 set, and the stall of a load half a page or
         more ahead every iteration of its innermost loop (a GEMM's unpacked B column: the prefetchers stop at
         the page and the loop waits on the new line; packed operands, egraph_compiler/kernel/packing.py, step
-        a panel row instead)."""
+        a panel row instead), part of it from a quarter page (STALL_FROM)."""
         if unr:
             self.conflicts += trip * set_conflicts(lin, tuple(unr), itemsize, self.m)
         if depth == len(loops) > 0:
             st = stride(lin, loops[-1])
-            if st is None or abs(st) * itemsize >= PAGE:
-                self.stalls += trip * PAGE_STEP_CYCLES
+            step = PAGE if st is None else abs(st) * itemsize
+            self.stalls += trip * PAGE_STEP_CYCLES * min(1.0, max(0.0, step / STALL_FROM - 1))
 
     def wide(self, nbytes: float) -> float:
         """The cost of a vector of nbytes against a 256-bit one: twice where the core runs 512-bit operations as

@@ -37,15 +37,19 @@ CHANNEL_VECTOR = 16  # a convolution weight is packed when its output channels f
 
 
 def packed_view(b: UOp) -> tuple[UOp, UOp]:
-    """(P, B as a view of P) for a K x N tensor b."""
+    """(P, B as a view of P) for a K x N tensor b. Where PANEL does not divide N, the last panel is filled up with
+    zero columns (B is then the first N columns of P's): a GEMM of 1000 columns reads whole panels as one of 1024."""
     k, n = b.shape
-    p = b.reshape((k, n // PANEL, PANEL)).permute((1, 0, 2))
-    return p, p.permute((1, 0, 2)).reshape((k, n))
+    padded = -(-n // PANEL) * PANEL
+    src = b if padded == n else b.pad(((0, 0), (0, padded - n)))
+    p = src.reshape((k, padded // PANEL, PANEL)).permute((1, 0, 2))
+    view = p.permute((1, 0, 2)).reshape((k, padded))
+    return p, view if padded == n else view.shrink(((0, k), (0, n)))
 
 
 def _right_operand(u: UOp) -> UOp | None:
     """For a matmul's right operand as it is broadcast, EXPAND(RESHAPE(B, (1, K, N)), (M, K, N)), with M rows
-    and N a multiple of the panel: B; None for anything else."""
+    and N at least two panels: B; None for anything else."""
     if u.op is not Ops.EXPAND or u.src[0].op is not Ops.RESHAPE:
         return None
     r = u.src[0]
@@ -53,7 +57,7 @@ def _right_operand(u: UOp) -> UOp | None:
     if len(b.shape) != 2 or r.shape != (1, *b.shape) or len(u.shape) != 3:
         return None
     m, (k, n) = u.shape[0], b.shape
-    return b if m >= MIN_ROWS and k >= PANEL and n % PANEL == 0 and n >= 2 * PANEL else None
+    return b if m >= MIN_ROWS and k >= PANEL and n >= 2 * PANEL else None
 
 
 def channel_blocked_view(w: UOp) -> tuple[UOp, UOp]:
