@@ -33,6 +33,10 @@ PANEL = 32  # columns a packed panel holds (a register tile's width: 2 AVX-512 o
 # memory each call: a packed panel streams, where B's rows step a page each (GPT-2 block T=128: w_qkv and w_fc
 # packed, 14.3 -> 12.0 ms; alone and hot in cache, 128x3072 @ 3072x768 gains nothing)
 MIN_ROWS = 128
+# B is padded to whole panels only where its rows are this long: shorter rows do not step far enough to stall
+# (extract/loop_cost.STALL_FROM), and the padded copy's guard outlives a fusion back into the product (GEMM 250:
+# 0.17-0.29 -> 0.33-0.45 ms with a padded copy of B kept)
+PAD_FROM = 256
 CHANNEL_VECTOR = 16  # a convolution weight is packed when its output channels fill whole AVX-512 vectors
 
 
@@ -49,7 +53,7 @@ def packed_view(b: UOp) -> tuple[UOp, UOp]:
 
 def _right_operand(u: UOp) -> UOp | None:
     """For a matmul's right operand as it is broadcast, EXPAND(RESHAPE(B, (1, K, N)), (M, K, N)), with M rows
-    and N at least two panels: B; None for anything else."""
+    and N at least two panels (whole ones, or more than PAD_FROM columns): B; None for anything else."""
     if u.op is not Ops.EXPAND or u.src[0].op is not Ops.RESHAPE:
         return None
     r = u.src[0]
@@ -57,7 +61,8 @@ def _right_operand(u: UOp) -> UOp | None:
     if len(b.shape) != 2 or r.shape != (1, *b.shape) or len(u.shape) != 3:
         return None
     m, (k, n) = u.shape[0], b.shape
-    return b if m >= MIN_ROWS and k >= PANEL and n >= 2 * PANEL else None
+    aligned = n % PANEL == 0 or n > PAD_FROM
+    return b if m >= MIN_ROWS and k >= PANEL and n >= 2 * PANEL and aligned else None
 
 
 def channel_blocked_view(w: UOp) -> tuple[UOp, UOp]:
