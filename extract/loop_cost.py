@@ -123,6 +123,10 @@ PAGE_STEP_CYCLES = 8.0  # a stall beside the ports when a load steps a page per 
 # steps from a quarter page up stall too, from none at a quarter to the whole stall at half a page (Zen 4, GEMM
 # B columns against packed panels: rows of 1 KiB ran alike, 1.5 KiB 1.15x, 2 KiB 1.6x, 3 KiB 1.2x, 4000 B 1.4x)
 STALL_FROM = PAGE // 4
+# a line from memory for a load stepping half a page or more each iteration costs this many streamed lines (AVX2
+# code on Zen 4, 128x3072 @ 3072x768 with B's column tiles inside the row tiles, B from memory for every row tile:
+# 28-40 ms, 3-4x the streaming estimate; its column tiles outside, B read once: 11-12 ms)
+STRIDED_MISS = 3.0
 MAX_UNROLLED = 512  # product of a kernel's UPCAST/UNROLL bounds
 
 
@@ -539,12 +543,18 @@ class _Lines:
         return out
 
 
-def _misses(capacity: float, lines: _Lines) -> float:
+def _misses(capacity: float, lines: _Lines, strided: float = 1.0) -> float:
     """Lines the loads of one loop nest item (`lines.loads`) miss in a cache of `capacity` bytes (the reuse-distance
-    model in the module docstring), one core's share when `lines.bound` narrows the parallel loop."""
+    model in the module docstring), one core's share when `lines.bound` narrows the parallel loop. `strided`: what
+    a missing line costs, in lines, where its load steps half a page or more every innermost iteration (the
+    prefetchers do not follow it: each line waits on memory's latency)."""
     total = 0.0
     for x, lx, d in lines.loads:
         deps = lines.w.deps(x)
+        weight = 1.0
+        if strided != 1.0 and d == len(lx) > 0:
+            st = lines.stride_of(x).get(lx[-1], 0)
+            weight = strided if st is None or st * max(1, x.dtype.itemsize) >= PAGE // 2 else 1.0
         misses = lines.inside(x, lx, d)
         for level in range(d - 1, -1, -1):
             r = lx[level]
@@ -556,7 +566,7 @@ def _misses(capacity: float, lines: _Lines) -> float:
                 misses = max(misses, misses * lines.size(r) * share)
             elif lines.footprint(lx[: level + 1]) > capacity:
                 misses *= lines.size(r)
-        total += misses
+        total += misses * weight
     return total
 
 
@@ -657,7 +667,7 @@ def estimate(kernel: UOp, m: CPUMachine | None = None) -> KernelEstimate:
         share = {split: -(-trip_count(split) // par)} if split is not None else {}  # one core's slice
         lines = _Lines(w, share, w.loads[first:])
         l1 = _misses(m.l1_bytes * CACHE_FILL[1], lines) + (w.conflicts - before_conflicts) / par
-        l2 = _misses(m.l2_bytes * CACHE_FILL[2], lines)
+        l2 = _misses(m.l2_bytes * CACHE_FILL[2], lines, STRIDED_MISS)
         est.l1_misses += l1
         est.l2_misses += l2
         cache_s += max(l1 * LINE / (m.l2_bytes_per_cycle * m.ghz * 1e9), l2 * LINE / (m.mem_gbps * 1e9))

@@ -91,3 +91,19 @@ def test_gemm_at_any_size_for_both_isas(m: int, k: int, n: int, cpu: str | None)
     rng = np.random.default_rng(m * 10007 + k * 101 + n)
     av, bv = rng.standard_normal((m, k), dtype=np.float32), rng.standard_normal((k, n), dtype=np.float32)
     np.testing.assert_allclose(prog(a=av, b=bv), av.astype(np.float64) @ bv, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.skipif(not HAS_AVX2, reason="needs an AVX2 host")
+def test_avx2_gemm_reads_a_wide_operand_once() -> None:
+    """128x3072 @ 3072x768 in AVX2 code (B unpacked: its rows step 3 KiB): with the row tiles outside the column
+    tiles, B would come from memory once per row tile, each line waiting on the latency (measured 28-40 ms against
+    11-12); the estimate puts the column tiles outside, so B is read once. The product matches numpy."""
+    a = Tensor.empty((128, 3072), dtype="float32", name="a")
+    b = Tensor.empty((3072, 768), dtype="float32", name="b")
+    prog = optimize(a @ b, target="llvm", cpu="haswell")
+    (nest,) = [k["schedule"] for k in prog.report.extra["kernels"] if "red[" in k["schedule"]]
+    outer = int(nest.strip("[").split("L")[0])  # the outermost loop: over the 768 columns' tiles, not the 128 rows'
+    assert outer in (96, 48, 24), nest
+    rng = np.random.default_rng(3)
+    av, bv = rng.standard_normal((128, 3072), dtype=np.float32), rng.standard_normal((3072, 768), dtype=np.float32)
+    np.testing.assert_allclose(prog(a=av, b=bv), av.astype(np.float64) @ bv, rtol=1e-3, atol=1e-2)
