@@ -219,3 +219,18 @@ def test_prepare_and_threads() -> None:
         t.join()
     for a, r in zip(inputs, results):
         check(r, (a * a).sum(1), rtol=1e-5)
+
+
+def test_a_fixed_placeholder_of_the_same_name_and_shape_stays_fixed() -> None:
+    """The symbolic axes are part of the placeholder: one declared with the bound's size and the same name is
+    another node, and its program takes that size alone."""
+    sym = Tensor.empty((Variable("F", 1, 16), 3), name="f")
+    fixed = Tensor.empty((16, 3), name="f")
+    assert sym.uop is not fixed.uop and sym.shape == fixed.shape
+    prog = optimize(fixed * 2, target="llvm")
+    assert not isinstance(prog, SymbolicProgram)
+    with pytest.raises(CompilerError):
+        prog(f=np.zeros((5, 3), np.float32))
+    assert isinstance(optimize(sym * 2, target="llvm"), SymbolicProgram)
+    with pytest.raises(CompilerError):  # a placeholder has no value to compute with
+        (sym * 2).numpy()

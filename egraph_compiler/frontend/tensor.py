@@ -23,7 +23,7 @@ from egraph_compiler.frontend.tensor_math import TensorMath
 from egraph_compiler.frontend.tensor_nn import TensorNN, _finite_number, _fits_values, _uniform_values
 from egraph_compiler.frontend.tensor_select import TensorSelect, advanced_index
 from egraph_compiler.ir.diagnostics import AxisError, BroadcastMismatch, DTypeError, InvalidArgument, InvalidSize, ShapeMismatch
-from egraph_compiler.ir.dims import as_variable, mark
+from egraph_compiler.ir.dims import as_variable, placeholder_arg
 from egraph_compiler.ir.dtypes import (
     DType,
     bf16_to_bits,
@@ -304,10 +304,7 @@ class Tensor(TensorNN, TensorMath, TensorSelect, TensorLinalg, TensorBits):
                 suggestion="use names such as 'a', 'x0', 'weights'",
             )
         dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
-        placeholder = UOp(Ops.BUFFER, dt, (), (name, shp))
-        if symbolic:
-            mark(placeholder, symbolic)
-        return Tensor(placeholder)
+        return Tensor(UOp(Ops.BUFFER, dt, (), placeholder_arg(name, shp, symbolic)))
 
     @staticmethod
     def full(shape: Sequence[int] | int, fill_value: Scalar, dtype: DType | str | None = None) -> Tensor:

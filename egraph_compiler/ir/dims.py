@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import math
 import re
-import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -102,26 +101,15 @@ def as_variable(d: Any, where: str) -> Variable | None:
     return None
 
 
-# placeholder BUFFER -> {axis: Variable}: the placeholders built with symbolic sizes (UOps are interned, so a
-# placeholder is one object for as long as any graph holds it)
-_SYMBOLIC: weakref.WeakKeyDictionary[UOp, dict[int, Variable]] = weakref.WeakKeyDictionary()
-
-
-def mark(placeholder: UOp, axes: dict[int, Variable]) -> None:
-    """Record that the placeholder's `axes` are symbolic; a second declaration must agree."""
-    old = _SYMBOLIC.get(placeholder)
-    if old is not None and old != axes:
-        raise InvalidArgument(
-            at=f"placeholder {placeholder.arg[0]!r}",
-            why="declared again with other symbolic dimensions",
-            suggestion="declare a placeholder once (or with the same Variables)",
-        )
-    _SYMBOLIC[placeholder] = dict(axes)
+def placeholder_arg(name: str, shape: tuple[int, ...], axes: dict[int, Variable]) -> tuple[Any, ...]:
+    """A placeholder BUFFER's arg: (name, shape), and its symbolic axes where it has some. They are part of the
+    node, so a placeholder of a symbolic size is never the same UOp as a fixed one of the same name and shape."""
+    return (name, shape, tuple(sorted(axes.items()))) if axes else (name, shape)
 
 
 def symbolic_placeholders(roots: list[UOp]) -> dict[UOp, dict[int, Variable]]:
     """The graph's placeholders with symbolic sizes, and their symbolic axes."""
-    return {u: _SYMBOLIC[u] for u in toposort(roots) if u.op is Ops.BUFFER and u in _SYMBOLIC}
+    return {u: dict(u.arg[2]) for u in toposort(roots) if u.op is Ops.BUFFER and not u.src and len(u.arg) > 2}
 
 
 Rows = dict[int, tuple[str, int]]  # axis -> (variable name, block): the axis holds row r at [r * block, (r+1) * block)
@@ -265,8 +253,8 @@ def resize(roots: list[UOp], rows: dict[UOp, Rows], sizes: dict[str, int]) -> li
         src = tuple(out[s] for s in u.src)
         shape = tuple(sizes[r[a][0]] * r[a][1] if a in r else d for a, d in enumerate(u.shape)) if r else u.shape
         arg: Any = u.arg
-        if u.op is Ops.BUFFER and r:
-            arg = (u.arg[0], shape, *u.arg[2:])
+        if u.op is Ops.BUFFER and r:  # a placeholder of fixed size now
+            arg = (u.arg[0], shape)
         elif u.op in (Ops.RESHAPE, Ops.EXPAND) and r:
             arg = shape
         elif u.op is Ops.SHRINK and r:  # a whole-axis shrink along the rows (the analysis allows no other)
@@ -287,7 +275,7 @@ __all__ = [
     "Rows",
     "Variable",
     "as_variable",
-    "mark",
+    "placeholder_arg",
     "resize",
     "row_axes",
     "symbolic_placeholders",

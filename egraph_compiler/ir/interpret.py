@@ -33,7 +33,7 @@ def fix_dtype(x: np.ndarray, d: DType) -> np.ndarray:
 
 def buffer_value(u: UOp, inputs: Env) -> np.ndarray:
     """The value of a BUFFER node: its embedded data, or the input of that name (checked)."""
-    name, shape = u.arg
+    name, shape = u.arg[:2]
     if u.src:
         data = u.src[0].arg.data
         arr = bf16_from_bits(data) if u.dtype is dtypes.bfloat16 else data
