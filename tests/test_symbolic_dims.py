@@ -234,3 +234,41 @@ def test_a_fixed_placeholder_of_the_same_name_and_shape_stays_fixed() -> None:
     assert isinstance(optimize(sym * 2, target="llvm"), SymbolicProgram)
     with pytest.raises(CompilerError):  # a placeholder has no value to compute with
         (sym * 2).numpy()
+
+
+UNARY = [lambda t: t.relu(), lambda t: t.exp() * 0.1, lambda t: t.tanh(), lambda t: (t * t + 1).sqrt()]
+
+
+@settings(max_examples=8, deadline=None)
+@given(
+    ops=st.lists(st.integers(0, 5), min_size=1, max_size=5),
+    sizes=st.lists(st.integers(1, 6), min_size=2, max_size=2),
+    seed=st.integers(0, 2**16),
+)
+def test_random_batch_programs_match_the_reference(ops: list[int], sizes: list[int], seed: int) -> None:
+    """Random chains of batch-separable steps (elementwise ops, a matmul with a weight, a reduction and a softmax
+    over the features, the batch merged into the rows and split back) over x (B, 4, 8): the symbolic program at two
+    drawn sizes against the reference interpreter on the same graph built at each size."""
+    from egraph_compiler.ir.interpret import evaluate
+
+    def build(x: Tensor, w: Tensor) -> Tensor:
+        t = x
+        for op in ops:
+            if op < len(UNARY):
+                t = UNARY[op](t)
+            elif op == 4:
+                t = (t.reshape(-1, 8) @ w).reshape(-1, 4, 8)  # rows of the batch merged with the 4, then split
+            else:
+                t = t.softmax(-1) + t.sum(-1, keepdim=True) * 0.01
+        return t
+
+    n_var = Variable("N", 1, 6)
+    prog = optimize(build(Tensor.empty((n_var, 4, 8), name="x"), Tensor.empty(8, 8, name="w")), target="llvm")
+    rng = np.random.default_rng(seed)
+    wv = (rng.standard_normal((8, 8)) * 0.3).astype(np.float32)
+    for n in sizes:
+        xv = rng.standard_normal((n, 4, 8)).astype(np.float32)
+        fixed = build(Tensor.empty(n, 4, 8, name="x"), Tensor.empty(8, 8, name="w"))
+        given = {"x": xv, "w": wv}
+        got = prog(**{k: given[k] for k in prog.inputs})  # w is an input only where a step uses it
+        check(got, evaluate(fixed.uop, given), rtol=1e-4, atol=1e-4)
