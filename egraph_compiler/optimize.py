@@ -323,7 +323,7 @@ def optimize(
     if symbolic := symbolic_placeholders([*roots, *declared]):  # a program per bucket of sizes, built as asked for
         from egraph_compiler.shape_sets import SymbolicProgram
 
-        return SymbolicProgram.build(
+        return SymbolicProgram(
             roots, declared, symbolic, lambda r, d: _fixed(r, names, single, d, request, limits, cache), progress
         )
     return _fixed(roots, names, single, declared, request, limits, cache)

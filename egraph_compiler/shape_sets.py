@@ -48,43 +48,28 @@ class SymbolicProgram:
         self,
         roots: list[UOp],
         declared: list[UOp],
-        rows: dict[UOp, Rows],
-        inputs: dict[str, dict[int, Variable]],
-        variables: dict[str, Variable],
+        placeholders: dict[UOp, dict[int, Variable]],
         build: Build,
-        progress: Callable[[str], None] | None = None,
+        progress: Callable[[Any], None] | None = None,
     ) -> None:
-        self.variables = variables
-        self._roots, self._declared, self._rows, self._build = roots, declared, rows, build
-        self._inputs = inputs  # placeholder name -> its symbolic axes
-        self._out_rows = [rows.get(r, {}) for r in roots]
+        self.variables = _variables(placeholders)
+        self._rows = row_axes([*roots, *declared], placeholders)
+        self._roots, self._declared, self._build = roots, declared, build
+        self._inputs = {u.arg[0]: axes for u, axes in placeholders.items()}  # placeholder name -> its symbolic axes
+        self._out_rows = [self._rows.get(r, {}) for r in roots]
         self._programs: dict[tuple[int, ...], Program] = {}
         self._lock = threading.Lock()
         self._progress = progress
-        self.main = self.program({n: v.buckets[-1] for n, v in variables.items()})
+        self.main = self.program({n: v.buckets[-1] for n, v in self.variables.items()})
         report = self.main.report
         if report is not None:
-            dims = ", ".join(f"{v.name} in [{v.lo}, {v.hi}] (buckets {list(v.buckets)})" for v in variables.values())
+            dims = ", ".join(f"{v.name} in [{v.lo}, {v.hi}] (buckets {list(v.buckets)})" for v in self.variables.values())
             note = (
                 f"symbolic dimensions {dims}: this report is the largest bucket's program; a call pads its inputs to "
                 "the smallest bucket at or above its sizes"
             )
             if note not in report.notes:  # the program may come from the compile cache, its report too
                 report.notes.append(note)
-
-    @classmethod
-    def build(
-        cls,
-        roots: list[UOp],
-        declared: list[UOp],
-        placeholders: dict[UOp, dict[int, Variable]],
-        build: Build,
-        progress: Callable[[Any], None] | None = None,
-    ) -> SymbolicProgram:
-        variables = _variables(placeholders)
-        rows = row_axes([*roots, *declared], placeholders)
-        inputs = {u.arg[0]: axes for u, axes in placeholders.items()}
-        return cls(roots, declared, rows, inputs, variables, build, progress)
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_") or name == "main":

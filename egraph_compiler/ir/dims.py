@@ -116,6 +116,11 @@ Rows = dict[int, tuple[str, int]]  # axis -> (variable name, block): the axis ho
 ELEMENTWISE = (Category.UNARY, Category.BINARY, Category.TERNARY, Category.MARKER)
 
 
+def _elementwise(u: UOp) -> bool:
+    """Does u combine its sources element by element (its sources and it of one shape)?"""
+    return OP_TABLE[u.op].category in ELEMENTWISE or u.op is Ops.BITCAST
+
+
 def _refuse(u: UOp, name: str, why: str) -> SymbolicDimError:
     return SymbolicDimError(
         at=f"{u.op.name} {u.shape}",
@@ -168,15 +173,11 @@ class _Analysis:
                         raise _refuse(u, nb[0], f"meets {have[a][0]!r} along axis {a}")
                     have[a] = nb
 
-    def size(self, name: str) -> int:
-        return self.trace[name]
-
     def forward(self, u: UOp) -> Rows:
         srcs = [self.rows[s] for s in u.src]
         if not any(srcs):
             return {}
-        spec = OP_TABLE[u.op]
-        if spec.category in ELEMENTWISE or u.op in (Ops.BITCAST, Ops.CAST):
+        if _elementwise(u):
             out: Rows = {}
             for m in srcs:
                 for a, nb in m.items():
@@ -186,13 +187,7 @@ class _Analysis:
         (m,) = srcs[:1]
         src = u.src[0]
         if u.op is Ops.RESHAPE:
-            out = {}
-            for a, (name, block) in m.items():
-                to = _regroup(src.shape, u.shape, a, block, self.size(name))
-                if to is None:
-                    raise _refuse(u, name, f"is split across axes by a reshape of {src.shape}")
-                out[to[0]] = (name, to[1])
-            return out
+            return self.reshaped(u, m, src.shape, u.shape)
         if u.op is Ops.PERMUTE:
             return {i: m[p] for i, p in enumerate(u.arg) if p in m}
         if u.op is Ops.EXPAND:
@@ -208,8 +203,7 @@ class _Analysis:
         rows = self.rows[u]
         if not rows:
             return []
-        spec = OP_TABLE[u.op]
-        if spec.category in ELEMENTWISE or u.op in (Ops.BITCAST, Ops.CAST):
+        if _elementwise(u):
             return [(s, self._need(u, s, dict(rows))) for s in u.src if s.shape == u.shape]
         src = u.src[0] if u.src else None
         if src is None or u.op in (Ops.BUFFER, Ops.CONST):
@@ -217,19 +211,23 @@ class _Analysis:
         if u.op is Ops.EXPAND:  # axes expanded from 1 get the new size in the arg; the others come from src
             return [(src, self._need(u, src, {a: nb for a, nb in rows.items() if src.shape[a] != 1}))]
         if u.op is Ops.RESHAPE:
-            need: Rows = {}
-            for a, (name, block) in rows.items():
-                back = _regroup(u.shape, src.shape, a, block, self.size(name))
-                if back is None:
-                    raise _refuse(u, name, f"is split across axes by a reshape to {u.shape}")
-                need[back[0]] = (name, back[1])
-            return [(src, self._need(u, src, need))]
+            return [(src, self._need(u, src, self.reshaped(u, rows, u.shape, src.shape)))]
         if u.op is Ops.PERMUTE:
             return [(src, self._need(u, src, {p: rows[i] for i, p in enumerate(u.arg) if i in rows}))]
         if u.op in (Ops.PAD, Ops.SHRINK, Ops.FLIP, Ops.REDUCE):
             _along_rows(u, rows)
             return [(src, self._need(u, src, dict(rows)))]
         return []
+
+    def reshaped(self, u: UOp, rows: Rows, frm: tuple[int, ...], to: tuple[int, ...]) -> Rows:
+        """The row axes `rows` of shape `frm` where the reshape u (either way) puts them in shape `to`."""
+        out: Rows = {}
+        for a, (name, block) in rows.items():
+            moved = _regroup(frm, to, a, block, self.trace[name])
+            if moved is None:
+                raise _refuse(u, name, f"is split across axes by a reshape of {u.src[0].shape} to {u.shape}")
+            out[moved[0]] = (name, moved[1])
+        return out
 
     def _need(self, u: UOp, s: UOp, need: Rows) -> Rows:
         """`need` where s can grow along it: s carries those rows, or is resizable there (not a concrete buffer)."""
