@@ -399,7 +399,7 @@ class _Walk:
             self.conflicts += trip * set_conflicts(lin, tuple(unr), itemsize, self.m)
         if depth == len(loops) > 0:
             st = stride(lin, loops[-1])
-            step = PAGE if st is None else abs(st) * itemsize
+            step = _step_bytes(st, itemsize)
             self.stalls += trip * PAGE_STEP_CYCLES * min(1.0, max(0.0, step / STALL_FROM - 1))
 
     def wide(self, nbytes: float) -> float:
@@ -543,6 +543,12 @@ class _Lines:
         return out
 
 
+def _step_bytes(stride: int | None, itemsize: int) -> int:
+    """Bytes a load moves ahead each iteration of a loop it steps along by `stride` elements (a page where the step
+    is not linear)."""
+    return PAGE if stride is None else abs(stride) * itemsize
+
+
 def _misses(capacity: float, lines: _Lines, strided: float = 1.0) -> float:
     """Lines the loads of one loop nest item (`lines.loads`) miss in a cache of `capacity` bytes (the reuse-distance
     model in the module docstring), one core's share when `lines.bound` narrows the parallel loop. `strided`: what
@@ -553,8 +559,8 @@ def _misses(capacity: float, lines: _Lines, strided: float = 1.0) -> float:
         deps = lines.w.deps(x)
         weight = 1.0
         if strided != 1.0 and d == len(lx) > 0:
-            st = lines.stride_of(x).get(lx[-1], 0)
-            weight = strided if st is None or st * max(1, x.dtype.itemsize) >= PAGE // 2 else 1.0
+            step = _step_bytes(lines.stride_of(x).get(lx[-1], 0), max(1, x.dtype.itemsize))
+            weight = strided if step >= PAGE // 2 else 1.0
         misses = lines.inside(x, lx, d)
         for level in range(d - 1, -1, -1):
             r = lx[level]
@@ -656,7 +662,8 @@ def estimate(kernel: UOp, m: CPUMachine | None = None) -> KernelEstimate:
         # the backend's auto-parallel rule counts every range under the store, the reduce ranges too: the kernel's
         # ranges, where the store is its one item and depends on every range its ENDs bind
         alone = len(items) == 1 and w.ranges[st].issuperset(ranges)
-        work = math.prod(trip_count(r) for r in (kernel_ranges if alone else st.toposort()) if r.op is Ops.RANGE)
+        under = kernel_ranges if alone else [r for r in st.toposort() if r.op is Ops.RANGE]
+        work = math.prod(trip_count(r) for r in under)
         thread = [r for r in loops if r.arg[1] is AxisType.THREAD]  # a THREAD split is parallel at any size
         split = thread[0] if thread else loops[0] if loops and work >= AUTO_PARALLEL_MIN_WORK else None
         par = min(m.cores, trip_count(split)) if split is not None else 1
