@@ -81,6 +81,7 @@ def stages_for(target: str, nolocals: bool, depth: int = 0, reduces: int = 0) ->
         after_limit_steps=optops.MAX_POSITION + 2,
         after_limit_rulesets=opt,
         plain_factor=2.5,
+        reserve_s_per_node=OFFERS_S_PER_NODE,
         extra_nodes=min(SCHEDULE_NODES_CAP, SCHEDULE_NODES_PER_REDUCE * reduces),
     )
     # rangeify runs to completion: its step bound is a guard against a rule that never stops, so it grows with the
@@ -93,6 +94,18 @@ KERNEL_LIMITS = {"node_limit": 10_000, "iter_limit": 10, "time_limit": 10.0, "an
 # seconds per e-node to view, price and extract the e-graph (GPT-2 block: 41k nodes, ~1.1 s): a caller's time_limit
 # stops the limited stages early enough to leave this much for extraction
 EXTRACT_S_PER_NODE = 30e-6
+# under a time limit, more seconds per e-node: the hurried ranking of every kernel and the decoding after extraction,
+# and before the schedule stage its split offers (run even past the deadline: without them no loop nest is
+# vectorized) with what they add to extraction and ranking (GPT-2 and ResNet blocks' default schedules: 0.85-1.3 s
+# after a kernel stage of 5,400-5,900 nodes)
+RANK_S_PER_NODE = 30e-6
+OFFERS_S_PER_NODE = 120e-6
+# under a time limit shorter than INLINE_FROM times DEFAULT_S_PER_UOP per UOp of the graph, the default schedule
+# is built straight away (the fastest program to build: its rangeify grows linearly; GPT-2 block, 200 UOps:
+# ~1.2 s with hurried rankings, a 48-layer dense chain, 628 UOps: ~2.7 s); above it, offering values inline
+# may take what the default schedule would not need
+DEFAULT_S_PER_UOP = 6e-3
+INLINE_FROM = 3.0
 # under the default node_limit the schedule stage may grow SCHEDULE_NODES_PER_REDUCE more nodes per reduction of the
 # program, up to SCHEDULE_NODES_CAP: it offers every reduction kernel its splits at once, and a fixed budget shared
 # by many kernels stopped after two steps (a 12-layer 64x128 dense chain got 8 schedules a layer and ran 2.2x slower)
@@ -467,6 +480,11 @@ def _optimize(
             suggestion="give values many later ops read a buffer of their own with .contiguous(), "
             "lower node_limit, or optimize the graph in parts",
         ) from None
+    if deadline is not None and (over := time.perf_counter() - deadline) > max(0.1 * lim.time_limit, 0.2):
+        report.notes.append(
+            f"time_limit {lim.time_limit:g} s was exceeded by {over:.2f} s: the least this graph takes is to build its "
+            "default schedule (rangeify, the schedule offers, extraction and a hurried ranking of every kernel)"
+        )
     program.backend, program.target, program.single_output, program.report = req.backend, req.target, single, report
     _declare_inputs(program, declared)
     report.extra["input_graph"] = "\n".join(pretty(r) for r in roots)
@@ -735,6 +753,11 @@ def _build(
     alternatives, provenance, memory_limit = req.alternatives, req.provenance, req.memory_limit
 
     t0 = time.perf_counter()
+    uops = len(toposort(roots))
+    if deadline is not None and not every_barrier and deadline - t0 < INLINE_FROM * DEFAULT_S_PER_UOP * uops:
+        short = f"the time limit is short for offering values inline in a graph of {uops} UOps"
+        _note_default_schedule(short, report, progress)
+        return _build(barrier_every_candidate(roots), names, req, lim, report, deadline, fixed_nodes, every_barrier=True)
     packs: list[UOp] = []
     given = roots
     if target == "llvm":  # packed copies of GEMM and conv operands: buffers the fusion search may keep
@@ -753,10 +776,9 @@ def _build(
         # the graph is built again with nothing to inline across them, which grows linearly
         # with a time limit, offering values inline everywhere may take half of it: the default schedule built
         # again (below) needs the other half
-        cut: float | bool = False if every_barrier else True if deadline is None else t0 + (deadline - t0) / 2
-        reason = sess.saturate(
-            stages, lim, report, progress, deadline=deadline, cut_baseline=cut, reserve_per_node=EXTRACT_S_PER_NODE
-        )
+        cut: float | bool = False if every_barrier else True if deadline is None else deadline - DEFAULT_S_PER_UOP * uops
+        reserve = EXTRACT_S_PER_NODE + RANK_S_PER_NODE
+        reason = sess.saturate(stages, lim, report, progress, deadline=deadline, cut_baseline=cut, reserve_per_node=reserve)
         why = _why_default_schedule(reason, sess.size(), deadline, every_barrier)
         if why is None:
             t1 = time.perf_counter()

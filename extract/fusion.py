@@ -203,7 +203,7 @@ class _Search:
 
         self.view, self.ex, self.roots, self.decode = view, ex, roots, decode
         self.deadline = deadline
-        self.unranked: set[int] = set()  # kernels (SINK classes) that got the extraction's loop nest past the deadline
+        self.unranked: set[int] = set()  # kernels (SINK classes) ranked in a hurry past the deadline (a few guesses)
         self.model = replace(model, estimate=remembered)
         self.offers = offers(view)
         self.order = [n for n in [*sorted(barriers), *candidates] if n in self.offers]  # load preference order
@@ -301,7 +301,7 @@ class _Search:
         brings loop nests of its own, such as a GEMM's tensor-core tiles). `quick` for trials; a full ranking,
         once made, serves both. A kernel shaped like one ranked before (the same kernel over other buffers, and
         the same schedules offered) replays that ranking's best schedules. Past the caller's deadline a kernel
-        not ranked yet gets the extraction's loop nest alone."""
+        not ranked yet is ranked in a hurry: the extraction's loop nest and a few guesses (rank_kernel)."""
         for key in ((sink, loaded, False), (sink, loaded, True)) if quick else ((sink, loaded, False),):
             if key in self.rankings:
                 return self.rankings[key]
@@ -309,10 +309,10 @@ class _Search:
         space = ScheduleSpace(self.view, ex, sink)
         if self.deadline is not None and time.perf_counter() > self.deadline:
             decoded = self.decoded.setdefault((sink, loaded), {})
-            plain = rank_kernel(self.view, ex, sink, self.decode, self.model, quick, space, decoded, plain=True)
-            self.rankings[(sink, loaded, quick)] = plain
+            hurried = rank_kernel(self.view, ex, sink, self.decode, self.model, quick, space, decoded, hurried=True)
+            self.rankings[(sink, loaded, quick)] = hurried
             self.unranked.add(sink)
-            return plain
+            return hurried
         kernel = self.kernel(sink, loaded, mat)
         shape = None if kernel is None or space.shape is None else (canonical_kernel(kernel), frozenset(space.shape))
         # a full ranking of the shape serves any request; a quick one serves only quick ones
@@ -676,8 +676,8 @@ def _result(trials: _Trials, baseline: float, deadline: float | None, notes: lis
         degraded.append("the time limit was reached: kernels ranked quickly in the fusion search keep that ranking")
     if unranked := s.unranked & set(kernels):
         degraded.append(
-            f"the time limit was reached before {len(unranked)} of {len(kernels)} kernels were ranked: they keep the "
-            "extraction's loop nest (no schedule search)"
+            f"the time limit was reached before {len(unranked)} of {len(kernels)} kernels were ranked: each got the "
+            "best of its extraction's loop nest and three guessed unrollings (no schedule search)"
         )
     chosen = sum(min(full[k], costs[k]) for k in kernels)
     choice = s.choice(mat)

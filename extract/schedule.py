@@ -14,6 +14,7 @@ are kept, ranked, for the report and for tuning. `ScheduleSpace` is one kernel's
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Callable, Container, Iterator, Mapping
@@ -37,6 +38,7 @@ Estimator = Callable[[UOp], KernelEstimate]
 # starting from and filling `memo` (e-class -> UOp)
 Decode = Callable[[int, Callable[[int], ENode], dict[int, UOp]], UOp]
 MAX_COMBINATIONS = 96
+HURRIED_CAPS = (16, 64, 256)  # the unrolling caps of the guesses a kernel ranked past the caller's deadline gets
 QUICK_COMBINATIONS = 24  # a quick ranking (a fusion trial) enumerates fewer combinations ...
 CODE_TIE = 0.05  # schedules estimated within 5% of the best: the one with the least code is chosen
 DESCENT_ROUNDS = 3  # ... and runs one round of coordinate descent, not three
@@ -441,10 +443,15 @@ class _Evaluations:
         self.candidate, self.evaluated = candidate, evaluated
         self.own: dict[int, int] = {}  # id(binder) -> the unrolling it binds itself
         self.too_unrolled: set[tuple[int, ...]] = set()
-        # an upper bound of a choice's unrolling: every binder some choice reaches, the schedule classes at theirs
-        self.fixed = math.prod(
+
+    @functools.cached_property
+    def fixed(self) -> int:
+        """An upper bound of a choice's unrolling but for the schedule classes' own: every binder outside them
+        that some choice reaches."""
+        ex, alts = self.ex, self.alts
+        return math.prod(
             self.own_unrolled(ex.node(c))
-            for c, _ in _walk_kernel(view, ex, sink, lambda c: alts.get(c) or [ex.node(c)])
+            for c, _ in _walk_kernel(self.view, ex, self.sink, lambda c: alts.get(c) or [ex.node(c)])
             if c not in alts and ex.node(c).fn in BINDERS
         )
 
@@ -506,6 +513,19 @@ def _coordinate_descent(
     return found
 
 
+def _guess(view: EGraphView, ex: Choices, alts: dict[int, list[ENode]], cap: int) -> dict[int, ENode]:
+    """A loop nest chosen without estimates: class by class (most alternatives first), the binder unrolling
+    the most while the kernel's unrolling stays within `cap` (the least unrolling where none fits)."""
+    choice: dict[int, ENode] = {}
+    total = 1
+    for c in sorted(alts, key=lambda c: -len(alts[c])):
+        sized = [(_own_unrolled(view, ex, n), n) for n in alts[c]]
+        fits = [x for x in sized if total * x[0] <= cap]
+        own, choice[c] = max(fits, key=lambda x: x[0]) if fits else min(sized, key=lambda x: x[0])
+        total *= own
+    return choice
+
+
 def rank_kernel(
     view: EGraphView,
     ex: Choices,
@@ -515,22 +535,22 @@ def rank_kernel(
     quick: bool = False,
     space: ScheduleSpace | None = None,
     evaluated: dict[tuple[int, ...], Candidate | None] | None = None,
-    plain: bool = False,
+    hurried: bool = False,
 ) -> KernelSchedule:
     """The kernel's schedules ranked by estimate. `quick` (fusion trials): every combination only up to
     QUICK_COMBINATIONS, else one round of coordinate descent from the extraction's choice. `evaluated`: the
     candidates decoded so far, by their binders (coordinate descent comes back to the same choices, and a full
-    ranking to a quick one's), filled in. `plain`: the extraction's loop nest alone (the caller's time is up)."""
+    ranking to a quick one's), filled in. `hurried` (the caller's time is up): the extraction's loop nest and
+    a guess per cap of HURRIED_CAPS (see _guess) alone; the extraction's nest is rarely vectorized, and GEMMs
+    and convolutions ran 60-250x slower in it than at their best, their best guess within 1-4x."""
     space = space or ScheduleSpace(view, ex, sink)
     alts = space.alts
     evaluated = {} if evaluated is None else evaluated
     candidate = _decoder(ex, sink, decode, model, space.variant)
-    if not alts or plain:  # the extraction's loop nest: the only one, or the only one there is time for
-        key = tuple(id(ex.node(c)) for c in alts)
-        if key not in evaluated:
-            evaluated[key] = candidate({})
-        return _ranked(sink, [c for c in [evaluated[key]] if c is not None], model)
     evaluate = _Evaluations(view, ex, sink, model, alts, candidate, evaluated)
+    if not alts or hurried:  # the extraction's loop nest (the only one), or a few guesses besides it
+        guesses: list[dict[int, ENode]] = [{}] + [_guess(view, ex, alts, cap) for cap in HURRIED_CAPS if alts]
+        return _ranked(sink, [c for g in guesses if (c := evaluate(g, prefilter=False)) is not None], model)
     if math.prod(len(a) for a in alts.values()) <= (QUICK_COMBINATIONS if quick else MAX_COMBINATIONS):
         found = _every_combination(alts, evaluate)
     else:

@@ -99,6 +99,9 @@ class Stage:
     limited: bool = True  # False: the safe baseline (rangeify) that no limit may cut; it runs to completion
     #                                (max_steps bounds it) and node_limit/time_limit count only what comes after it
     extra_nodes: int = 0  # nodes this stage may grow past node_limit (a budget that scales with the program)
+    # seconds per e-node (of the e-graph it starts from) its after-limit steps and what they add to the caller's
+    # later work take: an earlier stage stops this much sooner before the caller's deadline to leave them time
+    reserve_s_per_node: float = 0.0
 
 
 _DECL = re.compile(r"\((?:constructor|datatype)\s+([^\s()]+)")
@@ -294,6 +297,7 @@ class EGraphSession:
         if self.provenance:  # what is here now came from the caller's graph
             self._run(f"(run {PROVENANCE_SEED} 1)")
         run = _Saturation(self, limits, report, progress, count_classes, deadline, cut_baseline, reserve_per_node)
+        run.later = list(stages)
         for stage in stages:
             if not run.run_stage(stage, watch):
                 break
@@ -365,10 +369,13 @@ class _Saturation:
         self.cut = False
         self.base = 0
         self.ceiling = _baseline_ceiling(deadline, cut_baseline)
+        self.later: list[Stage] = []  # the stages after the one running
 
     def out_of_time(self, nodes: int) -> bool:
-        """Would the caller's deadline leave too little time for an e-graph of `nodes` after saturation?"""
-        return self.deadline is not None and time.perf_counter() + self.reserve_per_node * nodes > self.deadline
+        """Would the caller's deadline leave too little time for an e-graph of `nodes` after saturation (and for
+        the later stages' after-limit steps)?"""
+        per_node = self.reserve_per_node + sum(s.reserve_s_per_node for s in self.later)
+        return self.deadline is not None and time.perf_counter() + per_node * nodes > self.deadline
 
     def over_limit(self, stage: Stage, step_start: int) -> str | None:
         """The limit the e-graph has reached (None: none), for a step that began with `step_start` nodes."""
@@ -396,8 +403,9 @@ class _Saturation:
             sess._new_schedulers([stage], self.limits)
         sched = sess._schedulers[stage.name]
         analyses = sess._ruleset_for(stage.analyses) if stage.analyses else ""
-        if self.cut:  # a few cheap steps, unless the caller's time is up
-            if stage.after_limit_steps and not self.out_of_time(sess.size()):
+        self.later = self.later[1:]
+        if self.cut:  # a few cheap steps, even past the caller's deadline (they offer what the program needs)
+            if stage.after_limit_steps:
                 only = sess._ruleset_for(stage.after_limit_rulesets or stage.rulesets)
                 sess._steps_after_limit(stage, f"(run-schedule (run-with {sched} {only}))", self.report, self.progress)
             return True
