@@ -273,13 +273,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     graph = load_frontend_ir(args.file)
     inputs = _load_inputs(args.inputs, graph, args.seed)  # before optimizing: a bad .npz fails fast
     program = _compile(graph, args)
-    line = _progress(args)
-    if line is not None:
-        line(f"compiling and running: {len(program.kernels)} kernel(s) on {args.target}")
-        line.close()
     t0 = time.perf_counter()
-    outs = _as_tuple(program(**inputs))
+    outs = _as_tuple(program(**inputs))  # compiles first: the progress line, if any, says so
     dt = time.perf_counter() - t0
+    if isinstance(line := getattr(program, "progress", None), Progress):
+        line.close()
     names = list(graph.outputs)
     print(
         f"ran {args.file} on {args.target}: {len(program.kernels)} kernel(s), {dt * 1e3:.2f} ms (first run, "

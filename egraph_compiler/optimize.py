@@ -376,6 +376,7 @@ def _fixed(
     if use_cache and (hit := compile_cache.get(key)) is not None:
         if progress is not None:
             progress("the compile cache holds this graph's program: no optimization needed")
+            hit.progress = progress
         return hit
     stored = None
     if use_cache and disk_cache.enabled():
@@ -388,6 +389,7 @@ def _fixed(
         if (hit := _from_disk(stored, backend)) is not None:
             if progress is not None:
                 progress(f"the disk cache ({disk_cache.directory()}) holds this graph's program: no optimization needed")
+            hit.progress = progress
             compile_cache.put(key, hit)
             return hit
     collecting = gc.isenabled()
@@ -486,6 +488,7 @@ def _optimize(
             "default schedule (rangeify, the schedule offers, extraction and a hurried ranking of every kernel)"
         )
     program.backend, program.target, program.single_output, program.report = req.backend, req.target, single, report
+    program.progress = req.progress  # compiling, on the first call, says so too
     _declare_inputs(program, declared)
     report.extra["input_graph"] = "\n".join(pretty(r) for r in roots)
     backend, memory_limit = req.backend, req.memory_limit

@@ -585,17 +585,20 @@ def test_the_same_graph_gives_the_same_program_in_every_process() -> None:
 
 def test_progress_reports_every_phase() -> None:
     """The progress callback sees each saturation step, then a line for extraction, the fusion search and each of
-    its trials, and decoding (saturation alone was reported; the fusion trials went straight to stderr)."""
+    its trials, and decoding (saturation alone was reported; the fusion trials went straight to stderr); the
+    program's first call then says it compiles, and when it is done."""
     steps: list[object] = []
     lines: list[str] = []
-    optimize(
-        (E(8, 12, name="x").softmax(-1) @ E(12, 6, name="y")).relu(),
-        target="llvm",
-        progress=lambda m: lines.append(m) if isinstance(m, str) else steps.append(m),
-    )
+    t = (E(8, 12, name="x").softmax(-1) @ E(12, 6, name="y")).relu()
+    prog = optimize(t, cache=False, progress=lambda m: lines.append(m) if isinstance(m, str) else steps.append(m))
     assert steps
     for phase in ("extracting:", "fusion search:", "fusion: ", "decoding:"):
         assert any(m.startswith(phase) for m in lines), (phase, lines)
+    assert not any(m.startswith("compil") for m in lines)  # compiling waits for the first call
+    prog(**_inputs(t))
+    assert [m.split(" ")[0] for m in lines[-2:]] == ["compiling:", "compiled"], lines[-2:]
+    prog(**_inputs(t))
+    assert sum(m.startswith("compil") for m in lines) == 2  # once
 
 
 def _shared_reductions(depth: int) -> Tensor:

@@ -237,6 +237,7 @@ class Program:
     target: str
     report: Any = None
     single_output: bool = True
+    progress: Callable[[str], None] | None = field(default=None, repr=False)  # told when compiling starts and ends
     _compiled: list[CompiledKernel] | None = field(default=None, repr=False)
     _consts: dict[str, Any] = field(default_factory=dict, repr=False)
     _runner: Callable[[dict[str, Any]], None] | None = field(default=None, repr=False)
@@ -252,9 +253,15 @@ class Program:
         return Sources({k.name: self.backend.render(k, self) for k in self.kernels})
 
     def compile(self) -> list[CompiledKernel]:
+        """Every kernel compiled for the backend (once: the first call does it), said to `progress`."""
         if self._compiled is None:
+            t0 = time.perf_counter()
+            if self.progress is not None:
+                self.progress(f"compiling: {len(self.kernels)} kernels for {self.backend.name}")
             every = getattr(self.backend, "compile_all", None)  # a backend that compiles kernels side by side
             self._compiled = every(self.kernels, self) if every else [self.backend.compile(k, self) for k in self.kernels]
+            if self.progress is not None:
+                self.progress(f"compiled {len(self.kernels)} kernels in {time.perf_counter() - t0:.2f} s")
         return self._compiled
 
     def __call__(self, *, out: Any = None, **inputs: Any) -> Any:
