@@ -432,6 +432,12 @@ def cmd_cache(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_demo(args: argparse.Namespace) -> int:
+    from egraph_compiler import demo
+
+    return demo.main([*([args.file] if args.file else []), "--target", args.target])
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     script = find_bench()
     if script is None:
@@ -609,6 +615,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ca.add_argument("action", choices=("info", "clear"))
     ca.set_defaults(func=cmd_cache)
+
+    d = sub.add_parser(
+        "demo",
+        help="the main job on a shipped example: optimize, run and check against numpy",
+        description="Load the GEMM+bias+ReLU Frontend-IR example shipped with the package (or FILE), optimize it, "
+        "run it and check it against numpy: `python -m egraph_compiler.demo` does the same.",
+    )
+    d.add_argument("file", nargs="?", help="a Frontend-IR file (default: the shipped gemm_bias_relu.json)")
+    d.add_argument("--target", default="llvm", help="llvm, reference or cuda")
+    d.set_defaults(func=cmd_demo)
 
     b = sub.add_parser(
         "bench",

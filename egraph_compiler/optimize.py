@@ -744,7 +744,7 @@ def _build(
     from egraph_compiler.egraph.decode import Decoder
     from egraph_compiler.egraph.view import reachable
     from egraph_compiler.extract.extractor import extract
-    from egraph_compiler.extract.fusion import choose_fusion
+    from egraph_compiler.extract.fusion import choose_fusion, self_loads
     from egraph_compiler.extract.kernel_cost import KernelCost
     from egraph_compiler.extract.schedule import cost_model_for, kernel_entry, schedule_report
     from egraph_compiler.kernel.packing import pack_operands
@@ -795,7 +795,8 @@ def _build(
     if progress is not None:
         progress(f"extracting: {view.num_classes} e-classes, {view.num_nodes} e-nodes")
     within = reachable(view, root_classes.values(), sess.unextractable)  # what programs can be made of
-    model = KernelCost(view, unextractable=sess.unextractable, loads_from=frozenset(enc.barriers), within=within)
+    never = self_loads(view)  # a kernel's stored value as a load of its own buffer
+    model = KernelCost(view, sess.unextractable, loads_from=frozenset(enc.barriers), within=within, never=never)
     ex = extract(view, model, within=within)  # everything inline but CONTIGUOUS: the fusion search adds the loads
     report.add_phase("extract", time.perf_counter() - t1)
     t2 = time.perf_counter()

@@ -58,6 +58,7 @@ from egraph_compiler.extract.schedule import (
     rank_like,
     term_children,
 )
+from egraph_compiler.ir.diagnostics import UnsupportedOp
 from egraph_compiler.ir.uop import UOp
 from egraph_compiler.kernel.memory_plan import lifetimes, plan
 from egraph_compiler.kernel.program import canonical_kernel
@@ -120,6 +121,21 @@ def _stored_value(view: EGraphView, sink: int) -> int | None:
     store = _first(view, store_class, "STORE") if store_class is not None else None
     parts = ulist(view, view.children(store)[-1]) if store is not None else []
     return parts[1] if len(parts) > 1 else None
+
+
+def self_loads(view: EGraphView) -> frozenset[int]:
+    """The id()s of the LOADs in a class a kernel stores that read the buffer that kernel writes: where the
+    e-graph proves a value equal to its own load (values repeating along a chain), the extraction, which prices
+    another kernel as one leaf, would otherwise see no cycle in computing a buffer from itself."""
+    out: set[int] = set()
+    for a, nodes in view.nodes.items():
+        for after in nodes:
+            parts = ulist(view, view.children(after)[-1]) if after.fn == "AFTER" else []
+            own = _stored_value(view, parts[1]) if len(parts) > 1 else None
+            for n in view.nodes.get(own, []) if own is not None else []:
+                if (path := load_path(view, n)) is not None and path[-1][0] == a:
+                    out.add(id(n))
+    return frozenset(out)
 
 
 def offers(view: EGraphView) -> dict[str, Offer]:
@@ -430,7 +446,13 @@ def _baseline(
         mat = frozenset(sorted(mat, key=list(candidates).index)[:-1])
         kernels = s.program(mat)
         notes.append("a materialization that would make kernels read each other was left out")
-    assert kernels is not None
+    if kernels is None:  # the barriers alone make a cycle
+        raise UnsupportedOp(
+            at="fusion",
+            why="the e-graph proved values behind different buffers equal so that a kernel would read its own "
+            "output (a chain that repeats itself, such as one folding to a constant, can do this)",
+            suggestion="simplify the repeating part of the graph (compute it once), or report the graph as a bug",
+        )
     return mat, kernels
 
 

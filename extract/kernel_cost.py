@@ -94,7 +94,7 @@ def footprints(
     for c in view.nodes if within is None else within:
         ns = view.nodes.get(c, [])
         kids_of[c] = []
-        for n, children in zip(ns, view.kids[c]):
+        for n, children in zip(ns, view.kids.get(c, [])):
             if n.fn in ("REDUCE", "END"):  # many binders share one list of ranges
                 ranges = n.args[-1].id
                 if ranges not in binds:
@@ -134,6 +134,7 @@ class KernelCost:
     #                                            for these buffers: every other value is computed inline (the fusion
     #                                            search decides what to materialize, extract/fusion.py)
     within: set[int] | None = None  # the classes programs can be made of (egraph.view.reachable); default all
+    never: frozenset[int] = frozenset()  # id()s of e-nodes never to extract (fusion.self_loads)
 
     def __post_init__(self) -> None:
         self.bounds = range_bounds(self.view)
@@ -146,7 +147,7 @@ class KernelCost:
         return self._trips[c]
 
     def node_cost(self, n: ENode, view: EGraphView) -> float:
-        if n.fn in self.unextractable:
+        if n.fn in self.unextractable or id(n) in self.never:
             return INF
         if n.fn == "AFTER" and self.loads_from is not None and _buffer_name(view, n) not in self.loads_from:
             return INF

@@ -137,8 +137,9 @@ def fake_optimize(monkeypatch: pytest.MonkeyPatch) -> FakeOptimize:
 
 def test_help(capsys: pytest.CaptureFixture[str]) -> None:
     rc, out, _ = egc(capsys, "--help")
-    assert rc == 0 and all(c in out for c in ("run", "optimize", "report", "bench"))
-    for sub in ("run", "optimize", "report", "bench"):
+    subcommands = ("run", "optimize", "report", "rules", "onnx", "cache", "demo", "bench")
+    assert rc == 0 and all(c in out for c in subcommands)
+    for sub in subcommands:
         rc, out, _ = egc(capsys, sub, "--help")
         assert rc == 0 and "usage: egc " + sub in out
 

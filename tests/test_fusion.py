@@ -171,6 +171,19 @@ def test_footprints_reach_the_top_of_a_deep_program() -> None:
     assert fp[leaf] == frozenset()
 
 
+def test_footprints_skip_a_reachable_class_without_e_nodes() -> None:
+    """A class the program's nodes point to but that has no e-node left (all of them subsumed) is in `within`
+    (what the roots reach) without a node: it has no footprint, and its parents take theirs from their other
+    nodes (it raised KeyError, failing a 200-op chain of mixed unary ops)."""
+    rng, leaf, empty = 1, 2, 3
+    view = EGraphView()
+    view.nodes[0] = [ENode("ADD", (ClassRef(rng), ClassRef(empty)), 0, "U"), ENode("NEG", (ClassRef(rng),), 0, "U")]
+    view.nodes[rng] = [ENode("RANGE", (ClassRef(leaf),), rng, "U")]
+    view.nodes[leaf] = [ENode("I", (), leaf, "U")]
+    fp = footprints(view, {rng: 7}, within={0, rng, leaf, empty})
+    assert fp[0] == frozenset({rng}) and empty not in fp
+
+
 def test_settle_evaluates_a_class_once_a_node_is_ready_and_again_when_a_child_changes() -> None:
     """A cycle (b = f(c) or g(a), c = h(b)) listed before its leaf: b is first evaluated once g(a) is ready, c once
     b has a value, b again when c changed; the shortest-path lengths come out as from a fixed point."""
@@ -510,6 +523,31 @@ def test_a_chain_of_1000_elementwise_ops_compiles() -> None:
     prog = optimize(t, target="llvm")
     x = _inputs(t)
     np.testing.assert_allclose(prog(**x), evaluate(t.uop, x), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.slow  # ~40 s: the inline form passes the node ceiling, and the default schedule's rangeify is deep
+@pytest.mark.filterwarnings("ignore::egraph_compiler.ir.diagnostics.EstimateWarning")
+def test_a_chain_of_1000_mixed_unary_ops_compiles() -> None:
+    """Transcendental steps expand into multi-use values, so the chain is built as the default schedule (every one
+    in a buffer). The e-graph proves values along the chain equal to loads of their own buffers (abs(-x) = abs(x),
+    tanh odd): the extraction, which prices another kernel as a leaf, chose them and a kernel read its own output
+    (an AssertionError; a class left with no e-node raised KeyError from 200 ops)."""
+    steps = [
+        lambda t: t + 1.0,
+        Tensor.sin,
+        lambda t: t * 0.5,
+        Tensor.exp,
+        Tensor.sqrt,
+        Tensor.neg,
+        Tensor.tanh,
+        Tensor.abs,
+    ]
+    t = E(64, name="x")
+    for i in range(1000):
+        t = steps[i % len(steps)](t)
+    prog = optimize(t, target="llvm")
+    x = {"x": np.random.default_rng(0).random(64, dtype=np.float32)}
+    np.testing.assert_allclose(prog(**x), evaluate(t.uop, x), rtol=1e-4, atol=1e-5)
 
 
 def test_deep_chain_optimizes_past_the_node_limit() -> None:

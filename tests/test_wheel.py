@@ -45,5 +45,6 @@ def test_the_installed_wheel_runs_its_demo_and_an_example(tmp_path: Path) -> Non
     where = run("-c", "import egraph_compiler; print(egraph_compiler.__file__)")
     assert where.strip().startswith(str(site)), where  # the installed copy, not the checkout
     assert "OK" in run("-m", "egraph_compiler.demo")
+    assert "OK" in run("-m", "egraph_compiler.cli", "demo", "--target", "reference")  # `egc demo`
     example = site / "egraph_compiler" / "examples" / "attention.json"
     assert "ran" in run("-m", "egraph_compiler.cli", "run", str(example))
