@@ -261,7 +261,8 @@ def kernels_text(program: Any) -> str:
         for alt in extra.get(k.name, {}).get("alternatives", []) or []:
             seconds = (alt.get("cost") or {}).get("seconds")
             est = f"{seconds * 1e6:.1f} us estimated" if isinstance(seconds, float) else "no estimate"
-            out.append(f"   rejected: {alt.get('description', '?')} ({est})")
+            differs = f": {alt['differs']}" if alt.get("differs") else ""
+            out.append(f"   rejected: {alt.get('description', '?')} ({est}{differs})")
         out.append(pretty(k.ast, max_lines=200))
     return "\n".join(out)
 

@@ -119,6 +119,38 @@ def describe_schedule(kernel: UOp) -> str:
     return " ".join(parts)
 
 
+NEST_WORDS = {  # describe_schedule's axis letters, in words
+    "u": "upcast",
+    "r": "unroll",
+    "L": "loops",
+    "R": "reduce loops",
+    "G": "group reduce",
+    "l": "local",
+    "t": "threads",
+    "w": "warp",
+    "g": "global",
+}
+
+
+def nest_difference(other: str, chosen: str) -> str:
+    """What a rejected loop nest (describe_schedule's words) does differently from the chosen one, by axis kind:
+    "upcast 8x16 (chosen: 16x16); unroll 4 (chosen: none)"."""
+
+    def sizes(nest: str) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for token in nest.replace("red[", " ").replace("[", " ").replace("]", " ").split():
+            out.setdefault(token[-1], []).append(token[:-1])
+        return out
+
+    mine, theirs = sizes(other), sizes(chosen)
+    words = []
+    for kind, word in NEST_WORDS.items():
+        a, b = mine.get(kind, []), theirs.get(kind, [])
+        if a != b:
+            words.append(f"{word} {'x'.join(a) or 'none'} (chosen: {'x'.join(b) or 'none'})")
+    return "; ".join(words) or "the same loops in another order"
+
+
 def _walk_kernel(
     view: EGraphView, ex: Choices, sink: int, nodes_of: Callable[[int], list[ENode]]
 ) -> Iterator[tuple[int, list[ENode]]]:
@@ -597,7 +629,8 @@ def schedule_report(ks: KernelSchedule, chosen: dict[int, ENode]) -> dict[str, o
     for c in ks.ranked:
         if c.describe() not in shown and len(rejected) < 5:
             shown.add(c.describe())
-            rejected.append({"schedule": c.describe(), "estimate": c.estimate.to_dict()})
+            differs = nest_difference(c.describe(), pick.describe())
+            rejected.append({"schedule": c.describe(), "estimate": c.estimate.to_dict(), "differs": differs})
     return {"candidates": len(ks.ranked), "chosen": pick.describe(), "estimate": pick.estimate.to_dict(), "rejected": rejected}
 
 
@@ -616,7 +649,8 @@ def kernel_entry(kernel: Any, schedules: list[dict[str, Any]]) -> dict[str, Any]
             entry["schedule"] = nest
             entry["cost"] = _estimate_cell(s["estimate"])
             entry["alternatives"] = [
-                {"description": r["schedule"], "cost": _estimate_cell(r["estimate"])} for r in s["rejected"]
+                {"description": r["schedule"], "cost": _estimate_cell(r["estimate"]), "differs": r.get("differs", "")}
+                for r in s["rejected"]
             ]
             break
     return entry

@@ -501,3 +501,26 @@ def test_e2e_report(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     assert "Rule firings" in page and "<svg" in page and "Chosen kernels" in page and "GEMM" in page
     doc = json.loads(json_path.read_text())
     assert doc["schema_version"] >= 1 and doc["rules"] and doc["iterations"]
+
+
+def test_nest_difference_names_each_axis_kind_that_differs() -> None:
+    from egraph_compiler.extract.schedule import nest_difference
+
+    assert nest_difference("[16L 8u 2L 32u] red[256R]", "[2L 32u 16L 8u] red[256R]") == (
+        "upcast 8x32 (chosen: 32x8); loops 16x2 (chosen: 2x16)"
+    )
+    assert nest_difference("[64L 256L] red[4r 64R]", "[64L 256L] red[256R]") == (
+        "unroll 4 (chosen: none); reduce loops 64 (chosen: 256)"
+    )
+    assert nest_difference("[4L 8L]", "[8L 4L]") == "loops 4x8 (chosen: 8x4)"
+    assert nest_difference("[8L]", "[8L]") == "the same loops in another order"
+
+
+def test_dump_says_what_each_rejected_schedule_does_differently(capsys: pytest.CaptureFixture[str]) -> None:
+    """A real optimize (no stand-in): every rejected loop nest the kernels dump lists comes with its estimate and
+    what differs from the chosen nest."""
+    example = Path(__file__).resolve().parent.parent / "examples" / "gemm_bias_relu.json"
+    rc, out, err = egc(capsys, "optimize", str(example), "--dump", "kernels", "--no-progress")
+    assert rc == 0, err
+    rejected = [ln for ln in out.splitlines() if ln.strip().startswith("rejected:")]
+    assert rejected and all("us estimated: " in ln and "(chosen: " in ln for ln in rejected), rejected

@@ -53,7 +53,7 @@ def tiny_program() -> Program:
             "name": "k_double",
             "cost": k.cost,
             "alternatives": [
-                {"description": "x+x instead of x*2", "cost": {"total": 2.0}},
+                {"description": "x+x instead of x*2", "cost": {"total": 2.0}, "differs": "upcast 8 (chosen: none)"},
                 {"description": "unroll by 4", "cost": 1.5},
             ],
         }
@@ -110,6 +110,7 @@ def test_kernels_section_and_escaping() -> None:
     prog.report.iterations = [IterationStats(0, "s", 5, 3, 0.001, {"<script>alert(1)</script>": 2})]
     page = render_html(prog.report, title="kernels", program=prog)
     assert "k_double" in page and "x+x instead of x*2" in page and "total=2" in page and "unroll by 4" in page
+    assert "what differs from the chosen one" in page and "upcast 8 (chosen: none)" in page
     assert "flops" in page and "STORE" in page and "// k_double" in page  # AST and reference 'source'
     assert "<script>alert(1)</script>" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
     assert "a limit was hit" in page and "stage &#x27;kernel&#x27; stopped" in page

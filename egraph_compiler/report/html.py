@@ -425,11 +425,13 @@ def _kernels_section(report: Report, program: Any) -> str:
             rows = [
                 (
                     a.get("description", "?") if isinstance(a, dict) else str(a),
+                    a.get("differs", "") if isinstance(a, dict) else "",
                     _cost_cell(a.get("cost")) if isinstance(a, dict) else "",
                 )
                 for a in alts
             ]
-            out.append(f"<p>Rejected alternatives ({len(alts)}):</p>" + _table(["alternative", "cost"], rows))
+            table = _table(["alternative", "what differs from the chosen one", "cost"], rows)
+            out.append(f"<p>Rejected alternatives ({len(alts)}):</p>" + table)
         if e.get("ast"):
             out.append(f"<details><summary>Kernel AST</summary><pre>{_e(e['ast'])}</pre></details>")
         if e.get("source"):
