@@ -786,6 +786,7 @@ def _build(
         if why is None:
             t1 = time.perf_counter()
             view = sess.view()
+            picture = sess.picture_view(view)  # what the report draws
             reg = sess.reg
             root_classes = _let_classes(view, enc.kernel_lets)
     if why is not None:
@@ -847,7 +848,7 @@ def _build(
     program = assemble(chosen)
     report.add_phase("decode", time.perf_counter() - t2)
     chosen_s = _report_program(
-        report, view, ex, sess.unextractable, list(root_classes.values()), fused, chosen, program, provenance
+        report, view, ex, sess.unextractable, list(root_classes.values()), fused, chosen, program, provenance, picture
     )
     check_roofline(roots, chosen_s, cost_model, report)
     report.egraph_nodes, report.egraph_classes = view.num_nodes, view.num_classes
@@ -866,10 +867,12 @@ def _report_program(
     chosen: dict[int, ENode],
     program: Program,
     provenance: bool = False,
+    picture: EGraphView | None = None,
 ) -> float:
-    """The e-graph pictures (the whole program's and each kernel's, the program's e-nodes marked), the fusion
-    search's result with the chosen program's estimate (returned: the sum of its kernels' chosen schedules), and
-    (`provenance`) the program's e-nodes by the rule that built them, with a picture per rule."""
+    """The e-graph pictures (the whole program's and each kernel's, the program's e-nodes marked; drawn from
+    `picture`, the same e-graph as egglog serialized it, where given), the fusion search's result with the chosen
+    program's estimate (returned: the sum of its kernels' chosen schedules), and (`provenance`) the program's
+    e-nodes by the rule that built them, with a picture per rule."""
     from egraph_compiler.report.dot import attach_snapshot
 
     t0 = time.perf_counter()
@@ -877,10 +880,12 @@ def _report_program(
     def picked(c: int) -> ENode | None:  # the program's e-node in class c: the search's choice, else the extraction's
         return chosen.get(c) or ex.chosen(c)
 
-    attach_snapshot(report, view, roots=roots, hide=hide, chosen=picked)
+    drawn = picture or view
+    attach_snapshot(report, drawn, roots=roots, hide=hide, chosen=picked)
+    report.extra["egraph_snapshot"]["source"] = "egglog serialize" if drawn is not view else "frozen tables"
     kernels = _program_kernels(view, ex, fused.schedules, chosen, program)
     report.extra["egraph_kernels"] = [
-        {"kernel": name, "writes": writes, **_picture(view, [sink], hide, picked, within, f"kernel {name}")}
+        {"kernel": name, "writes": writes, **_picture(drawn, [sink], hide, picked, within, f"kernel {name}")}
         for name, writes, sink, within in kernels
     ]
     if provenance:

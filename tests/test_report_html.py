@@ -190,6 +190,46 @@ def test_an_optimized_program_s_snapshot_marks_its_nodes() -> None:
     assert re.search(r'\[label="SINK[^"]*", fillcolor="#c8ecd3"', dot)  # the kernel's root is among them
 
 
+@pytest.mark.parametrize("provenance", [False, True])
+def test_egglogs_serialization_reads_as_the_frozen_tables_do(monkeypatch: pytest.MonkeyPatch, provenance: bool) -> None:
+    """Two independent readings of each e-graph optimize builds (a GEMM with softmax, with and without the rule
+    stamps): egglog's own serialization (serialized_view) and its frozen tables (build_view) give the same e-nodes
+    in every class, with the same sorts and lets."""
+    from collections import Counter
+
+    from egraph_compiler import Tensor, optimize
+    from egraph_compiler.egraph import session
+    from egraph_compiler.egraph.view import serialized_view
+
+    compared: list[int] = []
+    view_of = session.EGraphSession.view
+
+    def both(self: session.EGraphSession, functions: tuple[str, ...] = ()) -> object:
+        view = view_of(self, functions)
+        other = serialized_view(self.eg, self.constructors, view)
+        assert {c: Counter(ns) for c, ns in other.nodes.items()} == {c: Counter(ns) for c, ns in view.nodes.items()}
+        assert other.sort_of == view.sort_of and other.lets == view.lets
+        compared.append(view.num_nodes)
+        return view
+
+    monkeypatch.setattr(session.EGraphSession, "view", both)
+    x, w = Tensor.empty(16, 32, name="x"), Tensor.empty(32, 8, name="w")
+    optimize((x @ w).relu().softmax(-1), cache=False, provenance=provenance)
+    assert compared and min(compared) > 1_000
+
+
+def test_a_small_e_graphs_picture_is_drawn_from_egglogs_serialization() -> None:
+    """Up to SERIALIZED_PICTURE_NODES e-nodes the pictures come from egglog's serialization, the chosen program's
+    e-nodes still marked (they compare equal across the two readings), and the page says where it was read."""
+    from egraph_compiler import Tensor, optimize
+
+    prog = optimize(Tensor.empty(16, 8, name="a") @ Tensor.empty(8, 4, name="b"), target="reference", cache=False)
+    info, dot = prog.report.extra["egraph_snapshot"], prog.report.extra["egraph_dot"]
+    assert info["source"] == "egglog serialize" and info["chosen_drawn"] == dot.count('fillcolor="#c8ecd3"') > 0
+    assert all(p["dot"].count('fillcolor="#c8ecd3"') > 0 for p in prog.report.extra["egraph_kernels"])
+    assert "read from egglog's own serialization" in render_html(prog.report, title="t", program=prog)
+
+
 def test_each_kernel_has_a_picture_of_its_own_classes(monkeypatch: pytest.MonkeyPatch) -> None:
     """h = relu(x @ w), read by two outputs, gets a buffer: three kernels. Each kernel's picture draws only the
     e-classes its program is made of, its own SINK (green) among them and no other kernel's, and the HTML page

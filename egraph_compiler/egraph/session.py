@@ -27,7 +27,7 @@ from egraph_compiler.egraph.dsl import RuleSet
 from egraph_compiler.egraph.encode import Encoder, Registry
 from egraph_compiler.egraph.report import IterationStats, Report
 from egraph_compiler.egraph.schema import EGG_TO_OP, PROVENANCE_PREFIX, PROVENANCE_SEED, provenance_program, schema_program
-from egraph_compiler.egraph.view import EGraphView, build_view
+from egraph_compiler.egraph.view import EGraphView, build_view, serialized_view
 from egraph_compiler.ir.diagnostics import InvalidArgument
 from egraph_compiler.ir.uop import UOp
 
@@ -41,6 +41,7 @@ COUNT_ALLOWANCE_S = 0.05  # class counts for the report always fit in this much 
 # more memory than a machine has (a 544-op graph whose values are read in many index contexts reached 2.5M
 # nodes and was killed for memory). ResNet-18 and MobileNetV2 from ONNX spent 7 and 13 s growing an e-graph
 # to the old ceiling of 1M before dropping it.
+SERIALIZED_PICTURE_NODES = 6_000  # e-graphs up to this size are drawn from egglog's own serialization
 BASELINE_CEILING = 400_000
 CEILINGS = ("node_ceiling", "time_ceiling")  # stop reasons that leave the unlimited stages (the baseline) incomplete
 BASE_CONSTRUCTORS = {"I", "F", "INil", "ICons", "UNil", "UCons", "RK", *EGG_TO_OP}
@@ -306,6 +307,14 @@ class EGraphSession:
         return run.reason
 
     # ---- reading back --------------------------------------------------------------------------
+
+    def picture_view(self, view: EGraphView) -> EGraphView:
+        """What a picture of the e-graph is drawn from: egglog's own serialization of it (the format of egglog's
+        visualizer) where it is small enough to read whole (SERIALIZED_PICTURE_NODES; ~15 us an e-node), else
+        `view`, this session's reading of the same e-graph (build_view), which serves every other purpose."""
+        if view.num_nodes > SERIALIZED_PICTURE_NODES:
+            return view
+        return serialized_view(self.eg, self.constructors, view)
 
     def view(self, functions: Iterable[str] = ()) -> EGraphView:
         """The e-graph as it is now; with provenance, the producers' tables come along."""

@@ -7,6 +7,7 @@ the extractor chooses between) from analysis functions (lo/hi, ...).
 
 from __future__ import annotations
 
+import json
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -41,6 +42,7 @@ class EGraphView:
     sort_of: dict[int, str] = field(default_factory=dict)
     lets: dict[str, int] = field(default_factory=dict)  # global binding -> e-class
     functions: dict[str, dict[tuple[Any, ...], Any]] = field(default_factory=dict)  # analysis tables
+    egglog_ids: dict[Any, ClassRef] = field(default_factory=dict, repr=False)  # egglog value -> class (build_view)
 
     @cached_property
     def num_nodes(self) -> int:  # a view is not changed once built
@@ -169,8 +171,8 @@ def build_view(
     one ClassRef, shared by every e-node pointing to it."""
     cons, funs, notes = set(constructors), set(functions), set(annotations)
     frozen = eg.freeze()
-    refs: dict[Any, ClassRef] = {}  # egglog value -> its class's ClassRef (numbered in first-seen order)
     view = EGraphView()
+    refs = view.egglog_ids  # egglog value -> its class's ClassRef (numbered in first-seen order)
     readers = {"i64": eg.value_to_i64, "String": eg.value_to_string, "f64": eg.value_to_f64, "bool": eg.value_to_bool}
 
     def ref(v: Any) -> ClassRef:
@@ -208,6 +210,37 @@ def build_view(
     for name, fn in frozen.functions.items():
         if name in notes:
             _read_table(view, fn, name, [converter(s) for s in fn.input_sorts], converter(fn.output_sort))
+    return view
+
+
+_LITERALS: dict[str, Callable[[str], Any]] = {"i64": int, "f64": float, "String": json.loads, "bool": lambda t: t == "true"}
+
+
+def serialized_view(eg: bindings.EGraph, constructors: Iterable[str], like: EGraphView) -> EGraphView:
+    """The e-graph as egglog serializes it (`EGraph.serialize`, the format of egglog's own visualizer), read into
+    a view of the constructor tables alone (analysis and helper tables dropped), its e-classes numbered as
+    `like` (build_view of the same e-graph) numbers them: e-nodes compare equal across the two, so a choice made
+    on one marks the other. Where they differ, one of the two readings of the e-graph is wrong (tested)."""
+    cons = set(constructors)
+    data = json.loads(eg.serialize([]).to_json())
+    nodes, sorts = data["nodes"], data["class_data"]
+    number = {int(str(v)[6:-1]): ref for v, ref in like.egglog_ids.items()}  # egglog's "Value(N)" -> class
+
+    def ref(eclass: str) -> ClassRef:
+        return number[int(eclass.rsplit("-", 1)[1])]
+
+    def arg(child: str) -> Any:
+        node = nodes[child]
+        read = _LITERALS.get(sorts[node["eclass"]]["type"])
+        return read(node["op"]) if read is not None else ref(node["eclass"])
+
+    view = EGraphView(lets=like.lets)
+    for node in nodes.values():
+        if node["op"] not in cons or node["subsumed"]:
+            continue
+        c, sort = ref(node["eclass"]).id, sorts[node["eclass"]]["type"]
+        view.nodes.setdefault(c, []).append(ENode(node["op"], tuple(arg(k) for k in node["children"]), c, sort))
+        view.sort_of[c] = sort
     return view
 
 

@@ -456,6 +456,11 @@ def _egraph_section(report: Report, render: bool) -> str:
                 if trunc
                 else ""
             )
+            + (
+                "; read from egglog's own serialization of the e-graph (EGraph.serialize)"
+                if info.get("source") == "egglog serialize"
+                else ""
+            )
             + ".</p>"
         )
     pictures = (
