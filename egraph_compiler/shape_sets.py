@@ -19,7 +19,7 @@ import numpy as np
 from egraph_compiler.ir.diagnostics import InvalidArgument, SymbolicDimError
 from egraph_compiler.ir.dims import Rows, Variable, resize, row_axes
 from egraph_compiler.ir.uop import UOp
-from egraph_compiler.kernel.program import Program
+from egraph_compiler.kernel.program import Program, positional_inputs
 
 Build = Callable[[list[UOp], list[UOp]], Program]  # (outputs, declared placeholders) at fixed sizes -> program
 
@@ -139,8 +139,10 @@ class SymbolicProgram:
                     )
         return {n: s for n, (s, _) in found.items()}
 
-    def __call__(self, *, out: Any = None, **inputs: Any) -> Any:
+    def __call__(self, *args: Any, out: Any = None, **inputs: Any) -> Any:
         """Run on `inputs` (see Program.__call__); `out`: arrays of the outputs' sizes at this call's sizes."""
+        if args:
+            inputs = positional_inputs(self.main.inputs, args, inputs)
         sizes = self.sizes_of(inputs)
         bucket = {n: v.bucket(sizes.get(n, v.buckets[-1])) for n, v in self.variables.items()}
         prog = self.program(bucket)

@@ -456,3 +456,39 @@ def test_program_inputs_that_are_not_arrays_say_what_was_expected(target: str, v
         prog(a=value)
     assert info.value.code == "E1404"
     assert "shape (2, 2)" in str(info.value)
+
+
+@pytest.mark.parametrize("convert", [float, int], ids=["float", "int"])
+def test_a_lazy_tensor_as_a_python_number_is_diagnosed(convert: Callable[[Any], Any]) -> None:
+    err = raises_diagnostic(lambda: convert(Tensor([1.0])))
+    assert err.code == "E1006" and "item()" in err.suggestion
+
+
+def test_positional_program_inputs_follow_prog_inputs_and_misuse_is_diagnosed() -> None:
+    """prog(a, b) binds by prog.inputs' order (a, b given as a Python TypeError before); too many, or one given
+    both ways, is a diagnostic."""
+    from egraph_compiler import optimize
+
+    x, w = Tensor.empty(2, 3, name="x"), Tensor.empty(3, 2, name="w")
+    prog = optimize(x @ w)
+    a, b = np.arange(6, dtype=np.float32).reshape(2, 3), np.arange(6, dtype=np.float32).reshape(3, 2) - 2
+    assert prog.inputs == ["x", "w"]
+    np.testing.assert_allclose(prog(a, b), a @ b)
+    np.testing.assert_allclose(prog(a, w=b), a @ b)
+    assert "3 positional inputs" in raises_diagnostic(lambda: prog(a, b, a)).why
+    assert "both by position and by name" in raises_diagnostic(lambda: prog(a, x=a)).why
+
+
+def test_a_program_that_ran_pickles_and_runs_again_after() -> None:
+    """Pickling keeps the program, not its compiled code (ctypes pointers raised ValueError)."""
+    import pickle
+
+    from egraph_compiler import optimize
+
+    prog = optimize(Tensor.empty(4, name="x").exp() + 1.0)
+    x = np.linspace(-1, 1, 4, dtype=np.float32)
+    want = np.exp(x) + 1.0
+    np.testing.assert_allclose(prog(x=x), want, rtol=1e-6)
+    again = pickle.loads(pickle.dumps(prog))
+    np.testing.assert_allclose(again(x=x), want, rtol=1e-6)
+    np.testing.assert_allclose(prog(x=x), want, rtol=1e-6)

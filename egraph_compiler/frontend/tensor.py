@@ -606,6 +606,20 @@ class Tensor(TensorNN, TensorMath, TensorSelect, TensorLinalg, TensorBits):
             suggestion="compute it first: t.numpy().any(), t.numpy().all() or t.item()",
         )
 
+    def __float__(self) -> float:
+        raise InvalidArgument(
+            at="float(Tensor)",
+            why="a lazy tensor has no value until it is computed",
+            suggestion="compute it first: t.item() (one element) or t.numpy()",
+        )
+
+    def __int__(self) -> int:
+        raise InvalidArgument(
+            at="int(Tensor)",
+            why="a lazy tensor has no value until it is computed",
+            suggestion="compute it first: int(t.item()) (one element) or t.numpy()",
+        )
+
     def __contains__(self, x: object) -> bool:
         raise InvalidArgument(
             at="x in Tensor",

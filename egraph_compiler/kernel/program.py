@@ -225,6 +225,24 @@ class Placement(NamedTuple):
     repeated_output: bool  # one buffer returned twice: the later copies are independent arrays
 
 
+def positional_inputs(names: list[str], args: tuple[Any, ...], inputs: dict[str, Any]) -> dict[str, Any]:
+    """Inputs given by position, in the program's input order (`names`), merged with those given by name."""
+    if len(args) > len(names):
+        raise InvalidArgument(
+            at="program call",
+            why=f"{len(args)} positional inputs given, but the program takes {len(names)}: {names}",
+            suggestion="pass inputs by name (prog(x=...)) or in the order of prog.inputs",
+        )
+    twice = [n for n in names[: len(args)] if n in inputs]
+    if twice:
+        raise InvalidArgument(
+            at="program call",
+            why=f"input {twice[0]!r} is given both by position and by name",
+            suggestion="give each input once",
+        )
+    return {**dict(zip(names, args)), **inputs}
+
+
 @dataclass
 class Program:
     """Kernels in dependency order, their buffers, and how to run them on one target."""
@@ -246,6 +264,12 @@ class Program:
     _plan: Placement | None = field(default=None, repr=False)
     _arena: ArenaPlan | None = field(default=None, repr=False)
 
+    def __getstate__(self) -> dict[str, Any]:
+        """What a pickle keeps: the program, not what running it made (compiled code, buffers, placement: the
+        unpickled copy compiles again on its first call) nor the progress callback."""
+        runtime: dict[str, Any] = {"progress": None, "_compiled": None, "_consts": {}, "_runner": None, "_temps": []}
+        return {**self.__dict__, **runtime, "_out_memo": None, "_plan": None, "_arena": None}
+
     @property
     def source(self) -> Sources:
         """Every kernel rendered for this target: the text of all of them, one after another, which is also a
@@ -264,14 +288,17 @@ class Program:
                 self.progress(f"compiled {len(self.kernels)} kernels in {time.perf_counter() - t0:.2f} s")
         return self._compiled
 
-    def __call__(self, *, out: Any = None, **inputs: Any) -> Any:
-        """Run the program on `inputs` (by placeholder name); returns its output (a tuple for several).
+    def __call__(self, *args: Any, out: Any = None, **inputs: Any) -> Any:
+        """Run the program on `inputs` (by placeholder name, or positionally in `self.inputs` order); returns its
+        output (a tuple for several).
 
         out: arrays to write the outputs into (one array, or a tuple of one per output): C-contiguous numpy
         arrays of the output's shape and dtype, not overlapping an input. The call then allocates no output
         and returns `out`. (A program whose input is named "out" takes that input by this keyword.)
         On target "cuda", CuPy inputs are read where they are (no host copy), and then the outputs come back as
         CuPy arrays on the GPU."""
+        if args:
+            inputs = positional_inputs(self.inputs, args, inputs)
         if "out" in self.inputs and out is not None:
             inputs, out = {**inputs, "out": out}, None
         given = self._outputs_into(out, inputs) if out is not None else {}
