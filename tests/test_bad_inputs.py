@@ -492,3 +492,9 @@ def test_a_program_that_ran_pickles_and_runs_again_after() -> None:
     again = pickle.loads(pickle.dumps(prog))
     np.testing.assert_allclose(again(x=x), want, rtol=1e-6)
     np.testing.assert_allclose(prog(x=x), want, rtol=1e-6)
+
+
+def test_a_directory_given_as_the_document_says_so(tmp_path: Path) -> None:
+    err = raises_diagnostic(lambda: load_frontend_ir(tmp_path))
+    assert err.code == "E1401" and "is a directory" in err.why
+    assert "file not found" in raises_diagnostic(lambda: load_frontend_ir(tmp_path / "none.json")).why

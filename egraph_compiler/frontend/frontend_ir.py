@@ -89,11 +89,12 @@ def load_frontend_ir(source: str | Path | dict[str, Any]) -> FrontendGraph:
         path = Path(source)
         name = str(path)[:200]
         try:
-            found = path.is_file()
+            found, folder = path.is_file(), path.is_dir()
         except (OSError, ValueError):  # name too long, NUL byte, ...
-            found = False
+            found = folder = False
         if not found:
-            raise MalformedJSON(at=name, why="file not found", suggestion="check the path")
+            why = "is a directory, not a file" if folder else "file not found"
+            raise MalformedJSON(at=name, why=why, suggestion="check the path")
         try:
             text = path.read_text()
         except (OSError, UnicodeDecodeError) as e:
