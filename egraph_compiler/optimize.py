@@ -847,8 +847,9 @@ def _build(
         alternatives += [(c.describe(), assemble({**chosen, **c.choice})) for ks in schedules.values() for c in ks.ranked]
     program = assemble(chosen)
     report.add_phase("decode", time.perf_counter() - t2)
+    past = deadline is not None and time.perf_counter() > deadline  # no pictures per kernel then
     chosen_s = _report_program(
-        report, view, ex, sess.unextractable, list(root_classes.values()), fused, chosen, program, provenance, picture
+        report, view, ex, sess.unextractable, list(root_classes.values()), fused, chosen, program, provenance, picture, past
     )
     check_roofline(roots, chosen_s, cost_model, report)
     report.egraph_nodes, report.egraph_classes = view.num_nodes, view.num_classes
@@ -868,11 +869,13 @@ def _report_program(
     program: Program,
     provenance: bool = False,
     picture: EGraphView | None = None,
+    late: bool = False,
 ) -> float:
     """The e-graph pictures (the whole program's and each kernel's, the program's e-nodes marked; drawn from
     `picture`, the same e-graph as egglog serialized it, where given), the fusion search's result with the chosen
     program's estimate (returned: the sum of its kernels' chosen schedules), and (`provenance`) the program's
-    e-nodes by the rule that built them, with a picture per rule."""
+    e-nodes by the rule that built them, with a picture per rule. `late` (past the caller's time limit): the
+    whole program's picture alone."""
     from egraph_compiler.report.dot import attach_snapshot
 
     t0 = time.perf_counter()
@@ -883,11 +886,13 @@ def _report_program(
     drawn = picture or view
     attach_snapshot(report, drawn, roots=roots, hide=hide, chosen=picked)
     report.extra["egraph_snapshot"]["source"] = "egglog serialize" if drawn is not view else "frozen tables"
-    kernels = _program_kernels(view, ex, fused.schedules, chosen, program)
+    kernels = [] if late else _program_kernels(view, ex, fused.schedules, chosen, program)
     report.extra["egraph_kernels"] = [
         {"kernel": name, "writes": writes, **_picture(drawn, [sink], hide, picked, within, f"kernel {name}")}
         for name, writes, sink, within in kernels
     ]
+    if late:
+        report.notes.append("the time limit was reached: the report has no picture of each kernel's e-classes")
     if provenance:
         _report_provenance(report, view, roots, hide, picked, kernels)
     report.add_phase("snapshot", time.perf_counter() - t0)

@@ -506,6 +506,7 @@ def test_past_the_time_limit_kernels_are_ranked_in_a_hurry() -> None:
     prog = optimize(t, target="llvm", time_limit=1e-6)
     assert any("time limit is short for offering values inline" in n for n in prog.report.notes), prog.report.notes
     assert any("kernels were ranked: each got the best of" in n for n in prog.report.degraded), prog.report.degraded
+    assert prog.report.extra["egraph_kernels"] == [] and prog.report.extra["egraph_dot"]  # the whole picture alone
     schedules = prog.report.extra["schedules"]
     assert all(s["candidates"] <= 1 + len(HURRIED_CAPS) for s in schedules)
     gemms = [s["chosen"] for s in schedules if "red[32R]" in s["chosen"] or "red[24R]" in s["chosen"]]  # x@w, @v
