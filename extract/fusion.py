@@ -338,9 +338,8 @@ class _Search:
         top = 1 if quick else REPLAYED  # a trial needs the best estimate alone
         ks = None if donor is None else rank_like(ex, sink, self.decode, self.model, space, *donor, top)
         if ks is None:
-            ks = rank_kernel(
-                self.view, ex, sink, self.decode, self.model, quick, space, self.decoded.setdefault((sink, loaded), {})
-            )
+            decoded = self.decoded.setdefault((sink, loaded), {})
+            ks = rank_kernel(self.view, ex, sink, self.decode, self.model, quick, space, decoded, deadline=self.deadline)
             if shape is not None:
                 self.donors.setdefault((shape, quick), (ks, space))
         self.rankings[(sink, loaded, quick)] = ks

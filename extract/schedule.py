@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+import time
 from collections.abc import Callable, Container, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -475,6 +476,7 @@ class _Evaluations:
         self.candidate, self.evaluated = candidate, evaluated
         self.own: dict[int, int] = {}  # id(binder) -> the unrolling it binds itself
         self.too_unrolled: set[tuple[int, ...]] = set()
+        self.deadline: float | None = None  # a perf_counter time past which no new candidate is decoded
 
     @functools.cached_property
     def fixed(self) -> int:
@@ -508,7 +510,7 @@ class _Evaluations:
         key = tuple(id(choice.get(c) or self.ex.node(c)) for c in self.alts)
         if key in self.evaluated:
             return self.evaluated[key]
-        if prefilter and self.over_limit(choice, key):
+        if prefilter and (self.over_limit(choice, key) or (self.deadline is not None and time.perf_counter() > self.deadline)):
             return None
         self.evaluated[key] = self.candidate(choice)
         return self.evaluated[key]
@@ -568,25 +570,32 @@ def rank_kernel(
     space: ScheduleSpace | None = None,
     evaluated: dict[tuple[int, ...], Candidate | None] | None = None,
     hurried: bool = False,
+    deadline: float | None = None,
 ) -> KernelSchedule:
     """The kernel's schedules ranked by estimate. `quick` (fusion trials): every combination only up to
     QUICK_COMBINATIONS, else one round of coordinate descent from the extraction's choice. `evaluated`: the
     candidates decoded so far, by their binders (coordinate descent comes back to the same choices, and a full
     ranking to a quick one's), filled in. `hurried` (the caller's time is up): the extraction's loop nest and
     a guess per cap of HURRIED_CAPS (see _guess) alone; the extraction's nest is rarely vectorized, and GEMMs
-    and convolutions ran 60-250x slower in it than at their best, their best guess within 1-4x."""
+    and convolutions ran 60-250x slower in it than at their best, their best guess within 1-4x. `deadline`:
+    those first, then the search until that perf_counter time (a ranking stops where it is then)."""
     space = space or ScheduleSpace(view, ex, sink)
     alts = space.alts
     evaluated = {} if evaluated is None else evaluated
     candidate = _decoder(ex, sink, decode, model, space.variant)
     evaluate = _Evaluations(view, ex, sink, model, alts, candidate, evaluated)
-    if not alts or hurried:  # the extraction's loop nest (the only one), or a few guesses besides it
+    if not alts or hurried or deadline is not None:  # the extraction's loop nest, and a few guesses besides it
         guesses: list[dict[int, ENode]] = [{}] + [_guess(view, ex, alts, cap) for cap in HURRIED_CAPS if alts]
-        return _ranked(sink, [c for g in guesses if (c := evaluate(g, prefilter=False)) is not None], model)
+        guessed = [c for g in guesses if (c := evaluate(g, prefilter=False)) is not None]
+        if not alts or hurried:
+            return _ranked(sink, guessed, model)
+        evaluate.deadline = deadline
     if math.prod(len(a) for a in alts.values()) <= (QUICK_COMBINATIONS if quick else MAX_COMBINATIONS):
         found = _every_combination(alts, evaluate)
     else:
         found = _coordinate_descent(view, ex, alts, evaluate, quick)
+    if evaluate.deadline is not None:
+        found += guessed
     viable = [c for c in found if math.isfinite(c.estimate.seconds)]  # e.g. not unrolled beyond reason
     found = viable or found or [c for c in [evaluate({}, prefilter=False)] if c is not None]
     return _ranked(sink, found, model)

@@ -7,7 +7,9 @@ graph), never against the compiler's own kernels.
 from __future__ import annotations
 
 import math
+import time
 import warnings
+from typing import Any
 
 import numpy as np
 import pytest
@@ -511,6 +513,30 @@ def test_past_the_time_limit_kernels_are_ranked_in_a_hurry() -> None:
     assert all(s["candidates"] <= 1 + len(HURRIED_CAPS) for s in schedules)
     gemms = [s["chosen"] for s in schedules if "red[32R]" in s["chosen"] or "red[24R]" in s["chosen"]]  # x@w, @v
     assert len(gemms) == 2 and all("u" in g.split(" red[")[0] for g in gemms), gemms
+    v = _inputs(t)
+    np.testing.assert_allclose(prog(**v), evaluate(t.uop, v), rtol=1e-4, atol=1e-4)
+
+
+def test_a_ranking_the_deadline_interrupts_keeps_its_guesses(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under a deadline a kernel's ranking first estimates the extraction's loop nest and the guesses, then
+    searches until the deadline: one that passes mid-ranking stops there with what it has (a full ranking of
+    a convolution ran 0.3 s past a ResNet block's limit). Here every ranking's deadline has passed: the guesses
+    alone, the GEMM vectorized, the program correct."""
+    from egraph_compiler.extract import fusion
+    from egraph_compiler.extract.schedule import HURRIED_CAPS, rank_kernel
+
+    sizes: list[int] = []
+
+    def past(*args: Any, **kw: Any) -> Any:
+        ks = rank_kernel(*args, **{**kw, "deadline": time.perf_counter() - 1.0})
+        sizes.append(len(ks.ranked))
+        return ks
+
+    monkeypatch.setattr(fusion, "rank_kernel", past)
+    t = (E(32, 64, name="x") @ E(64, 48, name="w")).relu()
+    prog = optimize(t, target="llvm", cache=False)
+    assert sizes and max(sizes) <= 1 + len(HURRIED_CAPS)
+    assert all("u" in s["chosen"] for s in prog.report.extra["schedules"]), prog.report.extra["schedules"]
     v = _inputs(t)
     np.testing.assert_allclose(prog(**v), evaluate(t.uop, v), rtol=1e-4, atol=1e-4)
 
