@@ -777,8 +777,8 @@ def _build(
         report.add_phase("encode", time.perf_counter() - t0)
         # inline alternatives past the ceiling: every candidate gets a buffer (tinygrad's default schedule), and
         # the graph is built again with nothing to inline across them, which grows linearly
-        # with a time limit, offering values inline everywhere may take half of it: the default schedule built
-        # again (below) needs the other half
+        # with a time limit, offering values inline may go on until the default schedule's predicted build time
+        # is left (DEFAULT_S_PER_UOP a UOp): the default schedule built again (below) needs that
         cut: float | bool = False if every_barrier else True if deadline is None else deadline - DEFAULT_S_PER_UOP * uops
         reserve = EXTRACT_S_PER_NODE + RANK_S_PER_NODE
         reason = sess.saturate(stages, lim, report, progress, deadline=deadline, cut_baseline=cut, reserve_per_node=reserve)

@@ -698,7 +698,7 @@ def _result(trials: _Trials, baseline: float, deadline: float | None, notes: lis
     if unranked := s.unranked & set(kernels):
         degraded.append(
             f"the time limit was reached before {len(unranked)} of {len(kernels)} kernels were ranked: each got the "
-            "best of its extraction's loop nest and three guessed unrollings (no schedule search)"
+            "best of its extraction's loop nest and a guessed unrolling per cap (no schedule search)"
         )
     chosen = sum(min(full[k], costs[k]) for k in kernels)
     choice = s.choice(mat)
