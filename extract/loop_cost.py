@@ -27,7 +27,8 @@ when it is big enough (the backend's auto-parallel rule), a THREAD range
 always.
 
 Traffic: every load's cache misses are counted per level (L1 and L2 of one
-core) by reuse distance over the loop nest. Going outwards from the loop the
+core, and half the L3 the cores share) by reuse distance over the loop nest;
+L2 misses that hit the L3 move at its bandwidth, the rest at memory's. Going outwards from the loop the
 load runs in, a loop the load depends on touches new lines every iteration,
 and a loop it does not depend on re-touches the same lines, which hit when
 one iteration's whole footprint (the lines every load of the nest touches
@@ -111,7 +112,7 @@ CODE_SIZE = {Ops.EXP2: 30}  # scalar instructions one copy of an op renders to (
 LINE = 64  # bytes in a cache line
 # the share of a cache a loop nest's footprint may fill before it counts as not fitting (associativity and the
 # data the model does not see: stores, the stack, other buffers' partial lines)
-CACHE_FILL = {1: 0.5, 2: 0.75}
+CACHE_FILL = {1: 0.5, 2: 0.75, 3: 0.5}  # L3: shared by the cores
 ADD_LATENCY = 4.0  # cycles before a dependent add can start
 SPILL_CYCLES = 4.0  # reload + spill of one accumulator vector per iteration
 LOOP_VECTOR_INTERLEAVE = 2  # LLVM interleaves a vectorized loop: two vectors in flight per iteration
@@ -143,6 +144,8 @@ class CPUMachine:
     l1_bytes: int = 32 << 10  # data cache of one core, per level (sysfs)
     l1_ways: int = 8  # ... and the L1's associativity (sysfs)
     l2_bytes: int = 1 << 20
+    l3_bytes: int = 0  # last-level cache (sysfs; 0: none, L2 misses go to memory)
+    l3_gbps: float = 40.0  # L3 -> L2 streaming bandwidth of one core (EGC_L3_GBPS)
     l2_bytes_per_cycle: float = 32.0  # sustained L2 -> L1 fill rate of one core
     launch_us: float = 5.0  # thread-pool hand-off and call overhead per kernel
     cpu: str = "generic"  # the CPU code is generated for (CPUTarget.describe)
@@ -167,6 +170,8 @@ class CPUMachine:
             l1_bytes=caches.get(1, CPUMachine.l1_bytes),
             l1_ways=ways.get(1, CPUMachine.l1_ways),
             l2_bytes=caches.get(2, CPUMachine.l2_bytes),
+            l3_bytes=caches.get(3, CPUMachine.l3_bytes),
+            l3_gbps=float(os.environ.get("EGC_L3_GBPS", CPUMachine.l3_gbps)),
             cpu=cpu.describe(),
             fma_per_cycle=cpu.fma_vectors_per_cycle,
         )
@@ -175,7 +180,8 @@ class CPUMachine:
         return (
             f"{self.cpu}: {self.cores} cores, {self.simd_bytes * 8}-bit vectors x {self.vector_regs}, "
             f"{self.fma_per_cycle} FMA/cycle, "
-            f"L1 {self.l1_bytes >> 10} KiB {self.l1_ways}-way, L2 {self.l2_bytes >> 10} KiB, {self.ghz:g} GHz, "
+            f"L1 {self.l1_bytes >> 10} KiB {self.l1_ways}-way, L2 {self.l2_bytes >> 10} KiB, "
+            f"L3 {self.l3_bytes >> 20} MiB at {self.l3_gbps:g} GB/s per core, {self.ghz:g} GHz, "
             f"memory {self.mem_gbps:g} GB/s per core, {self.mem_gbps_all:g} GB/s all"
         )
 
@@ -675,9 +681,11 @@ def estimate(kernel: UOp, m: CPUMachine | None = None) -> KernelEstimate:
         lines = _Lines(w, share, w.loads[first:])
         l1 = _misses(m.l1_bytes * CACHE_FILL[1], lines) + (w.conflicts - before_conflicts) / par
         l2 = _misses(m.l2_bytes * CACHE_FILL[2], lines, STRIDED_MISS)
+        l3 = _misses(m.l3_bytes * CACHE_FILL[3], lines, STRIDED_MISS) if m.l3_bytes else l2  # the rest of L2's
         est.l1_misses += l1
         est.l2_misses += l2
-        cache_s += max(l1 * LINE / (m.l2_bytes_per_cycle * m.ghz * 1e9), l2 * LINE / (m.mem_gbps * 1e9))
+        l2_fill = l1 * LINE / (m.l2_bytes_per_cycle * m.ghz * 1e9)
+        cache_s += max(l2_fill, (l2 - l3) * LINE / (m.l3_gbps * 1e9), l3 * LINE / (m.mem_gbps * 1e9))
     nbytes = sum(u.arg[1][0] * u.dtype.itemsize for u in nodes if u.op is Ops.BUFFER)
     est.cycles, est.bytes = max(w.cycles + w.loop_cycles, w.load_cycles) + w.stalls, nbytes
     est.spills, est.code = w.spills, w.code
