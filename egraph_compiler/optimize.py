@@ -854,6 +854,8 @@ def _build(
     check_roofline(roots, chosen_s, cost_model, report)
     report.egraph_nodes, report.egraph_classes = view.num_nodes, view.num_classes
     report.extra["kernels"] = [kernel_entry(k, report.extra["schedules"]) for k in program.kernels]
+    for k, entry in zip(program.kernels, report.extra["kernels"]):  # prog.kernels[i] says it too
+        k.schedule, k.cost = entry.get("schedule", ""), dict(entry.get("cost", {}))
     check_accesses(program)
     return program
 

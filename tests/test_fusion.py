@@ -785,3 +785,14 @@ def test_binding_split_ranges_in_nested_scopes_is_linear() -> None:
         assert bind_split_ranges(k, memo) is k  # nothing split: the kernel as it was
         sizes.append(len(memo.results))
     assert sizes[2] < 3 * sizes[1] < 9 * sizes[0], sizes
+
+
+def test_each_program_kernel_carries_its_loop_nest_and_estimate() -> None:
+    """prog.kernels[i] says what the report says of it: the loop nest in words and the estimate split into terms
+    (its cost was empty)."""
+    prog = optimize((E(64, 96, name="x") @ E(96, 128, name="w")).relu(), target="llvm", cache=False)
+    for k, entry in zip(prog.kernels, prog.report.extra["kernels"]):
+        assert k.schedule == entry["schedule"] and "red[96R]" in k.schedule
+        assert k.cost["seconds"] == entry["cost"]["seconds"] > 0
+        assert {"compute_s", "memory_s", "overhead_s", "bytes"} <= set(k.cost)
+        assert k.cost["seconds"] >= max(k.cost["compute_s"], k.cost["memory_s"])

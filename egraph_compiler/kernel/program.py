@@ -96,7 +96,8 @@ class Kernel:
     ast: UOp
     reads: tuple[str, ...]
     writes: tuple[str, ...]
-    cost: dict[str, float] = field(default_factory=dict)
+    cost: dict[str, float] = field(default_factory=dict)  # the estimate: seconds, compute_s, memory_s, overhead_s, ...
+    schedule: str = ""  # the loop nest in words ("[16L 8u 4L 16u] red[256R]"), as optimize chose it
 
     @property
     def flops(self) -> int:
