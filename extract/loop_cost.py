@@ -28,8 +28,8 @@ always.
 
 Traffic: every load's cache misses are counted per level (L1 and L2 of one
 core, and half the L3 the cores share) by reuse distance over the loop nest;
-L2 misses that hit the L3 move at its bandwidth, the rest at memory's. Going outwards from the loop the
-load runs in, a loop the load depends on touches new lines every iteration,
+L2 misses that hit the L3 move at its bandwidth, the rest at memory's.
+Going outwards from the loop the load runs in, a loop the load depends on touches new lines every iteration,
 and a loop it does not depend on re-touches the same lines, which hit when
 one iteration's whole footprint (the lines every load of the nest touches
 inside it) fits the cache; once a whole loop's footprint fits, each line is
@@ -681,7 +681,7 @@ def estimate(kernel: UOp, m: CPUMachine | None = None) -> KernelEstimate:
         lines = _Lines(w, share, w.loads[first:])
         l1 = _misses(m.l1_bytes * CACHE_FILL[1], lines) + (w.conflicts - before_conflicts) / par
         l2 = _misses(m.l2_bytes * CACHE_FILL[2], lines, STRIDED_MISS)
-        l3 = _misses(m.l3_bytes * CACHE_FILL[3], lines, STRIDED_MISS) if m.l3_bytes else l2  # the rest of L2's
+        l3 = _misses(m.l3_bytes * CACHE_FILL[3], lines, STRIDED_MISS) if m.l3_bytes else l2  # L2's that miss it too
         est.l1_misses += l1
         est.l2_misses += l2
         l2_fill = l1 * LINE / (m.l2_bytes_per_cycle * m.ghz * 1e9)

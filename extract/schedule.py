@@ -547,13 +547,13 @@ def _coordinate_descent(
     return found
 
 
-def _guess(view: EGraphView, ex: Choices, alts: dict[int, list[ENode]], cap: int) -> dict[int, ENode]:
+def _guess(alts: dict[int, list[ENode]], own_unrolled: Callable[[ENode], int], cap: int) -> dict[int, ENode]:
     """A loop nest chosen without estimates: class by class (most alternatives first), the binder unrolling
     the most while the kernel's unrolling stays within `cap` (the least unrolling where none fits)."""
     choice: dict[int, ENode] = {}
     total = 1
     for c in sorted(alts, key=lambda c: -len(alts[c])):
-        sized = [(_own_unrolled(view, ex, n), n) for n in alts[c]]
+        sized = [(own_unrolled(n), n) for n in alts[c]]
         fits = [x for x in sized if total * x[0] <= cap]
         own, choice[c] = max(fits, key=lambda x: x[0]) if fits else min(sized, key=lambda x: x[0])
         total *= own
@@ -584,8 +584,9 @@ def rank_kernel(
     evaluated = {} if evaluated is None else evaluated
     candidate = _decoder(ex, sink, decode, model, space.variant)
     evaluate = _Evaluations(view, ex, sink, model, alts, candidate, evaluated)
+    guessed: list[Candidate] = []
     if not alts or hurried or deadline is not None:  # the extraction's loop nest, and a few guesses besides it
-        guesses: list[dict[int, ENode]] = [{}] + [_guess(view, ex, alts, cap) for cap in HURRIED_CAPS if alts]
+        guesses: list[dict[int, ENode]] = [{}] + [_guess(alts, evaluate.own_unrolled, cap) for cap in HURRIED_CAPS if alts]
         guessed = [c for g in guesses if (c := evaluate(g, prefilter=False)) is not None]
         if not alts or hurried:
             return _ranked(sink, guessed, model)
@@ -594,8 +595,7 @@ def rank_kernel(
         found = _every_combination(alts, evaluate)
     else:
         found = _coordinate_descent(view, ex, alts, evaluate, quick)
-    if evaluate.deadline is not None:
-        found += guessed
+    found += guessed
     viable = [c for c in found if math.isfinite(c.estimate.seconds)]  # e.g. not unrolled beyond reason
     found = viable or found or [c for c in [evaluate({}, prefilter=False)] if c is not None]
     return _ranked(sink, found, model)
@@ -633,14 +633,17 @@ def chosen_candidate(ks: KernelSchedule, chosen: Mapping[int, ENode]) -> Candida
 def schedule_report(ks: KernelSchedule, chosen: dict[int, ENode]) -> dict[str, object]:
     """One kernel's schedule decision for the report: the chosen loop nest, its estimate, the best rejected."""
     pick = chosen_candidate(ks, chosen)
-    shown = {pick.describe()}  # loop nests that differ only in which range is which read the same: show one
+    nest = pick.describe()
+    shown = {nest}  # loop nests that differ only in which range is which read the same: show one
     rejected: list[dict[str, object]] = []
     for c in ks.ranked:
-        if c.describe() not in shown and len(rejected) < 5:
-            shown.add(c.describe())
-            differs = nest_difference(c.describe(), pick.describe())
-            rejected.append({"schedule": c.describe(), "estimate": c.estimate.to_dict(), "differs": differs})
-    return {"candidates": len(ks.ranked), "chosen": pick.describe(), "estimate": pick.estimate.to_dict(), "rejected": rejected}
+        if len(rejected) == 5:
+            break
+        if (other := c.describe()) not in shown:
+            shown.add(other)
+            differs = nest_difference(other, nest)
+            rejected.append({"schedule": other, "estimate": c.estimate.to_dict(), "differs": differs})
+    return {"candidates": len(ks.ranked), "chosen": nest, "estimate": pick.estimate.to_dict(), "rejected": rejected}
 
 
 def _estimate_cell(est: dict[str, Any]) -> dict[str, Any]:

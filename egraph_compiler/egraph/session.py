@@ -298,9 +298,8 @@ class EGraphSession:
         if self.provenance:  # what is here now came from the caller's graph
             self._run(f"(run {PROVENANCE_SEED} 1)")
         run = _Saturation(self, limits, report, progress, count_classes, deadline, cut_baseline, reserve_per_node)
-        run.later = list(stages)
-        for stage in stages:
-            if not run.run_stage(stage, watch):
+        for i, stage in enumerate(stages):
+            if not run.run_stage(stage, watch, later=stages[i + 1 :]):
                 break
         report.add_phase("saturate", time.perf_counter() - run.start)
         report.stop_reason = run.reason
@@ -378,7 +377,7 @@ class _Saturation:
         self.cut = False
         self.base = 0
         self.ceiling = _baseline_ceiling(deadline, cut_baseline)
-        self.later: list[Stage] = []  # the stages after the one running
+        self.later: Sequence[Stage] = ()  # the stages after the one running
 
     def out_of_time(self, nodes: int) -> bool:
         """Would the caller's deadline leave too little time for an e-graph of `nodes` after saturation (and for
@@ -403,7 +402,7 @@ class _Saturation:
             return "time_limit"
         return None
 
-    def run_stage(self, stage: Stage, watch: Sequence[str]) -> bool:
+    def run_stage(self, stage: Stage, watch: Sequence[str], later: Sequence[Stage] = ()) -> bool:
         """Run one stage (only its after_limit_steps once a limit cut saturation); False when saturation must
         end: the baseline is incomplete, and later stages cannot help."""
         sess = self.sess
@@ -412,7 +411,7 @@ class _Saturation:
             sess._new_schedulers([stage], self.limits)
         sched = sess._schedulers[stage.name]
         analyses = sess._ruleset_for(stage.analyses) if stage.analyses else ""
-        self.later = self.later[1:]
+        self.later = later
         if self.cut:  # a few cheap steps, even past the caller's deadline (they offer what the program needs)
             if stage.after_limit_steps:
                 only = sess._ruleset_for(stage.after_limit_rulesets or stage.rulesets)

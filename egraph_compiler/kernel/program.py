@@ -26,7 +26,7 @@ import sys
 import time
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from functools import lru_cache
 from typing import Any, NamedTuple, Protocol, cast
 
@@ -266,10 +266,15 @@ class Program:
     _arena: ArenaPlan | None = field(default=None, repr=False)
 
     def __getstate__(self) -> dict[str, Any]:
-        """What a pickle keeps: the program, not what running it made (compiled code, buffers, placement: the
-        unpickled copy compiles again on its first call) nor the progress callback."""
-        runtime: dict[str, Any] = {"progress": None, "_compiled": None, "_consts": {}, "_runner": None, "_temps": []}
-        return {**self.__dict__, **runtime, "_out_memo": None, "_plan": None, "_arena": None}
+        """What a pickle keeps: the program, not what running it made (the private fields: compiled code, buffers,
+        placement, at their defaults again, so the unpickled copy compiles on its first call) nor the progress
+        callback."""
+        fresh = {
+            f.name: f.default if f.default_factory is MISSING else f.default_factory()
+            for f in fields(self)
+            if f.name.startswith("_") or f.name == "progress"
+        }
+        return {**self.__dict__, **fresh}
 
     @property
     def source(self) -> Sources:
