@@ -207,20 +207,28 @@ class _Search:
         barriers: set[str],
         deadline: float | None = None,
     ) -> None:
-        # trials re-rank kernels, mostly into the same loop nests, and a model's repeated layers give the same
-        # kernels over other buffers
-        estimates: dict[tuple[tuple[Any, ...], ...], KernelEstimate] = {}  # by canonical_kernel
+        # trials re-rank kernels, mostly into the same loop nests (the same UOps: they are interned), and a
+        # replayed ranking (a model's repeated layers) gives the same kernels over other buffers: those are
+        # matched by structure (canonical_kernel), which costs a fifth of an estimate, so only replays pay for it
+        estimates: dict[UOp, KernelEstimate] = {}
+        self.by_structure: dict[tuple[tuple[Any, ...], ...], KernelEstimate] = {}
 
         def remembered(kernel: UOp) -> KernelEstimate:
+            if kernel not in estimates:
+                estimates[kernel] = model.estimate(kernel)
+            return estimates[kernel]
+
+        def replayed(kernel: UOp) -> KernelEstimate:
             key = canonical_kernel(kernel)
-            if key not in estimates:
-                estimates[key] = model.estimate(kernel)
-            return estimates[key]
+            if key not in self.by_structure:
+                self.by_structure[key] = remembered(kernel)
+            return self.by_structure[key]
 
         self.view, self.ex, self.roots, self.decode = view, ex, roots, decode
         self.deadline = deadline
         self.unranked: set[int] = set()  # kernels (SINK classes) ranked in a hurry past the deadline (a few guesses)
         self.model = replace(model, estimate=remembered)
+        self.replay_model = replace(model, estimate=replayed)
         self.offers = offers(view)
         self.order = [n for n in [*sorted(barriers), *candidates] if n in self.offers]  # load preference order
         self.barriers = barriers
@@ -336,7 +344,10 @@ class _Search:
             None if shape is None else self.donors.get((shape, False)) or (self.donors.get((shape, True)) if quick else None)
         )
         top = 1 if quick else REPLAYED  # a trial needs the best estimate alone
-        ks = None if donor is None else rank_like(ex, sink, self.decode, self.model, space, *donor, top)
+        if donor is not None:
+            for cand in donor[0].ranked[:top]:  # the donor's estimates, by structure
+                self.by_structure.setdefault(canonical_kernel(cand.kernel), cand.estimate)
+        ks = None if donor is None else rank_like(ex, sink, self.decode, self.replay_model, space, *donor, top)
         if ks is None:
             decoded = self.decoded.setdefault((sink, loaded), {})
             ks = rank_kernel(self.view, ex, sink, self.decode, self.model, quick, space, decoded, deadline=self.deadline)
