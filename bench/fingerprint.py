@@ -4,9 +4,9 @@ was; diff the outputs to see which model changed.
 
     python bench/fingerprint.py [--target llvm|cuda] [--quick]
 
-The models are bench/model_defs.py's: the quick suite, then (without --quick) the MLP, GPT-2 block and ResNet
-block at their benchmark sizes and the 16-layer dense chain. Sources are rendered, not run: `--target cuda` needs
-no GPU. Nothing is cached on disk, so each line is a fresh optimize.
+The models are bench/model_defs.py's: the quick suite, then (without --quick) the MLP, GPT-2 block, ResNet
+block and ResNet downsampling block at their benchmark sizes and the 16-layer dense chain. Sources are rendered,
+not run: `--target cuda` needs no GPU. Nothing is cached on disk, so each line is a fresh optimize.
 """
 
 from __future__ import annotations
@@ -20,13 +20,13 @@ from pathlib import Path
 
 os.environ.setdefault("EGC_DISK_CACHE", "0")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from model_defs import Model, dense_chain, gpt2_block, mlp, resnet_block, suite
+from model_defs import Model, dense_chain, gpt2_block, mlp, resnet_block, resnet_down_block, suite
 
 from egraph_compiler import Tensor, optimize
 
 
 def models(quick: bool) -> list[Model]:
-    return suite(quick=True) + ([] if quick else [mlp(), gpt2_block(), resnet_block(), dense_chain(16)])
+    return suite(quick=True) + ([] if quick else [mlp(), gpt2_block(), resnet_block(), resnet_down_block(), dense_chain(16)])
 
 
 def fingerprint(m: Model, target: str) -> str:

@@ -203,7 +203,7 @@ def dense_chain(depth: int, batch: int = 16, width: int = 32) -> Model:
     for i in range(depth):
         shapes[f"w{i}"], shapes[f"b{i}"] = (width, width), (width,)
     return Model(
-        f"dense_chain_{depth}",
+        f"dense_chain_{depth}" if (batch, width) == (16, 32) else f"dense_chain_{depth}_{batch}x{width}",
         f"{depth} x relu(x @ W + b), x {batch}x{width}",
         shapes,
         dense_chain_fn(depth),
@@ -267,7 +267,7 @@ def gpt2_block(t: int = 128, c: int = 768, heads: int = 12) -> Model:
         "b_out": (c,),
     }
     return Model(
-        f"gpt2_block_T{t}",
+        f"gpt2_block_T{t}" if (c, heads) == (768, 12) else f"gpt2_block_T{t}_C{c}_H{heads}",
         f"GPT-2 block T={t}, C={c}, {heads} heads, causal",
         shapes,
         ours_gpt2_block(heads),
@@ -289,3 +289,19 @@ def suite(quick: bool = False) -> list[Model]:
             *(dense_chain(d) for d in (1, 2, 4, 8)),
         ]
     return [mlp(), gpt2_block(), resnet_block(), resnet_down_block(), *(dense_chain(d) for d in DENSE_DEPTHS)]
+
+
+def variants() -> list[Model]:
+    """The same kinds of model at other sizes than the suite's (a check that the suite's sizes are not special):
+    other widths, batches, sequence lengths, head counts and channel counts."""
+    return [
+        mlp(256, 768, 3072),
+        mlp(64, 512, 2048),
+        gpt2_block(64, 512, 8),
+        gpt2_block(256, 384, 6),
+        resnet_block(2, 128, 28),
+        resnet_block(8, 32, 32),
+        resnet_down_block(2, 128, 28),
+        dense_chain(12, 64, 128),
+        dense_chain(24, 8, 64),
+    ]

@@ -1,6 +1,7 @@
 """Real models against PyTorch eager and torch.compile (inductor, CPU), on the same inputs, in one run.
 
-    python bench/models.py [--quick] [--only NAME[,NAME]] [--repeat N] [--no-compile] [--json FILE] [--target cuda]
+    python bench/models.py [--quick | --variants] [--only NAME[,NAME]] [--repeat N] [--no-compile] [--json FILE]
+                           [--target cuda]
 
 Per model: our first-call time (`opt+jit s`: optimize, LLVM compile and the first run), run time (median of
 repeated calls, compilation excluded), kernel count and the cost model's estimate beside the measured time;
@@ -9,6 +10,9 @@ time / our time: above 1 means we are faster. Every output is checked against Py
 runs at several depths to show how run time and first-call time grow with depth. All of ours run before any of
 torch's (whose idle threads and compile workers linger on the cores); programs of microseconds are timed over
 enough calls to fill 50 ms.
+
+`--variants`: the same kinds of model at other sizes (other widths, batches, sequence lengths, head and channel
+counts: model_defs.variants), a check that the suite's own sizes are not special.
 
 Results table to stdout, progress to stderr. Exit status 0, or 1 if any of our results was wrong or failed.
 torch is an optional benchmark extra (`pip install -e '.[models]'`), never a runtime dependency.
@@ -35,7 +39,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from measure import time_calls
-from model_defs import DENSE_DEPTHS, Model, suite
+from model_defs import DENSE_DEPTHS, Model, suite, variants
 
 
 @dataclass
@@ -196,7 +200,7 @@ def table(rows: list[Row]) -> str:
         f"geomean: {fmt(geomean(eager))}x PyTorch eager ({len(eager)} models), "
         f"{fmt(geomean(comp))}x torch.compile ({len(comp)} models)   (above 1: ours is faster)"
     )
-    chain = sorted((int(r.model.rsplit("_", 1)[1]), r) for r in rows if r.model.startswith("dense_chain_") and r.ok)
+    chain = sorted((int(d), r) for r in rows if (d := r.model.removeprefix("dense_chain_")).isdigit() and r.ok)
     if len(chain) > 1:
         lines.append(
             "dense chain, per layer: "
@@ -212,6 +216,7 @@ def table(rows: list[Row]) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="small sizes of the same models (a smoke run)")
+    ap.add_argument("--variants", action="store_true", help="the same kinds of model at other sizes (model_defs.variants)")
     ap.add_argument("--only", default="", help="comma-separated model names (prefixes match)")
     ap.add_argument("--repeat", type=int, default=10)
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile (its compiles take minutes)")
@@ -227,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         print("bench/models.py needs PyTorch: pip install -e '.[models]'", file=sys.stderr)
         return 2
-    models = suite(args.quick)
+    models = variants() if args.variants else suite(args.quick)
     if args.only:
         wanted = args.only.split(",")
         models = [m for m in models if any(m.name.startswith(w) for w in wanted)]

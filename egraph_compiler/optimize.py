@@ -1092,7 +1092,7 @@ def check_accesses(program: Program) -> None:
     """Static memory safety: every index's interval lies inside its buffer, unless the access runs only under a
     gate: its own, its store's (a padded loop nest, see rules/optops.py), or a WHERE branch's (backends evaluate
     a branch's loads only where it is taken)."""
-    from egraph_compiler.late_simplify import affine_bounds
+    from egraph_compiler.ir.affine import affine_bounds
 
     for k in program.kernels:
         seen: set[tuple[UOp, bool]] = set()

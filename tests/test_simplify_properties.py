@@ -19,7 +19,7 @@ from oracle import tree_size
 
 from egraph_compiler import UOp
 from egraph_compiler.ir.dtypes import dtypes
-from egraph_compiler.ir.ops import Ops
+from egraph_compiler.ir.ops import AxisType, Ops
 from egraph_compiler.ir.uop import toposort
 from egraph_compiler.simplify import simplify
 
@@ -154,7 +154,7 @@ def test_simplify_is_deterministic(case: Case) -> None:
 def test_affine_divmod_fold_is_equivalent(case: Case) -> None:
     """The late simplifier's direct fold of div/mod over affine sums never changes a value (negative operands
     and variable divisors included: those it must leave alone)."""
-    from egraph_compiler.late_simplify import fold_affine_divmod
+    from egraph_compiler.ir.affine import fold_affine_divmod
 
     u = case.expr
     out = fold_affine_divmod(u)
@@ -184,7 +184,7 @@ def affine_divmods(draw: st.DrawFn) -> UOp:
 @settings(max_examples=80, deadline=None)
 @given(affine_divmods(), st.integers(0, 2**16))
 def test_affine_divmod_fold_on_split_like_sums(u: UOp, seed: int) -> None:
-    from egraph_compiler.late_simplify import fold_affine_divmod
+    from egraph_compiler.ir.affine import fold_affine_divmod
 
     out = fold_affine_divmod(u)
     want_f, got_f = evaluator(u), evaluator(out)
@@ -194,7 +194,7 @@ def test_affine_divmod_fold_on_split_like_sums(u: UOp, seed: int) -> None:
 
 def test_affine_divmod_fold_recombines_a_split_range() -> None:
     """(32*jo + ji) // 32 is jo and (32*jo + ji) % 32 is ji when ji < 32: no e-graph needed."""
-    from egraph_compiler.late_simplify import fold_affine_divmod
+    from egraph_compiler.ir.affine import fold_affine_divmod
 
     jo, ji = UOp.variable("jo", 0, 23), UOp.variable("ji", 0, 31)
     j = jo * 32 + ji
@@ -204,13 +204,65 @@ def test_affine_divmod_fold_recombines_a_split_range() -> None:
     assert any(x.op is Ops.IDIV for x in straddle.toposort())
 
 
+@settings(max_examples=80, deadline=None)
+@given(
+    st.sampled_from([2, 4, 8, 16]),
+    st.integers(1, 8),
+    st.integers(1, 40),
+    st.integers(0, 3),
+    st.integers(0, 30),
+    st.integers(0, 2**16),
+)
+def test_a_range_split_by_a_factor_of_the_divisor_folds_to_its_parts(
+    g: int, n: int, outer: int, lane_gap: int, const: int, seed: int
+) -> None:
+    """`(g*a + u) // (g*n)` and `% (g*n)` with u < g (a tile of g lanes read through a layout blocked by a multiple
+    of g: a convolution's 16 output channels in weights packed 32 a block) fold to `a // n` and `g*(a % n) + u`:
+    the lanes' address is linear in u, no div or mod of u is left. Any constant and inner term that keeps the
+    rest below g folds the same; the values never change, whatever the terms (a rest that may pass g is left)."""
+    from egraph_compiler.ir.affine import fold_affine_divmod
+
+    a, u = UOp.variable("a", 0, outer), UOp.variable("u", 0, max(0, g - 1 - lane_gap))
+    x = a * g + u + (const % g if const % g <= lane_gap else const)
+    d = g * n
+    for e in (x // d, x % d, (x // d) * 36864 + x % d):
+        out = fold_affine_divmod(e)
+        want_f, got_f = evaluator(e), evaluator(out)
+        for env in assignments(e, seed):
+            assert got_f(env) == want_f(env), f"{e.render()}  =>  {out.render()}  differ at {env}"
+        if const % g <= lane_gap:  # the rest stays below g: u is out of every div and mod
+            assert not any(y.op in (Ops.IDIV, Ops.MOD) and u in y.toposort() for y in out.toposort()), out.render()
+
+
+def test_binding_a_split_range_folds_its_blocked_layout_index() -> None:
+    """A kernel whose index reads channel r of a 32-channel block, `(r // 32) * 36864 + r % 32`, bound with r split
+    into 16-channel tiles (r = 16*o + i) gets `(o // 2) * 36864 + 16*(o % 2) + i`: consecutive i are consecutive
+    addresses (the backend loads the tile's 16 weights as one vector; left unfolded, one by one at half the
+    speed: ResNet's downsampling block, 11.4 against 5.8 ms)."""
+    from egraph_compiler.ir.uop import range_name
+    from egraph_compiler.kernel.split_ranges import bind_split_ranges
+
+    r = UOp.range(128, ("out", 7, 1), AxisType.LOOP)
+    o = UOp.range(8, ("split", ("out", 7, 1), 16, 0), AxisType.LOOP)
+    i = UOp.range(16, ("split", ("out", 7, 1), 16, 1), AxisType.UPCAST)
+    idx = (r // 32) * 36864 + r % 32
+    kernel = UOp(Ops.END, dtypes.void, (UOp(Ops.SINK, dtypes.void, (idx,)), o, i))
+    bound = bind_split_ranges(kernel)
+    body = bound.src[0].src[0]
+    assert not any(y.op in (Ops.IDIV, Ops.MOD) and i in y.toposort() for y in body.toposort()), body.render()
+    f = evaluator(body)
+    for ov, iv in itertools.product(range(8), range(16)):
+        c = 16 * ov + iv
+        assert f({range_name(o): ov, range_name(i): iv}) == (c // 32) * 36864 + c % 32
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.integers(-20, 20), st.integers(0, 5), st.integers(1, 12), st.integers(-3, 3), st.integers(0, 2**16))
 def test_a_flat_index_taken_apart_and_put_back_is_the_index(const: int, scale: int, c: int, k: int, seed: int) -> None:
     """`(x // c) * (c*k) + (x % c) * k` (a reshape's flat index split into two axes and flattened again, as a
     packed convolution weight is read) folds to `k*x` with no div or mod left, for any integer x (floor division:
     negative values too), and keeps every value."""
-    from egraph_compiler.late_simplify import fold_affine_divmod
+    from egraph_compiler.ir.affine import fold_affine_divmod
 
     i, j = UOp.variable("i", -6, 30), UOp.variable("j", 0, 9)
     x = i * scale + j + const

@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from egraph_compiler.ir.affine import fold_affine_divmod
 from egraph_compiler.ir.ops import Ops
 from egraph_compiler.ir.uop import UOp
 
@@ -142,5 +143,10 @@ def bind_split_ranges(ast: UOp, memo: BindMemo | None = None) -> UOp:
         src = tuple(done[k] for k in keys)
         if u.op in (Ops.END, Ops.REDUCE):
             src = (src[0], *u.src[1:])
-        done[(u, env)] = u if src == u.src else UOp(u.op, u.dtype, src, u.arg)
+        new = u if src == u.src else UOp(u.op, u.dtype, src, u.arg)
+        if new is not u and u.op in (Ops.IDIV, Ops.MOD) and not u.dtype.is_float:
+            # a range written as its parts, `(16*a + u) // 32`: folded where the parts' bounds settle it (left as
+            # it was, the parts' copies would each get an address of their own)
+            new = fold_affine_divmod(new)
+        done[(u, env)] = new
     return done[(ast, frozenset())]
