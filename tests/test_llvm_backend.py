@@ -294,6 +294,22 @@ def test_gated_load_pads_without_touching_memory() -> None:
     assert ", label %ld" in LLVMBackend().render(Kernel.from_ast("k", ast), None)  # a branch around the load
 
 
+def test_a_gate_that_is_the_constant_true_guards_nothing() -> None:
+    """The rules may fold a padded view's gate to True. LOAD(index, alt, True) and STORE(index, value, True) are
+    the ungated accesses (Kernel.from_ast drops the gate), so a padded tile's load past its buffer takes its
+    store's gate, as an ungated one does (taken for a guard, the constant let it load past the buffer)."""
+    n = 10
+    x, y = buf("X", n), buf("Y", n)
+    o, u = rng(3, 0), rng(4, 1, AxisType.UPCAST)  # a tile of 4 rows, 12 rows for 10
+    row = o * 4 + u
+    true = UOp.const(True, dtypes.bool)
+    ast = kernel((store(y, row, load(x, row, UOp.const(0.0, F32), true) * 2.0, gate=row < n), (o, u)))
+    k = Kernel.from_ast("k", ast)
+    assert not any(w.op in (Ops.LOAD, Ops.STORE) and len(w.src) == 3 and w.src[2] is true for w in k.ast.toposort())
+    assert "br i1 true" not in LLVMBackend().render(k, None)
+    compare(ast, {"X": rand_array((n,), seed=3)})
+
+
 def test_where_guarded_loads() -> None:
     x, y, z = buf("X", 4), buf("Y", 5), buf("Z", 3)
     i, k = rng(5, 0), rng(3, 1)

@@ -106,6 +106,8 @@ class Kernel:
 
     @staticmethod
     def from_ast(name: str, ast: UOp) -> Kernel:
+        """The kernel of `ast`, its gates that are the constant True dropped (`without_true_gates`)."""
+        ast = without_true_gates(ast)
         reads, writes = [], []
         for u in ast.toposort():
             if u.op is Ops.LOAD:
@@ -113,6 +115,21 @@ class Kernel:
             elif u.op is Ops.STORE:
                 writes.append(buffer_of(u.src[0]).arg[0])
         return Kernel(name, ast, tuple(dict.fromkeys(reads)), tuple(dict.fromkeys(writes)))
+
+
+def without_true_gates(ast: UOp) -> UOp:
+    """`ast` with every LOAD(index, alt, True) as LOAD(index) and STORE(index, value, True) as STORE(index, value):
+    the same values, but a backend sees that nothing guards the access (the rules may fold a padded view's gate to
+    True; taken for a guard, it let a padded tile's rows load past their buffer: a segfault, where an ungated
+    load takes its store's gate or a clamped address)."""
+    true = [u for u in ast.toposort() if u.op in (Ops.LOAD, Ops.STORE) and len(u.src) == 3 and _is_true(u.src[2])]
+    if not true:
+        return ast
+    return ast.substitute({u: UOp(u.op, u.dtype, u.src[:1] if u.op is Ops.LOAD else u.src[:2], u.arg) for u in true})
+
+
+def _is_true(u: UOp) -> bool:
+    return u.op is Ops.CONST and u.arg is True
 
 
 def buffer_of(index: UOp) -> UOp:
