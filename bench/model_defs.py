@@ -293,15 +293,21 @@ def suite(quick: bool = False) -> list[Model]:
 
 def variants() -> list[Model]:
     """The same kinds of model at other sizes than the suite's (a check that the suite's sizes are not special):
-    other widths, batches, sequence lengths, head counts and channel counts."""
+    other widths, batches, sequence lengths, head counts and channel counts, sizes no tile divides (100 rows,
+    20x20 images, 96 channels) and a batch of one."""
     return [
         mlp(256, 768, 3072),
         mlp(64, 512, 2048),
+        mlp(100, 640, 2560),
+        mlp(1, 768, 3072),
         gpt2_block(64, 512, 8),
         gpt2_block(256, 384, 6),
+        gpt2_block(100, 640, 10),
         resnet_block(2, 128, 28),
         resnet_block(8, 32, 32),
+        resnet_block(1, 96, 20),
         resnet_down_block(2, 128, 28),
+        resnet_down_block(1, 96, 20),
         dense_chain(12, 64, 128),
         dense_chain(24, 8, 64),
     ]
