@@ -234,6 +234,22 @@ def test_a_range_split_by_a_factor_of_the_divisor_folds_to_its_parts(
             assert not any(y.op in (Ops.IDIV, Ops.MOD) and u in y.toposort() for y in out.toposort()), out.render()
 
 
+def test_the_split_fold_finds_the_factor_a_coefficient_shares_with_a_large_divisor() -> None:
+    """The factors tried are those the coefficients share with the divisor (not every divisor of it: a flat
+    index's divisor of 2**20 made each fold walk a million candidates): `(4096*b + u) // 2**20` is `b // 256` for
+    u < 4096, and `(4096*b + 2048*c + u) % 2**20` keeps c and u out of the mod."""
+    from egraph_compiler.ir.affine import fold_affine_divmod
+
+    b, c, u = UOp.variable("b", 0, 10**6), UOp.variable("c", 0, 1), UOp.variable("u", 0, 2047)
+    assert fold_affine_divmod((b * 4096 + u + 2048) // 2**20).render() == "(b//256)"
+    e = (b * 4096 + c * 2048 + u) % 2**20
+    out = fold_affine_divmod(e)
+    assert all(y.src[0] is b for y in out.toposort() if y.op in (Ops.IDIV, Ops.MOD)), out.render()
+    want_f, got_f = evaluator(e), evaluator(out)
+    for env in assignments(e, 7):
+        assert got_f(env) == want_f(env), env
+
+
 def test_binding_a_split_range_folds_its_blocked_layout_index() -> None:
     """A kernel whose index reads channel r of a 32-channel block, `(r // 32) * 36864 + r % 32`, bound with r split
     into 16-channel tiles (r = 16*o + i) gets `(o // 2) * 36864 + 16*(o % 2) + i`: consecutive i are consecutive

@@ -12,6 +12,7 @@ recombined, `(32*jo + ji) // 32` with ji < 32, a packed operand's view, a convol
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 from egraph_compiler.ir.ops import Ops
@@ -60,7 +61,7 @@ def _split_divmod(rest: Affine, d: int, op: Ops, like: UOp) -> Affine | None:
     was, every channel's address is its own and the tile's weights load one by one). The largest such g wins;
     G's own div or mod folds further where it can. None where no g > 1 fits."""
     terms, c = rest
-    for g in sorted((g for g in range(2, d) if d % g == 0), reverse=True):
+    for g in sorted(_common_factors(d, list(terms.values())), reverse=True):
         big = {x: k // g for x, k in terms.items() if k % g == 0}
         small: Affine = ({x: k for x, k in terms.items() if k % g}, c % g)
         lo, hi = _affine_bounds(small)
@@ -75,6 +76,17 @@ def _split_divmod(rest: Affine, d: int, op: Ops, like: UOp) -> Affine | None:
             return inner
         return _plus(({x: k * g for x, k in inner[0].items()}, inner[1] * g), small)
     return None
+
+
+def _common_factors(d: int, coefficients: list[int]) -> set[int]:
+    """The factors g of d (1 < g < d) that some coefficients share with it: gcd(d, k) for each coefficient k, and
+    the gcds of those (the largest g for the terms it divides; d's other divisors fit no more terms)."""
+    out = {g for k in coefficients if 1 < (g := math.gcd(d, k)) < d}
+    grown = True
+    while grown:
+        more = {g for a in out for b in out if (g := math.gcd(a, b)) > 1} - out
+        grown, out = bool(more), out | more
+    return out
 
 
 def _plus(a: Affine, b: Affine) -> Affine:
