@@ -344,10 +344,11 @@ class _Search:
             None if shape is None else self.donors.get((shape, False)) or (self.donors.get((shape, True)) if quick else None)
         )
         top = 1 if quick else REPLAYED  # a trial needs the best estimate alone
+        ks = None
         if donor is not None:
             for cand in donor[0].ranked[:top]:  # the donor's estimates, by structure
                 self.by_structure.setdefault(canonical_kernel(cand.kernel), cand.estimate)
-        ks = None if donor is None else rank_like(ex, sink, self.decode, self.replay_model, space, *donor, top)
+            ks = rank_like(ex, sink, self.decode, self.replay_model, space, *donor, top)
         if ks is None:
             decoded = self.decoded.setdefault((sink, loaded), {})
             ks = rank_kernel(self.view, ex, sink, self.decode, self.model, quick, space, decoded, deadline=self.deadline)

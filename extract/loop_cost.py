@@ -52,7 +52,7 @@ from egraph_compiler.ir.ops import AxisType, Ops
 from egraph_compiler.ir.uop import UOp
 from egraph_compiler.kernel.analysis import RangeDeps, trip_count, value_nodes
 from egraph_compiler.kernel.cpu_target import CPUTarget, host_cpu
-from egraph_compiler.kernel.program import accumulator_axis, buffer_of, stride, vector_accumulators
+from egraph_compiler.kernel.program import accumulator_axis, buffer_of, has_gate, stride, vector_accumulators
 
 UNROLLED = (AxisType.UPCAST, AxisType.UNROLL)
 # cycles per scalar operation (throughput on a modern x86 core); anything else costs DEFAULT_OP
@@ -383,7 +383,7 @@ class _Walk:
         idx = u.src[0]
         lin = idx.src[1] if idx.op is Ops.INDEX and len(idx.src) > 1 else None
         unr = [r for r in self.deps(u) if _unrolled(r)]
-        gated = u.op is Ops.LOAD and len(u.src) == 3 and not (u.src[2].op is Ops.CONST and u.src[2].arg is True)
+        gated = u.op is Ops.LOAD and has_gate(u)
         along = unr if self.vec is None else [self.vec] if self.vec in unr else []
         runs = [_width(trip_count(r), lanes) for r in along if lin is not None and stride(lin, r) == 1]
         vectorizes = lin is not None and not gated and (not unr or bool(runs))
@@ -405,11 +405,12 @@ class _Walk:
             self.conflicts += trip * set_conflicts(lin, tuple(unr), itemsize, self.m)
         if depth == len(loops) > 0:
             weight = min(1.0, max(0.0, _step_bytes(stride(lin, loops[-1]), itemsize) / STALL_FROM - 1))
-            # each unrolled copy as far from the others lands on lines of its own, and stalls on its own: a GEMM's
-            # B column with the reduction unrolled by 4 steps four rows of B an iteration (100x2560 @ 2560x640,
-            # 16 columns a tile: 4.7 ms unrolled by 4 against 3.5 not unrolled, priced 2.4 and 3.9 per iteration)
-            far = math.prod(trip_count(r) for r in unr if _step_bytes(stride(lin, r), itemsize) >= STALL_FROM)
-            self.stalls += trip * PAGE_STEP_CYCLES * weight * far
+            if weight:
+                # each unrolled copy as far from the others lands on lines of its own, and stalls on its own: a
+                # GEMM's B column with the reduction unrolled by 4 steps four rows of B an iteration (100x2560 @
+                # 2560x640, 16 columns a tile: 4.7 ms unrolled by 4 against 3.5 not, priced 2.4 and 3.9 per iteration)
+                far = math.prod(trip_count(r) for r in unr if _step_bytes(stride(lin, r), itemsize) >= STALL_FROM)
+                self.stalls += trip * PAGE_STEP_CYCLES * weight * far
 
     def wide(self, nbytes: float) -> float:
         """The cost of a vector of nbytes against a 256-bit one: twice where the core runs 512-bit operations as

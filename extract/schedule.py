@@ -420,8 +420,7 @@ def tie_winner(estimates: list[KernelEstimate]) -> int:
     dominates, estimates differ by little whatever their compute; the memory side is the less certain one (a
     batch-one GEMV's weights, priced from memory, stay in the L3 between calls), so a nest with much less compute
     is no tie (GEMV 1x768 @ 768x3072: 32 columns a tile 0.37 ms, the 16 that tied on less code 0.55)."""
-    top = min(range(len(estimates)), key=lambda i: estimates[i].seconds)
-    best = estimates[top]
+    best = min(estimates, key=lambda e: e.seconds)
     near = [
         i
         for i, e in enumerate(estimates)

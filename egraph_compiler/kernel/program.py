@@ -122,14 +122,16 @@ def without_true_gates(ast: UOp) -> UOp:
     the same values, but a backend sees that nothing guards the access (the rules may fold a padded view's gate to
     True; taken for a guard, it let a padded tile's rows load past their buffer: a segfault, where an ungated
     load takes its store's gate or a clamped address)."""
-    true = [u for u in ast.toposort() if u.op in (Ops.LOAD, Ops.STORE) and len(u.src) == 3 and _is_true(u.src[2])]
+    true = [u for u in ast.toposort() if u.op in (Ops.LOAD, Ops.STORE) and len(u.src) == 3 and not has_gate(u)]
     if not true:
         return ast
     return ast.substitute({u: UOp(u.op, u.dtype, u.src[:1] if u.op is Ops.LOAD else u.src[:2], u.arg) for u in true})
 
 
-def _is_true(u: UOp) -> bool:
-    return u.op is Ops.CONST and u.arg is True
+def has_gate(u: UOp) -> bool:
+    """Is u a LOAD or STORE under a gate (not the constant True, which guards nothing)?"""
+    gate = u.src[2] if u.op in (Ops.LOAD, Ops.STORE) and len(u.src) == 3 else None
+    return gate is not None and not (gate.op is Ops.CONST and gate.arg is True)
 
 
 def buffer_of(index: UOp) -> UOp:
