@@ -178,8 +178,9 @@ def test_report_explains_the_schedule_choice() -> None:
 
 def test_a_tie_needs_the_compute_side_close_too() -> None:
     """Estimates within CODE_TIE of the best tie, and the least code wins, only where their compute sides are as
-    close: where memory dominates both (a batch-one MLP's GEMV, its weights priced from memory), a nest with half
-    the compute is the faster one (measured 0.37 against 0.55 ms), however much more code it has."""
+    close (within CODE_TIE of the best's time): where memory dominates both (a batch-one MLP's GEMV, its weights
+    priced from memory), a nest with half the compute is the faster one (measured 0.37 against 0.55 ms), however
+    much more code it has."""
     from egraph_compiler.extract.loop_cost import KernelEstimate
     from egraph_compiler.extract.schedule import tie_winner
 
@@ -192,6 +193,11 @@ def test_a_tie_needs_the_compute_side_close_too() -> None:
     assert tie_winner([wide, lean]) == 1  # the memory sides alike, the compute halved: no tie
     same = est(1.233e-3, 0.155e-3, 300.0)
     assert tie_winner([same, lean]) == 0  # both sides close: the least code wins the tie
+    # a copy (a packed GEMM operand): the compute sides differ by 40%, but by 1% of the time, so the plain loop,
+    # which compiles in a tenth of the time, wins the tie; a compute side 5% of the time larger would not
+    unrolled, plain = est(715.8e-6, 20.2e-6, 1364.0), est(716.9e-6, 27.7e-6, 10.0)
+    assert tie_winner([unrolled, plain]) == 1
+    assert tie_winner([unrolled, est(716.9e-6, 20.2e-6 + 0.06 * 715.8e-6, 10.0)]) == 0
 
 
 # ---- the cost model's ranking ----------------------------------------------------------------------------
