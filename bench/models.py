@@ -7,9 +7,12 @@ Per model: our first-call time (`opt+jit s`: optimize, LLVM compile and the firs
 repeated calls, compilation excluded), kernel count and the cost model's estimate beside the measured time;
 PyTorch eager's run time; torch.compile's compile time (its first call, caches off) and run time. Ratios are peer
 time / our time: above 1 means we are faster. Every output is checked against PyTorch eager's. The dense chain
-runs at several depths to show how run time and first-call time grow with depth. All of ours run before any of
-torch's (whose idle threads and compile workers linger on the cores); programs of microseconds are timed over
-enough calls to fill 50 ms.
+runs at several depths to show how run time and first-call time grow with depth. All of ours are optimized before
+any of torch's (whose idle threads and compile workers linger on the cores). Then the run times are taken in
+`--rounds` interleaved rounds, ours, eager and compiled back to back in each, with a pause after torch's calls
+(its OpenMP threads spin a while before they sleep): a machine whose speed drifts by 1.5x for seconds at a time
+(a shared VM) slows all three alike within a round. A time is the median of its rounds' medians, a ratio the
+median of its rounds' ratios. Programs of microseconds are timed over enough calls to fill 50 ms.
 
 `--variants`: the same kinds of model at other sizes (other widths, batches, sequence lengths, head and channel
 counts: model_defs.variants), a check that the suite's own sizes are not special.
@@ -28,6 +31,7 @@ import json
 import math
 import os
 import platform
+import statistics
 import sys
 import time
 import traceback
@@ -59,12 +63,26 @@ class Row:
     compiled_ms: float | None = None
     notes: list[str] = field(default_factory=list)
     kernels_detail: str | None = None  # --describe: each kernel's nest and estimate beside its measured time
+    x_eager: float | None = None  # the median of the interleaved rounds' eager / ours
+    x_compiled: float | None = None  # ... and compiled / ours
 
-    def ratio(self, peer: float | None) -> float | None:
-        return None if not self.ok or peer is None or self.ours_ms is None else peer / self.ours_ms
+    def ratio(self, peer: str) -> float | None:
+        return getattr(self, f"x_{peer}") if self.ok else None
+
+
+@dataclass
+class Timed:
+    """One model's calls the interleaved rounds time: ours and the peers' (None: that peer did not run)."""
+
+    ours: Any
+    eager: Any = None
+    compiled: Any = None
 
 
 MIN_TIMED_S = 0.05  # timed calls of a fast program fill at least this long (median_ms)
+ROUNDS = 5  # interleaved timing rounds per model
+PAUSE_S = 0.2  # after torch's calls in a round, before ours: its OpenMP threads spin a while before they sleep
+SETTLE_S = 2.0  # before the rounds: inductor's compile workers wind down
 
 
 def progress(msg: str) -> None:
@@ -83,8 +101,8 @@ def median_ms(fn: Any, repeat: int) -> float:
 
 def run_ours(
     m: Model, x: dict[str, np.ndarray], row: Row, repeat: int, target: str = "llvm", describe: bool = False
-) -> np.ndarray:
-    """Optimize, run and time our program; returns its output (checked against torch's later)."""
+) -> tuple[np.ndarray, Any]:
+    """Optimize and run our program; returns its output (checked against torch's later) and the timed call."""
     from egraph_compiler import Tensor, optimize
 
     ts = {k: Tensor.empty(*v.shape, dtype="float32", name=k) for k, v in x.items()}
@@ -105,10 +123,9 @@ def run_ours(
     row.estimate_ms = fusion.get("chosen_s", math.nan) * 1e3
     row.baseline_estimate_ms = fusion.get("baseline_s", math.nan) * 1e3
     row.notes = [n for n in prog.report.notes if "fusion" in n or "roofline" in n]
-    row.ours_ms = median_ms(lambda: (prog(**x), sync()), repeat)
     if describe:
         row.kernels_detail = prog.describe(prog.profile(repeat=max(3, repeat), **x))
-    return out.get() if target == "cuda" else np.asarray(out)
+    return (out.get() if target == "cuda" else np.asarray(out)), lambda: (prog(**x), sync())
 
 
 def check(m: Model, out: np.ndarray, ref: np.ndarray, row: Row) -> None:
@@ -116,15 +133,28 @@ def check(m: Model, out: np.ndarray, ref: np.ndarray, row: Row) -> None:
     row.ok = bool(np.allclose(out, ref, rtol=m.rtol, atol=m.atol))
 
 
-def run_torch(m: Model, x: dict[str, np.ndarray], row: Row, repeat: int, compile_too: bool, target: str = "llvm") -> np.ndarray:
+def run_torch(
+    m: Model, x: dict[str, np.ndarray], row: Row, compile_too: bool, target: str = "llvm"
+) -> tuple[np.ndarray, Timed]:
+    """Run eager (the reference output) and compile with torch.compile (its first call timed); returns the
+    reference and the peers' timed calls (`ours` left for the caller)."""
     import torch
 
     device = "cuda" if target == "cuda" else "cpu"
     sync = torch.cuda.synchronize if device == "cuda" else lambda: None
     tx = {k: torch.from_numpy(v).to(device) for k, v in x.items()}
+
+    def calls(fn: Any) -> Any:
+        def call() -> None:
+            with torch.no_grad():
+                fn(**tx)
+            sync()
+
+        return call
+
+    timed = Timed(ours=None, eager=calls(m.torch))
     with torch.no_grad():
         ref = m.torch(**tx).cpu().numpy()
-        row.eager_ms = median_ms(lambda: (m.torch(**tx), sync()), repeat)
         if compile_too:
             torch._dynamo.reset()
             fn = torch.compile(m.torch)
@@ -133,8 +163,24 @@ def run_torch(m: Model, x: dict[str, np.ndarray], row: Row, repeat: int, compile
             row.compile_s = time.perf_counter() - t0
             if not np.allclose(out, ref, rtol=m.rtol, atol=m.atol):
                 row.notes.append("torch.compile's output differs from eager's")
-            row.compiled_ms = median_ms(lambda: (fn(**tx), sync()), repeat)
-    return ref
+            timed.compiled = calls(fn)
+    return ref, timed
+
+
+def time_rounds(row: Row, timed: Timed, repeat: int, rounds: int) -> None:
+    """Ours, eager and compiled timed back to back, `rounds` times: each time the median of its rounds'
+    medians, each ratio the median of its rounds' ratios."""
+    ms: dict[str, list[float]] = {"ours": [], "eager": [], "compiled": []}
+    for _ in range(max(1, rounds)):
+        for peer in ms:
+            if (fn := getattr(timed, peer)) is not None:
+                ms[peer].append(median_ms(fn, repeat))
+        time.sleep(PAUSE_S)
+    row.ours_ms = statistics.median(ms["ours"])
+    for peer in ("eager", "compiled"):
+        if ms[peer]:
+            setattr(row, f"{peer}_ms", statistics.median(ms[peer]))
+            setattr(row, f"x_{peer}", statistics.median(p / o for p, o in zip(ms[peer], ms["ours"])))
 
 
 def fmt(v: float | None, spec: str = ".2f") -> str:
@@ -187,15 +233,15 @@ def table(rows: list[Row]) -> str:
                     fmt(r.estimate_ms, ".3f"),
                     fmt(est_ratio),
                     fmt(r.eager_ms, ".3f"),
-                    fmt(r.ratio(r.eager_ms)),
+                    fmt(r.ratio("eager")),
                     fmt(r.compile_s, ".1f"),
                     fmt(r.compiled_ms, ".3f"),
-                    fmt(r.ratio(r.compiled_ms)),
+                    fmt(r.ratio("compiled")),
                 ]
             )
         )
-    eager = [x for r in rows if (x := r.ratio(r.eager_ms)) is not None]
-    comp = [x for r in rows if (x := r.ratio(r.compiled_ms)) is not None]
+    eager = [x for r in rows if (x := r.ratio("eager")) is not None]
+    comp = [x for r in rows if (x := r.ratio("compiled")) is not None]
     lines.append(
         f"geomean: {fmt(geomean(eager))}x PyTorch eager ({len(eager)} models), "
         f"{fmt(geomean(comp))}x torch.compile ({len(comp)} models)   (above 1: ours is faster)"
@@ -218,7 +264,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="small sizes of the same models (a smoke run)")
     ap.add_argument("--variants", action="store_true", help="the same kinds of model at other sizes (model_defs.variants)")
     ap.add_argument("--only", default="", help="comma-separated model names (prefixes match)")
-    ap.add_argument("--repeat", type=int, default=10)
+    ap.add_argument("--repeat", type=int, default=10, help="timed calls per round")
+    ap.add_argument("--rounds", type=int, default=ROUNDS, help="interleaved timing rounds (ours, eager, compiled)")
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile (its compiles take minutes)")
     ap.add_argument("--json", default="", help="write the rows to this file")
     ap.add_argument("--describe", action="store_true", help="print each kernel's estimate beside its measured time")
@@ -243,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.target == "cuda":
         print(f"GPU: {torch.cuda.get_device_name()}; ours and torch on the GPU, each timed call synchronized")
     rows: list[Row] = []
-    ours: list[np.ndarray | None] = []
+    ours: list[tuple[np.ndarray, Any] | None] = []
     # ours first, every model: torch leaves OpenMP threads spinning and inductor's compile workers behind, which on
     # a small machine take cores from whatever runs after them (a ResNet block timed after the GPT-2 block's
     # torch.compile ran 30% slower); our pool threads sleep when idle
@@ -257,17 +304,26 @@ def main(argv: list[str] | None = None) -> int:
             ours.append(None)
             row.error = f"{type(e).__name__}: {e}"
             progress("".join(traceback.format_exception_only(e)).strip())
-    for m, row, out in zip(models, rows, ours):
+    peers: list[Timed | None] = []
+    for m, row, got in zip(models, rows, ours):
         x = m.inputs()
         progress(f"{m.name}: torch")
+        peers.append(None)
         try:
-            ref = run_torch(m, x, row, args.repeat, not args.no_compile, args.target)
+            ref, peers[-1] = run_torch(m, x, row, not args.no_compile, args.target)
         except Exception as e:  # a peer's failure is reported; ours cannot be checked without its result
             row.error = row.error or f"torch: {type(e).__name__}: {e}"
             progress(f"torch: {type(e).__name__}: {e}")
             continue
-        if out is not None:
-            check(m, out, ref, row)
+        if got is not None:
+            check(m, got[0], ref, row)
+    time.sleep(SETTLE_S)
+    for m, row, got, timed in zip(models, rows, ours, peers):
+        if got is None or timed is None:
+            continue
+        progress(f"{m.name}: timing ({args.rounds} interleaved rounds)")
+        timed.ours = got[1]
+        time_rounds(row, timed, args.repeat, args.rounds)
         progress(
             f"{m.name}: ours {fmt(row.ours_ms, '.3f')} ms (estimate {fmt(row.estimate_ms, '.3f')}), eager "
             f"{fmt(row.eager_ms, '.3f')} ms, compiled {fmt(row.compiled_ms, '.3f')} ms"

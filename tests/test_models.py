@@ -49,6 +49,8 @@ def test_models_bench_against_torch(tmp_path: Path) -> None:
             "--no-compile",
             "--repeat",
             "2",
+            "--rounds",
+            "2",
             "--only",
             "mlp,dense_chain_2",
             "--json",
@@ -64,6 +66,7 @@ def test_models_bench_against_torch(tmp_path: Path) -> None:
     assert [r["model"] for r in rows] == ["mlp_64x128x256", "dense_chain_2"]
     for r in rows:
         assert r["ok"] and r["ours_ms"] is not None and r["eager_ms"] is not None and r["estimate_ms"] is not None
+        assert r["x_eager"] > 0 and r["x_compiled"] is None  # the rounds' ratio; --no-compile: no compiled peer
     assert "geomean" in proc.stdout and "x PyTorch eager" in proc.stdout
 
 
