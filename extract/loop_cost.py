@@ -97,11 +97,14 @@ DEFAULT_OP = 1.0
 # not one: the backend renders it inline (about 28 vector instructions), and it vectorizes like arithmetic
 SCALAR_MATH = (Ops.LOG2, Ops.SIN, Ops.COS)
 GATE_CYCLES = 2.0  # the branch (or select) around a gated load
-# a load of one element (a broadcast operand, a gathered lane) issues a little slower than a vector load. Measured
-# on Zen 4, 3x3 convolution 64 -> 64 channels at 56x56: one broadcast weight per 8-lane FMA (17 loads and 16 FMAs
-# a step) ran 15% slower than one broadcast pixel per 16-lane FMA (9 loads, 16 FMAs of twice the width), where
-# 0.5 cycles a load priced the first 4% faster
-SCALAR_LOAD_EXTRA = 0.05
+# a load of one element (a broadcast operand, a gathered lane) issues slower than a vector load: 0.6 cycles, two
+# loads in 1.2 cycles against two FMAs a cycle. Measured on Zen 4, 3x3 convolution 64 -> 64 channels at 56x56: one
+# broadcast weight per 8-lane FMA (17 loads and 16 FMAs a step) ran 15% slower than one broadcast pixel per 16-lane
+# FMA (9 loads, 16 FMAs of twice the width), where 0.5 cycles a load priced the first 4% faster. On Emerald
+# Rapids, GEMM 128x768 @ 768x2304: a 16x16 tile (16 broadcasts and one vector a k step, 16 FMAs) ran 1.27x slower
+# than 8x32 (8 and 2, 16 FMAs), 10.1 cycles a step against 8 at 0.6; at 0.55 the 16x16 tile tied and won on code
+# (GPT-2 block T=128: 21.1 -> 18.1 ms with its two 16x16 GEMMs 8x32)
+SCALAR_LOAD_EXTRA = 0.1
 # the share of the lesser of compute and memory time that does not hide behind the other. Measured: a ResNet
 # downsampling block's fused kernel with channel tiles outside the batch loop, level with batch outside by compute
 # alone, ran 7.3 ms against 5.4, re-reading its inputs for every tile; at 0.15 the block runs 10.5 -> 7.8 ms and
