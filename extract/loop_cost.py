@@ -127,6 +127,12 @@ PAGE_STEP_CYCLES = 8.0  # a stall beside the ports when a load steps a page per 
 # steps from a quarter page up stall too, from none at a quarter to the whole stall at half a page (Zen 4, GEMM
 # B columns against packed panels: rows of 1 KiB ran alike, 1.5 KiB 1.15x, 2 KiB 1.6x, 3 KiB 1.2x, 4000 B 1.4x)
 STALL_FROM = PAGE // 4
+# the stall is the host's: on Emerald Rapids (a VM's 2 cores) unpacked GEMMs ran 25-30 cycles a k step slower than
+# packed (64x512 @ 512x2048, 8 KiB rows: 2.63 against 1.15 ms; 64x2048 @ 2048x512: 2.54 against 0.71), and at 8
+# cycles the estimate never packed below 128 rows (the MLP of 64 rows 5.9 -> 3.9 ms, of 100 rows 13.2 -> 7.8, GPT-2
+# blocks of 64 and 100 tokens 11.1 -> 6.8 and 14.6 -> 11.2 with 26; other models alike). Sapphire Rapids shares its
+# core and mesh (not measured); other hosts keep the Zen 4 figure. EGC_PAGE_STEP_CYCLES overrides
+HOST_PAGE_STEP_CYCLES = {"emeraldrapids": 26.0, "sapphirerapids": 26.0}
 # a line from memory for a load stepping half a page or more each iteration costs this many streamed lines (AVX2
 # code on Zen 4, 128x3072 @ 3072x768 with B's column tiles inside the row tiles, B from memory for every row tile:
 # 28-40 ms, 3-4x the streaming estimate; its column tiles outside, B read once: 11-12 ms)
@@ -153,6 +159,7 @@ class CPUMachine:
     launch_us: float = 5.0  # thread-pool hand-off and call overhead per kernel
     cpu: str = "generic"  # the CPU code is generated for (CPUTarget.describe)
     fma_per_cycle: int = 2  # full-width FMA vectors a core issues a cycle (1 on Zen 4's AVX-512)
+    page_step_cycles: float = PAGE_STEP_CYCLES  # the host's stall of a load stepping a page an iteration
 
     @staticmethod
     def host() -> CPUMachine:
@@ -177,12 +184,15 @@ class CPUMachine:
             l3_gbps=float(os.environ.get("EGC_L3_GBPS", CPUMachine.l3_gbps)),
             cpu=cpu.describe(),
             fma_per_cycle=cpu.fma_vectors_per_cycle,
+            page_step_cycles=float(
+                os.environ.get("EGC_PAGE_STEP_CYCLES", HOST_PAGE_STEP_CYCLES.get(host_cpu().name, PAGE_STEP_CYCLES))
+            ),
         )
 
     def describe(self) -> str:
         return (
             f"{self.cpu}: {self.cores} cores, {self.simd_bytes * 8}-bit vectors x {self.vector_regs}, "
-            f"{self.fma_per_cycle} FMA/cycle, "
+            f"{self.fma_per_cycle} FMA/cycle, a page step stalls {self.page_step_cycles:g} cycles, "
             f"L1 {self.l1_bytes >> 10} KiB {self.l1_ways}-way, L2 {self.l2_bytes >> 10} KiB, "
             f"L3 {self.l3_bytes >> 20} MiB at {self.l3_gbps:g} GB/s per core, {self.ghz:g} GHz, "
             f"memory {self.mem_gbps:g} GB/s per core, {self.mem_gbps_all:g} GB/s all"
@@ -277,6 +287,7 @@ class _Walk:
         self.code = 0.0
         self.contiguous: frozenset[UOp] = frozenset()  # the item's unrolled ranges its store steps by 1 along
         self.strided: frozenset[UOp] = frozenset()  # ... and those it steps along by more (or non-linearly)
+        self.acc_axis: UOp | None = None  # inside a REDUCE with vector accumulators: the range they run along
         self.vec: UOp | None = None  # inside a REDUCE that keeps its accumulators along another range than those
         self.reduced: set[tuple[object, ...]] = set()  # the REDUCEs charged, each where it is placed
 
@@ -388,6 +399,11 @@ class _Walk:
         unr = [r for r in self.deps(u) if _unrolled(r)]
         gated = u.op is Ops.LOAD and has_gate(u)
         along = unr if self.vec is None else [self.vec] if self.vec in unr else []
+        if u.op is Ops.LOAD and self.acc_axis is not None and self.acc_axis not in unr:
+            # an operand the accumulators' vectors broadcast (a GEMM's A beside B's row): one scalar load per copy,
+            # also along a reduction unrolled over its contiguous elements (8 rows x 16 columns, k unrolled by 4:
+            # priced as 8 vector loads a step, run as 32 broadcasts; 4.5 ms against 3.7 for 8 x 32 not unrolled)
+            along = []
         runs = [_width(trip_count(r), lanes) for r in along if lin is not None and stride(lin, r) == 1]
         vectorizes = lin is not None and not gated and (not unr or bool(runs))
         per = OP_CYCLES.get(u.op, DEFAULT_OP)
@@ -413,7 +429,7 @@ class _Walk:
                 # GEMM's B column with the reduction unrolled by 4 steps four rows of B an iteration (100x2560 @
                 # 2560x640, 16 columns a tile: 4.7 ms unrolled by 4 against 3.5 not, priced 2.4 and 3.9 per iteration)
                 far = math.prod(trip_count(r) for r in unr if _step_bytes(stride(lin, r), itemsize) >= STALL_FROM)
-                self.stalls += trip * PAGE_STEP_CYCLES * weight * far
+                self.stalls += trip * self.m.page_step_cycles * weight * far
 
     def wide(self, nbytes: float) -> float:
         """The cost of a vector of nbytes against a 256-bit one: twice where the core runs 512-bit operations as
@@ -440,13 +456,14 @@ class _Walk:
             self.loop_cycles += inner_trips[-1] * LOOP_CYCLES
         acc = self.copies(u)  # one accumulator per copy of the unrolled ranges around it; its own add up in order
         scalar = nested and acc > 1
-        outer_vec, vec = self.vec, None
+        outer_vec, outer_acc, vec = self.vec, self.acc_axis, None
         float_acc = not scalar and vector_accumulators(u)
         if float_acc:  # the backend's accumulators: along this range, or one scalar per copy
             outer = sorted((r for r in self.deps(u) if _unrolled(r)), key=lambda r: r in self.contiguous)
             vec = accumulator_axis(u, outer, self.contiguous, self.m.lanes(u.dtype.itemsize))
             if vec is not None and vec not in self.contiguous:
                 self.vec = vec
+            self.acc_axis = vec
         vectors = (
             acc
             if scalar or (float_acc and vec is None)
@@ -461,7 +478,7 @@ class _Walk:
             u.src[0], inner_loops, inner_trips, unrolled | {r for r in own if _unrolled(r)}, vector_loop=False, in_reduce=True
         )
         self.scalar_depth -= scalar
-        self.vec = outer_vec
+        self.vec, self.acc_axis = outer_vec, outer_acc
         # the accumulating adds: one per accumulator vector and own unrolled copy (none for a float sum of products:
         # the backend contracts each product and its add into one FMA, already charged as the product); each
         # accumulator's adds form a dependency chain, so an iteration takes at least the add latency per own

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -59,6 +60,31 @@ def test_a_long_reduction_reads_a_packed_copy() -> None:
     rng = np.random.default_rng(1)
     a = rng.standard_normal((512, 2048), dtype=np.float32)
     b = rng.standard_normal((2048, 1024), dtype=np.float32)
+    np.testing.assert_allclose(prog(a=a, b=b), a.astype(np.float64) @ b, rtol=1e-3, atol=1e-2)
+
+
+@pytest.mark.parametrize("stall", [8.0, 26.0])
+def test_packing_a_short_product_follows_the_hosts_page_step(stall: float, monkeypatch: pytest.MonkeyPatch) -> None:
+    """64x512 @ 512x2048: B's rows are 8 KiB apart, and each step of the reduction lands on a new page. Where that
+    stalls 8 cycles (Zen 4) the copy does not pay and the product reads B as it is; where it stalls 26 (Emerald
+    Rapids: 2.6 ms unpacked against 1.5 packed with its copy) the search keeps the packed copy. Both are right."""
+    from egraph_compiler.extract.loop_cost import CPUMachine
+
+    monkeypatch.setenv("EGC_PAGE_STEP_CYCLES", str(stall))
+    CPUMachine.for_cpu.cache_clear()
+    try:
+        t = E(64, 512, name="a") @ E(512, 2048, name="b")
+        prog = optimize(t, target="llvm", cache=False)
+    finally:
+        monkeypatch.delenv("EGC_PAGE_STEP_CYCLES")
+        CPUMachine.for_cpu.cache_clear()
+    packs = [d for d in prog.report.extra["fusion"]["decisions"] if d["tensor"].startswith("PACK")]
+    assert packs  # 64 rows are offered the copy
+    if cpu_target().isa == "avx512":
+        assert (packs[0]["decision"] == "materialized") == (stall > 8), packs
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal((64, 512), dtype=np.float32)
+    b = rng.standard_normal((512, 2048), dtype=np.float32)
     np.testing.assert_allclose(prog(a=a, b=b), a.astype(np.float64) @ b, rtol=1e-3, atol=1e-2)
 
 

@@ -29,10 +29,11 @@ from egraph_compiler.ir.ops import Ops
 from egraph_compiler.ir.uop import UOp, toposort
 
 PANEL = 32  # columns a packed panel holds (a register tile's width: 2 AVX-512 or 4 AVX2 vectors)
-# with fewer rows the copy costs what the page steps do. 128 rows pay in a model, where the weights come cold from
-# memory each call: a packed panel streams, where B's rows step a page each (GPT-2 block T=128: w_qkv and w_fc
-# packed, 14.3 -> 12.0 ms; alone and hot in cache, 128x3072 @ 3072x768 gains nothing)
-MIN_ROWS = 128
+# the fewest rows of A whose B is offered packed; the estimate then decides whether the copy pays (the page step
+# it saves is the host's: extract/loop_cost.HOST_PAGE_STEP_CYCLES). On Zen 4 128 rows paid in a model, where the
+# weights come cold from memory each call (GPT-2 block T=128: w_qkv and w_fc packed, 14.3 -> 12.0 ms; alone and hot
+# in cache, 128x3072 @ 3072x768 gained nothing); on Emerald Rapids 64 rows do (64x512 @ 512x2048: 2.6 -> 1.5 ms)
+MIN_ROWS = 32
 # B is padded to whole panels only where its rows are this long: shorter rows do not step far enough to stall
 # (extract/loop_cost.STALL_FROM), and the padded copy's guard outlives a fusion back into the product (GEMM 250:
 # 0.17-0.29 -> 0.33-0.45 ms with a padded copy of B kept)
