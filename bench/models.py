@@ -1,7 +1,7 @@
 """Real models against PyTorch eager and torch.compile (inductor, CPU), on the same inputs, in one run.
 
-    python bench/models.py [--quick | --variants] [--only NAME[,NAME]] [--repeat N] [--no-compile] [--json FILE]
-                           [--target cuda]
+    python bench/models.py [--quick | --variants] [--only NAME[,NAME]] [--repeat N] [--rounds N] [--no-compile]
+                           [--json FILE] [--target cuda]
 
 Per model: our first-call time (`opt+jit s`: optimize, LLVM compile and the first run), run time (median of
 repeated calls, compilation excluded), kernel count and the cost model's estimate beside the measured time;
