@@ -70,15 +70,6 @@ class Row:
         return getattr(self, f"x_{peer}") if self.ok else None
 
 
-@dataclass
-class Timed:
-    """One model's calls the interleaved rounds time: ours and the peers' (None: that peer did not run)."""
-
-    ours: Any
-    eager: Any = None
-    compiled: Any = None
-
-
 MIN_TIMED_S = 0.05  # timed calls of a fast program fill at least this long (median_ms)
 ROUNDS = 5  # interleaved timing rounds per model
 PAUSE_S = 0.2  # after torch's calls in a round, before ours: its OpenMP threads spin a while before they sleep
@@ -135,9 +126,9 @@ def check(m: Model, out: np.ndarray, ref: np.ndarray, row: Row) -> None:
 
 def run_torch(
     m: Model, x: dict[str, np.ndarray], row: Row, compile_too: bool, target: str = "llvm"
-) -> tuple[np.ndarray, Timed]:
+) -> tuple[np.ndarray, dict[str, Any]]:
     """Run eager (the reference output) and compile with torch.compile (its first call timed); returns the
-    reference and the peers' timed calls (`ours` left for the caller)."""
+    reference and the peers' timed calls by name ("eager", and "compiled" where it ran)."""
     import torch
 
     device = "cuda" if target == "cuda" else "cpu"
@@ -152,7 +143,7 @@ def run_torch(
 
         return call
 
-    timed = Timed(ours=None, eager=calls(m.torch))
+    timed = {"eager": calls(m.torch)}
     with torch.no_grad():
         ref = m.torch(**tx).cpu().numpy()
         if compile_too:
@@ -163,22 +154,21 @@ def run_torch(
             row.compile_s = time.perf_counter() - t0
             if not np.allclose(out, ref, rtol=m.rtol, atol=m.atol):
                 row.notes.append("torch.compile's output differs from eager's")
-            timed.compiled = calls(fn)
+            timed["compiled"] = calls(fn)
     return ref, timed
 
 
-def time_rounds(row: Row, timed: Timed, repeat: int, rounds: int) -> None:
-    """Ours, eager and compiled timed back to back, `rounds` times: each time the median of its rounds'
-    medians, each ratio the median of its rounds' ratios."""
-    ms: dict[str, list[float]] = {"ours": [], "eager": [], "compiled": []}
+def time_rounds(row: Row, calls: dict[str, Any], repeat: int, rounds: int) -> None:
+    """The calls ("ours" first, then the peers) timed back to back, `rounds` times: each time the median of its
+    rounds' medians, each peer's ratio the median of its rounds' ratios."""
+    ms: dict[str, list[float]] = {name: [] for name in calls}
     for _ in range(max(1, rounds)):
-        for peer in ms:
-            if (fn := getattr(timed, peer)) is not None:
-                ms[peer].append(median_ms(fn, repeat))
+        for name, fn in calls.items():
+            ms[name].append(median_ms(fn, repeat))
         time.sleep(PAUSE_S)
     row.ours_ms = statistics.median(ms["ours"])
     for peer in ("eager", "compiled"):
-        if ms[peer]:
+        if peer in ms:
             setattr(row, f"{peer}_ms", statistics.median(ms[peer]))
             setattr(row, f"x_{peer}", statistics.median(p / o for p, o in zip(ms[peer], ms["ours"])))
 
@@ -304,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
             ours.append(None)
             row.error = f"{type(e).__name__}: {e}"
             progress("".join(traceback.format_exception_only(e)).strip())
-    peers: list[Timed | None] = []
+    peers: list[dict[str, Any] | None] = []
     for m, row, got in zip(models, rows, ours):
         x = m.inputs()
         progress(f"{m.name}: torch")
@@ -322,8 +312,7 @@ def main(argv: list[str] | None = None) -> int:
         if got is None or timed is None:
             continue
         progress(f"{m.name}: timing ({args.rounds} interleaved rounds)")
-        timed.ours = got[1]
-        time_rounds(row, timed, args.repeat, args.rounds)
+        time_rounds(row, {"ours": got[1], **timed}, args.repeat, args.rounds)
         progress(
             f"{m.name}: ours {fmt(row.ours_ms, '.3f')} ms (estimate {fmt(row.estimate_ms, '.3f')}), eager "
             f"{fmt(row.eager_ms, '.3f')} ms, compiled {fmt(row.compiled_ms, '.3f')} ms"
