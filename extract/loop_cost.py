@@ -103,8 +103,12 @@ GATE_CYCLES = 2.0  # the branch (or select) around a gated load
 # FMA (9 loads, 16 FMAs of twice the width), where 0.5 cycles a load priced the first 4% faster. On Emerald
 # Rapids, GEMM 128x768 @ 768x2304: a 16x16 tile (16 broadcasts and one vector a k step, 16 FMAs) ran 1.27x slower
 # than 8x32 (8 and 2, 16 FMAs), 10.1 cycles a step against 8 at 0.6; at 0.55 the 16x16 tile tied and won on code
-# (GPT-2 block T=128: 21.1 -> 18.1 ms with its two 16x16 GEMMs 8x32)
-SCALAR_LOAD_EXTRA = 0.1
+# (GPT-2 block T=128: 21.1 -> 18.1 ms with its two 16x16 GEMMs 8x32). 0.85 on Emerald Rapids: a 3x3 convolution
+# tile of 16 channels x 14 pixels (14 broadcasts and one vector a step, 14 FMAs) ran 1.40-1.47x slower than 32 x 7
+# (7 and 2, 14 FMAs), which 0.6 priced 1-2% faster (in-process A/B: ResNet downsampling block 13.9 -> 10.1 ms,
+# block 2x128x28 4.7 -> 3.5); the 16x16 GEMM and attention tiles that still tied at 0.6 go 8 x 32 or 32 x 8 too
+# (GPT-2 blocks T=64 and T=256 1.08x and 1.11x, MLP 64x512 1.12x, the dense chains 1.04-1.23x), no program slower
+SCALAR_LOAD_EXTRA = 0.35
 # the share of the lesser of compute and memory time that does not hide behind the other. Measured: a ResNet
 # downsampling block's fused kernel with channel tiles outside the batch loop, level with batch outside by compute
 # alone, ran 7.3 ms against 5.4, re-reading its inputs for every tile; at 0.15 the block runs 10.5 -> 7.8 ms and
