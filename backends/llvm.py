@@ -362,7 +362,7 @@ def coslice_chunk(producer: UOp, consumer: UOp, threads: int, auto_parallel: boo
 
 # ---- values and scopes -------------------------------------------------------------------------------
 
-VECTOR_LANES = (2, 4, 8, 16, 32, 64)  # lane counts an item's float32 values outside REDUCE bodies are vectors of
+VECTOR_LANES = (2, 4, 8, 16, 32, 64, 128)  # lane counts an item's float32 values outside REDUCE bodies are vectors of
 _VECTOR_UNARY = {Ops.EXP2: "", Ops.RECIP: "", Ops.SQRT: "sqrt", Ops.TRUNC: "trunc"}
 _VECTOR_BINARY = {Ops.ADD: "fadd", Ops.MUL: "fmul", Ops.FDIV: "fdiv", Ops.MAX: ""}
 

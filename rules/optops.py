@@ -107,18 +107,23 @@ def _parts(key: str, outer: str, inner: str, outer_bound: str = "(/ n f)") -> li
 SPLIT_IDENTITY = f"(union r (ADD {IX} (MUL {IX} ro {ik('f')}) ri))"  # r == outer*f + inner
 
 
-def _split_rule(rs: RuleSet, name: str, binder: str, kind: str, inner: str, keyc: str, pos: int, odd: bool = False) -> None:
+def _split_rule(
+    rs: RuleSet, name: str, binder: str, kind: str, inner: str, keyc: str, pos: int, odd: bool = False, wide: bool = False
+) -> None:
     """Split the range at position `pos` of the binder's range list (after its body). `odd`: the factors of
-    kind `<inner>-odd`, tried only on ranges that 8 does not divide (a row of 28 pixels: 7 or 14). Never the
-    whole range: its outer part of one iteration is 0, so the inner part is proved equal to the range itself
-    and the loop nest binds the same range twice."""
+    kind `<inner>-odd`, tried only on ranges that 8 does not divide (a row of 28 pixels: 7 or 14). `wide`: the
+    factors of kind `<inner>-wide`, tried only on a binder's one and only range (a matrix-vector product's
+    columns: 128 a step of its rows). Never the whole range: its outer part of one iteration is 0, so the inner
+    part is proved equal to the range itself and the loop nest binds the same range twice."""
     before = [f"x{i}" for i in range(pos)]
-    e = _binder(binder, "body", _nest(before, "(UCons r rest)"))
-    e_new = _binder(binder, "body", _nest(before, "(UCons ro (UCons ri rest))"))
-    fact = [f'(split-factor "{inner}-odd" f)', "(!= (% n 8) 0)"] if odd else [f'(split-factor "{inner}" f)']
+    rest = "(UNil)" if wide else "rest"
+    e = _binder(binder, "body", _nest(before, f"(UCons r {rest})"))
+    e_new = _binder(binder, "body", _nest(before, f"(UCons ro (UCons ri {rest}))"))
+    variant = "-odd" if odd else "-wide" if wide else ""
+    fact = [f'(split-factor "{inner}-odd" f)', "(!= (% n 8) 0)"] if odd else [f'(split-factor "{inner}{variant}" f)']
     rule(
         rs,
-        f"split-{name}{'-odd' if odd else ''}-{pos}",
+        f"split-{name}{variant}-{pos}",
         [
             f"(= e {e})",
             f'(= r (RANGE {IX} key "{kind}" (CONST {IX} (I n))))',
@@ -132,7 +137,7 @@ def _split_rule(rs: RuleSet, name: str, binder: str, kind: str, inner: str, keyc
         check="structural",
         doc=f"range {pos} of a {binder} split by f: outer part keeps its AxisType, inner part becomes "
         f"{name.upper()} (r == outer*f + inner, proved in tests/test_optops.py)"
-        + ("; for ranges 8 does not divide" if odd else ""),
+        + ("; for ranges 8 does not divide" if odd else "; for a binder's only range" if wide else ""),
     )
 
 
@@ -410,6 +415,7 @@ def build() -> dict[str, RuleSet]:
             _split_rule(rs(inner), name, binder, kind, inner, keyc, pos)
             if inner == "u":
                 _split_rule(rs("u-odd"), name, binder, kind, inner, keyc, pos, odd=True)
+    _split_rule(rs("u-wide"), "upcast", "END", "L", "u", "RKOut", 0, wide=True)
     for name, binder, inner in PADS:
         for pos in range(MAX_POSITION):
             if binder == "END":
@@ -446,10 +452,19 @@ RULES = [r for rs in OPTOPS.values() for r in rs.rules]
 # tiles are 8 to 32 copies along an axis (rows of a tile, or one to two AVX-512 vectors of columns; 4 added nothing
 # and doubled the ranking time), or 7 and 14 where 8 does not divide the range (a convolution's rows of 28 or 14
 # pixels beside a vector of output channels), swap puts a GEMM's column panel outside its rows (the panel stays in L2), and
-# Padto pads a tile axis to 8 or 32 when neither divides it. The reference interpreter gains nothing from a
-# schedule.
+# Padto pads a tile axis to 8 or 32 when neither divides it; an output of one range (a matrix-vector product,
+# whose every step of the reduction moves a page down its rows) is also tiled 64 or 128 wide. The reference
+# interpreter gains nothing from a schedule.
 SPLIT_FACTORS: dict[str, dict[str, tuple[int, ...]]] = {
-    "llvm": {"u": (8, 16, 32), "u-odd": (7, 14), "r": (4,), "acc": (16, 32), "pad-u": (8, 32), "swap": (1,)},
+    "llvm": {
+        "u": (8, 16, 32),
+        "u-odd": (7, 14),
+        "u-wide": (64, 128),
+        "r": (4,),
+        "acc": (16, 32),
+        "pad-u": (8, 32),
+        "swap": (1,),
+    },
     "cuda": {"l": (64, 256), "G": (256,), "u": (4,), "pad-l": (256,), "pad-G": (256,), "swap": (1,), "tc": (16,)},
     "reference": {},
 }

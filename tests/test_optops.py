@@ -431,3 +431,23 @@ def test_tiles_of_7_and_14_only_where_8_does_not_divide(rows: int, odd: set[str]
     for s, p in alts:
         if any(t in s for t in ("7u", "14u")):
             np.testing.assert_allclose(p(a=av, b=bv), av @ bv, rtol=1e-4, atol=1e-4, err_msg=s)
+
+
+def test_wide_tiles_only_for_a_binders_only_range() -> None:
+    """The LLVM target's wide register tiles (SPLIT_FACTORS "u-wide", 64 and 128 columns) split an output of one
+    range (a matrix-vector product: each step of its reduction moves down a row, a page at a time), never one of
+    a GEMM's two; the wide schedules compute the product (numpy), and the matrix-vector product's estimate ranks a
+    wide one first (fewer steps down the rows for the same columns)."""
+    assert SPLIT_FACTORS["llvm"]["u-wide"] == (64, 128)
+    x, w = Tensor.empty((1, 256), dtype="float32", name="x"), Tensor.empty((256, 1024), dtype="float32", name="w")
+    alts: list[tuple[str, Program]] = []
+    prog = optimize(x @ w, target="llvm", alternatives=alts)
+    wide = [(s, p) for s, p in alts if "128u" in s or "64u" in s]
+    assert wide and any(t in prog.kernels[0].schedule for t in ("64u", "128u")), [s for s, _ in alts]
+    xv, wv = rand_array((1, 256), seed=3), rand_array((256, 1024), seed=4)
+    for s, p in wide:
+        np.testing.assert_allclose(p(x=xv, w=wv), xv @ wv, rtol=1e-4, atol=1e-4, err_msg=s)
+    a, b = Tensor.empty((16, 256), dtype="float32", name="a"), Tensor.empty((256, 1024), dtype="float32", name="b")
+    gemm: list[tuple[str, Program]] = []
+    optimize(a @ b, target="llvm", alternatives=gemm)
+    assert not [s for s, _ in gemm if "128u" in s or "64u" in s]

@@ -692,7 +692,7 @@ def stride(idx: UOp, r: UOp) -> int | None:
     return None
 
 
-MAX_ACC_LANES = 64  # the widest vector of accumulators a REDUCE keeps along one unrolled axis
+MAX_ACC_LANES = 128  # the widest vector of accumulators a REDUCE keeps along one unrolled axis
 
 
 def _loads_contiguous(body: UOp, r: UOp) -> bool:
