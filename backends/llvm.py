@@ -117,7 +117,15 @@ from egraph_compiler.ir.uop import UOp
 from egraph_compiler.kernel import disk_cache
 from egraph_compiler.kernel.analysis import Cond, RangeDeps, guards, index_of, range_size, store_items, value_order
 from egraph_compiler.kernel.cpu_target import CPUTarget, cpu_target, host_cpu
-from egraph_compiler.kernel.program import HostBuffers, Kernel, Program, accumulator_axis, buffer_of, stride
+from egraph_compiler.kernel.program import (
+    HostBuffers,
+    Kernel,
+    Program,
+    accumulator_axis,
+    buffer_of,
+    linear_terms,
+    stride,
+)
 
 UNROLLED = frozenset({AxisType.UPCAST, AxisType.UNROLL})
 MASKED_LOAD_DTYPES = frozenset(
@@ -306,28 +314,17 @@ def _pick_parallel(st: UOp, loops: list[UOp], threads: int, auto: bool) -> UOp |
 COSLICE_BYTES = 128 * 1024  # a chunk of a producer's output, read back from L2 beside the consumer's other operands
 
 
-def _coefficient(idx: UOp, r: UOp) -> int | None:
-    """The constant c with idx = c * r + (terms without r), or None where r enters otherwise."""
-    if idx is r:
-        return 1
-    if r not in idx.toposort():
-        return 0
-    if idx.op is Ops.ADD:
-        a, b = (_coefficient(x, r) for x in idx.src)
-        return None if a is None or b is None else a + b
-    if idx.op is Ops.MUL:
-        x, c = idx.src if idx.src[1].op is Ops.CONST else idx.src[::-1]
-        if c.op is Ops.CONST and (k := _coefficient(x, r)) is not None:
-            return k * int(c.arg)
-    return None
-
-
 def _block(idx: UOp | None, r: UOp) -> int | None:
-    """S where idx = S * r + rest with 0 <= rest < S: each step of r addresses its own block of S elements."""
-    if idx is None or (s := _coefficient(idx, r)) is None or s <= 0:
+    """S where idx = S * r + rest, linear in its ranges, with 0 <= rest < S: each step of r addresses its own block
+    of S elements."""
+    terms = None if idx is None else linear_terms(idx)
+    if terms is None or (s := terms.get(r, 0)) <= 0:
         return None
-    rest = idx.substitute({r: UOp.const(0, r.dtype)})
-    return s if rest.vmin >= 0 and rest.vmax < s else None
+    lo = hi = terms.get(None, 0)
+    for k, c in terms.items():
+        if k is not None and k is not r:
+            lo, hi = lo + min(0, c * (range_size(k) - 1)), hi + max(0, c * (range_size(k) - 1))
+    return s if lo >= 0 and hi < s else None
 
 
 def coslice_chunk(producer: UOp, consumer: UOp, threads: int, auto_parallel: bool) -> int | None:
@@ -1754,6 +1751,16 @@ class _Runner:
             extra = f", ptr {scratch}" if scratch else ""
             return f"  call void inttoptr (i64 {fn} to ptr)({', '.join(args)}, i64 {lo}, i64 {hi}{extra})"
 
+        def bounds(n: int, parts: int) -> list[str]:
+            """[%lo, %hi): the slice of [0, n) that part %part of `parts` runs."""
+            return [
+                f"  %x = mul i64 %part, {n}",
+                f"  %lo = udiv i64 %x, {parts}",
+                "  %part1 = add i64 %part, 1",
+                f"  %y = mul i64 %part1, {n}",
+                f"  %hi = udiv i64 %y, {parts}",
+            ]
+
         def sliced(c: LLVMCompiled, fn: int, n: int, off: int | None, body: list[str], have: dict[str, str]) -> None:
             """fn over [0, n): directly when one slice does, else as a pool task of min(threads, n) parts."""
             parts = min(c.threads, n)
@@ -1766,13 +1773,7 @@ class _Runner:
                 return
             t: list[str] = [f"define internal void @t{len(tasks)}(ptr %a, i64 %part) {{", "entry:"]
             args = loads(c, t, {})
-            t += [
-                f"  %x = mul i64 %part, {n}",
-                f"  %lo = udiv i64 %x, {parts}",
-                "  %part1 = add i64 %part, 1",
-                f"  %y = mul i64 %part1, {n}",
-                f"  %hi = udiv i64 %y, {parts}",
-            ]
+            t += bounds(n, parts)
             sp = None
             if off is not None:
                 t += [
@@ -1795,12 +1796,8 @@ class _Runner:
             t = [f"define internal void @t{len(tasks)}(ptr %a, i64 %part) {{", "entry:"]
             mine: dict[str, str] = {}
             args = [loads(c, t, mine) for c in pair]
+            t += bounds(n, parts)
             t += [
-                f"  %x = mul i64 %part, {n}",
-                f"  %lo = udiv i64 %x, {parts}",
-                "  %part1 = add i64 %part, 1",
-                f"  %y = mul i64 %part1, {n}",
-                f"  %hi = udiv i64 %y, {parts}",
                 "  br label %head",
                 "head:",
                 "  %c = phi i64 [ %lo, %entry ], [ %e, %body ]",

@@ -677,7 +677,7 @@ def stride(idx: UOp, r: UOp) -> int | None:
         if c.op is Ops.CONST and (s := stride(x, r)) is not None:
             return s * int(c.arg)
     if idx.op in (Ops.MOD, Ops.IDIV) and idx.src[1].op is Ops.CONST and r.src[0].op is Ops.CONST:
-        terms = _linear(idx.src[0])
+        terms = linear_terms(idx.src[0])
         n, span = int(idx.src[1].arg), terms.get(r, 0) * int(r.src[0].arg) if terms is not None else 0
         if (
             terms is not None
@@ -747,20 +747,20 @@ def accumulator_axis(reduce: UOp, outer: list[UOp], store_contiguous: frozenset[
     return max(better, key=lambda r: (r in store_contiguous, int(r.src[0].arg), first.get(r, -1)))
 
 
-def _linear(e: UOp) -> dict[UOp | None, int] | None:
+def linear_terms(e: UOp) -> dict[UOp | None, int] | None:
     """e as coefficients of its ranges (None: the constant term), if it is a linear combination of them."""
     if e.op is Ops.RANGE:
         return {e: 1}
     if e.op is Ops.CONST and isinstance(e.arg, int):
         return {None: e.arg}
     if e.op is Ops.ADD:
-        a, b = _linear(e.src[0]), _linear(e.src[1])
+        a, b = linear_terms(e.src[0]), linear_terms(e.src[1])
         if a is None or b is None:
             return None
         return {k: a.get(k, 0) + b.get(k, 0) for k in a.keys() | b.keys()}
     if e.op is Ops.MUL:
         x, c = e.src if e.src[1].op is Ops.CONST else e.src[::-1]
-        if c.op is Ops.CONST and isinstance(c.arg, int) and (t := _linear(x)) is not None:
+        if c.op is Ops.CONST and isinstance(c.arg, int) and (t := linear_terms(x)) is not None:
             return {k: v * c.arg for k, v in t.items()}
     return None
 
