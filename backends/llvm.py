@@ -360,8 +360,9 @@ def coslice_chunk(producer: UOp, consumer: UOp, threads: int, auto_parallel: boo
 # ---- values and scopes -------------------------------------------------------------------------------
 
 VECTOR_LANES = (2, 4, 8, 16, 32, 64, 128)  # lane counts an item's float32 values outside REDUCE bodies are vectors of
-_VECTOR_UNARY = {Ops.EXP2: "", Ops.RECIP: "", Ops.SQRT: "sqrt", Ops.TRUNC: "trunc"}
-_VECTOR_BINARY = {Ops.ADD: "fadd", Ops.MUL: "fmul", Ops.FDIV: "fdiv", Ops.MAX: ""}
+_VECTOR_INTRINSICS = {Ops.SQRT: "sqrt", Ops.TRUNC: "trunc"}  # one LLVM intrinsic on a vector
+_VECTOR_INSTRUCTIONS = {Ops.ADD: "fadd", Ops.MUL: "fmul", Ops.FDIV: "fdiv"}  # one LLVM instruction on a vector
+_VECTOR_OPS = frozenset({*_VECTOR_INTRINSICS, *_VECTOR_INSTRUCTIONS, Ops.MAX, Ops.EXP2, Ops.RECIP})
 
 
 def _vectorizable(u: UOp) -> bool:
@@ -373,7 +374,7 @@ def _vectorizable(u: UOp) -> bool:
         return all(s.dtype is f32 for s in u.src)
     if u.op is Ops.WHERE:
         return u.src[0].dtype.is_bool and u.dtype is f32 and all(s.dtype is f32 for s in u.src[1:])
-    return u.dtype is f32 and (u.op in _VECTOR_UNARY or u.op in _VECTOR_BINARY) and all(s.dtype is f32 for s in u.src)
+    return u.dtype is f32 and u.op in _VECTOR_OPS and all(s.dtype is f32 for s in u.src)
 
 
 @dataclass(frozen=True)
@@ -1196,9 +1197,9 @@ class _Alu:
             return self.exp2_f32(f, a[0], n), vt
         if op is Ops.RECIP:
             return f.ins(f"fdiv {vt} splat (float {_fhex(1.0, 'float')}), {a[0]}"), vt
-        if op in _VECTOR_UNARY:
-            return self.call(f, _VECTOR_UNARY[op], vt, a[0]), vt
-        return f.ins(f"{_VECTOR_BINARY[op]} {self.fl()}{vt} {a[0]}, {a[1]}"), vt
+        if op in _VECTOR_INTRINSICS:
+            return self.call(f, _VECTOR_INTRINSICS[op], vt, a[0]), vt
+        return f.ins(f"{_VECTOR_INSTRUCTIONS[op]} {self.fl()}{vt} {a[0]}, {a[1]}"), vt
 
     def unary(self, f: _Fn, op: Ops, d: DType, x: str) -> str:
         ty = reg_ty(d)
@@ -1903,7 +1904,10 @@ class LLVMBackend(HostBuffers):
         cosliced: dict[int, int] = {}
         kernels = program.kernels
         for i in range(len(kernels) - 1):
-            if i - 1 in cosliced:
+            # the compiled kernels already tell one parallel item each of one trip count: only such pairs are
+            # analysed (the analysis walks both ASTs: 10-20 ms a pair, GPT-2's first call 0.2 s for all of them)
+            one = compiled[i].parallel
+            if i - 1 in cosliced or len(one) != 1 or one[0] is None or compiled[i + 1].parallel != one:
                 continue
             chunk = coslice_chunk(kernels[i].ast, kernels[i + 1].ast, self.threads, self.auto_parallel)
             if chunk is not None:
