@@ -120,7 +120,7 @@ def _split_rule(
     e = _binder(binder, "body", _nest(before, f"(UCons r {rest})"))
     e_new = _binder(binder, "body", _nest(before, f"(UCons ro (UCons ri {rest}))"))
     variant = "-odd" if odd else "-wide" if wide else ""
-    fact = [f'(split-factor "{inner}-odd" f)', "(!= (% n 8) 0)"] if odd else [f'(split-factor "{inner}{variant}" f)']
+    fact = [f'(split-factor "{inner}{variant}" f)'] + (["(!= (% n 8) 0)"] if odd else [])
     rule(
         rs,
         f"split-{name}{variant}-{pos}",
