@@ -53,6 +53,7 @@ from egraph_compiler.extract.schedule import (
     KernelSchedule,
     Overridden,
     ScheduleSpace,
+    binder_order,
     extracted_kernel,
     rank_kernel,
     rank_like,
@@ -245,6 +246,8 @@ class _Search:
         self.decoded: dict[tuple[int, frozenset[str]], dict[tuple[int, ...], Candidate | None]] = {}  # by rank_kernel
         # (kernel shape, quick?) -> the first ranking of that shape, and its schedule space
         self.donors: dict[tuple[object, bool], tuple[KernelSchedule, ScheduleSpace]] = {}
+        # (schedule class, REDUCE classes in its kernel) -> its binders, best first in the last full ranking
+        self.prior: dict[tuple[int, int], list[ENode]] = {}
 
     def choice(self, mat: frozenset[str]) -> dict[int, ENode]:
         """The loads (and their AFTER nodes) that materialize the buffers in `mat` and the barriers."""
@@ -351,7 +354,11 @@ class _Search:
             ks = rank_like(ex, sink, self.decode, self.replay_model, space, *donor, top)
         if ks is None:
             decoded = self.decoded.setdefault((sink, loaded), {})
-            ks = rank_kernel(self.view, ex, sink, self.decode, self.model, quick, space, decoded, deadline=self.deadline)
+            ks = rank_kernel(
+                self.view, ex, sink, self.decode, self.model, quick, space, decoded, deadline=self.deadline, prior=self.prior
+            )
+            if not quick:
+                self.prior.update(binder_order(ks, space.alts))
             if shape is not None:
                 self.donors.setdefault((shape, quick), (ks, space))
         self.rankings[(sink, loaded, quick)] = ks

@@ -18,7 +18,7 @@ import functools
 import itertools
 import math
 import time
-from collections.abc import Callable, Container, Iterator, Mapping
+from collections.abc import Callable, Container, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -44,6 +44,7 @@ QUICK_COMBINATIONS = 24  # a quick ranking (a fusion trial) enumerates fewer com
 CODE_TIE = 0.05  # schedules within 5% of the best, their compute within 5% of its time: the least code is chosen
 DESCENT_ROUNDS = 3  # ... and runs one round of coordinate descent, not three
 REPLAYED = 8  # a kernel shaped like one ranked before: its best schedules are tried, no others
+QUICK_PRIOR = 6  # a quick ranking tries the binders of a schedule class that did best in its last full ranking
 
 
 class Choices(Protocol):
@@ -581,9 +582,14 @@ def rank_kernel(
     evaluated: dict[tuple[int, ...], Candidate | None] | None = None,
     hurried: bool = False,
     deadline: float | None = None,
+    prior: Mapping[tuple[int, int], Sequence[ENode]] | None = None,
 ) -> KernelSchedule:
     """The kernel's schedules ranked by estimate. `quick` (fusion trials): every combination only up to
-    QUICK_COMBINATIONS, else one round of coordinate descent from the extraction's choice. `evaluated`: the
+    QUICK_COMBINATIONS, else one round of coordinate descent from the extraction's choice. `prior` ((schedule
+    class, REDUCE classes in its kernel) -> its binders, best first in a full ranking of such a kernel) narrows
+    a quick ranking to the QUICK_PRIOR best binders of each class it knows: a fusion trial's kernel keeps the
+    schedule classes of the kernels it merges, and a class's best loop nests stay the best while its kernel
+    nests as many REDUCEs (an elementwise kernel's best tiles are not those it needs once a GEMM is fused in). `evaluated`: the
     candidates decoded so far, by their binders (coordinate descent comes back to the same choices, and a full
     ranking to a quick one's), filled in. `hurried` (the caller's time is up): the extraction's loop nest and
     a guess per cap of HURRIED_CAPS (see _guess) alone; the extraction's nest is rarely vectorized, and GEMMs
@@ -591,6 +597,9 @@ def rank_kernel(
     those first, then the search until that perf_counter time (a ranking stops where it is then)."""
     space = space or ScheduleSpace(view, ex, sink)
     alts = space.alts
+    if quick and prior:
+        reduces = reduce_classes(alts)
+        alts = {c: narrowed(ns, prior.get((c, reduces), ())) for c, ns in alts.items()}
     evaluated = {} if evaluated is None else evaluated
     candidate = _decoder(ex, sink, decode, model, space.variant)
     evaluate = _Evaluations(view, ex, sink, model, alts, candidate, evaluated)
@@ -609,6 +618,31 @@ def rank_kernel(
     viable = [c for c in found if math.isfinite(c.estimate.seconds)]  # e.g. not unrolled beyond reason
     found = viable or found or [c for c in [evaluate({}, prefilter=False)] if c is not None]
     return _ranked(sink, found, model)
+
+
+def narrowed(offered: list[ENode], best_first: Sequence[ENode]) -> list[ENode]:
+    """The QUICK_PRIOR binders of `best_first` that are `offered` (all of `offered` where none is)."""
+    ids = {id(n) for n in offered}
+    known = [n for n in best_first if id(n) in ids][:QUICK_PRIOR]
+    return known or offered
+
+
+def reduce_classes(alts: Mapping[int, list[ENode]]) -> int:
+    """How many of a kernel's schedule classes are REDUCEs."""
+    return sum(1 for ns in alts.values() if ns and ns[0].fn == "REDUCE")
+
+
+def binder_order(ks: KernelSchedule, alts: Mapping[int, list[ENode]]) -> dict[tuple[int, int], list[ENode]]:
+    """(schedule class, the kernel's REDUCE classes) -> the class's binders in the order of the ranking's best
+    candidate using each (the prior of rank_kernel)."""
+    reduces = reduce_classes(alts)
+    out: dict[tuple[int, int], list[ENode]] = {}
+    for cand in ks.ranked:
+        for c, n in cand.choice.items():
+            order = out.setdefault((c, reduces), [])
+            if all(m is not n for m in order):
+                order.append(n)
+    return out
 
 
 def rank_like(

@@ -267,6 +267,34 @@ def test_repeated_layers_replay_one_ranking(monkeypatch: pytest.MonkeyPatch) -> 
     np.testing.assert_allclose(prog(**x), ref, rtol=1e-4, atol=1e-5 * np.abs(ref).max())
 
 
+def test_fusion_trials_narrowed_to_the_best_binders_choose_what_trying_all_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A trial's quick ranking tries, of each schedule class, the binders that did best in the class's last full
+    ranking with as many REDUCEs (schedule.QUICK_PRIOR): an MLP block chooses the same fusions and schedules as
+    with every binder tried, and decodes fewer candidates."""
+    from egraph_compiler.extract import fusion, schedule
+
+    x, w1, w2 = E(32, 64, name="x"), E(64, 256, name="w1"), E(256, 64, name="w2")
+    t = ((x @ w1).gelu() @ w2 + x).layernorm()
+    estimated = 0
+    estimate = schedule.estimate
+
+    def counted(*a: object) -> object:
+        nonlocal estimated
+        estimated += 1
+        return estimate(*a)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(schedule, "estimate", counted)
+    narrowed = optimize(t, target="llvm", cache=False)
+    narrow_count, estimated = estimated, 0
+    monkeypatch.setattr(fusion, "binder_order", lambda *a: {})  # no prior: every trial tries every binder
+    every = optimize(t, target="llvm", cache=False)
+    for key in ("decisions", "chosen_s", "baseline_s"):
+        assert _fusion(narrowed)[key] == _fusion(every)[key], key
+    assert [s["chosen"] for s in narrowed.report.extra["schedules"]] == [s["chosen"] for s in every.report.extra["schedules"]]
+    assert narrow_count < estimated, (narrow_count, estimated)
+    _check(t)
+
+
 @pytest.mark.parametrize("name", ["softmax", "layernorm"])
 def test_row_reductions_fuse_into_one_kernel(name: str) -> None:
     """A broadcast reduce hoisted out of the inner loop is cheaper inline than its own kernel with a store and a

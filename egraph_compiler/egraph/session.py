@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 
+from egraph_compiler.egraph import bindings as egglog_bindings
 from egraph_compiler.egraph.dsl import RuleSet
 from egraph_compiler.egraph.encode import Encoder, Registry
 from egraph_compiler.egraph.report import IterationStats, Report
@@ -127,9 +128,8 @@ class EGraphSession:
     ) -> None:
         """`provenance`: every rule firing stamps the op e-nodes it builds with the rule's name, and saturation
         first stamps the encoded graph's as INPUT (`producer` reads the stamps back; about twice the inserts)."""
-        from egglog import bindings  # here, not at import: a program from the compile cache needs no e-graph
-
-        self.eg = bindings.EGraph()
+        # here, not at import: a program from the compile cache needs no e-graph
+        self.eg = egglog_bindings.load().EGraph()
         self.reg = Registry()
         self.encoder = Encoder(self.reg)
         self.rulesets = {rs.name: rs for rs in rulesets}
@@ -228,18 +228,14 @@ class EGraphSession:
 
     def tree_cost(self, let_name: str) -> int:
         """egglog's own (tree, node-count) extraction cost of a bound term: a cheap progress signal."""
-        from egglog import bindings
-
         out = self._run(f"(extract {let_name})")[-1]
-        assert isinstance(out, bindings.ExtractBest)
+        assert isinstance(out, egglog_bindings.load().ExtractBest)
         return int(out.cost)
 
     def _run_counted(self, cmd: str, matches: dict[str, int]) -> tuple[bool, bool]:
         """Run one schedule, add its rule matches to `matches`; returns (updated, can_stop)."""
-        from egglog import bindings
-
         out = self._run(cmd)[-1]
-        assert isinstance(out, bindings.RunScheduleOutput)
+        assert isinstance(out, egglog_bindings.load().RunScheduleOutput)
         rep = out.report
         for k, v in rep.num_matches_per_rule.items():
             if v:
