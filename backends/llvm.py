@@ -217,6 +217,23 @@ def _in_bounds(idx: UOp | None, size: int) -> bool:
     return idx.vmin >= 0 and idx.vmax < size
 
 
+def _clamp_blocks(idx: UOp | None, size: int) -> tuple[list[tuple[UOp, int]], int] | None:
+    """An index not proven inside its buffer, split for a clamp the reduce loops do not change: its terms over
+    REDUCE ranges (positive coefficients) cover [0, span), and its other terms and the buffer's size are
+    multiples of span (a row of a padded GEMM tile: row * K + k). Then `umin(idx - t, size - span) + t` reads
+    what `umin(idx, size - 1)` does wherever idx is inside the buffer (a base inside is at most size - span),
+    and stays inside where it is not. None where the index has no such split."""
+    terms = linear_terms(idx) if idx is not None else None
+    if not terms:
+        return None
+    inner = [(r, c) for r, c in terms.items() if r is not None and r.arg[1] is AxisType.REDUCE and c > 0]
+    span = sum(c * (range_size(r) - 1) for r, c in inner) + 1
+    outer = [c for r, c in terms.items() if r is None or (r, c) not in inner]
+    if not inner or span > size or size % span or any(c % span for c in outer):
+        return None
+    return sorted(inner, key=lambda rc: str(rc[0].arg)), span
+
+
 @dataclass
 class _Item:
     """One SINK entry: the loops around one STORE."""
@@ -762,13 +779,14 @@ class _Fn:
             ):
                 return self.masked_load(u, idx, lane, axes, size, conds, alt_u)
 
+        blocks = None if safe else _clamp_blocks(idx_u, size)
+
         def one(at: dict[UOp, int]) -> str:
             i = self.to_i64(self.pick(idx, at), idx_u.dtype if idx_u is not None else dtypes.index)
             g, a = guard(at)
             if safe or g is None:
                 if not safe:  # nothing guards it: keep the address inside the buffer
-                    i = self.ins(f"call i64 @llvm.umin.i64(i64 {i}, i64 {max(size - 1, 0)})")
-                    self.kb.declare("declare i64 @llvm.umin.i64(i64, i64)")
+                    i = self.clamp(i, size, blocks)
                 p, ty, al = self.address(index, i)
                 v = self.from_mem(self.ins(f"load {ty}, ptr {p}, align {al}"), u.dtype)
                 return v if g is None else self.ins(f"select i1 {g}, {reg_ty(u.dtype)} {v}, {reg_ty(u.dtype)} {a}")
@@ -783,6 +801,21 @@ class _Fn:
             return self.ins(f"phi {reg_ty(u.dtype)} [ {v}, %{ld_end} ], [ {a}, %{pre} ]")
 
         return self.each(axes, one)
+
+    def clamp(self, i: str, size: int, blocks: tuple[list[tuple[UOp, int]], int] | None) -> str:
+        """Index `i` kept inside a buffer of `size` elements. With `blocks` (its reduce-loop terms and the span
+        they cover, see _clamp_blocks) the clamp is taken of what the loops do not change, so that LLVM hoists
+        it out of them: a padded GEMM tile's rows clamped once a row, not once per element of the reduction."""
+        self.kb.declare("declare i64 @llvm.umin.i64(i64, i64)")
+        if blocks is None:
+            return self.ins(f"call i64 @llvm.umin.i64(i64 {i}, i64 {max(size - 1, 0)})")
+        terms, span = blocks
+        inner = ""
+        for r, c in terms:
+            part = self.ins(f"mul nsw i64 {self.to_i64(self.pick(self.emit(r), {}), r.dtype)}, {c}")
+            inner = self.ins(f"add nsw i64 {inner}, {part}") if inner else part
+        base = self.ins(f"call i64 @llvm.umin.i64(i64 {self.ins(f'sub i64 {i}, {inner}')}, i64 {size - span})")
+        return self.ins(f"add nsw i64 {base}, {inner}")
 
     def masked_load(
         self,

@@ -838,6 +838,23 @@ def test_unproven_loads_of_a_padded_tile_are_masked_vector_loads() -> None:
     assert "llvm.masked.load.v16f32" in text and "umin" not in text
 
 
+@given(st.integers(1, 13), st.integers(1, 9), st.sampled_from([2, 4, 8]), st.integers(1, 3))
+def test_padded_gemm_rows_clamp_outside_the_reduction(m: int, kk: int, up: int, n: int) -> None:
+    """A GEMM tile of `up` rows over m rows (the last tile padded past the end of A): A's row loads are not
+    proven in bounds, and their clamp is taken of the row alone (umin(row * K, (m - 1) * K) + k), which the
+    reduction does not change, so LLVM hoists it out of the k loop; the products match the reference."""
+    tiles = -(-m // up)
+    a, b, y = buf("A", m * kk), buf("B", kk * n), buf("Y", m * n)
+    mo, mu = rng(tiles, 0), rng(up, 1, AxisType.UPCAST)
+    j, k = rng(n, 2), rng(kk, 3, AxisType.REDUCE)
+    row = mo * up + mu
+    ast = kernel((store(y, row * n + j, reduce(load(a, row * kk + k) * load(b, k * n + j), k), row < m), (mo, mu, j)))
+    compare(ast, {"A": rand_array((m * kk,), seed=m), "B": rand_array((kk * n,), seed=kk)})
+    text = LLVMBackend().render(Kernel.from_ast("k", ast), None)
+    if tiles * up > m and kk > 1:  # padded (and not a masked vector load): clamped, by the row's block
+        assert f"i64 {(m - 1) * kk})" in text and f"i64 {m * kk - 1})" not in text, text
+
+
 @pytest.mark.parametrize("gated", [False, True])
 def test_guarded_copies_of_a_window_are_one_masked_load(gated: bool) -> None:
     """A padded window read by an upcast tile (a convolution's padding): the guard is evaluated over the lanes
