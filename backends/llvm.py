@@ -1933,16 +1933,22 @@ class LLVMBackend(HostBuffers):
 
     def runner(self, program: Program, compiled: list[LLVMCompiled]) -> Callable[[dict[str, np.ndarray]], None]:
         """One callable that runs the program's compiled kernels in order on its placed buffers; consecutive
-        kernels that can run chunk by chunk (coslice_chunk: a packed weight and its GEMM) do."""
+        kernels that can run chunk by chunk (coslice_chunk: a packed weight and its GEMM) do, unless the memory
+        plan lets the second write bytes the first still reads (buffers of lifetimes that end at the first:
+        chunk by chunk, the second's first chunk is written before the first's last is read)."""
         cosliced: dict[int, int] = {}
         kernels = program.kernels
+        arena = program.memory_plan()
         for i in range(len(kernels) - 1):
             # the compiled kernels already tell one parallel item each of one trip count: only such pairs are
             # analysed (the analysis walks both ASTs: 10-20 ms a pair, GPT-2's first call 0.2 s for all of them)
             one = compiled[i].parallel
             if i - 1 in cosliced or len(one) != 1 or one[0] is None or compiled[i + 1].parallel != one:
                 continue
-            chunk = coslice_chunk(kernels[i].ast, kernels[i + 1].ast, self.threads, self.auto_parallel)
+            first, second = kernels[i], kernels[i + 1]
+            if arena is not None and any(arena.share_bytes(w, b) for w in second.writes for b in (*first.reads, *first.writes)):
+                continue
+            chunk = coslice_chunk(first.ast, second.ast, self.threads, self.auto_parallel)
             if chunk is not None:
                 cosliced[i] = chunk
         return _Runner(compiled, list(program.buffers), self.cpu, cosliced)

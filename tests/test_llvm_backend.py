@@ -1058,6 +1058,41 @@ def test_coslice_chunk_accepts_blockwise_reads_and_refuses_others() -> None:
     assert llvm_backend.coslice_chunk(shifted, producer, 2, True) is None  # the consumer does not read X at all
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_pair_is_not_cosliced_where_the_second_writes_bytes_the_first_still_reads(
+    threads: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The memory plan lets Y (written by the consumer, read after it) share bytes with A (read by the producer,
+    dead after it): one after the other that is safe, chunk by chunk it is not (the consumer's first chunk of
+    Y overwrites the A the producer's next chunk reads). The runner keeps such a pair apart: the reference's
+    values, where co-slicing it gave wrong ones."""
+    monkeypatch.setattr(llvm_backend, "COSLICE_BYTES", 1)
+    n, s = 6, 32768  # big enough for the kernels to run in parallel slices (small ones run whole)
+    i, i2 = rng(n * s, "i"), rng(2 * n * s, "i2")
+    p, r, q, r2 = rng(n, "p"), rng(s, "r"), rng(n, "q"), rng(s, "r2")
+    inp, a, x, y, out = buf("IN", n * s), buf("A", n * s), buf("X", n * s), buf("Y", 2 * n * s), buf("OUT", 2 * n * s)
+    kernels = [
+        kernel((store(a, i, load(inp, i) + UOp.const(1.0, F32)), (i,))),
+        kernel((store(x, p * s + r, load(a, p * s + r) * UOp.const(2.0, F32)), (p, r))),
+        kernel((store(y, q * (2 * s) + r2 * 2, load(x, q * s + r2)), (q, r2))),  # every other element of Y
+        kernel((store(out, i2, load(y, i2) + UOp.const(3.0, F32)), (i2,))),  # Y's others: the arena's zeros
+    ]
+    specs = {
+        "IN": BufferSpec("IN", F32, n * s, "input", (n * s,)),
+        **{b: BufferSpec(b, F32, n * s, "intermediate", (n * s,)) for b in ("A", "X")},
+        "Y": BufferSpec("Y", F32, 2 * n * s, "intermediate", (2 * n * s,)),
+        "OUT": BufferSpec("OUT", F32, 2 * n * s, "output", (2 * n * s,)),
+    }
+    inputs = {"IN": rand_array((n * s,), seed=10)}
+    got = []
+    for be in (LLVMBackend(threads=threads), ReferenceBackend()):
+        prog = Program([Kernel.from_ast(f"k{j}", k) for j, k in enumerate(kernels)], specs, ["IN"], ["OUT"], be, be.name)
+        got.append(np.asarray(prog(**inputs)))
+        plan = prog.memory_plan()
+        assert plan is not None and plan.share_bytes("A", "Y")  # the case: Y reuses A's bytes
+    check(got[0], got[1], rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("shift", [0, 1])
 @pytest.mark.parametrize("threads", [1, 2, 3])
 def test_cosliced_kernels_compute_what_they_compute_apart(shift: int, threads: int, monkeypatch: pytest.MonkeyPatch) -> None:

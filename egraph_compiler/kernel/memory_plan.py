@@ -10,7 +10,7 @@ offsets aligned for vector loads. The program allocates the arena once and hands
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 ALIGN = 64  # bytes: a cache line, and the widest vector the backends load
 
@@ -20,6 +20,15 @@ class ArenaPlan:
     offsets: dict[str, int]  # buffer -> byte offset in the arena
     size: int  # arena bytes
     unplanned: int  # bytes of the same buffers allocated one by one
+    sizes: dict[str, int] = field(default_factory=dict)  # buffer -> its bytes in the arena (aligned)
+
+    def share_bytes(self, a: str, b: str) -> bool:
+        """Do buffers a and b overlap in the arena (lifetimes that never meet, so kernels that run one after the
+        other may use the same bytes for both)? False where either is not in it."""
+        if a == b or a not in self.offsets or b not in self.offsets:
+            return False
+        oa, ob = self.offsets[a], self.offsets[b]
+        return oa < ob + self.sizes[b] and ob < oa + self.sizes[a]
 
 
 def lifetimes(kernels: Sequence[tuple[Iterable[str], Iterable[str]]], names: Iterable[str]) -> dict[str, tuple[int, int]]:
@@ -43,6 +52,7 @@ def plan(sizes: dict[str, int], spans: dict[str, tuple[int, int]]) -> ArenaPlan:
     whole = (min((s[0] for s in spans.values()), default=0), max((s[1] for s in spans.values()), default=0))
     placed: list[tuple[int, int, int, int]] = []  # (offset, end, first, last)
     offsets: dict[str, int] = {}
+    need_of: dict[str, int] = {}
     for name in sorted(sizes, key=lambda n: (-sizes[n], n)):
         first, last = spans.get(name, whole)
         need = _aligned(max(1, sizes[name]))
@@ -53,7 +63,7 @@ def plan(sizes: dict[str, int], spans: dict[str, tuple[int, int]]) -> ArenaPlan:
                 best, best_gap = at, o - at
             at = max(at, e)
         offset = best if best is not None else at
-        offsets[name] = offset
+        offsets[name], need_of[name] = offset, need
         placed.append((offset, offset + need, first, last))
     size = max((e for _, e, _, _ in placed), default=0)
-    return ArenaPlan(offsets, size, sum(_aligned(max(1, s)) for s in sizes.values()))
+    return ArenaPlan(offsets, size, sum(_aligned(max(1, s)) for s in sizes.values()), need_of)
