@@ -474,6 +474,9 @@ def _optimize(
     report = Report()
     try:
         program = _build(roots, names, req, lim, report, deadline, "node_limit" in given)
+        if _arena_over(program, req):  # recomputing a reduction inside another may free the bytes the limit asks
+            report = Report()
+            program = _build(roots, names, req, lim, report, deadline, "node_limit" in given, nested=True)
     except MemoryError:
         nodes = report.iterations[-1].nodes if report.iterations else 0
         raise OutOfMemory(
@@ -628,9 +631,12 @@ class _Encoded:
     barriers: set[str]
 
 
-def _encode(sess: EGraphSession, roots: list[UOp], names: list[str], packs: list[UOp], target: str, nolocals: bool) -> _Encoded:
+def _encode(
+    sess: EGraphSession, roots: list[UOp], names: list[str], packs: list[UOp], target: str, nolocals: bool, nested: bool
+) -> _Encoded:
     """Add the graph to the e-graph with the facts rangeify needs: a buffer per output, per materialization
-    candidate and per packed operand, and a let naming each output's kernel."""
+    candidate and per packed operand, and a let naming each output's kernel. `nested`: REDUCEs are offered inline
+    inside other reductions too (rules/rangeify.py `at-reduce-nested`)."""
     from egraph_compiler.rules import optops
 
     sess.add(roots)
@@ -643,6 +649,8 @@ def _encode(sess: EGraphSession, roots: list[UOp], names: list[str], packs: list
         if let not in kernel_lets.values():
             facts.cmds.append(f"(let {let} (KernelOf {sess.name_of(r)} {out_terms[r]}))")
         kernel_lets[r] = let
+    if nested:
+        facts.cmds.append("(inline-nested-reduces 1)")
     sess.run_commands("\n".join(facts.cmds + optops.split_facts(target, nolocals)))
     return _Encoded(facts, out_names, kernel_lets, candidates, barriers)
 
@@ -729,6 +737,15 @@ def _check_complete(root_classes: dict[UOp, int], ex: Extraction, report: Report
         )
 
 
+def _arena_over(program: Program, req: _Request) -> bool:
+    """Do the program's intermediates take more than the caller's memory_limit (host backends)?"""
+    if req.memory_limit is None or not isinstance(req.backend, HostStorage):
+        return False
+    program.backend = req.backend
+    arena = program.memory_plan()
+    return arena is not None and arena.size > req.memory_limit
+
+
 def _build(
     roots: list[UOp],
     names: list[str],
@@ -738,14 +755,16 @@ def _build(
     deadline: float | None = None,
     fixed_nodes: bool = False,
     every_barrier: bool = False,
+    nested: bool = False,
 ) -> Program:
     """The program for the graph: encode, saturate, extract, the fusion search and schedule ranking (and tuning),
-    decode. `every_barrier`: the graph is the default schedule already (see _why_default_schedule)."""
+    decode. `every_barrier`: the graph is the default schedule already (see _why_default_schedule); `nested`:
+    REDUCEs are offered inline inside other reductions too (a memory limit the first program did not meet)."""
     from egraph_compiler.egraph.decode import Decoder
     from egraph_compiler.egraph.view import reachable
     from egraph_compiler.extract.extractor import extract
     from egraph_compiler.extract.fusion import choose_fusion, self_loads
-    from egraph_compiler.extract.kernel_cost import KernelCost
+    from egraph_compiler.extract.kernel_cost import KernelCost, forced_loads
     from egraph_compiler.extract.schedule import cost_model_for, kernel_entry, schedule_report
     from egraph_compiler.kernel.packing import pack_operands
     from egraph_compiler.late_simplify import LateSimplifier
@@ -760,7 +779,7 @@ def _build(
     if deadline is not None and not every_barrier and deadline - t0 < INLINE_FROM * DEFAULT_S_PER_UOP * uops:
         short = f"the time limit is short for offering values inline in a graph of {uops} UOps"
         _note_default_schedule(short, report, progress)
-        return _build(barrier_every_candidate(roots), names, req, lim, report, deadline, fixed_nodes, every_barrier=True)
+        return _build(barrier_every_candidate(roots), names, req, lim, report, deadline, fixed_nodes, True, nested)
     packs: list[UOp] = []
     given = roots
     if target == "llvm":  # packed copies of GEMM and conv operands: buffers the fusion search may keep
@@ -773,7 +792,7 @@ def _build(
     reduces = 0 if fixed_nodes else sum(1 for u in toposort(roots) if u.op is Ops.REDUCE)  # a given node_limit holds
     stages = stages_for(target, nolocals, graph_depth(roots), reduces)
     with sess.scope(stages, lim):
-        enc = _encode(sess, roots, names, packs, target, nolocals)
+        enc = _encode(sess, roots, names, packs, target, nolocals, nested)
         report.add_phase("encode", time.perf_counter() - t0)
         # inline alternatives past the ceiling: every candidate gets a buffer (tinygrad's default schedule), and
         # the graph is built again with nothing to inline across them, which grows linearly
@@ -792,13 +811,24 @@ def _build(
     if why is not None:
         _note_default_schedule(why, report, progress)
         again = barrier_every_candidate(given)
-        return _build(again, names, req, lim, report, deadline, fixed_nodes, every_barrier=True)
+        return _build(again, names, req, lim, report, deadline, fixed_nodes, True, nested)
     if progress is not None:
         progress(f"extracting: {view.num_classes} e-classes, {view.num_nodes} e-nodes")
     within = reachable(view, root_classes.values(), sess.unextractable)  # what programs can be made of
     never = self_loads(view)  # a kernel's stored value as a load of its own buffer
-    model = KernelCost(view, sess.unextractable, loads_from=frozenset(enc.barriers), within=within, never=never)
+    model = KernelCost(
+        view,
+        sess.unextractable,
+        loads_from=frozenset(enc.barriers),
+        undecided=tuple(enc.candidates),
+        within=within,
+        never=never,
+    )
     ex = extract(view, model, within=within)  # everything inline but CONTIGUOUS: the fusion search adds the loads
+    # buffers read where the e-graph offers no inline alternative (a REDUCE inside another reduction's loop) are
+    # barriers too: the search never tries to fuse them away
+    forced = forced_loads(view, ex.chosen, list(root_classes.values()), enc.barriers)
+    barriers, candidates = enc.barriers | forced, {b: c for b, c in enc.candidates.items() if b not in forced}
     report.add_phase("extract", time.perf_counter() - t1)
     t2 = time.perf_counter()
     _check_complete(root_classes, ex, report)
@@ -807,15 +837,15 @@ def _build(
     cost_model = cost_model_for(target, _cpu_of(backend, target), getattr(backend, "renders", None))
     report.extra["machine"] = cost_model.machine
     if progress is not None:
-        progress(f"fusion search: {len(enc.candidates)} buffers the baseline materializes, {lim.search_time:g} s of trials")
+        progress(f"fusion search: {len(candidates)} buffers the baseline materializes, {lim.search_time:g} s of trials")
     fused = choose_fusion(
         view,
         ex,
         list(root_classes.values()),
         lambda c, choose, memo: late(Decoder(view, choose, reg, rkey=_range_key, own_kernel=True, memo=memo).decode(c)),
         cost_model,
-        enc.candidates,
-        enc.barriers,
+        candidates,
+        barriers,
         lim.search_time,
         progress,
         deadline,

@@ -15,6 +15,7 @@ that is used in many places competes with materializing it once.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from egraph_compiler.egraph.schema import EGG_TO_OP
@@ -24,6 +25,10 @@ from egraph_compiler.ir.dtypes import to_dtype
 from egraph_compiler.ir.ops import OP_TABLE, Category, Ops
 
 INF = math.inf
+# a load of a buffer the fusion search decides about (not a barrier): the first extraction takes every value inline
+# where the e-graph offers it, and such a load only where it offers nothing else (a REDUCE read inside another
+# reduction's loop, see rules/rangeify.py `at-reduce`): those buffers are then always materialized (`forced_loads`)
+UNDECIDED_LOAD = 1e12
 Footprint = frozenset[int]
 EMPTY: Footprint = frozenset()
 
@@ -52,6 +57,24 @@ def _buffer_name(view: EGraphView, after: ENode) -> str | None:
     """The name of the buffer an AFTER(buffer, kernel) node orders."""
     head = ulist(view, after.args[-1].id)
     return next((str(n.args[1]) for n in view.nodes.get(head[0], []) if n.fn == "BUFFER"), None) if head else None
+
+
+def forced_loads(view: EGraphView, chosen: Callable[[int], ENode | None], roots: list[int], barriers: set[str]) -> set[str]:
+    """The buffers other than `barriers` that the program under `chosen` (class -> node) loads: with
+    KernelCost(loads_from=barriers), those the e-graph offers no inline alternative for somewhere."""
+    out: set[str] = set()
+    seen: set[int] = set()
+    stack = list(roots)
+    while stack:
+        c = stack.pop()
+        n = chosen(c)
+        if c in seen or n is None:
+            continue
+        seen.add(c)
+        if n.fn == "AFTER" and (name := _buffer_name(view, n)) is not None and name not in barriers:
+            out.add(name)
+        stack.extend(view.children(n))
+    return out
 
 
 def range_bounds(view: EGraphView) -> dict[int, int]:
@@ -130,9 +153,14 @@ class KernelCost:
     view: EGraphView
     unextractable: set[str] = field(default_factory=set)
     params: CPUParams = field(default_factory=CPUParams)
-    loads_from: frozenset[str] | None = None  # if given, a load from another kernel's buffer is extractable only
-    #                                            for these buffers: every other value is computed inline (the fusion
-    #                                            search decides what to materialize, extract/fusion.py)
+    loads_from: frozenset[str] | None = None  # if given, a load from another kernel's buffer costs UNDECIDED_LOAD
+    #                                            but for these buffers: every value the e-graph offers inline is
+    #                                            computed inline (the fusion search decides what to materialize,
+    #                                            extract/fusion.py)
+    # the buffers the search decides about, producers before consumers: where a read has no inline alternative,
+    # a later buffer's load costs less (the value closest to its reader is loaded, and its producers stay free
+    # to fuse into it: a GEMM's output into the GELU the next GEMM's loop reads)
+    undecided: tuple[str, ...] = ()
     within: set[int] | None = None  # the classes programs can be made of (egraph.view.reachable); default all
     never: frozenset[int] = frozenset()  # id()s of e-nodes never to extract (fusion.self_loads)
 
@@ -140,6 +168,8 @@ class KernelCost:
         self.bounds = range_bounds(self.view)
         self.fp = footprints(self.view, self.bounds, self.unextractable, within=self.within)
         self._trips: dict[int, int] = {}
+        n = max(1, len(self.undecided))
+        self._undecided_cost = {b: UNDECIDED_LOAD * (2 - i / n) for i, b in enumerate(self.undecided)}
 
     def trip(self, c: int) -> int:
         if c not in self._trips:
@@ -149,8 +179,8 @@ class KernelCost:
     def node_cost(self, n: ENode, view: EGraphView) -> float:
         if n.fn in self.unextractable or id(n) in self.never:
             return INF
-        if n.fn == "AFTER" and self.loads_from is not None and _buffer_name(view, n) not in self.loads_from:
-            return INF
+        if n.fn == "AFTER" and self.loads_from is not None and (name := _buffer_name(view, n)) not in self.loads_from:
+            return self._undecided_cost.get(name or "", 2 * UNDECIDED_LOAD)
         op = EGG_TO_OP.get(n.fn)
         if op is None:
             return 0.0

@@ -64,6 +64,9 @@ DECLARATIONS = """
 (constructor KernelOf (U U) U :unextractable)
 (relation in-buf (U U))
 (relation mat-buf (U U))
+(relation out-index (U))
+(relation out-index-list (UL))
+(relation inline-nested-reduces (i64))
 (constructor RKOut (U i64) RKey)
 (constructor RKRed (U i64) RKey)
 (function shape (U) IL :merge old)
@@ -666,11 +669,32 @@ def _movement(rs: RuleSet) -> None:
     rule(
         rs,
         "at-reduce",
-        ["(= e (At t idx g))", "(= t (REDUCE d op ax (UCons x (UNil))))", "(= sx (shape x))", "(= f (rmask t))"],
+        [
+            "(= e (At t idx g))",
+            "(= t (REDUCE d op ax (UCons x (UNil))))",
+            "(out-index-list idx)",
+            "(= sx (shape x))",
+            "(= f (rmask t))",
+        ],
         ["(union e (REDUCE d op (INil) (UCons (At x (RedIx idx sx f t 0) g) (RedRanges sx f t 0))))"],
         category="reduce",
         check="structural",
-        doc="a REDUCE read at an index becomes a loop over its reduced axes at that index",
+        doc="a REDUCE read at an index of output ranges alone becomes a loop over its reduced axes at that index",
+    )
+    rule(
+        rs,
+        "at-reduce-nested",
+        [
+            "(inline-nested-reduces 1)",
+            "(= e (At t idx g))",
+            "(= t (REDUCE d op ax (UCons x (UNil))))",
+            "(= sx (shape x))",
+            "(= f (rmask t))",
+        ],
+        ["(union e (REDUCE d op (INil) (UCons (At x (RedIx idx sx f t 0) g) (RedRanges sx f t 0))))"],
+        category="reduce",
+        check="structural",
+        doc="under a memory limit, a REDUCE read at any index (inside another reduction too) becomes a loop there",
     )
     rule(
         rs,
@@ -689,6 +713,63 @@ def _movement(rs: RuleSet) -> None:
         category="memory",
         check="structural",
         doc="a load gated by true needs no gate",
+    )
+
+
+def _contexts(rs: RuleSet) -> None:
+    """Which index expressions use output ranges alone (no reduce range): a REDUCE is offered inline only at
+    such an index. Read inside another REDUCE's loop at an index that mentions that loop's range (a matmul's
+    operand that is itself a matmul), it would be recomputed for every output element the index leaves out, and
+    each inline expansion offers the REDUCEs it reads in turn: a chain of matmuls grew its e-graph with the
+    square of its depth, for alternatives the fusion search always refused. Its buffer (`materialize`) is the
+    alternative there. Under a memory limit (`inline-nested-reduces`), recomputing is offered everywhere: it may
+    be what frees the bytes the limit asks for."""
+    c = "reduce"
+    rule(
+        rs,
+        "outindex-const",
+        [f"(= e (CONST {IX} v))"],
+        ["(out-index e)"],
+        category=c,
+        check="structural",
+        doc="a constant index uses no reduce range",
+    )
+    rule(
+        rs,
+        "outindex-range",
+        [f'(= e (RANGE {IX} (RKOut t k) "L" n))'],
+        ["(out-index e)"],
+        category=c,
+        check="structural",
+        doc="an output range is an output range",
+    )
+    for op in ("ADD", "MUL", "IDIV", "MOD"):
+        rule(
+            rs,
+            f"outindex-{op.lower()}",
+            [f"(= e ({op} {IX} a b))", "(out-index a)", "(out-index b)"],
+            ["(out-index e)"],
+            category=c,
+            check="structural",
+            doc=f"{op} of indices that use output ranges alone uses output ranges alone",
+        )
+    rule(
+        rs,
+        "outindex-nil",
+        ["(= e (UNil))"],
+        ["(out-index-list e)"],
+        category=c,
+        check="structural",
+        doc="an empty index list uses no reduce range",
+    )
+    rule(
+        rs,
+        "outindex-cons",
+        ["(= e (UCons i r))", "(out-index i)", "(out-index-list r)"],
+        ["(out-index-list e)"],
+        category=c,
+        check="structural",
+        doc="an index list uses output ranges alone when its head and tail do",
     )
 
 
@@ -735,6 +816,7 @@ def build() -> RuleSet:
     _index_helpers(rs)
     _ranges(rs)
     _movement(rs)
+    _contexts(rs)
     _kernels(rs)
     return rs
 
