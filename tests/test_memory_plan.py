@@ -124,15 +124,12 @@ def test_a_memory_limit_fuses_two_buffers_where_neither_alone_frees_any() -> Non
     x, w1, w2 = Tensor.empty(2, 8, 12, 12, name="x"), Tensor.empty(8, 8, 3, 3, name="w1"), Tensor.empty(8, 8, 3, 3, name="w2")
     t = x.conv2d(w1, padding=1).relu().conv2d(w2, padding=1) + x
     free = optimize(t, target="llvm", cache=False)
-    pads = [
-        d for d in free.report.extra["fusion"]["decisions"] if d["tensor"].startswith("PAD") and d["decision"] == "materialized"
-    ]
-    if len(pads) < 2:
-        import pytest
-
-        pytest.skip("the search fused a padded copy already: nothing to pair")
+    # the padded copies: read inside the convolutions' loops, they are buffers the search keeps (a memory limit
+    # the program does not meet builds it again with recomputing offered there: optimize's `nested`)
+    pads = [b for b in free.buffers.values() if b.kind == "intermediate" and b.shape == (2, 8, 14, 14)]
+    assert len(pads) == 2, [(b.name, b.shape) for b in free.buffers.values()]
     arena = free.report.extra["memory"]["arena_bytes"]
-    limit = arena - min(d["bytes"] for d in pads) - 1
+    limit = arena - min(b.size * 4 for b in pads) - 1
     lean = optimize(t, target="llvm", cache=False, memory_limit=limit)
     assert lean.report.extra["memory"]["arena_bytes"] <= limit
     rng = np.random.default_rng(3)
