@@ -248,6 +248,18 @@ def materialization_candidates(roots: list[UOp]) -> list[UOp]:
     return out
 
 
+def leaf_reduces(roots: list[UOp]) -> list[UOp]:
+    """The REDUCEs whose operand's graph holds no other REDUCE (rangeify offers them inline everywhere)."""
+    below: dict[UOp, bool] = {}  # does u's graph hold a REDUCE (u included)
+    out = []
+    for u in toposort(roots):
+        inner = any(below[s] for s in u.src)
+        below[u] = inner or u.op is Ops.REDUCE
+        if u.op is Ops.REDUCE and not inner:
+            out.append(u)
+    return out
+
+
 def barrier_every_candidate(roots: list[UOp]) -> list[UOp]:
     """The graph with every materialization candidate, and every output another value reads, behind a
     CONTIGUOUS barrier: each is computed once in its own kernel and loaded everywhere else, so rangeify grows
@@ -651,6 +663,7 @@ def _encode(
         kernel_lets[r] = let
     if nested:
         facts.cmds.append("(inline-nested-reduces 1)")
+    facts.cmds += [f"(leaf-reduce {sess.name_of(u)})" for u in leaf_reduces(roots)]
     sess.run_commands("\n".join(facts.cmds + optops.split_facts(target, nolocals)))
     return _Encoded(facts, out_names, kernel_lets, candidates, barriers)
 

@@ -67,6 +67,7 @@ DECLARATIONS = """
 (relation out-index (U))
 (relation out-index-list (UL))
 (relation inline-nested-reduces (i64))
+(relation leaf-reduce (U))
 (constructor RKOut (U i64) RKey)
 (constructor RKRed (U i64) RKey)
 (function shape (U) IL :merge old)
@@ -683,6 +684,21 @@ def _movement(rs: RuleSet) -> None:
     )
     rule(
         rs,
+        "at-reduce-leaf",
+        [
+            "(= e (At t idx g))",
+            "(= t (REDUCE d op ax (UCons x (UNil))))",
+            "(leaf-reduce t)",
+            "(= sx (shape x))",
+            "(= f (rmask t))",
+        ],
+        ["(union e (REDUCE d op (INil) (UCons (At x (RedIx idx sx f t 0) g) (RedRanges sx f t 0))))"],
+        category="reduce",
+        check="structural",
+        doc="a REDUCE of no other REDUCE read at any index becomes a loop there (its expansion offers nothing below)",
+    )
+    rule(
+        rs,
         "at-reduce-nested",
         [
             "(inline-nested-reduces 1)",
@@ -722,8 +738,10 @@ def _contexts(rs: RuleSet) -> None:
     operand that is itself a matmul), it would be recomputed for every output element the index leaves out, and
     each inline expansion offers the REDUCEs it reads in turn: a chain of matmuls grew its e-graph with the
     square of its depth, for alternatives the fusion search always refused. Its buffer (`materialize`) is the
-    alternative there. Under a memory limit (`inline-nested-reduces`), recomputing is offered everywhere: it may
-    be what frees the bytes the limit asks for."""
+    alternative there. A REDUCE that reads no other (`leaf-reduce`, set by the caller: a sum of a sum of an input)
+    is offered everywhere: its expansion offers nothing below it, so the e-graph stays linear. Under a memory
+    limit (`inline-nested-reduces`), recomputing is offered everywhere: it may be what frees the bytes the limit
+    asks for."""
     c = "reduce"
     rule(
         rs,

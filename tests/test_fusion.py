@@ -244,6 +244,17 @@ def test_a_chain_of_matmuls_grows_its_egraph_linearly_with_depth() -> None:
     assert nodes[16] <= 2.2 * nodes[8] and nodes[32] <= 2.2 * nodes[16], nodes
 
 
+def test_a_reduction_of_no_other_is_offered_inside_another_reductions_loop() -> None:
+    """A sum of a sum of an input: the inner sum reads no other REDUCE, so it is offered inline inside the outer
+    one's loop (rules/rangeify.py `at-reduce-leaf`), and the two sums are one kernel, right by numpy."""
+    x = E(8, 16, 32, name="x")
+    t = x.sum(2).sum(1)
+    prog = optimize(t, target="llvm", cache=False)
+    assert len(prog.kernels) == 1
+    xv = _inputs(t)["x"]
+    np.testing.assert_allclose(prog(x=xv), xv.astype(np.float64).sum((1, 2)), rtol=1e-4, atol=1e-4)
+
+
 def test_each_layer_keeps_its_schedule_as_the_chain_deepens() -> None:
     """The schedule stage offers every reduction kernel its splits at once: its node budget grows with the
     program's reductions, so a deep chain's layers get the schedules a shallow chain's do (a fixed budget shared
@@ -382,27 +393,42 @@ def test_work_floor_is_below_every_candidate_the_search_estimates(monkeypatch: p
     assert not bad, bad[:5]
 
 
-def test_recomputing_a_matmul_inside_another_is_offered_only_under_a_memory_limit() -> None:
-    """Fusing a 64x256 @ 256x256 product into the next product recomputes it for each of the 256 output columns.
-    The e-graph offers a REDUCE inline only at indices of output ranges (rules/rangeify.py `at-reduce`), so by
-    default the product has a buffer the search never tries to fuse (no trial at all). Under a memory limit the
-    first program does not meet, recomputing is offered (`at-reduce-nested`): the search's trial is refused
-    unranked by its work floor, and fitting the limit then fuses it (the report says so). Both are right."""
+def test_recomputing_a_matmul_is_ruled_out_by_its_work_alone() -> None:
+    """Fusing a 64x256 @ 256x256 product of inputs into the next product recomputes it for each of the 256
+    output columns: the trial's work floor is already above the two kernels' estimate, so it is refused without
+    ranking, and the report says so."""
     h = E(64, 256, name="x") @ E(256, 256, name="w1")
     t = h @ E(256, 256, name="w2")
+    lines: list[str] = []
+    prog = optimize(t, target="llvm", progress=lambda m: lines.append(m) if isinstance(m, str) else None)
+    assert len(prog.kernels) == 2
+    assert any("at least" in m and "kept" in m for m in lines), lines
     x_ = _inputs(t)  # sums of 65,536 products: float32 rounding, relative to values in the hundreds
+    np.testing.assert_allclose(prog(**x_), evaluate(t.uop, x_), rtol=1e-3, atol=1e-2)
+
+
+def test_a_product_of_a_product_is_offered_inside_another_only_under_a_memory_limit() -> None:
+    """The middle product of three reads another REDUCE, so rangeify offers it inline only at indices of output
+    ranges (rules/rangeify.py `at-reduce`): inside the last product's loop it has a buffer the search never tries
+    to fuse. Under a memory limit the first program does not meet, recomputing is offered (`at-reduce-nested`):
+    the trial is refused unranked by its work floor, and fitting the limit then fuses it (the report says so).
+    Both are right."""
+    mid = (E(16, 32, name="x") @ E(32, 64, name="w0")) @ E(64, 64, name="w1")
+    t = mid @ E(64, 32, name="w2")
+    x_ = _inputs(t)
+    want = evaluate(t.uop, x_)
     lines: list[str] = []
     prog = optimize(t, target="llvm", cache=False, progress=lambda m: lines.append(m) if isinstance(m, str) else None)
-    assert len(prog.kernels) == 2 and prog.kernels[0].writes == ("tmp0",)  # the first product's buffer
-    assert not any(m.startswith("fusion: tmp0 ") for m in lines), lines  # never tried
-    np.testing.assert_allclose(prog(**x_), evaluate(t.uop, x_), rtol=1e-3, atol=1e-2)
+    assert not any(m.startswith("fusion: tmp1 ") for m in lines), lines  # the middle product: never tried
+    assert any("tmp1" in k.writes for k in prog.kernels)
+    np.testing.assert_allclose(prog(**x_), want, rtol=1e-3, atol=1e-2)
     lines.clear()
     lean = optimize(
         t, target="llvm", cache=False, memory_limit=0, progress=lambda m: lines.append(m) if isinstance(m, str) else None
     )
-    assert any("at least" in m and "kept" in m for m in lines), lines
-    assert len(lean.kernels) == 1 and any("fused to fit" in n for n in lean.report.notes), lean.report.notes
-    np.testing.assert_allclose(lean(**x_), evaluate(t.uop, x_), rtol=1e-3, atol=1e-2)
+    assert any(m.startswith("fusion: tmp1 ") for m in lines), lines
+    assert any("fused to fit" in n for n in lean.report.notes), lean.report.notes
+    np.testing.assert_allclose(lean(**x_), want, rtol=1e-3, atol=1e-2)
 
 
 def test_padded_window_reads_get_a_buffer_of_their_own() -> None:
