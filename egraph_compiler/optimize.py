@@ -648,7 +648,7 @@ def _encode(
 ) -> _Encoded:
     """Add the graph to the e-graph with the facts rangeify needs: a buffer per output, per materialization
     candidate and per packed operand, and a let naming each output's kernel. `nested`: REDUCEs are offered inline
-    inside other reductions too (rules/rangeify.py `at-reduce-nested`)."""
+    inside other reductions too, every one (else those of no other REDUCE: rules/rangeify.py `inline-anywhere`)."""
     from egraph_compiler.rules import optops
 
     sess.add(roots)
@@ -661,9 +661,8 @@ def _encode(
         if let not in kernel_lets.values():
             facts.cmds.append(f"(let {let} (KernelOf {sess.name_of(r)} {out_terms[r]}))")
         kernel_lets[r] = let
-    if nested:
-        facts.cmds.append("(inline-nested-reduces 1)")
-    facts.cmds += [f"(leaf-reduce {sess.name_of(u)})" for u in leaf_reduces(roots)]
+    anywhere = [u for u in toposort(roots) if u.op is Ops.REDUCE] if nested else leaf_reduces(roots)
+    facts.cmds += [f"(inline-anywhere {sess.name_of(u)})" for u in anywhere]
     sess.run_commands("\n".join(facts.cmds + optops.split_facts(target, nolocals)))
     return _Encoded(facts, out_names, kernel_lets, candidates, barriers)
 

@@ -66,8 +66,7 @@ DECLARATIONS = """
 (relation mat-buf (U U))
 (relation out-index (U))
 (relation out-index-list (UL))
-(relation inline-nested-reduces (i64))
-(relation leaf-reduce (U))
+(relation inline-anywhere (U))
 (constructor RKOut (U i64) RKey)
 (constructor RKRed (U i64) RKey)
 (function shape (U) IL :merge old)
@@ -667,51 +666,30 @@ def _movement(rs: RuleSet) -> None:
         check="structural",
         doc="padding reads zero outside; loads inside are gated by validity",
     )
-    rule(
-        rs,
-        "at-reduce",
-        [
-            "(= e (At t idx g))",
-            "(= t (REDUCE d op ax (UCons x (UNil))))",
+    # one head, two gates: a REDUCE read at an index of output ranges alone (any REDUCE), or at any index (one the
+    # caller marks `inline-anywhere`; see _contexts)
+    for name, gate, doc in (
+        (
+            "at-reduce",
             "(out-index-list idx)",
-            "(= sx (shape x))",
-            "(= f (rmask t))",
-        ],
-        ["(union e (REDUCE d op (INil) (UCons (At x (RedIx idx sx f t 0) g) (RedRanges sx f t 0))))"],
-        category="reduce",
-        check="structural",
-        doc="a REDUCE read at an index of output ranges alone becomes a loop over its reduced axes at that index",
-    )
-    rule(
-        rs,
-        "at-reduce-leaf",
-        [
-            "(= e (At t idx g))",
-            "(= t (REDUCE d op ax (UCons x (UNil))))",
-            "(leaf-reduce t)",
-            "(= sx (shape x))",
-            "(= f (rmask t))",
-        ],
-        ["(union e (REDUCE d op (INil) (UCons (At x (RedIx idx sx f t 0) g) (RedRanges sx f t 0))))"],
-        category="reduce",
-        check="structural",
-        doc="a REDUCE of no other REDUCE read at any index becomes a loop there (its expansion offers nothing below)",
-    )
-    rule(
-        rs,
-        "at-reduce-nested",
-        [
-            "(inline-nested-reduces 1)",
-            "(= e (At t idx g))",
-            "(= t (REDUCE d op ax (UCons x (UNil))))",
-            "(= sx (shape x))",
-            "(= f (rmask t))",
-        ],
-        ["(union e (REDUCE d op (INil) (UCons (At x (RedIx idx sx f t 0) g) (RedRanges sx f t 0))))"],
-        category="reduce",
-        check="structural",
-        doc="under a memory limit, a REDUCE read at any index (inside another reduction too) becomes a loop there",
-    )
+            "a REDUCE read at an index of output ranges alone becomes a loop over its reduced axes at that index",
+        ),
+        (
+            "at-reduce-anywhere",
+            "(inline-anywhere t)",
+            "a REDUCE the caller marks (one of no other REDUCE; every one under a memory limit) read at any index "
+            "becomes a loop over its reduced axes there",
+        ),
+    ):
+        rule(
+            rs,
+            name,
+            ["(= e (At t idx g))", "(= t (REDUCE d op ax (UCons x (UNil))))", gate, "(= sx (shape x))", "(= f (rmask t))"],
+            ["(union e (REDUCE d op (INil) (UCons (At x (RedIx idx sx f t 0) g) (RedRanges sx f t 0))))"],
+            category="reduce",
+            check="structural",
+            doc=doc,
+        )
     rule(
         rs,
         "at-buffer",
@@ -738,10 +716,9 @@ def _contexts(rs: RuleSet) -> None:
     operand that is itself a matmul), it would be recomputed for every output element the index leaves out, and
     each inline expansion offers the REDUCEs it reads in turn: a chain of matmuls grew its e-graph with the
     square of its depth, for alternatives the fusion search always refused. Its buffer (`materialize`) is the
-    alternative there. A REDUCE that reads no other (`leaf-reduce`, set by the caller: a sum of a sum of an input)
-    is offered everywhere: its expansion offers nothing below it, so the e-graph stays linear. Under a memory
-    limit (`inline-nested-reduces`), recomputing is offered everywhere: it may be what frees the bytes the limit
-    asks for."""
+    alternative there. The caller marks REDUCEs offered everywhere (`inline-anywhere`): one that reads no other (a
+    sum of a sum of an input), whose expansion offers nothing below it, so the e-graph stays linear; and under a
+    memory limit, every one: recomputing may be what frees the bytes the limit asks for."""
     c = "reduce"
     rule(
         rs,

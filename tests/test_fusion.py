@@ -246,7 +246,7 @@ def test_a_chain_of_matmuls_grows_its_egraph_linearly_with_depth() -> None:
 
 def test_a_reduction_of_no_other_is_offered_inside_another_reductions_loop() -> None:
     """A sum of a sum of an input: the inner sum reads no other REDUCE, so it is offered inline inside the outer
-    one's loop (rules/rangeify.py `at-reduce-leaf`), and the two sums are one kernel, right by numpy."""
+    one's loop (rules/rangeify.py `at-reduce-anywhere`), and the two sums are one kernel, right by numpy."""
     x = E(8, 16, 32, name="x")
     t = x.sum(2).sum(1)
     prog = optimize(t, target="llvm", cache=False)
@@ -410,7 +410,7 @@ def test_recomputing_a_matmul_is_ruled_out_by_its_work_alone() -> None:
 def test_a_product_of_a_product_is_offered_inside_another_only_under_a_memory_limit() -> None:
     """The middle product of three reads another REDUCE, so rangeify offers it inline only at indices of output
     ranges (rules/rangeify.py `at-reduce`): inside the last product's loop it has a buffer the search never tries
-    to fuse. Under a memory limit the first program does not meet, recomputing is offered (`at-reduce-nested`):
+    to fuse. Under a memory limit the first program does not meet, recomputing is offered (`at-reduce-anywhere`):
     the trial is refused unranked by its work floor, and fitting the limit then fuses it (the report says so).
     Both are right."""
     mid = (E(16, 32, name="x") @ E(32, 64, name="w0")) @ E(64, 64, name="w1")
