@@ -41,6 +41,7 @@ from egraph_compiler.kernel import disk_cache
 from egraph_compiler.kernel.cpu_target import CPUTarget
 from egraph_compiler.kernel.memory_plan import ArenaPlan
 from egraph_compiler.kernel.program import Backend, BufferSpec, Kernel, Program, buffer_of
+from egraph_compiler.kernel.slack import with_slack
 
 if TYPE_CHECKING:
     from egraph_compiler.egraph.decode import Decoder
@@ -1116,7 +1117,8 @@ def _split_kernels(
     for a in asts:
         if a not in done:
             done[a] = lower(a)
-    kernels = [Kernel.from_ast(name, ast) for name, ast in order]
+    asts_out, buffers = with_slack([a for _, a in order], buffers)
+    kernels = [Kernel.from_ast(name, ast) for (name, _), ast in zip(order, asts_out)]
     inputs = [n for n, s in buffers.items() if s.kind == "input"]
     for n in out_names:
         buffers.setdefault(n, specs[n])
