@@ -50,6 +50,8 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from functools import cache, lru_cache
 
+import numpy as np
+
 from egraph_compiler.ir.ops import AxisType, Ops
 from egraph_compiler.ir.uop import UOp
 from egraph_compiler.kernel.analysis import RangeDeps, trip_count, value_nodes
@@ -95,6 +97,12 @@ FREE = (
     Ops.GEP,
 )
 DEFAULT_OP = 1.0
+# IDIV/MOD of an index by a constant: a shift or mask for a power of two, a multiply-high and shifts (with the
+# floor's sign fix-up) for another. Priced at IDIV's 20 cycles, a GPT-2 block's attention projection (reading the
+# heads' output, (head, t, d), as rows of 768: k // 64 and k % 64 in the reduction) was estimated at 3.8 ms and
+# ran in 0.7 ms
+POW2_DIVMOD_CYCLES = 0.5
+CONST_DIVMOD_CYCLES = 6.0
 # math calls stay one scalar call per element: neither the loop nor the SLP vectorizer widens them here. EXP2 is
 # not one: the backend renders it inline (about 28 vector instructions), and it vectorizes like arithmetic
 SCALAR_MATH = (Ops.LOG2, Ops.SIN, Ops.COS)
@@ -398,9 +406,12 @@ class _Walk:
         """Integer index math: folded into the addressing and strength-reduced to pointer steps, which the loop
         overhead counts (charging each add and multiply made a conv's 3 nested reduce loops look 2x slower than
         run), except divisions and modulos, which LLVM hoists out of every loop they do not depend on, whatever
-        unrolled copy they are for."""
+        unrolled copy they are for. By a constant they are cheaper: one shift or mask for a power of two (the
+        backend's), a multiply and shifts for any other (LLVM's)."""
         if u.op in (Ops.IDIV, Ops.MOD):
-            self.cycles += trips[self.place(u, loops, frozenset())] * copies * OP_CYCLES[u.op]
+            c = u.src[1].arg if u.src[1].op is Ops.CONST and isinstance(u.src[1].arg, int) else 0
+            per = OP_CYCLES[u.op] if c <= 0 else POW2_DIVMOD_CYCLES if c & (c - 1) == 0 else CONST_DIVMOD_CYCLES
+            self.cycles += trips[self.place(u, loops, frozenset())] * copies * per
 
     def access(self, u: UOp, loops: list[UOp], depth: int, trip: int, itemsize: int, lanes: int) -> tuple[bool, float, float]:
         """A LOAD's or STORE's (vectorizes?, copies one vector covers, cycles per copy): one vector per contiguous
@@ -435,7 +446,7 @@ class _Walk:
         if unr:
             self.conflicts += trip * set_conflicts(lin, tuple(unr), itemsize, self.m)
         if depth == len(loops) > 0:
-            weight = min(1.0, max(0.0, _step_bytes(stride(lin, loops[-1]), itemsize) / STALL_FROM - 1))
+            weight = min(1.0, max(0.0, _step_bytes(typical_stride(lin, loops[-1]), itemsize) / STALL_FROM - 1))
             if weight:
                 # each unrolled copy as far from the others lands on lines of its own, and stalls on its own: a
                 # GEMM's B column with the reduction unrolled by 4 steps four rows of B an iteration (100x2560 @
@@ -543,7 +554,7 @@ class _Lines:
             idx = load.src[0]
             lin = idx.src[1] if idx.op is Ops.INDEX and len(idx.src) > 1 else None
             self.strides[load] = {
-                r: None if lin is None or (st := stride(lin, r)) is None else abs(st) for r in self.w.deps(load)
+                r: None if lin is None or (st := typical_stride(lin, r)) is None else abs(st) for r in self.w.deps(load)
             }
         return self.strides[load]
 
@@ -590,6 +601,40 @@ class _Lines:
         whole = b.arg[1][0] * isz / LINE + 1 if b is not None and b.op is Ops.BUFFER else math.inf
         self.memo[key] = out = max(1.0, min(lines, whole))
         return out
+
+
+TYPICAL_SAMPLE = 256  # iterations of a range evaluated to find a non-linear index's usual step
+TYPICAL_SHARE = 0.875  # the share of those steps that must agree for it to count as the load's stride
+
+
+@lru_cache(maxsize=1 << 14)
+def typical_stride(idx: UOp, r: UOp) -> int | None:
+    """The step an index takes along r on most iterations, where it is not linear in r: a GEMM's operand read as
+    rows of 768 from a (head, t, d) layout, k // 64 * 8192 + k % 64, steps by 1 and jumps once in 64 iterations
+    (taken for a page step on every one, it was priced 5x slower than it ran). Evaluated over the first
+    TYPICAL_SAMPLE values of r, the other ranges at 0; None where no step has TYPICAL_SHARE of them (or the index
+    holds an op this evaluation does not know)."""
+    if (st := stride(idx, r)) is not None:
+        return st
+    n = min(trip_count(r), TYPICAL_SAMPLE)
+    if n < 3:
+        return None
+    at = np.arange(n, dtype=np.int64)
+    vals: dict[UOp, np.ndarray | int] = {}
+    for u in idx.toposort():
+        if u.op is Ops.RANGE:
+            vals[u] = at if u is r else 0
+        elif u.op is Ops.CONST and isinstance(u.arg, int) and not isinstance(u.arg, bool):
+            vals[u] = u.arg
+        elif u.op in (Ops.ADD, Ops.MUL) or (u.op in (Ops.IDIV, Ops.MOD) and u.src[1].op is Ops.CONST and u.src[1].arg):
+            a, b = (vals[x] for x in u.src)
+            vals[u] = a + b if u.op is Ops.ADD else a * b if u.op is Ops.MUL else a // b if u.op is Ops.IDIV else a % b
+        else:
+            return None
+    steps = np.diff(np.broadcast_to(vals[idx], (n,)))
+    values, counts = np.unique(steps, return_counts=True)
+    best = int(np.argmax(counts))
+    return int(values[best]) if counts[best] >= TYPICAL_SHARE * len(steps) else None
 
 
 def _step_bytes(stride: int | None, itemsize: int) -> int:
