@@ -44,7 +44,11 @@ QUICK_COMBINATIONS = 24  # a quick ranking (a fusion trial) enumerates fewer com
 CODE_TIE = 0.05  # schedules within 5% of the best, their compute within 5% of its time: the least code is chosen
 DESCENT_ROUNDS = 3  # ... and runs one round of coordinate descent, not three
 REPLAYED = 8  # a kernel shaped like one ranked before: its best schedules are tried, no others
-QUICK_PRIOR = 6  # a quick ranking tries the binders of a schedule class that did best in its last full ranking
+# a quick ranking tries the binders of a schedule class that did best in its last full ranking. 6 left out the
+# partial-sum binders a softmax's row sum needs once fused into the normalizing kernel (12x128 rows of 128: three
+# kernels, 247 us; at 12 two, 215 us, and optimize no slower); GPT-2 T=128 15 -> 14 kernels, 1.15x; every other
+# suite model and variant the same program, optimize times within noise
+QUICK_PRIOR = 12
 
 
 class Choices(Protocol):
