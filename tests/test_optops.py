@@ -294,6 +294,37 @@ def test_cost_model_prices_a_head_major_operand_by_its_usual_step() -> None:
     compare(heads, {"A": a.reshape(16, 4, 16).transpose(1, 0, 2).ravel(), "B": b})
 
 
+def _matvec(k: int, n: int, tile: int) -> UOp:
+    """out[j] = sum_i x[i] W[i, j] with the columns in tiles of `tile` (UPCAST): each step of i moves a row of W
+    (n floats) ahead."""
+    x, w, out = buf("X", k), buf("W", k * n), buf("O", n)
+    jo, ju, i = rng(n // tile, "jo"), rng(tile, "ju", AxisType.UPCAST), rng(k, "i", AxisType.REDUCE)
+    j = jo * tile + ju
+    return kernel((store(out, j, reduce(load(x, i) * load(w, i * n + j), i)), (jo, ju)))
+
+
+def test_cost_model_lets_the_lines_of_one_step_wait_on_memory_together() -> None:
+    """A load that steps half a page or more every iteration waits on memory for each line it misses; the lines
+    one iteration reads side by side (a matrix-vector tile of 128 columns: 8 lines) wait together. Priced as 8
+    separate waits, the batch-one MLP was estimated at 3.7x its time; a tile of 16 columns (one line) still pays
+    the whole wait."""
+    wide, narrow = estimate(_matvec(768, 3072, 128), MACHINE), estimate(_matvec(768, 3072, 16), MACHINE)
+    assert wide.memory_s * 2 < narrow.memory_s, (wide, narrow)
+
+
+def test_cost_model_prices_uneven_parallel_slices() -> None:
+    """The outermost loop's slices are whole iterations: 3 over 2 cores take two iterations' time, not 1.5 (a
+    weight copy split 3 ways was chosen over one split 27 ways)."""
+
+    def copy(outer: int) -> UOp:
+        x, y = buf("X", outer * 65536), buf("Y", outer * 65536)
+        o, i = rng(outer, "o"), rng(65536, "i")
+        return kernel((store(y, o * 65536 + i, load(x, o * 65536 + i) * 2.0), (o, i)))
+
+    three, four = estimate(copy(3), MACHINE), estimate(copy(4), MACHINE)
+    assert three.compute_s / 3 > 1.2 * four.compute_s / 4, (three, four)
+
+
 def _row_reduce_then_scale(n: int, m: int, upcast_rows: int) -> UOp:
     """out[i, j] = x[i, j] / sum_k x[i, k]: the row sum must stay hoisted out of the j loop."""
     x, out = buf("X", n * m), buf("O", n * m)
