@@ -21,12 +21,13 @@ backend contracts them). A REDUCE keeps one accumulator per copy: more vector
 accumulators than registers spill, and an iteration takes at least the add
 latency of its accumulator chain. Copies along a REDUCE's own unrolled ranges
 add into one scalar accumulator one after another, so they are scalar code;
-partial sums along an upcast range accumulate in one vector, nested or not. Loads issue on their own ports beside the
-arithmetic, so the busier of the two sets the pace; index arithmetic is
-folded into addressing. A 512-bit operation costs two 256-bit ones on a core
-that runs it as two halves (Zen 4). The outermost loop runs on every core
-when it is big enough (the backend's auto-parallel rule), a THREAD range
-always.
+partial sums along an upcast range accumulate in one vector, nested or not.
+Loads issue on their own ports beside the arithmetic, so the busier of the
+two sets the pace; index arithmetic is folded into addressing (a division by
+a constant is a shift or a multiply). A 512-bit operation costs two 256-bit
+ones on a core that runs it as two halves (Zen 4). The outermost loop runs on
+every core, in slices of whole iterations, when it is big enough (the
+backend's auto-parallel rule), a THREAD range always.
 
 Traffic: every load's cache misses are counted per level (L1 and L2 of one
 core, and half the L3 the cores share) by reuse distance over the loop nest;
