@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from egraph_compiler.egraph.schema import EGG_TO_OP
-from egraph_compiler.egraph.view import EGraphView, ENode, settle
+from egraph_compiler.egraph.view import EGraphView, ENode, chosen_nodes, settle
 from egraph_compiler.extract.cost import OP_COSTS
 from egraph_compiler.ir.dtypes import to_dtype
 from egraph_compiler.ir.ops import OP_TABLE, Category, Ops
@@ -62,19 +62,8 @@ def _buffer_name(view: EGraphView, after: ENode) -> str | None:
 def forced_loads(view: EGraphView, chosen: Callable[[int], ENode | None], roots: list[int], barriers: set[str]) -> set[str]:
     """The buffers other than `barriers` that the program under `chosen` (class -> node) loads: with
     KernelCost(loads_from=barriers), those the e-graph offers no inline alternative for somewhere."""
-    out: set[str] = set()
-    seen: set[int] = set()
-    stack = list(roots)
-    while stack:
-        c = stack.pop()
-        n = chosen(c)
-        if c in seen or n is None:
-            continue
-        seen.add(c)
-        if n.fn == "AFTER" and (name := _buffer_name(view, n)) is not None and name not in barriers:
-            out.add(name)
-        stack.extend(view.children(n))
-    return out
+    names = (_buffer_name(view, n) for _, n in chosen_nodes(view, roots, chosen) if n.fn == "AFTER")
+    return {name for name in names if name is not None and name not in barriers}
 
 
 def range_bounds(view: EGraphView) -> dict[int, int]:

@@ -22,7 +22,7 @@ from collections.abc import Callable, Container, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from egraph_compiler.egraph.view import ClassRef, EGraphView, ENode
+from egraph_compiler.egraph.view import ClassRef, EGraphView, ENode, chosen_nodes
 from egraph_compiler.extract import gpu_cost
 from egraph_compiler.extract.extractor import Extraction
 from egraph_compiler.extract.loop_cost import MAX_UNROLLED, CPUMachine, KernelEstimate, estimate, work_floor
@@ -210,25 +210,9 @@ def _children_in_kernel(view: EGraphView, ex: Choices, n: ENode) -> list[int]:
     return [first.args[0].id] if first.fn == "UCons" else []
 
 
-def _reachable(
-    view: EGraphView, ex: Choices, roots: list[int], children: Callable[[ENode], list[int]] | None = None
-) -> Iterator[tuple[int, ENode]]:
-    """(e-class, chosen e-node) of every class reachable from `roots` through chosen nodes, each once."""
-    seen: set[int] = set()
-    stack = list(roots)
-    while stack:
-        c = stack.pop()
-        if c in seen or c not in ex.best:
-            continue
-        seen.add(c)
-        n = ex.node(c)
-        yield c, n
-        stack.extend(children(n) if children is not None else view.children(n))
-
-
 def kernel_sinks(view: EGraphView, ex: Choices, roots: list[int]) -> list[int]:
     """Every kernel's SINK class under the extracted roots, sub-kernels (through AFTER) included."""
-    return sorted(c for c, n in _reachable(view, ex, roots) if n.fn == "SINK")
+    return sorted(c for c, n in chosen_nodes(view, roots, lambda c: ex.node(c) if c in ex.best else None) if n.fn == "SINK")
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -113,6 +113,20 @@ def reachable(view: EGraphView, roots: Iterable[int], skip: Iterable[str] = ()) 
             if n.fn not in skipped:
                 stack.extend(kids)
     return seen
+
+
+def chosen_nodes(view: EGraphView, roots: Iterable[int], chosen: Callable[[int], ENode | None]) -> Iterator[tuple[int, ENode]]:
+    """(e-class, chosen e-node) of every class reachable from `roots` through chosen nodes, each once; `chosen`
+    gives a class's node (None: none is chosen, and nothing below it is reached)."""
+    seen: set[int] = set()
+    stack = list(roots)
+    while stack:
+        c = stack.pop()
+        if c in seen or (n := chosen(c)) is None:
+            continue
+        seen.add(c)
+        yield c, n
+        stack.extend(view.children(n))
 
 
 def settle(
