@@ -754,8 +754,7 @@ def _arena_over(program: Program, req: _Request) -> bool:
     """Do the program's intermediates take more than the caller's memory_limit (host backends)?"""
     if req.memory_limit is None or not isinstance(req.backend, HostStorage):
         return False
-    program.backend = req.backend
-    arena = program.memory_plan()
+    arena = program.memory_plan()  # _build made it with req.backend
     return arena is not None and arena.size > req.memory_limit
 
 
