@@ -645,11 +645,19 @@ class _Encoded:
 
 
 def _encode(
-    sess: EGraphSession, roots: list[UOp], names: list[str], packs: list[UOp], target: str, nolocals: bool, nested: bool
+    sess: EGraphSession,
+    roots: list[UOp],
+    names: list[str],
+    packs: list[UOp],
+    target: str,
+    nolocals: bool,
+    nested: bool,
+    lanes: int | None = None,
 ) -> _Encoded:
     """Add the graph to the e-graph with the facts rangeify needs: a buffer per output, per materialization
     candidate and per packed operand, and a let naming each output's kernel. `nested`: REDUCEs are offered inline
-    inside other reductions too, every one (else those of no other REDUCE: rules/rangeify.py `inline-anywhere`)."""
+    inside other reductions too, every one (else those of no other REDUCE: rules/rangeify.py `inline-anywhere`).
+    `lanes`: float32 lanes of the CPU the code is for (its register tiles: optops.target_kinds)."""
     from egraph_compiler.rules import optops
 
     sess.add(roots)
@@ -664,7 +672,7 @@ def _encode(
         kernel_lets[r] = let
     anywhere = [u for u in toposort(roots) if u.op is Ops.REDUCE] if nested else leaf_reduces(roots)
     facts.cmds += [f"(inline-anywhere {sess.name_of(u)})" for u in anywhere]
-    sess.run_commands("\n".join(facts.cmds + optops.split_facts(target, nolocals)))
+    sess.run_commands("\n".join(facts.cmds + optops.split_facts(target, nolocals, lanes)))
     return _Encoded(facts, out_names, kernel_lets, candidates, barriers)
 
 
@@ -804,7 +812,8 @@ def _build(
     reduces = 0 if fixed_nodes else sum(1 for u in toposort(roots) if u.op is Ops.REDUCE)  # a given node_limit holds
     stages = stages_for(target, nolocals, graph_depth(roots), reduces)
     with sess.scope(stages, lim):
-        enc = _encode(sess, roots, names, packs, target, nolocals, nested)
+        cpu = _cpu_of(backend, target)
+        enc = _encode(sess, roots, names, packs, target, nolocals, nested, cpu.simd_bytes // 4 if cpu else None)
         report.add_phase("encode", time.perf_counter() - t0)
         # inline alternatives past the ceiling: every candidate gets a buffer (tinygrad's default schedule), and
         # the graph is built again with nothing to inline across them, which grows linearly
@@ -877,7 +886,6 @@ def _build(
     report.add_phase("schedule", time.perf_counter() - t2)
     if tune and backend.name != "reference":
         t3 = time.perf_counter()
-        cpu = _cpu_of(backend, target)
         machine = f"{target}:{cpu.name}" if cpu is not None else target  # timings are per CPU
         chosen = tune_schedules(schedules, chosen, machine, assemble, report, progress)
         report.add_phase("tune", time.perf_counter() - t3)

@@ -358,7 +358,7 @@ class _Search:
                 self.view, ex, sink, self.decode, self.model, quick, space, decoded, deadline=self.deadline, prior=self.prior
             )
             if not quick:
-                self.prior.update(binder_order(ks, space.alts))
+                self.prior.update(binder_order(ks, space))
             if shape is not None:
                 self.donors.setdefault((shape, quick), (ks, space))
         self.rankings[(sink, loaded, quick)] = ks

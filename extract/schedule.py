@@ -305,6 +305,7 @@ class _Structure:
     of_node: dict[int, int] = field(default_factory=dict)
     users: dict[int, set[int]] = field(default_factory=dict)
     cyclic: bool = False
+    reduces: int = 0  # classes with a REDUCE node
 
 
 def _structure(view: EGraphView, ex: Choices, sink: int, alts: dict[int, list[ENode]]) -> _Structure:
@@ -319,6 +320,7 @@ def _structure(view: EGraphView, ex: Choices, sink: int, alts: dict[int, list[EN
         if done:
             hashes = [_node_hash(view, ex, n, out) for n in nodes]
             out.of_class[c] = hash(tuple(sorted(hashes))) if c in alts else hashes[0]
+            out.reduces += any(n.fn == "REDUCE" for n in nodes)
             open_.discard(c)
             continue
         if c in out.of_class or not nodes:
@@ -364,7 +366,8 @@ class ScheduleSpace:
     literals (names of buffers and ranges left out) and children, a schedule class's binders all included.
     Kernels of one shape offer the same schedules (a model's repeated layers), so a ranking of one is replayed
     on the others (`rank_like`); `shape` is None where the hashes cannot tell the schedule classes or binders
-    apart (or a cycle runs through an alternative)."""
+    apart (or a cycle runs through an alternative). `reduces`: the kernel's REDUCE classes, schedule classes
+    or not (a prior's key: binder_order)."""
 
     def __init__(self, view: EGraphView, ex: Choices, sink: int) -> None:
         offered = {c: [n for n in view.nodes[c] if n.fn in BINDERS] for c in schedule_classes(view, ex, sink)}
@@ -374,6 +377,7 @@ class ScheduleSpace:
             if all(math.isfinite(ex.cost(k)) for n in ns for k in view.children(n))
         }
         walk = _structure(view, ex, sink, self.alts)
+        self.reduces = walk.reduces
         self.variant = _users_of(list(self.alts), walk.users)
         classes = {walk.of_class[c]: c for c in self.alts}
         binders = {(walk.of_class[c], walk.of_node[id(n)]): n for c, ns in self.alts.items() for n in ns}
@@ -521,16 +525,24 @@ def _every_combination(alts: dict[int, list[ENode]], evaluate: _Evaluations) -> 
 
 
 def _coordinate_descent(
-    view: EGraphView, ex: Choices, alts: dict[int, list[ENode]], evaluate: _Evaluations, quick: bool
+    view: EGraphView,
+    ex: Choices,
+    alts: dict[int, list[ENode]],
+    evaluate: _Evaluations,
+    quick: bool,
+    known: Container[int] = (),
 ) -> list[Candidate]:
     """The candidates coordinate descent meets: one class at a time, the others at their best so far, until no
     change (DESCENT_ROUNDS rounds at most; `quick`: one). It starts from the extraction's choice and from the
     plainest loop nests (`quick`: the first alone), the classes with most alternatives first: from the first
     alone, a class whose choice unrolls a lot (many accumulators) keeps every unrolling of the others over the
-    limit."""
+    limit. `known`: classes whose binders come best first (a quick ranking's prior), which start at their
+    first rather than at the extraction's choice: one round from the extraction's loop nest (rarely
+    vectorized) can end far from the kernel's best, and then a fusion that pays looks 10x dearer than it is
+    (a depthwise convolution and its bias with AVX2's extra tiles: 1.2 ms against 0.1)."""
     plainest = {c: min(nodes, key=lambda n: _own_unrolled(view, ex, n)) for c, nodes in alts.items()}
     order = sorted(alts, key=lambda c: -len(alts[c]))
-    starts = [{c: ex.node(c) for c in alts}, plainest]
+    starts = [{c: alts[c][0] if c in known else ex.node(c) for c in alts}, plainest]
     found: list[Candidate] = []
     for start in starts[:1] if quick else starts:
         current = dict(start)
@@ -585,9 +597,12 @@ def rank_kernel(
     those first, then the search until that perf_counter time (a ranking stops where it is then)."""
     space = space or ScheduleSpace(view, ex, sink)
     alts = space.alts
+    known: set[int] = set()
     if quick and prior:
-        reduces = reduce_classes(alts)
-        alts = {c: narrowed(ns, prior.get((c, reduces), ())) for c, ns in alts.items()}
+        reduces = space.reduces
+        narrow = {c: narrowed(ns, prior.get((c, reduces), ())) for c, ns in alts.items()}
+        known = {c for c, ns in narrow.items() if ns is not alts[c]}  # narrowed: best first
+        alts = narrow
     evaluated = {} if evaluated is None else evaluated
     candidate = _decoder(ex, sink, decode, model, space.variant)
     evaluate = _Evaluations(view, ex, sink, model, alts, candidate, evaluated)
@@ -601,7 +616,7 @@ def rank_kernel(
     if math.prod(len(a) for a in alts.values()) <= (QUICK_COMBINATIONS if quick else MAX_COMBINATIONS):
         found = _every_combination(alts, evaluate)
     else:
-        found = _coordinate_descent(view, ex, alts, evaluate, quick)
+        found = _coordinate_descent(view, ex, alts, evaluate, quick, known)
     found += guessed
     viable = [c for c in found if math.isfinite(c.estimate.seconds)]  # e.g. not unrolled beyond reason
     found = viable or found or [c for c in [evaluate({}, prefilter=False)] if c is not None]
@@ -615,19 +630,15 @@ def narrowed(offered: list[ENode], best_first: Sequence[ENode]) -> list[ENode]:
     return known or offered
 
 
-def reduce_classes(alts: Mapping[int, list[ENode]]) -> int:
-    """How many of a kernel's schedule classes are REDUCEs."""
-    return sum(1 for ns in alts.values() if ns and ns[0].fn == "REDUCE")
-
-
-def binder_order(ks: KernelSchedule, alts: Mapping[int, list[ENode]]) -> dict[tuple[int, int], list[ENode]]:
+def binder_order(ks: KernelSchedule, space: ScheduleSpace) -> dict[tuple[int, int], list[ENode]]:
     """(schedule class, the kernel's REDUCE classes) -> the class's binders in the order of the ranking's best
-    candidate using each (the prior of rank_kernel)."""
-    reduces = reduce_classes(alts)
+    candidate using each (the prior of rank_kernel). The key counts every REDUCE of the kernel, not only those
+    with schedules to choose: a depthwise convolution's 3x3 window offers no split, and keyed by schedule
+    classes alone, the copy it fuses into handed it a copy's tiles (AVX2: 1.2 ms against 0.1)."""
     out: dict[tuple[int, int], list[ENode]] = {}
     for cand in ks.ranked:
         for c, n in cand.choice.items():
-            order = out.setdefault((c, reduces), [])
+            order = out.setdefault((c, space.reduces), [])
             if all(m is not n for m in order):
                 order.append(n)
     return out

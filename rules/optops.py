@@ -449,12 +449,12 @@ RULES = [r for rs in OPTOPS.values() for r in rs.rules]
 # Factors tried per target (kinds: the new part's AxisType letter, "acc" partial accumulators, "pad-<letter>"
 # Padto, "group"/"thread" one slice per core, "swap"/"tc" on or off). The LLVM backend already runs the outermost
 # loop on every core (a THREAD split of it, which is why "thread" is not searched there); on the CPU, register
-# tiles are 8 to 32 copies along an axis (rows of a tile, or one to two AVX-512 vectors of columns; 4 added nothing
-# and doubled the ranking time), or 7 and 14 where 8 does not divide the range (a convolution's rows of 28 or 14
-# pixels beside a vector of output channels), swap puts a GEMM's column panel outside its rows (the panel stays in L2), and
-# Padto pads a tile axis to 8 or 32 when neither divides it; an output of one range (a matrix-vector product,
-# whose every step of the reduction moves a page down its rows) is also tiled 64 or 128 wide. The reference
-# interpreter gains nothing from a schedule.
+# tiles are 8 to 32 copies along an axis (rows of a tile, or one to two AVX-512 vectors of columns; 4 added
+# nothing with AVX-512 and doubled the ranking time, but AVX2 gets it: NARROW_FACTORS), or 7 and 14 where 8
+# does not divide the range (a convolution's rows of 28 or 14 pixels beside a vector of output channels), swap
+# puts a GEMM's column panel outside its rows (the panel stays in L2), and Padto pads a tile axis to 8 or 32 when
+# neither divides it; an output of one range (a matrix-vector product, whose every step of the reduction moves a
+# page down its rows) is also tiled 64 or 128 wide. The reference interpreter gains nothing from a schedule.
 SPLIT_FACTORS: dict[str, dict[str, tuple[int, ...]]] = {
     "llvm": {
         "u": (8, 16, 32),
@@ -469,19 +469,29 @@ SPLIT_FACTORS: dict[str, dict[str, tuple[int, ...]]] = {
     "reference": {},
 }
 BLOCK_KINDS = ("l", "G", "pad-l", "pad-G", "tc")  # what Nolocals leaves out: no workgroup dims
+# CPUs of 8 float32 lanes or fewer (AVX2: 16 vector registers) also tile by 4: a GEMM's 8x8 tile (8 accumulators,
+# 9 loads a step) is load-bound and 16x8 or 8x16 spill, where 4 rows x 2 vectors of columns with the reduction
+# unrolled by 4 ran 1.17-1.28x faster (AVX2 code on Emerald Rapids: 1024^3 112 -> 132 GFLOP/s, 128x768 @
+# 768x2304 79 -> 97, 128x3072 @ 3072x768 77 -> 99, 512^3 103 -> 125; interleaved in one process)
+NARROW_LANES = 8
+NARROW_FACTORS: dict[str, tuple[int, ...]] = {"u": (4,), "pad-u": (16,)}
 
 
-def target_kinds(target: str, nolocals: bool = False) -> dict[str, tuple[int, ...]]:
-    """The factor kinds (and factors) a target explores."""
+def target_kinds(target: str, nolocals: bool = False, lanes: int | None = None) -> dict[str, tuple[int, ...]]:
+    """The factor kinds (and factors) a target explores; `lanes`: the float32 lanes of the CPU code is generated
+    for (target "llvm"), whose narrow vectors add NARROW_FACTORS."""
     kinds = {k: fs for k, fs in SPLIT_FACTORS.get(target, {}).items() if not (nolocals and k in BLOCK_KINDS)}
+    if target == "llvm" and lanes is not None and lanes <= NARROW_LANES:
+        for k, fs in NARROW_FACTORS.items():
+            kinds[k] = tuple(sorted({*kinds.get(k, ()), *fs}))
     cores = os.cpu_count() or 1
     if target == "llvm" and cores > 1:  # GROUP_REDUCE: one slice per core
         kinds["group"] = (cores,)
     return kinds
 
 
-def split_facts(target: str, nolocals: bool = False) -> list[str]:
-    return [f'(split-factor "{kind}" {f})' for kind, fs in target_kinds(target, nolocals).items() for f in fs]
+def split_facts(target: str, nolocals: bool = False, lanes: int | None = None) -> list[str]:
+    return [f'(split-factor "{kind}" {f})' for kind, fs in target_kinds(target, nolocals, lanes).items() for f in fs]
 
 
 def rulesets_for(target: str, nolocals: bool = False) -> tuple[str, ...]:

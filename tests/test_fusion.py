@@ -27,6 +27,7 @@ from egraph_compiler.ir.diagnostics import EstimateWarning
 from egraph_compiler.ir.interpret import evaluate
 from egraph_compiler.ir.ops import Ops
 from egraph_compiler.ir.uop import UOp
+from egraph_compiler.kernel.cpu_target import host_cpu
 from egraph_compiler.optimize import RANGEIFY_STAGE, Facts, check_roofline, kernel_session, materialization_candidates, optimize
 
 
@@ -314,6 +315,24 @@ def test_fusion_trials_narrowed_to_the_best_binders_choose_what_trying_all_does(
         assert _fusion(narrowed)[key] == _fusion(every)[key], key
     assert [s["chosen"] for s in narrowed.report.extra["schedules"]] == [s["chosen"] for s in every.report.extra["schedules"]]
     assert narrow_count < estimated, (narrow_count, estimated)
+    _check(t)
+
+
+@pytest.mark.skipif(host_cpu().isa not in ("avx2", "avx512"), reason="needs an AVX2 host")
+def test_a_prior_counts_the_reduces_that_offer_no_schedule(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A depthwise convolution's 3x3 window offers no split, so its kernel's only schedule class is the output's,
+    as in the copy it fuses into: keyed by REDUCE schedule classes alone, the copy's best tiles were the trial's
+    prior, the fusion looked 10x dearer than it is and was refused. Keyed by every REDUCE, AVX2 code (tiles of
+    4 offered) chooses the fusions that trying every binder does."""
+    from egraph_compiler.extract import fusion
+
+    x, w = E(1, 64, 14, 14, name="x"), E(64, 1, 3, 3, name="w")
+    t = x.conv2d(w, padding=1, groups=64)
+    narrowed = optimize(t, target="llvm", cpu="haswell", cache=False)
+    monkeypatch.setattr(fusion, "binder_order", lambda *a: {})  # no prior: every trial tries every binder
+    every = optimize(t, target="llvm", cpu="haswell", cache=False)
+    for key in ("decisions", "chosen_s"):
+        assert _fusion(narrowed)[key] == _fusion(every)[key], key
     _check(t)
 
 
