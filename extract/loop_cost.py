@@ -148,6 +148,11 @@ STALL_FROM = PAGE // 4
 # blocks of 64 and 100 tokens 11.1 -> 6.8 and 14.6 -> 11.2 with 26; other models alike). Sapphire Rapids shares its
 # core and mesh (not measured); other hosts keep the Zen 4 figure. EGC_PAGE_STEP_CYCLES overrides
 HOST_PAGE_STEP_CYCLES = {"emeraldrapids": 26.0, "sapphirerapids": 26.0}
+# the clock of all cores issuing 512-bit FMAs, where the host's differs from CPUMachine.ghz: Emerald Rapids (a VM's
+# 2 cores) ran MKL's sgemm 1024 at 154 GFLOP/s on one thread (2.4 GHz x 64 flops a cycle) and 252 on two (1.97
+# GHz each), and at 3 GHz the estimate of every compute-bound kernel was 0.6-0.7x its measured time (GEMMs of
+# the GPT-2 block and the MLP: 1.4-1.6 ms estimated for 2.3 measured, 13.7 for 21.4). EGC_GHZ overrides
+HOST_GHZ = {"emeraldrapids": 2.0, "sapphirerapids": 2.0}
 # a line from memory for a load stepping half a page or more each iteration costs this many streamed lines (AVX2
 # code on Zen 4, 128x3072 @ 3072x768 with B's column tiles inside the row tiles, B from memory for every row tile:
 # 28-40 ms, 3-4x the streaming estimate; its column tiles outside, B read once: 11-12 ms)
@@ -162,7 +167,7 @@ class CPUMachine:
     cores: int = 2
     simd_bytes: int = 32  # AVX2: 32, AVX-512: 64
     vector_regs: int = 16
-    ghz: float = 3.0
+    ghz: float = 3.0  # all cores' clock under vector FMAs (HOST_GHZ, EGC_GHZ)
     mem_gbps: float = 12.0  # DRAM streaming bandwidth of one core (overridable: EGC_MEM_GBPS)
     mem_gbps_all: float = 20.0  # ... of all cores together (EGC_MEM_GBPS_ALL)
     l1_bytes: int = 32 << 10  # data cache of one core, per level (sysfs)
@@ -188,6 +193,7 @@ class CPUMachine:
         caches, ways = _sysfs_caches(), _sysfs_caches("ways_of_associativity")
         return CPUMachine(
             cores=os.cpu_count() or 1,
+            ghz=float(os.environ.get("EGC_GHZ", HOST_GHZ.get(host_cpu().name, CPUMachine.ghz))),
             simd_bytes=cpu.simd_bytes,
             vector_regs=cpu.vector_regs,
             mem_gbps=float(os.environ.get("EGC_MEM_GBPS", CPUMachine.mem_gbps)),

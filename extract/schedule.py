@@ -525,24 +525,16 @@ def _every_combination(alts: dict[int, list[ENode]], evaluate: _Evaluations) -> 
 
 
 def _coordinate_descent(
-    view: EGraphView,
-    ex: Choices,
-    alts: dict[int, list[ENode]],
-    evaluate: _Evaluations,
-    quick: bool,
-    known: Container[int] = (),
+    view: EGraphView, ex: Choices, alts: dict[int, list[ENode]], evaluate: _Evaluations, quick: bool
 ) -> list[Candidate]:
     """The candidates coordinate descent meets: one class at a time, the others at their best so far, until no
     change (DESCENT_ROUNDS rounds at most; `quick`: one). It starts from the extraction's choice and from the
     plainest loop nests (`quick`: the first alone), the classes with most alternatives first: from the first
     alone, a class whose choice unrolls a lot (many accumulators) keeps every unrolling of the others over the
-    limit. `known`: classes whose binders come best first (a quick ranking's prior), which start at their
-    first rather than at the extraction's choice: one round from the extraction's loop nest (rarely
-    vectorized) can end far from the kernel's best, and then a fusion that pays looks 10x dearer than it is
-    (a depthwise convolution and its bias with AVX2's extra tiles: 1.2 ms against 0.1)."""
+    limit."""
     plainest = {c: min(nodes, key=lambda n: _own_unrolled(view, ex, n)) for c, nodes in alts.items()}
     order = sorted(alts, key=lambda c: -len(alts[c]))
-    starts = [{c: alts[c][0] if c in known else ex.node(c) for c in alts}, plainest]
+    starts = [{c: ex.node(c) for c in alts}, plainest]
     found: list[Candidate] = []
     for start in starts[:1] if quick else starts:
         current = dict(start)
@@ -597,12 +589,8 @@ def rank_kernel(
     those first, then the search until that perf_counter time (a ranking stops where it is then)."""
     space = space or ScheduleSpace(view, ex, sink)
     alts = space.alts
-    known: set[int] = set()
     if quick and prior:
-        reduces = space.reduces
-        narrow = {c: narrowed(ns, prior.get((c, reduces), ())) for c, ns in alts.items()}
-        known = {c for c, ns in narrow.items() if ns is not alts[c]}  # narrowed: best first
-        alts = narrow
+        alts = {c: narrowed(ns, prior.get((c, space.reduces), ())) for c, ns in alts.items()}
     evaluated = {} if evaluated is None else evaluated
     candidate = _decoder(ex, sink, decode, model, space.variant)
     evaluate = _Evaluations(view, ex, sink, model, alts, candidate, evaluated)
@@ -616,7 +604,7 @@ def rank_kernel(
     if math.prod(len(a) for a in alts.values()) <= (QUICK_COMBINATIONS if quick else MAX_COMBINATIONS):
         found = _every_combination(alts, evaluate)
     else:
-        found = _coordinate_descent(view, ex, alts, evaluate, quick, known)
+        found = _coordinate_descent(view, ex, alts, evaluate, quick)
     found += guessed
     viable = [c for c in found if math.isfinite(c.estimate.seconds)]  # e.g. not unrolled beyond reason
     found = viable or found or [c for c in [evaluate({}, prefilter=False)] if c is not None]

@@ -63,20 +63,23 @@ def test_a_long_reduction_reads_a_packed_copy() -> None:
     np.testing.assert_allclose(prog(a=a, b=b), a.astype(np.float64) @ b, rtol=1e-3, atol=1e-2)
 
 
-@pytest.mark.parametrize("stall", [8.0, 26.0])
-def test_packing_a_short_product_follows_the_hosts_page_step(stall: float, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("stall,ghz", [(8.0, 3.0), (26.0, 2.0)])
+def test_packing_a_short_product_follows_the_hosts_page_step(stall: float, ghz: float, monkeypatch: pytest.MonkeyPatch) -> None:
     """64x512 @ 512x2048: B's rows are 8 KiB apart, and each step of the reduction lands on a new page. Where that
-    stalls 8 cycles (Zen 4) the copy does not pay and the product reads B as it is; where it stalls 26 (Emerald
-    Rapids: 2.6 ms unpacked against 1.5 packed with its copy) the search keeps the packed copy. Both are right."""
+    stalls 8 cycles of 3 GHz (Zen 4) the copy does not pay and the product reads B as it is; where it stalls 26 of
+    2 GHz (Emerald Rapids: 2.6 ms unpacked against 1.5 packed with its copy) the search keeps the packed copy.
+    Both are right."""
     from egraph_compiler.extract.loop_cost import CPUMachine
 
     monkeypatch.setenv("EGC_PAGE_STEP_CYCLES", str(stall))
+    monkeypatch.setenv("EGC_GHZ", str(ghz))
     CPUMachine.for_cpu.cache_clear()
     try:
         t = E(64, 512, name="a") @ E(512, 2048, name="b")
         prog = optimize(t, target="llvm", cache=False)
     finally:
         monkeypatch.delenv("EGC_PAGE_STEP_CYCLES")
+        monkeypatch.delenv("EGC_GHZ")
         CPUMachine.for_cpu.cache_clear()
     packs = [d for d in prog.report.extra["fusion"]["decisions"] if d["tensor"].startswith("PACK")]
     assert packs  # 64 rows are offered the copy
