@@ -193,21 +193,19 @@ class CPUMachine:
         caches, ways = _sysfs_caches(), _sysfs_caches("ways_of_associativity")
         return CPUMachine(
             cores=os.cpu_count() or 1,
-            ghz=float(os.environ.get("EGC_GHZ", HOST_GHZ.get(host_cpu().name, CPUMachine.ghz))),
+            ghz=_setting("EGC_GHZ", CPUMachine.ghz, HOST_GHZ),
             simd_bytes=cpu.simd_bytes,
             vector_regs=cpu.vector_regs,
-            mem_gbps=float(os.environ.get("EGC_MEM_GBPS", CPUMachine.mem_gbps)),
-            mem_gbps_all=float(os.environ.get("EGC_MEM_GBPS_ALL", CPUMachine.mem_gbps_all)),
+            mem_gbps=_setting("EGC_MEM_GBPS", CPUMachine.mem_gbps),
+            mem_gbps_all=_setting("EGC_MEM_GBPS_ALL", CPUMachine.mem_gbps_all),
             l1_bytes=caches.get(1, CPUMachine.l1_bytes),
             l1_ways=ways.get(1, CPUMachine.l1_ways),
             l2_bytes=caches.get(2, CPUMachine.l2_bytes),
             l3_bytes=caches.get(3, CPUMachine.l3_bytes),
-            l3_gbps=float(os.environ.get("EGC_L3_GBPS", CPUMachine.l3_gbps)),
+            l3_gbps=_setting("EGC_L3_GBPS", CPUMachine.l3_gbps),
             cpu=cpu.describe(),
             fma_per_cycle=cpu.fma_vectors_per_cycle,
-            page_step_cycles=float(
-                os.environ.get("EGC_PAGE_STEP_CYCLES", HOST_PAGE_STEP_CYCLES.get(host_cpu().name, PAGE_STEP_CYCLES))
-            ),
+            page_step_cycles=_setting("EGC_PAGE_STEP_CYCLES", PAGE_STEP_CYCLES, HOST_PAGE_STEP_CYCLES),
         )
 
     def describe(self) -> str:
@@ -230,6 +228,14 @@ class CPUMachine:
     def peak_flops(self, itemsize: int = 4) -> float:
         """FLOP/s with every core issuing its FMA vectors (two flops a lane each) every cycle."""
         return self.cores * self.ghz * 1e9 * self.lanes(itemsize) * 2 * self.fma_per_cycle
+
+
+def _setting(env: str, default: float, by_host: dict[str, float] | None = None) -> float:
+    """A machine figure: $env where set, else this host's entry in `by_host` (by LLVM CPU name), else `default`."""
+    given = os.environ.get(env)
+    if given is not None:
+        return float(given)
+    return (by_host or {}).get(host_cpu().name, default)
 
 
 def _sysfs_caches(field: str = "size") -> dict[int, int]:
