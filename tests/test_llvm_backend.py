@@ -855,6 +855,26 @@ def test_padded_gemm_rows_clamp_outside_the_reduction(m: int, kk: int, up: int, 
         assert f"i64 {(m - 1) * kk})" in text and f"i64 {m * kk - 1})" not in text, text
 
 
+@given(st.integers(1, 13), st.integers(1, 5), st.sampled_from([2, 4]), st.sampled_from([4, 8]), st.integers(1, 3))
+def test_padded_gemm_rows_with_k_unrolled_stay_scalar_broadcasts(m: int, ko: int, ku: int, up: int, n: int) -> None:
+    """The same tile with k split into a loop and an unrolled part (k = ko * ku + kr): A's row reads are
+    consecutive along the unrolled part, but its copies are accumulated one by one, so they are not one masked
+    vector load (each copy would be extracted and splat again, two shuffles an FMA); they are scalar loads whose
+    clamp is of the row alone, the loop's and the unrolled part's terms outside it. The products match."""
+    kk, tiles = ko * ku, -(-m // up)
+    a, b, y = buf("A", m * kk), buf("B", kk * n), buf("Y", m * n)
+    mo, mu = rng(tiles, 0), rng(up, 1, AxisType.UPCAST)
+    j, kl, kr = rng(n, 2), rng(ko, 3, AxisType.REDUCE), rng(ku, 4, AxisType.UNROLL)
+    row, k = mo * up + mu, kl * ku + kr
+    body = load(a, row * kk + k) * load(b, k * n + j)
+    ast = kernel((store(y, row * n + j, reduce(body, kl, kr), row < m), (mo, mu, j)))
+    compare(ast, {"A": rand_array((m * kk,), seed=m), "B": rand_array((kk * n,), seed=kk)})
+    text = LLVMBackend().render(Kernel.from_ast("k", ast), None)
+    assert "llvm.masked.load" not in text
+    if tiles * up > m:  # padded: clamped by the row's block
+        assert f"i64 {(m - 1) * kk})" in text and f"i64 {m * kk - 1})" not in text, text
+
+
 @pytest.mark.parametrize("gated", [False, True])
 def test_guarded_copies_of_a_window_are_one_masked_load(gated: bool) -> None:
     """A padded window read by an upcast tile (a convolution's padding): the guard is evaluated over the lanes
