@@ -67,14 +67,15 @@ def graph_depth(roots: list[UOp]) -> int:
     return max((depth[r] for r in roots), default=0)
 
 
-def stages_for(target: str, nolocals: bool, depth: int = 0, reduces: int = 0) -> tuple[Stage, ...]:
+def stages_for(target: str, nolocals: bool, depth: int = 0, reduces: int = 0, lanes: int | None = None) -> tuple[Stage, ...]:
     """Rangeify, then the index math, then schedules with the target's OptOps rules (splitting only after the index
     math settled: splitting first multiplies the terms the symbolic rules work on). The schedule stage runs
     without the back-off scheduler up to 2.5x further: a split is never split again, so its growth is bounded,
-    and on softmax or layernorm the scheduler's rule compilation would cost 50-70 ms."""
+    and on softmax or layernorm the scheduler's rule compilation would cost 50-70 ms. `lanes`: float32 lanes of
+    the CPU the code is for (narrow vectors add rulesets: optops.target_kinds)."""
     from egraph_compiler.rules import optops
 
-    opt = optops.rulesets_for(target, nolocals)
+    opt = optops.rulesets_for(target, nolocals, lanes)
     schedule = Stage(
         "schedule",
         rulesets=("symbolic", *opt),
@@ -810,10 +811,11 @@ def _build(
         else shared_session("kernel", kernel_session)
     )
     reduces = 0 if fixed_nodes else sum(1 for u in toposort(roots) if u.op is Ops.REDUCE)  # a given node_limit holds
-    stages = stages_for(target, nolocals, graph_depth(roots), reduces)
+    cpu = _cpu_of(backend, target)
+    lanes = cpu.simd_bytes // 4 if cpu else None
+    stages = stages_for(target, nolocals, graph_depth(roots), reduces, lanes)
     with sess.scope(stages, lim):
-        cpu = _cpu_of(backend, target)
-        enc = _encode(sess, roots, names, packs, target, nolocals, nested, cpu.simd_bytes // 4 if cpu else None)
+        enc = _encode(sess, roots, names, packs, target, nolocals, nested, lanes)
         report.add_phase("encode", time.perf_counter() - t0)
         # inline alternatives past the ceiling: every candidate gets a buffer (tinygrad's default schedule), and
         # the graph is built again with nothing to inline across them, which grows linearly

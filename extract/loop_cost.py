@@ -132,6 +132,11 @@ LINE = 64  # bytes in a cache line
 # data the model does not see: stores, the stack, other buffers' partial lines)
 CACHE_FILL = {1: 0.5, 2: 0.75, 3: 0.5}  # L3: shared by the cores
 ADD_LATENCY = 4.0  # cycles before a dependent add can start
+# the share of the vector registers a tile's accumulators may hold. Half kept AVX2's 6x16 GEMM tile (12 of 16
+# registers, 2 for B and one broadcast) out, which ran 10-34% faster than 4x16 on Zen 4 (768^3 143 -> 158
+# GFLOP/s, 512^3 98 -> 132, 128x768 @ 768x768 133 -> 156; interleaved in one process); all but the operands' let
+# AVX-512 tiles of 14x32 (28 of 32) in, which ran ResNet blocks 1.27-1.34x slower there
+ACC_REGS_SHARE = 0.75
 SPILL_CYCLES = 4.0  # reload + spill of one accumulator vector per iteration
 LOOP_VECTOR_INTERLEAVE = 2  # LLVM interleaves a vectorized loop: two vectors in flight per iteration
 LOOP_CYCLES = 1.0  # increment, compare, branch
@@ -467,6 +472,13 @@ class _Walk:
                 far = math.prod(trip_count(r) for r in unr if _step_bytes(stride(lin, r), itemsize) >= STALL_FROM)
                 self.stalls += trip * self.m.page_step_cycles * weight * far
 
+    def operand_vectors(self, vec: UOp | None, u: UOp) -> int:
+        """Vector registers one step of a REDUCE's body loads beside its accumulators: one per vector along the
+        accumulators' axis (the other operand is a broadcast)."""
+        if vec is None:
+            return 1
+        return math.ceil(trip_count(vec) / self.m.lanes(max(1, u.dtype.itemsize)) - 1e-9)
+
     def wide(self, nbytes: float) -> float:
         """The cost of a vector of nbytes against a 256-bit one: twice where the core runs 512-bit operations as
         two halves (Zen 4: a GEMM tile of 16 zmm accumulators measured no faster than 16 ymm ones)."""
@@ -532,7 +544,9 @@ class _Walk:
         # scalar chains of a nested REDUCE wait on it whatever the body: LLVM shuffles their copies in and out of
         # vectors around each add (the fused pair of dense layers above)
         self.cycles += adds + (latency if scalar else max(0.0, latency - (self.cycles - body_before + adds)))
-        if vectors > self.m.vector_regs // 2:  # with operands needing the other half: accumulators spill
+        # the accumulators share the registers with a step's operands (the vectors along their axis, a GEMM tile's
+        # row of B, and a broadcast) and keep at most ACC_REGS_SHARE of them; beyond that they spill
+        if vectors + self.operand_vectors(vec, u) + 1 > self.m.vector_regs or vectors > ACC_REGS_SHARE * self.m.vector_regs:
             self.spills = True
             self.cycles += inner_trips[-1] * vectors * SPILL_CYCLES
         group = math.prod(trip_count(r) for r in own if r.arg[1] is AxisType.GROUP_REDUCE)

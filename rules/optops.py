@@ -141,8 +141,9 @@ def _split_rule(
     )
 
 
-def _padto_rule(rs: RuleSet, name: str, binder: str, inner: str, pos: int, op: str = "") -> None:
-    """Pad range `pos` up to a multiple of f and split it; the padding is masked off."""
+def _padto_rule(rs: RuleSet, name: str, binder: str, inner: str, pos: int, op: str = "", thrifty: bool = False) -> None:
+    """Pad range `pos` up to a multiple of f and split it; the padding is masked off. `thrifty` (factor kind
+    "pad-<inner>-thrifty"): only a range of 64 or more that the padding grows by at most an eighth."""
     before = [f"x{i}" for i in range(pos)]
     kind, keyc = ("L", "RKOut") if binder == "END" else ("R", "RKRed")
     quoted_op = f'"{op}"'
@@ -151,10 +152,12 @@ def _padto_rule(rs: RuleSet, name: str, binder: str, inner: str, pos: int, op: s
     guards = [
         f'(= r (RANGE {IX} key "{kind}" (CONST {IX} (I n))))',
         f"(= key ({keyc} t k))",
-        f'(split-factor "pad-{inner}" f)',
+        f'(split-factor "pad-{inner}{"-thrifty" if thrifty else ""}" f)',
         "(< f (* 2 n))",
+        *(["(<= (* 8 (- f (% n f))) n)", "(>= n 64)"] if thrifty else []),
         "(!= (% n f) 0)",
     ]
+    inner_name, name = name, f"thrifty-{name}" if thrifty else name
     if binder == "END":  # the store of a padded iteration is skipped (its loads run under the gate too)
         # an ungated store, or one a padding of another range already gates (both ranges of a tile padded)
         for suffix, gate, both in (("", "", valid), ("-gated", " (UCons g (UNil))", f'(AND "bool" g {valid})')):
@@ -172,7 +175,8 @@ def _padto_rule(rs: RuleSet, name: str, binder: str, inner: str, pos: int, op: s
                 category="optops",
                 check="structural",
                 doc=f"Padto: range {pos} of an END padded to a multiple of f and split (inner part "
-                f"{name.upper()}); padded iterations skip the store{' (AND its gate)' if suffix else ''}",
+                f"{inner_name.upper()}); padded iterations skip the store{' (AND its gate)' if suffix else ''}"
+                + ("; only a range of 64 or more, grown by at most an eighth" if thrifty else ""),
             )
         return
     # a REDUCE: a padded iteration adds the identity
@@ -420,6 +424,8 @@ def build() -> dict[str, RuleSet]:
         for pos in range(MAX_POSITION):
             if binder == "END":
                 _padto_rule(rs(f"pad-{inner}"), name, binder, inner, pos)
+                if inner == "u":
+                    _padto_rule(rs("pad-u-thrifty"), name, binder, inner, pos, thrifty=True)
             else:
                 for op in PADDED_REDUCES:
                     _padto_rule(rs(f"pad-{inner}"), name, binder, inner, pos, op)
@@ -469,12 +475,17 @@ SPLIT_FACTORS: dict[str, dict[str, tuple[int, ...]]] = {
     "reference": {},
 }
 BLOCK_KINDS = ("l", "G", "pad-l", "pad-G", "tc")  # what Nolocals leaves out: no workgroup dims
-# CPUs of 8 float32 lanes or fewer (AVX2: 16 vector registers) also tile by 4: a GEMM's 8x8 tile (8 accumulators,
-# 9 loads a step) is load-bound and 16x8 or 8x16 spill, where 4 rows x 2 vectors of columns with the reduction
-# unrolled by 4 ran 1.17-1.28x faster (AVX2 code on Emerald Rapids: 1024^3 112 -> 132 GFLOP/s, 128x768 @
-# 768x2304 79 -> 97, 128x3072 @ 3072x768 77 -> 99, 512^3 103 -> 125; interleaved in one process)
+# CPUs of 8 float32 lanes or fewer (AVX2: 16 vector registers) also tile by 4 and 6: a GEMM's 8x8 tile (8
+# accumulators, 9 loads a step) is load-bound and 16x8 or 8x16 spill, where 4 rows x 2 vectors of columns with the
+# reduction unrolled by 4 ran 1.17-1.28x faster (AVX2 code on Emerald Rapids: 1024^3 112 -> 132 GFLOP/s, 128x768
+# @ 768x2304 79 -> 97, 128x3072 @ 3072x768 77 -> 99, 512^3 103 -> 125; interleaved in one process), and 6 rows x
+# 2 vectors (12 accumulators, 2 vectors of B and a broadcast: 15 of the 16 registers) another 1.04-1.34x (Zen 4:
+# 768^3 143 -> 158 GFLOP/s, 512^3 98 -> 132, 128x768 @ 768x768 133 -> 156, 1024^3 92 -> 96; GPT-2 blocks and MLPs
+# 0.84-0.98x their time, in-process A/B). Rows 6 does not divide are padded to a multiple of 6 where that adds at
+# most an eighth of 64 or more rows ("pad-u-thrifty": padding every range to 6 tripled a convolution block's
+# optimize time for nothing; 56-pixel rows gained no program)
 NARROW_LANES = 8
-NARROW_FACTORS: dict[str, tuple[int, ...]] = {"u": (4,), "pad-u": (16,)}
+NARROW_FACTORS: dict[str, tuple[int, ...]] = {"u": (4, 6), "pad-u": (16,), "pad-u-thrifty": (6,)}
 
 
 def target_kinds(target: str, nolocals: bool = False, lanes: int | None = None) -> dict[str, tuple[int, ...]]:
@@ -494,6 +505,6 @@ def split_facts(target: str, nolocals: bool = False, lanes: int | None = None) -
     return [f'(split-factor "{kind}" {f})' for kind, fs in target_kinds(target, nolocals, lanes).items() for f in fs]
 
 
-def rulesets_for(target: str, nolocals: bool = False) -> tuple[str, ...]:
-    """Names of the rulesets a target's schedule stage runs."""
-    return tuple(OPTOPS[k].name for k in target_kinds(target, nolocals) if k in OPTOPS)
+def rulesets_for(target: str, nolocals: bool = False, lanes: int | None = None) -> tuple[str, ...]:
+    """Names of the rulesets a target's schedule stage runs (`lanes` as for target_kinds)."""
+    return tuple(OPTOPS[k].name for k in target_kinds(target, nolocals, lanes) if k in OPTOPS)

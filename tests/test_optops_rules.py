@@ -33,6 +33,7 @@ ALL_OPTOPS = {
     "G": (4,),
     "acc": (4,),
     "pad-u": (8,),
+    "pad-u-thrifty": (6,),
     "pad-l": (8,),
     "pad-r": (8,),
     "pad-G": (8,),
@@ -50,6 +51,7 @@ FAMILIES = (
     "split-group",
     "split-thread",
     "padto-upcast-",
+    "padto-thrifty-upcast-",
     "padto-local-",
     "padto-unroll-",
     "padto-group-threads-",
@@ -82,6 +84,8 @@ PROGRAMS: dict[str, tuple[Any, dict[str, tuple[tuple[int, ...], str]], Any]] = {
     "softmax_odd": (lambda a: a.softmax(-1), {"a": ((6, 20), "float32")}, _softmax),
     "row_sum_odd": (lambda a: a.sum(1), {"a": ((12, 36), "float32")}, lambda a: a.sum(1)),
     "ew_odd": (lambda a, b: a * b + a, {"a": ((12, 20), "float32"), "b": ((12, 20), "float32")}, lambda a, b: a * b + a),
+    # 100 columns: padded to 102 by 6 (an eighth or less of 64 or more), not to 104 by 8 alone
+    "ew_wide": (lambda a: a * 2.0 + 1.0, {"a": ((4, 100), "float32")}, lambda a: a * 2.0 + 1.0),
     "long_sum": (lambda a: a.sum(), {"a": ((1 << 16,), "float32")}, lambda a: a.sum(dtype=np.float64)),
 }
 
