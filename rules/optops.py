@@ -157,7 +157,7 @@ def _padto_rule(rs: RuleSet, name: str, binder: str, inner: str, pos: int, op: s
         *(["(<= (* 8 (- f (% n f))) n)", "(>= n 64)"] if thrifty else []),
         "(!= (% n f) 0)",
     ]
-    inner_name, name = name, f"thrifty-{name}" if thrifty else name
+    prefix = "thrifty-" if thrifty else ""
     if binder == "END":  # the store of a padded iteration is skipped (its loads run under the gate too)
         # an ungated store, or one a padding of another range already gates (both ranges of a tile padded)
         for suffix, gate, both in (("", "", valid), ("-gated", " (UCons g (UNil))", f'(AND "bool" g {valid})')):
@@ -165,7 +165,7 @@ def _padto_rule(rs: RuleSet, name: str, binder: str, inner: str, pos: int, op: s
             masked = f"(STORE sd (UCons i (UCons v (UCons {both} (UNil)))))"
             rule(
                 rs,
-                f"padto-{name}-{pos}{suffix}",
+                f"padto-{prefix}{name}-{pos}{suffix}",
                 [f"(= e (END d (UCons {body} {ranges})))", *guards],
                 [
                     "(let np (* (/ (+ n (- f 1)) f) f))",
@@ -175,7 +175,7 @@ def _padto_rule(rs: RuleSet, name: str, binder: str, inner: str, pos: int, op: s
                 category="optops",
                 check="structural",
                 doc=f"Padto: range {pos} of an END padded to a multiple of f and split (inner part "
-                f"{inner_name.upper()}); padded iterations skip the store{' (AND its gate)' if suffix else ''}"
+                f"{name.upper()}); padded iterations skip the store{' (AND its gate)' if suffix else ''}"
                 + ("; only a range of 64 or more, grown by at most an eighth" if thrifty else ""),
             )
         return
