@@ -156,8 +156,10 @@ HOST_PAGE_STEP_CYCLES = {"emeraldrapids": 26.0, "sapphirerapids": 26.0}
 # the clock of all cores issuing 512-bit FMAs, where the host's differs from CPUMachine.ghz: Emerald Rapids (a VM's
 # 2 cores) ran MKL's sgemm 1024 at 154 GFLOP/s on one thread (2.4 GHz x 64 flops a cycle) and 252 on two (1.97
 # GHz each), and at 3 GHz the estimate of every compute-bound kernel was 0.6-0.7x its measured time (GEMMs of
-# the GPT-2 block and the MLP: 1.4-1.6 ms estimated for 2.3 measured, 13.7 for 21.4). EGC_GHZ overrides
-HOST_GHZ = {"emeraldrapids": 2.0, "sapphirerapids": 2.0}
+# the GPT-2 block and the MLP: 1.4-1.6 ms estimated for 2.3 measured, 13.7 for 21.4). Zen 5 (EPYC, a VM's 2 cores,
+# full-width AVX-512) ran a chain of dependent adds at 4.0 GHz on both cores at once and GEMM 1024 at 473 GFLOP/s
+# (123% of the 3 GHz peak): at 3 GHz compute-bound kernels were estimated at 1.35-1.65x their time. EGC_GHZ overrides
+HOST_GHZ = {"emeraldrapids": 2.0, "sapphirerapids": 2.0, "znver5": 4.0}
 # a line from memory for a load stepping half a page or more each iteration costs this many streamed lines (AVX2
 # code on Zen 4, 128x3072 @ 3072x768 with B's column tiles inside the row tiles, B from memory for every row tile:
 # 28-40 ms, 3-4x the streaming estimate; its column tiles outside, B read once: 11-12 ms)
