@@ -141,9 +141,13 @@ def _split_rule(
     )
 
 
-def _padto_rule(rs: RuleSet, name: str, binder: str, inner: str, pos: int, op: str = "", thrifty: bool = False) -> None:
+def _padto_rule(
+    rs: RuleSet, name: str, binder: str, inner: str, pos: int, op: str = "", thrifty: bool = False, whole: bool = False
+) -> None:
     """Pad range `pos` up to a multiple of f and split it; the padding is masked off. `thrifty` (factor kind
-    "pad-<inner>-thrifty"): only a range of 64 or more that the padding grows by at most an eighth."""
+    "pad-<inner>-thrifty"): only a range of 64 or more that the padding grows by at most an eighth. `whole`
+    (factor kind "<inner>-whole"): a range of exactly f, split into one outer iteration and all of it inner (a
+    split cannot: its outer part is proved 0, see _split_rule), with no padding; the mask is provably true."""
     before = [f"x{i}" for i in range(pos)]
     kind, keyc = ("L", "RKOut") if binder == "END" else ("R", "RKRed")
     quoted_op = f'"{op}"'
@@ -152,12 +156,11 @@ def _padto_rule(rs: RuleSet, name: str, binder: str, inner: str, pos: int, op: s
     guards = [
         f'(= r (RANGE {IX} key "{kind}" (CONST {IX} (I n))))',
         f"(= key ({keyc} t k))",
-        f'(split-factor "pad-{inner}{"-thrifty" if thrifty else ""}" f)',
-        "(< f (* 2 n))",
+        f'(split-factor "{inner}-whole" f)' if whole else f'(split-factor "pad-{inner}{"-thrifty" if thrifty else ""}" f)',
+        *(["(= n f)"] if whole else ["(< f (* 2 n))", "(!= (% n f) 0)"]),
         *(["(<= (* 8 (- f (% n f))) n)", "(>= n 64)"] if thrifty else []),
-        "(!= (% n f) 0)",
     ]
-    prefix = "thrifty-" if thrifty else ""
+    prefix = "thrifty-" if thrifty else "whole-" if whole else ""
     if binder == "END":  # the store of a padded iteration is skipped (its loads run under the gate too)
         # an ungated store, or one a padding of another range already gates (both ranges of a tile padded)
         for suffix, gate, both in (("", "", valid), ("-gated", " (UCons g (UNil))", f'(AND "bool" g {valid})')):
@@ -174,9 +177,14 @@ def _padto_rule(rs: RuleSet, name: str, binder: str, inner: str, pos: int, op: s
                 ],
                 category="optops",
                 check="structural",
-                doc=f"Padto: range {pos} of an END padded to a multiple of f and split (inner part "
-                f"{name.upper()}); padded iterations skip the store{' (AND its gate)' if suffix else ''}"
-                + ("; only a range of 64 or more, grown by at most an eighth" if thrifty else ""),
+                doc=(
+                    f"range {pos} of an END of exactly f iterations, all of them one {name.upper()} (split 1 x f; "
+                    f"the mask is always true{', AND its gate' if suffix else ''})"
+                    if whole
+                    else f"Padto: range {pos} of an END padded to a multiple of f and split (inner part "
+                    f"{name.upper()}); padded iterations skip the store{' (AND its gate)' if suffix else ''}"
+                    + ("; only a range of 64 or more, grown by at most an eighth" if thrifty else "")
+                ),
             )
         return
     # a REDUCE: a padded iteration adds the identity
@@ -426,6 +434,7 @@ def build() -> dict[str, RuleSet]:
                 _padto_rule(rs(f"pad-{inner}"), name, binder, inner, pos)
                 if inner == "u":
                     _padto_rule(rs("pad-u-thrifty"), name, binder, inner, pos, thrifty=True)
+                    _padto_rule(rs("u-whole"), name, binder, inner, pos, whole=True)
             else:
                 for op in PADDED_REDUCES:
                     _padto_rule(rs(f"pad-{inner}"), name, binder, inner, pos, op)
@@ -459,7 +468,10 @@ RULES = [r for rs in OPTOPS.values() for r in rs.rules]
 # nothing with AVX-512 and doubled the ranking time, but AVX2 gets it: NARROW_FACTORS), or 7 and 14 where 8
 # does not divide the range (a convolution's rows of 28 or 14 pixels beside a vector of output channels), swap
 # puts a GEMM's column panel outside its rows (the panel stays in L2), and Padto pads a tile axis to 8 or 32 when
-# neither divides it; an output of one range (a matrix-vector product, whose every step of the reduction moves a
+# neither divides it; an axis of exactly 8 or 32 is a tile axis whole ("u-whole": a GEMM of 8 rows, 8 x 256 @
+# 256 x 1024, had only its columns tiled and ran in 150-240 us, 8 x 32 tiles run it in 22-38; 32 channels made a
+# ResNet block of 8x32x32 1.2x faster, for 1.7x its optimize time; 16 gained nothing there for 1.2x more); an
+# output of one range (a matrix-vector product, whose every step of the reduction moves a
 # page down its rows) is also tiled 64 or 128 wide. The reference interpreter gains nothing from a schedule.
 SPLIT_FACTORS: dict[str, dict[str, tuple[int, ...]]] = {
     "llvm": {
@@ -469,6 +481,7 @@ SPLIT_FACTORS: dict[str, dict[str, tuple[int, ...]]] = {
         "r": (4,),
         "acc": (16, 32),
         "pad-u": (8, 32),
+        "u-whole": (8, 32),
         "swap": (1,),
     },
     "cuda": {"l": (64, 256), "G": (256,), "u": (4,), "pad-l": (256,), "pad-G": (256,), "swap": (1,), "tc": (16,)},
@@ -483,9 +496,10 @@ BLOCK_KINDS = ("l", "G", "pad-l", "pad-G", "tc")  # what Nolocals leaves out: no
 # 768^3 143 -> 158 GFLOP/s, 512^3 98 -> 132, 128x768 @ 768x768 133 -> 156, 1024^3 92 -> 96; GPT-2 blocks and MLPs
 # 0.84-0.98x their time, in-process A/B). Rows 6 does not divide are padded to a multiple of 6 where that adds at
 # most an eighth of 64 or more rows ("pad-u-thrifty": padding every range to 6 tripled a convolution block's
-# optimize time for nothing; 56-pixel rows gained no program)
+# optimize time for nothing; 56-pixel rows gained no program), and an axis of exactly 16 (two vectors) is a tile
+# axis whole
 NARROW_LANES = 8
-NARROW_FACTORS: dict[str, tuple[int, ...]] = {"u": (4, 6), "pad-u": (16,), "pad-u-thrifty": (6,)}
+NARROW_FACTORS: dict[str, tuple[int, ...]] = {"u": (4, 6), "pad-u": (16,), "pad-u-thrifty": (6,), "u-whole": (16,)}
 
 
 def target_kinds(target: str, nolocals: bool = False, lanes: int | None = None) -> dict[str, tuple[int, ...]]:
