@@ -142,25 +142,31 @@ def _split_rule(
 
 
 def _padto_rule(
-    rs: RuleSet, name: str, binder: str, inner: str, pos: int, op: str = "", thrifty: bool = False, whole: bool = False
+    rs: RuleSet, name: str, binder: str, inner: str, pos: int, op: str = "", thrifty: bool = False, whole: str = ""
 ) -> None:
     """Pad range `pos` up to a multiple of f and split it; the padding is masked off. `thrifty` (factor kind
     "pad-<inner>-thrifty"): only a range of 64 or more that the padding grows by at most an eighth. `whole`
     (factor kind "<inner>-whole"): a range of exactly f, split into one outer iteration and all of it inner (a
-    split cannot: its outer part is proved 0, see _split_rule), with no padding; the mask is provably true."""
+    split cannot: its outer part is proved 0, see _split_rule), with no padding; the mask is provably true.
+    `whole="rows"` (factor kind "<inner>-whole-rows", pos 1): only the second range of an END of two (a matrix's
+    rows inside its column panel, as swap-0 orders them)."""
     before = [f"x{i}" for i in range(pos)]
     kind, keyc = ("L", "RKOut") if binder == "END" else ("R", "RKRed")
     quoted_op = f'"{op}"'
     valid = f'(CMPLT "bool" (ADD {IX} (MUL {IX} ro {ik("f")}) ri) {ik("n")})'
-    ranges, ranges_new = _nest(before, "(UCons r rest)"), _nest(before, "(UCons ro (UCons ri rest))")
+    rest = "(UNil)" if whole == "rows" else "rest"
+    ranges, ranges_new = _nest(before, f"(UCons r {rest})"), _nest(before, f"(UCons ro (UCons ri {rest}))")
+    rows = "-rows" if whole == "rows" else ""
     guards = [
         f'(= r (RANGE {IX} key "{kind}" (CONST {IX} (I n))))',
         f"(= key ({keyc} t k))",
-        f'(split-factor "{inner}-whole" f)' if whole else f'(split-factor "pad-{inner}{"-thrifty" if thrifty else ""}" f)',
+        f'(split-factor "{inner}-whole{rows}" f)'
+        if whole
+        else f'(split-factor "pad-{inner}{"-thrifty" if thrifty else ""}" f)',
         *(["(= n f)"] if whole else ["(< f (* 2 n))", "(!= (% n f) 0)"]),
         *(["(<= (* 8 (- f (% n f))) n)", "(>= n 64)"] if thrifty else []),
     ]
-    prefix = "thrifty-" if thrifty else "whole-" if whole else ""
+    prefix = "thrifty-" if thrifty else f"whole{rows}-" if whole else ""
     if binder == "END":  # the store of a padded iteration is skipped (its loads run under the gate too)
         # an ungated store, or one a padding of another range already gates (both ranges of a tile padded)
         for suffix, gate, both in (("", "", valid), ("-gated", " (UCons g (UNil))", f'(AND "bool" g {valid})')):
@@ -178,8 +184,8 @@ def _padto_rule(
                 category="optops",
                 check="structural",
                 doc=(
-                    f"range {pos} of an END of exactly f iterations, all of them one {name.upper()} (split 1 x f; "
-                    f"the mask is always true{', AND its gate' if suffix else ''})"
+                    f"range {pos} of an END{' of two ranges' if rows else ''} of exactly f iterations, all of them "
+                    f"one {name.upper()} (split 1 x f; the mask is always true{', AND its gate' if suffix else ''})"
                     if whole
                     else f"Padto: range {pos} of an END padded to a multiple of f and split (inner part "
                     f"{name.upper()}); padded iterations skip the store{' (AND its gate)' if suffix else ''}"
@@ -434,7 +440,9 @@ def build() -> dict[str, RuleSet]:
                 _padto_rule(rs(f"pad-{inner}"), name, binder, inner, pos)
                 if inner == "u":
                     _padto_rule(rs("pad-u-thrifty"), name, binder, inner, pos, thrifty=True)
-                    _padto_rule(rs("u-whole"), name, binder, inner, pos, whole=True)
+                    _padto_rule(rs("u-whole"), name, binder, inner, pos, whole="any")
+                    if pos == 1:  # as the first of two, egglog's match took 10x GPT-2's optimize time
+                        _padto_rule(rs("u-whole-rows"), name, binder, inner, pos, whole="rows")
             else:
                 for op in PADDED_REDUCES:
                     _padto_rule(rs(f"pad-{inner}"), name, binder, inner, pos, op)
@@ -470,7 +478,9 @@ RULES = [r for rs in OPTOPS.values() for r in rs.rules]
 # puts a GEMM's column panel outside its rows (the panel stays in L2), and Padto pads a tile axis to 8 or 32 when
 # neither divides it; an axis of exactly 8 or 32 is a tile axis whole ("u-whole": a GEMM of 8 rows, 8 x 256 @
 # 256 x 1024, had only its columns tiled and ran in 150-240 us, 8 x 32 tiles run it in 22-38; 32 channels made a
-# ResNet block of 8x32x32 1.2x faster, for 1.7x its optimize time; 16 gained nothing there for 1.2x more); an
+# ResNet block of 8x32x32 1.2x faster, for 1.7x its optimize time; 16 gained nothing there for 1.2x more), and
+# the 2 to 4 rows of a matrix ("u-whole-rows": 4 x 256 @ 256 x 1024 78 -> 20 us, 2 rows 45 -> 27; offered on every
+# output axis, they made ResNet blocks of batch 2 and 4 optimize 1.3-1.75x longer for the same programs); an
 # output of one range (a matrix-vector product, whose every step of the reduction moves a
 # page down its rows) is also tiled 64 or 128 wide. The reference interpreter gains nothing from a schedule.
 SPLIT_FACTORS: dict[str, dict[str, tuple[int, ...]]] = {
@@ -482,6 +492,7 @@ SPLIT_FACTORS: dict[str, dict[str, tuple[int, ...]]] = {
         "acc": (16, 32),
         "pad-u": (8, 32),
         "u-whole": (8, 32),
+        "u-whole-rows": (2, 3, 4),
         "swap": (1,),
     },
     "cuda": {"l": (64, 256), "G": (256,), "u": (4,), "pad-l": (256,), "pad-G": (256,), "swap": (1,), "tc": (16,)},

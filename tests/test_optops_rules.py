@@ -35,6 +35,7 @@ ALL_OPTOPS = {
     "pad-u": (8,),
     "pad-u-thrifty": (6,),
     "u-whole": (4,),
+    "u-whole-rows": (4,),
     "pad-l": (8,),
     "pad-r": (8,),
     "pad-G": (8,),
@@ -54,6 +55,7 @@ FAMILIES = (
     "padto-upcast-",
     "padto-thrifty-upcast-",
     "padto-whole-upcast-",
+    "padto-whole-rows-upcast-",
     "padto-local-",
     "padto-unroll-",
     "padto-group-threads-",
@@ -87,7 +89,7 @@ PROGRAMS: dict[str, tuple[Any, dict[str, tuple[tuple[int, ...], str]], Any]] = {
     "row_sum_odd": (lambda a: a.sum(1), {"a": ((12, 36), "float32")}, lambda a: a.sum(1)),
     "ew_odd": (lambda a, b: a * b + a, {"a": ((12, 20), "float32"), "b": ((12, 20), "float32")}, lambda a, b: a * b + a),
     # 100 columns: padded to 102 by 6 (an eighth or less of 64 or more), not to 104 by 8 alone; its 4 rows are
-    # one whole UPCAST (u-whole)
+    # one whole UPCAST (u-whole, u-whole-rows)
     "ew_wide": (lambda a: a * 2.0 + 1.0, {"a": ((4, 100), "float32")}, lambda a: a * 2.0 + 1.0),
     "long_sum": (lambda a: a.sum(), {"a": ((1 << 16,), "float32")}, lambda a: a.sum(dtype=np.float64)),
 }
