@@ -164,6 +164,12 @@ HOST_PAGE_STEP_CYCLES = {"emeraldrapids": 26.0, "sapphirerapids": 26.0}
 # full-width AVX-512) ran a chain of dependent adds at 4.0 GHz on both cores at once and GEMM 1024 at 473 GFLOP/s
 # (123% of the 3 GHz peak): at 3 GHz compute-bound kernels were estimated at 1.35-1.65x their time. EGC_GHZ overrides
 HOST_GHZ = {"emeraldrapids": 2.0, "sapphirerapids": 2.0, "znver5": 4.0}
+# streaming bandwidth where the host's differs from CPUMachine's (GB/s per core, all cores, L3 per core; EGC_MEM_GBPS,
+# EGC_MEM_GBPS_ALL, EGC_L3_GBPS override). Zen 5 (a VM's 2 cores) read 32 GB/s from memory on one core and 53 on
+# two, copied 41 on one (read and write counted) and read L3-resident data at 60 or more; priced at those figures
+# the fusion search materialized more and the GPT-2 blocks ran 1-12% slower (the extra kernels are underpriced
+# elsewhere), at these (about 0.6x) they ran 0.85-1.0x their time at the defaults, the other models unchanged
+HOST_BANDWIDTH = {"znver5": {"mem_gbps": 20.0, "mem_gbps_all": 35.0, "l3_gbps": 55.0}}
 # a line from memory for a load stepping half a page or more each iteration costs this many streamed lines (AVX2
 # code on Zen 4, 128x3072 @ 3072x768 with B's column tiles inside the row tiles, B from memory for every row tile:
 # 28-40 ms, 3-4x the streaming estimate; its column tiles outside, B read once: 11-12 ms)
@@ -202,18 +208,19 @@ class CPUMachine:
         """The machine model of code generated for `cpu` and run on this host: the CPU's vector width and
         registers, the host's cores and caches (sysfs), bandwidth from a config."""
         caches, ways = _sysfs_caches(), _sysfs_caches("ways_of_associativity")
+        bw = HOST_BANDWIDTH.get(host_cpu().name, {})
         return CPUMachine(
             cores=os.cpu_count() or 1,
             ghz=_setting("EGC_GHZ", CPUMachine.ghz, HOST_GHZ),
             simd_bytes=cpu.simd_bytes,
             vector_regs=cpu.vector_regs,
-            mem_gbps=_setting("EGC_MEM_GBPS", CPUMachine.mem_gbps),
-            mem_gbps_all=_setting("EGC_MEM_GBPS_ALL", CPUMachine.mem_gbps_all),
+            mem_gbps=_setting("EGC_MEM_GBPS", bw.get("mem_gbps", CPUMachine.mem_gbps)),
+            mem_gbps_all=_setting("EGC_MEM_GBPS_ALL", bw.get("mem_gbps_all", CPUMachine.mem_gbps_all)),
             l1_bytes=caches.get(1, CPUMachine.l1_bytes),
             l1_ways=ways.get(1, CPUMachine.l1_ways),
             l2_bytes=caches.get(2, CPUMachine.l2_bytes),
             l3_bytes=caches.get(3, CPUMachine.l3_bytes),
-            l3_gbps=_setting("EGC_L3_GBPS", CPUMachine.l3_gbps),
+            l3_gbps=_setting("EGC_L3_GBPS", bw.get("l3_gbps", CPUMachine.l3_gbps)),
             cpu=cpu.describe(),
             fma_per_cycle=cpu.fma_vectors_per_cycle,
             page_step_cycles=_setting("EGC_PAGE_STEP_CYCLES", PAGE_STEP_CYCLES, HOST_PAGE_STEP_CYCLES),
