@@ -37,8 +37,9 @@ splitting j then i. The one exception, tc-block, splits the tile ranges of a
 tc nest (nothing else splits them) in one step.
 
 Legality is in the guards: the factor divides the bound (Padto: it does not,
-and the padding is masked), output axes split into output AxisTypes and reduce
-axes into reduce ones, and facts set per target by optimize.py (`split-factor
+and the padding is masked; a whole range: it equals the bound, nothing
+padded), output axes split into output AxisTypes and reduce axes into reduce
+ones, and facts set per target by optimize.py (`split-factor
 kind f`, see SPLIT_FACTORS) name the factors tried, so each target explores
 only what its backend can use. Nolocals is the target option that sets no
 LOCAL/GROUP_REDUCE/TC facts: every kernel keeps its unsplit, block-free

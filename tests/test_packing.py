@@ -68,18 +68,25 @@ def test_packing_a_short_product_follows_the_hosts_page_step(stall: float, ghz: 
     """64x512 @ 512x2048: B's rows are 8 KiB apart, and each step of the reduction lands on a new page. Where that
     stalls 8 cycles of 3 GHz (Zen 4) the copy does not pay and the product reads B as it is; where it stalls 26 of
     2 GHz (Emerald Rapids: 2.6 ms unpacked against 1.5 packed with its copy) the search keeps the packed copy.
-    Both are right."""
+    Both are right (with both hosts' bandwidth figures, CPUMachine's defaults, whatever host runs the test)."""
     from egraph_compiler.extract.loop_cost import CPUMachine
 
-    monkeypatch.setenv("EGC_PAGE_STEP_CYCLES", str(stall))
-    monkeypatch.setenv("EGC_GHZ", str(ghz))
+    machine = {
+        "EGC_PAGE_STEP_CYCLES": stall,
+        "EGC_GHZ": ghz,
+        "EGC_MEM_GBPS": CPUMachine.mem_gbps,
+        "EGC_MEM_GBPS_ALL": CPUMachine.mem_gbps_all,
+        "EGC_L3_GBPS": CPUMachine.l3_gbps,
+    }
+    for k, v in machine.items():
+        monkeypatch.setenv(k, str(v))
     CPUMachine.for_cpu.cache_clear()
     try:
         t = E(64, 512, name="a") @ E(512, 2048, name="b")
         prog = optimize(t, target="llvm", cache=False)
     finally:
-        monkeypatch.delenv("EGC_PAGE_STEP_CYCLES")
-        monkeypatch.delenv("EGC_GHZ")
+        for k in machine:
+            monkeypatch.delenv(k)
         CPUMachine.for_cpu.cache_clear()
     packs = [d for d in prog.report.extra["fusion"]["decisions"] if d["tensor"].startswith("PACK")]
     assert packs  # 64 rows are offered the copy
