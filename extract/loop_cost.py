@@ -453,7 +453,9 @@ class _Walk:
         lin = idx.src[1] if idx.op is Ops.INDEX and len(idx.src) > 1 else None
         unr = [r for r in self.deps(u) if _unrolled(r)]
         gated = u.op is Ops.LOAD and has_gate(u)
-        along = unr if self.vec is None else [self.vec] if self.vec in unr else []
+        # a copy along a range whose copies chain one after another (a scalar accumulator's own unrolled range) is
+        # its own scalar: loads along it do not make vectors
+        along = [r for r in unr if r not in self.serial] if self.vec is None else [self.vec] if self.vec in unr else []
         if u.op is Ops.LOAD and self.acc_axis is not None and self.acc_axis not in unr:
             # an operand the accumulators' vectors broadcast (a GEMM's A beside B's row): one scalar load per copy,
             # also along a reduction unrolled over its contiguous elements (8 rows x 16 columns, k unrolled by 4:

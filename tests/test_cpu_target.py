@@ -171,6 +171,34 @@ def test_exp_costs_its_sequence_per_vector_however_it_vectorizes(simd: int) -> N
     assert 0.8 < looped.cycles / upcast.cycles < 1.25, (looped.cycles, upcast.cycles)
 
 
+def test_a_max_chains_copies_so_its_loads_along_them_are_scalar() -> None:
+    """A MAX keeps one scalar accumulator per copy, its own unrolled copies chained one after another: 32 rows
+    x 256 columns with the reduction unrolled by 4 along the contiguous axis loads 128 scalars a step, not 32
+    vectors of 4, and is priced like the loop that is not unrolled (a softmax's row max over 6 x 256 x 256: every
+    such nest ran 35-60 us on Zen 5, where the vector-load estimate said 6.5)."""
+    rows, cols = 256, 256
+
+    def row_max(unroll: int) -> UOp:
+        ro, ru = UOp.range(rows // 32, 0), UOp.range(32, 1, AxisType.UPCAST)
+        if unroll > 1:
+            ks = (UOp.range(cols // unroll, 2, AxisType.REDUCE), UOp.range(unroll, 3, AxisType.UNROLL))
+            col = ks[0] * unroll + ks[1]
+        else:
+            ks = (UOp.range(cols, 2, AxisType.REDUCE),)
+            col = ks[0]
+        row = ro * 32 + ru
+        x = UOp(Ops.BUFFER, dtypes.float32, (), ("x", (rows * cols,)))
+        load = UOp.build(Ops.LOAD, (UOp.build(Ops.INDEX, (x, row * cols + col)),))
+        red = UOp(Ops.REDUCE, dtypes.float32, (load, *ks), (Ops.MAX, ()))
+        y = UOp(Ops.BUFFER, dtypes.float32, (), ("y", (rows,)))
+        store = UOp.build(Ops.STORE, (UOp.build(Ops.INDEX, (y, row)), red))
+        return UOp.build(Ops.SINK, (UOp.build(Ops.END, (store, ro, ru)),))
+
+    m = CPUMachine(simd_bytes=64, vector_regs=32)
+    unrolled, looped = estimate(row_max(4), m), estimate(row_max(1), m)
+    assert unrolled.cycles >= 0.8 * looped.cycles, (unrolled.cycles, looped.cycles)
+
+
 @pytest.mark.parametrize("m", [2, 3, 4, 8])
 def test_gemm_of_a_few_rows_tiles_them(m: int) -> None:
     """m x 256 @ 256 x 1024 (a small batch through a dense layer): its rows are a register tile's rows, all of
