@@ -169,12 +169,19 @@ HOST_GHZ = {"emeraldrapids": 2.0, "sapphirerapids": 2.0, "znver5": 4.0}
 # two, copied 41 on one (read and write counted) and read L3-resident data at 60 or more; priced at those figures
 # the fusion search materialized more and the GPT-2 blocks ran 1-12% slower (the extra kernels are underpriced
 # elsewhere), at these (about 0.6x) they ran 0.85-1.0x their time at the defaults, the other models unchanged
-HOST_BANDWIDTH = {"znver5": {"mem_gbps": 20.0, "mem_gbps_all": 35.0, "l3_gbps": 55.0}}
+HOST_MEM_GBPS = {"znver5": 20.0}
+HOST_MEM_GBPS_ALL = {"znver5": 35.0}
+HOST_L3_GBPS = {"znver5": 55.0}
 # a line from memory for a load stepping half a page or more each iteration costs this many streamed lines (AVX2
 # code on Zen 4, 128x3072 @ 3072x768 with B's column tiles inside the row tiles, B from memory for every row tile:
 # 28-40 ms, 3-4x the streaming estimate; its column tiles outside, B read once: 11-12 ms)
 STRIDED_MISS = 3.0
 MAX_UNROLLED = 512  # product of a kernel's UPCAST/UNROLL bounds
+
+
+def _interleave(op: Ops) -> int:
+    """Vectors a vectorized loop keeps in flight for `op` (see SEQUENCES)."""
+    return 1 if op in SEQUENCES else LOOP_VECTOR_INTERLEAVE
 
 
 @dataclass(frozen=True)
@@ -208,19 +215,18 @@ class CPUMachine:
         """The machine model of code generated for `cpu` and run on this host: the CPU's vector width and
         registers, the host's cores and caches (sysfs), bandwidth from a config."""
         caches, ways = _sysfs_caches(), _sysfs_caches("ways_of_associativity")
-        bw = HOST_BANDWIDTH.get(host_cpu().name, {})
         return CPUMachine(
             cores=os.cpu_count() or 1,
             ghz=_setting("EGC_GHZ", CPUMachine.ghz, HOST_GHZ),
             simd_bytes=cpu.simd_bytes,
             vector_regs=cpu.vector_regs,
-            mem_gbps=_setting("EGC_MEM_GBPS", bw.get("mem_gbps", CPUMachine.mem_gbps)),
-            mem_gbps_all=_setting("EGC_MEM_GBPS_ALL", bw.get("mem_gbps_all", CPUMachine.mem_gbps_all)),
+            mem_gbps=_setting("EGC_MEM_GBPS", CPUMachine.mem_gbps, HOST_MEM_GBPS),
+            mem_gbps_all=_setting("EGC_MEM_GBPS_ALL", CPUMachine.mem_gbps_all, HOST_MEM_GBPS_ALL),
             l1_bytes=caches.get(1, CPUMachine.l1_bytes),
             l1_ways=ways.get(1, CPUMachine.l1_ways),
             l2_bytes=caches.get(2, CPUMachine.l2_bytes),
             l3_bytes=caches.get(3, CPUMachine.l3_bytes),
-            l3_gbps=_setting("EGC_L3_GBPS", bw.get("l3_gbps", CPUMachine.l3_gbps)),
+            l3_gbps=_setting("EGC_L3_GBPS", CPUMachine.l3_gbps, HOST_L3_GBPS),
             cpu=cpu.describe(),
             fma_per_cycle=cpu.fma_vectors_per_cycle,
             page_step_cycles=_setting("EGC_PAGE_STEP_CYCLES", PAGE_STEP_CYCLES, HOST_PAGE_STEP_CYCLES),
@@ -425,8 +431,7 @@ class _Walk:
         if copies > 1 and vectorizes and not scalar:
             cost = math.ceil(copies / width - 1e-9) * per * self.wide(min(width, copies) * itemsize)
         elif auto and vectorizes:
-            interleave = 1 if u.op in SEQUENCES else LOOP_VECTOR_INTERLEAVE
-            cost = per / (lanes * interleave) * self.wide(lanes * itemsize)
+            cost = per / (lanes * _interleave(u.op)) * self.wide(lanes * itemsize)
         else:
             cost = copies * (per + (SCALAR_LOAD_EXTRA if u.op is Ops.LOAD else 0.0))
         if u.op is Ops.LOAD:
@@ -766,7 +771,7 @@ def work_floor(kernel: UOp, m: CPUMachine | None = None) -> float:
                 vec, scal = vec + body_vec, scal + body_scal
             elif u.dtype.is_float and u.op not in FREE and u.op not in (Ops.LOAD, Ops.STORE):
                 per = OP_CYCLES.get(u.op, DEFAULT_OP) * math.prod(trip_count(r) for r in runs)
-                vec += per / (m.lanes(u.dtype.itemsize) * (1 if u.op in SEQUENCES else LOOP_VECTOR_INTERLEAVE))
+                vec += per / (m.lanes(u.dtype.itemsize) * _interleave(u.op))
                 scal += per
         return vec, scal
 
