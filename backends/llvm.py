@@ -100,7 +100,7 @@ import os
 import struct
 import threading
 import weakref
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -117,6 +117,7 @@ from egraph_compiler.ir.uop import UOp
 from egraph_compiler.kernel import disk_cache
 from egraph_compiler.kernel.analysis import Cond, RangeDeps, guards, index_of, range_size, store_items, value_order
 from egraph_compiler.kernel.cpu_target import CPUTarget, cpu_target, host_cpu
+from egraph_compiler.kernel.memory_plan import ALIGN, Coslice
 from egraph_compiler.kernel.program import (
     HostBuffers,
     Kernel,
@@ -344,14 +345,14 @@ def _block(idx: UOp | None, r: UOp) -> int | None:
     return s if lo >= 0 and hi < s else None
 
 
-def coslice_chunk(producer: UOp, consumer: UOp, threads: int, auto_parallel: bool) -> int | None:
-    """Steps of the shared parallel range per chunk where two consecutive kernels can run chunk by chunk (each
+def coslice_chunk(producer: UOp, consumer: UOp, threads: int, auto_parallel: bool) -> tuple[str, int, int] | None:
+    """(buffer, steps per chunk, bytes per step) where two consecutive kernels can run chunk by chunk (each
     thread: the producer over a chunk of its slice, then the consumer over the same chunk), so that what the
     producer wrote is read back from the cache, not memory (a GEMM's packed weight panels: packing.py). It can
     where each is one item split over a range of the same trip count, the producer writes one block per step of
     it, the consumer reads that buffer only inside the block of its own step, and neither touches what the
-    other writes otherwise: every value the consumer reads is then written before, in either order. None
-    where it cannot."""
+    other writes otherwise: every value the consumer reads is then written before, in either order. `buffer` is
+    the one the producer writes, chunks hold COSLICE_BYTES of it (at least a step). None where they cannot."""
     deps = RangeDeps()
     p_items, c_items = _items(producer, deps, threads, auto_parallel), _items(consumer, deps, threads, auto_parallel)
     if len(p_items) != 1 or len(c_items) != 1:
@@ -371,7 +372,8 @@ def coslice_chunk(producer: UOp, consumer: UOp, threads: int, auto_parallel: boo
     reads = [u for u in c_nodes if u.op is Ops.LOAD and buffer_of(u.src[0]).arg[0] == out.arg[0]]
     if not reads or any(_block(index_of(u.src[0]), ci.parallel) != block for u in reads):
         return None
-    return max(1, COSLICE_BYTES // (block * max(1, _np_storage(out.dtype).itemsize)))
+    step = block * max(1, _np_storage(out.dtype).itemsize)
+    return out.arg[0], max(1, COSLICE_BYTES // step), step
 
 
 # ---- values and scopes -------------------------------------------------------------------------------
@@ -1775,18 +1777,25 @@ class _Runner:
     take their own table and scratch."""
 
     def __init__(
-        self, compiled: list[LLVMCompiled], names: list[str], cpu: CPUTarget, cosliced: dict[int, int] | None = None
+        self, compiled: list[LLVMCompiled], names: list[str], cpu: CPUTarget, cosliced: dict[int, Coslice] | None = None
     ) -> None:
         self.names = names
-        self.scratch = max((b for c in compiled for b in c.scratch), default=0)
-        self.keep: list[Any] = [compiled]  # the kernels' engines, whose code the driver calls
         self.cosliced = cosliced or {}
+        # items run one after another, so they share the scratch: group partials, and each part's chunk of a
+        # local buffer (at part * its chunk's bytes, aligned)
+        local = [
+            min(compiled[i].threads, compiled[i].parallel[0] or 1) * _chunk_bytes(c)
+            for i, c in self.cosliced.items()
+            if c.local
+        ]
+        self.scratch = max([*(b for c in compiled for b in c.scratch), *local], default=0)
+        self.keep: list[Any] = [compiled]  # the kernels' engines, whose code the driver calls
         self.drive = self._driver(compiled, {n: i for i, n in enumerate(names)}, cpu, self.cosliced)
         self.seen: dict[int, tuple[weakref.ref[np.ndarray], int]] = {}
         self.tables: list[tuple[Any, np.ndarray | None]] = []
 
-    def _driver(self, compiled: list[LLVMCompiled], slot: dict[str, int], cpu: CPUTarget, cosliced: dict[int, int]) -> Any:
-        """`cosliced`: kernel i -> chunk, where kernels i and i + 1 run chunk by chunk (coslice_chunk)."""
+    def _driver(self, compiled: list[LLVMCompiled], slot: dict[str, int], cpu: CPUTarget, cosliced: dict[int, Coslice]) -> Any:
+        """`cosliced`: kernel i -> how kernels i and i + 1 run chunk by chunk (LLVMBackend.coslices)."""
         pool = cpu_pool.parallel_address()
         scratch_slot = len(self.names)
         tasks: list[str] = []
@@ -1842,17 +1851,27 @@ class _Runner:
             body.append(f"  call void inttoptr (i64 {pool} to ptr)(ptr @t{len(tasks)}, ptr %a, i64 {parts})")
             tasks.append("\n".join(t))
 
-        def chunked(pair: list[LLVMCompiled], n: int, chunk: int, body: list[str], have: dict[str, str]) -> None:
-            """Two single-item kernels over [0, n), chunk by chunk in each slice: the first, then the second."""
+        def chunked(pair: list[LLVMCompiled], n: int, co: Coslice, body: list[str]) -> None:
+            """Two single-item kernels over [0, n), chunk by chunk in each slice: the first, then the second. A
+            local buffer is each part's chunk of the scratch, handed to both kernels shifted back by the chunk's
+            first step (they address it by step: the chunk's steps land in the part's bytes)."""
             fns = [c.native.engine.get_function_address("k0") for c in pair]
-            parts = min(pair[0].threads, n)
-            if parts <= 1:
-                body += [call(fn, loads(c, body, have), "0", str(n)) for c, fn in zip(pair, fns)]
-                return
+            parts = max(1, min(pair[0].threads, n))
             t = [f"define internal void @t{len(tasks)}(ptr %a, i64 %part) {{", "entry:"]
             mine: dict[str, str] = {}
             args = [loads(c, t, mine) for c in pair]
             t += bounds(n, parts)
+            shift = []
+            if co.local:
+                local = f"ptr {mine[co.buffer]}"
+                args = [["ptr %lp" if a == local else a for a in arg] for arg in args]
+                t += [
+                    f"  %sa = getelementptr i64, ptr %a, i64 {scratch_slot}",
+                    "  %sb = load ptr, ptr %sa",
+                    f"  %own = mul i64 %part, {_chunk_bytes(co)}",
+                    "  %cb = getelementptr i8, ptr %sb, i64 %own",
+                ]
+                shift = [f"  %back = mul i64 %c, -{co.step_bytes}", "  %lp = getelementptr i8, ptr %cb, i64 %back"]
             t += [
                 "  br label %head",
                 "head:",
@@ -1860,16 +1879,20 @@ class _Runner:
                 "  %more = icmp slt i64 %c, %hi",
                 "  br i1 %more, label %body, label %done",
                 "body:",
-                f"  %e0 = add i64 %c, {chunk}",
+                f"  %e0 = add i64 %c, {co.chunk}",
                 "  %short = icmp slt i64 %e0, %hi",
                 "  %e = select i1 %short, i64 %e0, i64 %hi",
+                *shift,
                 *(call(fn, a, "%c", "%e") for fn, a in zip(fns, args)),
                 "  br label %head",
                 "done:",
                 "  ret void",
                 "}",
             ]
-            body.append(f"  call void inttoptr (i64 {pool} to ptr)(ptr @t{len(tasks)}, ptr %a, i64 {parts})")
+            if parts == 1:
+                body.append(f"  call void @t{len(tasks)}(ptr %a, i64 0)")
+            else:
+                body.append(f"  call void inttoptr (i64 {pool} to ptr)(ptr @t{len(tasks)}, ptr %a, i64 {parts})")
             tasks.append("\n".join(t))
 
         body = [f"  %sslot = getelementptr i64, ptr %a, i64 {scratch_slot}", "  %scratch = load ptr, ptr %sslot"]
@@ -1879,8 +1902,8 @@ class _Runner:
                 continue  # run with the kernel before it
             if k in cosliced:
                 n = c.parallel[0]
-                assert n is not None
-                chunked(compiled[k : k + 2], n, cosliced[k], body, have)
+                assert n is not None and c.parallel == compiled[k + 1].parallel == [n]  # what coslice_chunk saw
+                chunked(compiled[k : k + 2], n, cosliced[k], body)
                 continue
             for i, n in enumerate(c.parallel):
                 fn = c.native.engine.get_function_address(f"k{i}")
@@ -1916,11 +1939,16 @@ class _Runner:
             table, scratch = self.tables.pop()  # concurrent calls each take their own
         except IndexError:
             table = (ctypes.c_int64 * (len(addrs) + 1))()
-            scratch = np.empty(self.scratch, np.uint8) if self.scratch else None
-            table[len(addrs)] = scratch.ctypes.data if scratch is not None else 0
+            scratch = np.empty(self.scratch + ALIGN, np.uint8) if self.scratch else None
+            table[len(addrs)] = scratch.ctypes.data + (-scratch.ctypes.data) % ALIGN if scratch is not None else 0
         table[: len(addrs)] = addrs
         self.drive(ctypes.addressof(table))
         self.tables.append((table, scratch))
+
+
+def _chunk_bytes(co: Coslice) -> int:
+    """Bytes of one part's chunk of a local buffer in the scratch (whole cache lines)."""
+    return -(-co.chunk * co.step_bytes // ALIGN) * ALIGN
 
 
 def _address(a: np.ndarray) -> int:
@@ -1953,27 +1981,30 @@ class LLVMBackend(HostBuffers):
         self.auto_parallel = auto_parallel
         self.cpu = cpu_target(cpu)
 
-    def runner(self, program: Program, compiled: list[LLVMCompiled]) -> Callable[[dict[str, np.ndarray]], None]:
-        """One callable that runs the program's compiled kernels in order on its placed buffers; consecutive
-        kernels that can run chunk by chunk (coslice_chunk: a packed weight and its GEMM) do, unless the memory
-        plan lets the second write bytes the first still reads (buffers of lifetimes that end at the first:
-        chunk by chunk, the second's first chunk is written before the first's last is read)."""
-        cosliced: dict[int, int] = {}
+    def coslices(self, program: Program) -> dict[int, Coslice]:
+        """The consecutive kernels the runner runs chunk by chunk (coslice_chunk: a packed weight and its GEMM),
+        first come first paired. The memory plan makes each pair one step (chunk by chunk, the second's first
+        chunk is written before the first's last is read), and the buffer between them is local (no bytes of
+        its own, each thread's chunk in the scratch: read back from L2, never written to memory) where nothing
+        else touches it."""
         kernels = program.kernels
-        arena = program.memory_plan()
+        touched = Counter(n for k in kernels for n in {*k.reads, *k.writes})
+        pairs: dict[int, Coslice] = {}
         for i in range(len(kernels) - 1):
-            # the compiled kernels already tell one parallel item each of one trip count: only such pairs are
-            # analysed (the analysis walks both ASTs: 10-20 ms a pair, GPT-2's first call 0.2 s for all of them)
-            one = compiled[i].parallel
-            if i - 1 in cosliced or len(one) != 1 or one[0] is None or compiled[i + 1].parallel != one:
-                continue
             first, second = kernels[i], kernels[i + 1]
-            if arena is not None and any(arena.share_bytes(w, b) for w in second.writes for b in (*first.reads, *first.writes)):
+            if i - 1 in pairs or not set(first.writes) & set(second.reads):
                 continue
-            chunk = coslice_chunk(first.ast, second.ast, self.threads, self.auto_parallel)
-            if chunk is not None:
-                cosliced[i] = chunk
-        return _Runner(compiled, list(program.buffers), self.cpu, cosliced)
+            found = coslice_chunk(first.ast, second.ast, self.threads, self.auto_parallel)
+            if found is not None:
+                name, chunk, step = found
+                local = program.buffers[name].kind == "intermediate" and touched[name] == 2
+                pairs[i] = Coslice(chunk, name, step, local)
+        return pairs
+
+    def runner(self, program: Program, compiled: list[LLVMCompiled]) -> Callable[[dict[str, np.ndarray]], None]:
+        """One callable that runs the program's compiled kernels in order on its placed buffers, the pairs of
+        `program.coslices()` chunk by chunk."""
+        return _Runner(compiled, list(program.buffers), self.cpu, program.coslices())
 
     def _module(self, kernel: Kernel) -> _Module:
         return _Module(kernel, self.threads, self.fast_math, self.auto_parallel, self.cpu)

@@ -39,7 +39,7 @@ from egraph_compiler.ir.ops import OP_TABLE, Category, Ops
 from egraph_compiler.ir.uop import UOp, check_placeholder_names, pretty, toposort
 from egraph_compiler.kernel import disk_cache
 from egraph_compiler.kernel.cpu_target import CPUTarget
-from egraph_compiler.kernel.memory_plan import ArenaPlan
+from egraph_compiler.kernel.memory_plan import ArenaPlan, sink_order
 from egraph_compiler.kernel.program import Backend, BufferSpec, Kernel, Program, buffer_of
 from egraph_compiler.kernel.slack import with_slack
 
@@ -1128,6 +1128,9 @@ def _split_kernels(
             done[a] = lower(a)
     asts_out, buffers = with_slack([a for _, a in order], buffers)
     kernels = [Kernel.from_ast(name, ast) for (name, _), ast in zip(order, asts_out)]
+    temps = [n for n, s in buffers.items() if s.kind == "intermediate"]
+    late = sink_order([(k.reads, k.writes) for k in kernels], temps)
+    kernels = [replace(kernels[j], name=f"k{i}") for i, j in enumerate(late)]
     inputs = [n for n, s in buffers.items() if s.kind == "input"]
     for n in out_names:
         buffers.setdefault(n, specs[n])

@@ -22,6 +22,7 @@ from egraph_compiler.backends.llvm import CACHE_STATS, LLVMBackend
 from egraph_compiler.backends.reference import ReferenceBackend
 from egraph_compiler.ir.diagnostics import UnsupportedOp
 from egraph_compiler.ir.dtypes import DType, dtypes
+from egraph_compiler.kernel.memory_plan import Coslice
 from egraph_compiler.kernel.program import BufferSpec, Kernel, Program
 
 F32 = dtypes.float32
@@ -1078,30 +1079,29 @@ def test_coslice_chunk_accepts_blockwise_reads_and_refuses_others() -> None:
     """Two kernels run chunk by chunk only where the consumer reads, at each step of its parallel range, the block
     the producer writes at the same step; a read of another step's block (a shifted index) keeps them apart."""
     producer, consumer, _ = _pair(40, 4096)
-    assert llvm_backend.coslice_chunk(producer, consumer, 2, True) == llvm_backend.COSLICE_BYTES // (4096 * 4)
+    assert llvm_backend.coslice_chunk(producer, consumer, 2, True) == ("X", llvm_backend.COSLICE_BYTES // (4096 * 4), 4096 * 4)
     producer, shifted, _ = _pair(40, 4096, shift=1)
     assert llvm_backend.coslice_chunk(producer, shifted, 2, True) is None
     assert llvm_backend.coslice_chunk(shifted, producer, 2, True) is None  # the consumer does not read X at all
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-def test_a_pair_is_not_cosliced_where_the_second_writes_bytes_the_first_still_reads(
-    threads: int, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The memory plan lets Y (written by the consumer, read after it) share bytes with A (read by the producer,
-    dead after it): one after the other that is safe, chunk by chunk it is not (the consumer's first chunk of
-    Y overwrites the A the producer's next chunk reads). The runner keeps such a pair apart: the reference's
-    values, where co-slicing it gave wrong ones."""
+def test_a_cosliced_pair_is_one_step_of_the_memory_plan(threads: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run one after the other, Y (written by the third kernel) may take the bytes of A (read by the second, dead
+    after it); chunk by chunk that is wrong (the third's first chunk of Y would overwrite the A the second's next
+    chunk reads). The LLVM program's plan makes the co-sliced pair one step, so Y keeps apart from A, and X, which
+    only the pair touches, has no bytes at all (each thread's chunk of it lives in the scratch): the reference's
+    values, whose plan does share A's bytes with Y."""
     monkeypatch.setattr(llvm_backend, "COSLICE_BYTES", 1)
     n, s = 6, 32768  # big enough for the kernels to run in parallel slices (small ones run whole)
     i, i2 = rng(n * s, "i"), rng(2 * n * s, "i2")
-    p, r, q, r2 = rng(n, "p"), rng(s, "r"), rng(n, "q"), rng(s, "r2")
+    p, r, q, r2, t = rng(n, "p"), rng(s, "r"), rng(n, "q"), rng(s, "r2"), rng(2, "t")
     inp, a, x, y, out = buf("IN", n * s), buf("A", n * s), buf("X", n * s), buf("Y", 2 * n * s), buf("OUT", 2 * n * s)
     kernels = [
         kernel((store(a, i, load(inp, i) + UOp.const(1.0, F32)), (i,))),
         kernel((store(x, p * s + r, load(a, p * s + r) * UOp.const(2.0, F32)), (p, r))),
-        kernel((store(y, q * (2 * s) + r2 * 2, load(x, q * s + r2)), (q, r2))),  # every other element of Y
-        kernel((store(out, i2, load(y, i2) + UOp.const(3.0, F32)), (i2,))),  # Y's others: the arena's zeros
+        kernel((store(y, q * (2 * s) + r2 * 2 + t, load(x, q * s + r2)), (q, r2, t))),  # each X twice
+        kernel((store(out, i2, load(y, i2) + UOp.const(3.0, F32)), (i2,))),
     ]
     specs = {
         "IN": BufferSpec("IN", F32, n * s, "input", (n * s,)),
@@ -1110,12 +1110,18 @@ def test_a_pair_is_not_cosliced_where_the_second_writes_bytes_the_first_still_re
         "OUT": BufferSpec("OUT", F32, 2 * n * s, "output", (2 * n * s,)),
     }
     inputs = {"IN": rand_array((n * s,), seed=10)}
-    got = []
+    got, plans = [], []
     for be in (LLVMBackend(threads=threads), ReferenceBackend()):
         prog = Program([Kernel.from_ast(f"k{j}", k) for j, k in enumerate(kernels)], specs, ["IN"], ["OUT"], be, be.name)
         got.append(np.asarray(prog(**inputs)))
-        plan = prog.memory_plan()
-        assert plan is not None and plan.share_bytes("A", "Y")  # the case: Y reuses A's bytes
+        plans.append(prog.memory_plan())
+        if isinstance(be, LLVMBackend):  # one thread runs no parallel slices, so nothing chunk by chunk
+            pairs = {1: Coslice(1, "X", 4 * s, True)} if threads > 1 else {}
+            assert prog.coslices() == pairs and prog.chunk_local() == {c.buffer for c in pairs.values()}
+    ours, ref = plans
+    assert ours is not None and ref is not None
+    assert ref.share_bytes("A", "Y")  # the case
+    assert ours.share_bytes("A", "Y") == ("X" in ours.offsets) == (threads == 1)  # the plan that keeps it safe
     check(got[0], got[1], rtol=0, atol=0)
 
 

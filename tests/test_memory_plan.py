@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from egraph_compiler import Tensor, optimize
-from egraph_compiler.kernel.memory_plan import ALIGN, lifetimes, plan
+from egraph_compiler.kernel.memory_plan import ALIGN, lifetimes, plan, sink_order
 
 
 @st.composite
@@ -138,3 +138,56 @@ def test_a_memory_limit_fuses_two_buffers_where_neither_alone_frees_any() -> Non
         for n, s in (("x", (2, 8, 12, 12)), ("w1", (8, 8, 3, 3)), ("w2", (8, 8, 3, 3)))
     }
     np.testing.assert_allclose(lean(**vals), evaluate(t.uop, vals), rtol=1e-4, atol=1e-4)
+
+
+def test_a_cosliced_pair_is_one_step_of_the_lifetimes() -> None:
+    """Kernels 1 and 2 run chunk by chunk: what either touches is live over both (A, last read by kernel 1,
+    lives on through kernel 2, so kernel 2's output may not take its bytes)."""
+    kernels = [((), ("A",)), (("A",), ("X",)), (("X",), ("Y",)), (("Y",), ())]
+    assert lifetimes(kernels, ["A", "X", "Y"]) == {"A": (0, 1), "X": (1, 2), "Y": (2, 3)}
+    assert lifetimes(kernels, ["A", "X", "Y"], [1]) == {"A": (0, 2), "X": (1, 2), "Y": (1, 3)}
+
+
+def test_leaf_kernels_sink_to_their_consumer() -> None:
+    """A weight's copy (reads an input only) runs just before the product that reads it, after the chain that
+    makes the product's other operand; a layer norm of an input, feeding the same product, keeps its place
+    before the copy; kernels reading intermediates never move."""
+    kernels = [
+        (("w2",), ("P2",)),  # copy of the second weight: read only by kernel 5
+        (("x",), ("N",)),  # layer norm of the input
+        (("w1",), ("P1",)),  # copy of the first weight
+        (("N", "P1"), ("H",)),
+        (("H",), ("G",)),
+        (("G", "P2"), ("out",)),
+    ]
+    assert sink_order(kernels, ["P1", "P2", "N", "H", "G"]) == [1, 2, 3, 4, 0, 5]
+
+
+@st.composite
+def kernel_lists(draw: st.DrawFn) -> tuple[list[tuple[tuple[str, ...], tuple[str, ...]]], list[str]]:
+    """Kernels in a dependency order: each writes one or two buffers (some written again later), reading inputs
+    and earlier kernels' buffers."""
+    n = draw(st.integers(1, 12))
+    made: list[str] = []
+    kernels = []
+    for i in range(n):
+        pool = [f"in{j}" for j in range(3)] + made
+        reads = tuple(sorted(set(draw(st.lists(st.sampled_from(pool), max_size=3)))))
+        writes = [f"t{i}"] + ([draw(st.sampled_from(made))] if made and draw(st.booleans()) else [])
+        kernels.append((reads, tuple(dict.fromkeys(writes))))
+        made.append(f"t{i}")
+    return kernels, made
+
+
+@given(kernel_lists())
+def test_the_sunk_order_keeps_every_dependency(case: tuple[list[tuple[tuple[str, ...], tuple[str, ...]]], list[str]]) -> None:
+    """Any two kernels that touch a common buffer, one of them writing it, run in their given order."""
+    kernels, temps = case
+    order = sink_order(kernels, temps)
+    assert sorted(order) == list(range(len(kernels)))
+    at = {k: i for i, k in enumerate(order)}
+    for a in range(len(kernels)):
+        for b in range(a + 1, len(kernels)):
+            (ra, wa), (rb, wb) = kernels[a], kernels[b]
+            if set(wa) & ({*rb, *wb}) or set(wb) & set(ra):
+                assert at[a] < at[b], (a, b, order)

@@ -38,7 +38,7 @@ from egraph_compiler.ir.interpret import coerce_input
 from egraph_compiler.ir.ops import OP_TABLE, Ops
 from egraph_compiler.ir.uop import UOp
 from egraph_compiler.kernel.analysis import value_nodes
-from egraph_compiler.kernel.memory_plan import ALIGN, ArenaPlan, lifetimes, plan
+from egraph_compiler.kernel.memory_plan import ALIGN, ArenaPlan, Coslice, lifetimes, plan
 
 
 @dataclass(frozen=True)
@@ -149,7 +149,8 @@ class Backend(Protocol):
     """What a target provides (every Program runs on one). Host backends hold buffers as numpy arrays. Optional:
     `runner(program, compiled)` (run every kernel in one call), `storage_np(dtype)` (the numpy storage of a
     dtype), `holds(value)` / `put_device` / `get_device` (arrays already on the device), `synchronize()`,
-    `compile_all(kernels, program)` (every kernel at once, for a backend that compiles them side by side)."""
+    `compile_all(kernels, program)` (every kernel at once, for a backend that compiles them side by side),
+    `coslices(program)` (the consecutive kernels its runner runs chunk by chunk: memory_plan.Coslice)."""
 
     name: str
 
@@ -283,6 +284,7 @@ class Program:
     _out_memo: OutMemo | None = field(default=None, repr=False)
     _plan: Placement | None = field(default=None, repr=False)
     _arena: ArenaPlan | None = field(default=None, repr=False)
+    _coslices: dict[int, Coslice] | None = field(default=None, repr=False)
 
     def __getstate__(self) -> dict[str, Any]:
         """What a pickle keeps: the program, not what running it made (the private fields: compiled code, buffers,
@@ -448,11 +450,12 @@ class Program:
         )
 
     def place_buffers(self, **inputs: Any) -> dict[str, Any]:
-        """Every buffer of the program on its backend: inputs checked and placed, constants placed, the rest
-        allocated."""
-        return self._place(inputs, None)
+        """Every buffer of the program on its backend, whole (to run kernels one by one): inputs checked and
+        placed, constants placed, the rest allocated."""
+        return self._place(inputs, None, whole=True)
 
-    def _place(self, inputs: dict[str, Any], temps: dict[str, Any] | None) -> dict[str, Any]:
+    def _place(self, inputs: dict[str, Any], temps: dict[str, Any] | None, whole: bool = False) -> dict[str, Any]:
+        """The buffers of a call (`whole`: every one of its full size, even those a call keeps chunk by chunk)."""
         if self._plan is None:
             self._plan = self._placement()
         if inputs.keys() != self._plan.input_names:
@@ -471,7 +474,7 @@ class Program:
                 suggestion=f"its inputs are {self.inputs}",
             )
         try:
-            return self._placed(inputs, temps)
+            return self._placed(inputs, temps, whole)
         except MemoryError:
             size = sum(spec.size * spec.dtype.itemsize for _, kind, spec, _ in self._plan.rows if kind != "input")
             raise OutOfMemory(
@@ -480,14 +483,30 @@ class Program:
                 suggestion="use smaller shapes, or free memory",
             ) from None
 
+    def coslices(self) -> dict[int, Coslice]:
+        """Kernel i -> how the backend's runner runs kernels i and i + 1 chunk by chunk (none where it runs every
+        kernel whole); decided once."""
+        if self._coslices is None:
+            find = getattr(self.backend, "coslices", None)
+            self._coslices = find(self) if find is not None else {}
+        return self._coslices
+
+    def chunk_local(self) -> frozenset[str]:
+        """Intermediates that a program call keeps only chunk by chunk, in the runner's scratch (Coslice.local):
+        they have no bytes in the arena, and a call gets an empty array for each."""
+        return frozenset(c.buffer for c in self.coslices().values() if c.local)
+
     def memory_plan(self) -> ArenaPlan | None:
-        """Where the intermediates live in one arena (host targets; None elsewhere, or with none)."""
+        """Where the intermediates live in one arena (host targets; None elsewhere, or with none). A pair of
+        kernels run chunk by chunk is one step of the plan, and what only it touches has no bytes here."""
         storage = getattr(self.backend, "storage_np", None)
         if self._arena is None and storage is not None:  # planned once (program calls ask again)
-            temps = {n: spec for n, spec in self.buffers.items() if spec.kind == "intermediate"}
+            local = self.chunk_local()
+            temps = {n: spec for n, spec in self.buffers.items() if spec.kind == "intermediate" and n not in local}
             if temps:
                 sizes = {n: spec.size * storage(spec.dtype).itemsize for n, spec in temps.items()}
-                self._arena = plan(sizes, lifetimes([(k.reads, k.writes) for k in self.kernels], temps))
+                steps = [(k.reads, k.writes) for k in self.kernels]
+                self._arena = plan(sizes, lifetimes(steps, temps, self.coslices()))
         return self._arena
 
     def _arena_views(self) -> dict[str, np.ndarray]:
@@ -504,9 +523,10 @@ class Program:
             views[name] = base[off : off + spec.size * dt.itemsize].view(dt)
         return views
 
-    def _placed(self, inputs: dict[str, Any], temps: dict[str, Any] | None) -> dict[str, Any]:
+    def _placed(self, inputs: dict[str, Any], temps: dict[str, Any] | None, whole: bool) -> dict[str, Any]:
         bufs: dict[str, Any] = {}
         arena: dict[str, np.ndarray] | None = None
+        local = frozenset() if whole else self.chunk_local()
         holds = getattr(self.backend, "holds", None)
         assert self._plan is not None  # _place plans first
         for name, kind, spec, native in self._plan.rows:
@@ -532,7 +552,9 @@ class Program:
                 bufs[name] = self._consts[name]
             elif temps is not None and name in temps and kind in ("intermediate", "output"):
                 bufs[name] = temps[name]
-            elif kind == "intermediate" and self.memory_plan() is not None:
+            elif kind == "intermediate" and name in local:  # the runner keeps it chunk by chunk in its scratch
+                bufs[name] = np.empty(0, cast(HostStorageBackend, self.backend).storage_np(spec.dtype))
+            elif kind == "intermediate" and (ap := self.memory_plan()) is not None and name in ap.offsets:
                 if arena is None:
                     arena = self._arena_views()
                 bufs[name] = arena[name]
@@ -566,7 +588,7 @@ class Program:
         """Each kernel run alone on `inputs` (after one warm-up run of the whole program): kernel name -> median
         seconds over `repeat` runs. For comparing with the estimate (`describe(measured=...)`)."""
         compiled = self.compile()
-        bufs = self._place(inputs, None)
+        bufs = self._place(inputs, None, whole=True)
         sync = getattr(self.backend, "synchronize", lambda: None)  # a GPU runs kernels asynchronously
         for run in compiled:
             run(bufs)
@@ -631,13 +653,16 @@ class Program:
         return "\n".join(lines + self._arena_lines())
 
     def _arena_lines(self) -> list[str]:
-        arena = self.memory_plan()
-        if arena is None:
-            return []
-        return [
-            f"  intermediates: {len(arena.offsets)} buffer(s) in one arena of {_bytes(arena.size)} "
-            f"({_bytes(arena.unplanned)} allocated one by one)"
-        ]
+        arena, local = self.memory_plan(), sorted(self.chunk_local())
+        lines = []
+        if arena is not None:
+            lines.append(
+                f"  intermediates: {len(arena.offsets)} buffer(s) in one arena of {_bytes(arena.size)} "
+                f"({_bytes(arena.unplanned)} allocated one by one)"
+            )
+        if local:
+            lines.append(f"  kept chunk by chunk in the runner's scratch, no buffer of their own: {', '.join(local)}")
+        return lines
 
 
 def _count(n: float) -> str:
