@@ -477,11 +477,12 @@ RULES = [r for rs in OPTOPS.values() for r in rs.rules]
 # nothing with AVX-512 and doubled the ranking time, but AVX2 gets it: NARROW_FACTORS), or 7 and 14 where 8
 # does not divide the range (a convolution's rows of 28 or 14 pixels beside a vector of output channels), swap
 # puts a GEMM's column panel outside its rows (the panel stays in L2), and Padto pads a tile axis to 8 or 32 when
-# neither divides it; an axis of exactly 8 or 32 is a tile axis whole ("u-whole": a GEMM of 8 rows, 8 x 256 @
-# 256 x 1024, had only its columns tiled and ran in 150-240 us, 8 x 32 tiles run it in 22-38; 32 channels made a
-# ResNet block of 8x32x32 1.2x faster, for 1.7x its optimize time; 16 gained nothing there for 1.2x more), and
-# the 2 to 4 rows of a matrix ("u-whole-rows": 4 x 256 @ 256 x 1024 78 -> 20 us, 2 rows 45 -> 27; offered on every
-# output axis, they made ResNet blocks of batch 2 and 4 optimize 1.3-1.75x longer for the same programs); an
+# neither divides it; an axis of exactly 32 is a tile axis whole ("u-whole": 32 channels made a ResNet block of
+# 8x32x32 1.2x faster, for 1.7x its optimize time; 16 gained nothing there for 1.2x more), and so are the 2 to 4
+# or 8 rows of a matrix ("u-whole-rows": a GEMM of 8 rows, 8 x 256 @ 256 x 1024, had only its columns tiled and ran
+# in 150-240 us, 8 x 32 tiles run it in 22-38; 4 rows 78 -> 20 us, 2 rows 45 -> 27; offered on every output axis,
+# they made ResNet blocks of batch 2 and 4 optimize 1.3-1.75x longer for the same programs, and 8 tiled a batch-8
+# convolution's images, each a whole feature map apart: 1.2-2x slower than a tile of pixels of one row); an
 # output of one range (a matrix-vector product, whose every step of the reduction moves a
 # page down its rows) is also tiled 64 or 128 wide. The reference interpreter gains nothing from a schedule.
 SPLIT_FACTORS: dict[str, dict[str, tuple[int, ...]]] = {
@@ -492,8 +493,8 @@ SPLIT_FACTORS: dict[str, dict[str, tuple[int, ...]]] = {
         "r": (4,),
         "acc": (16, 32),
         "pad-u": (8, 32),
-        "u-whole": (8, 32),
-        "u-whole-rows": (2, 3, 4),
+        "u-whole": (32,),
+        "u-whole-rows": (2, 3, 4, 8),
         "swap": (1,),
     },
     "cuda": {"l": (64, 256), "G": (256,), "u": (4,), "pad-l": (256,), "pad-G": (256,), "swap": (1,), "tc": (16,)},
