@@ -861,6 +861,15 @@ def _build(
     report.extra["machine"] = cost_model.machine
     if progress is not None:
         progress(f"fusion search: {len(candidates)} buffers the baseline materializes, {lim.search_time:g} s of trials")
+
+    def assemble(choice: dict[int, ENode]) -> Program:
+        dec = Decoder(view, lambda c: choice.get(c) or ex.node(c), reg, rkey=_range_key)
+        asts = [late(dec.decode(root_classes[r])) for r in roots]
+        return _split_kernels(asts, enc.out_names, enc.facts.buffers, roots, backend, target)
+
+    def scheduled(res: FusionResult) -> dict[int, ENode]:
+        return {**res.choice, **{c: n for ks in res.schedules.values() for c, n in ks.best.choice.items()}}
+
     fused = choose_fusion(
         view,
         ex,
@@ -874,17 +883,12 @@ def _build(
         deadline,
         pairs=target == "cuda",
         memory_limit=memory_limit,
+        fits=lambda res: not _arena_over(assemble(scheduled(res)), req),
     )
-    fusion, schedules = fused.choice, fused.schedules
+    schedules = fused.schedules
     report.notes += fused.notes
     report.degraded += fused.degraded
-
-    def assemble(choice: dict[int, ENode]) -> Program:
-        dec = Decoder(view, lambda c: choice.get(c) or ex.node(c), reg, rkey=_range_key)
-        asts = [late(dec.decode(root_classes[r])) for r in roots]
-        return _split_kernels(asts, enc.out_names, enc.facts.buffers, roots, backend, target)
-
-    chosen = {**fusion, **{c: n for ks in schedules.values() for c, n in ks.best.choice.items()}}
+    chosen = scheduled(fused)
     report.add_phase("schedule", time.perf_counter() - t2)
     if tune and backend.name != "reference":
         t3 = time.perf_counter()

@@ -28,7 +28,9 @@ batches (a graph of thousands of small ops would otherwise take one trial per bu
 A memory limit (bytes of the intermediates' arena, the memory plan's greedy placement over the kernels'
 lifetimes in dependency order) is met after the search by fusing, one at a time, the buffer (else the pair of
 buffers) whose fusion costs the least estimated time per arena byte it frees, until the arena fits or nothing
-left frees any; the chosen estimate may then be above the baseline's, and a note says by how much.
+left frees any; the chosen estimate may then be above the baseline's, and a note says by how much. A program
+whose own memory plan already meets the limit (the runner keeps a packed operand chunk by chunk, which this
+arena counts whole) is kept as the search left it.
 """
 
 from __future__ import annotations
@@ -419,6 +421,7 @@ def choose_fusion(
     deadline: float | None = None,
     pairs: bool = True,
     memory_limit: int | None = None,
+    fits: Callable[[FusionResult], bool] | None = None,
 ) -> FusionResult:
     """The materialized buffers and every kernel's schedules, from the baseline by estimated savings.
 
@@ -428,7 +431,9 @@ def choose_fusion(
     starts and kernels ranked quickly are not ranked again in full (`optimize`'s time_limit); pairs: when no single
     fusion pays, try the buffers one kernel loads two at a time (a GEMM's two cast operands enable tensor cores
     only together: on CPUs no pair has paid where no single did, and the pass cost GPT-2 ~0.8 s); memory_limit:
-    bytes the intermediates' arena may take (see the module docstring)."""
+    bytes the intermediates' arena may take (see the module docstring); fits: does the program of a result meet
+    it? (the program's own memory plan, where the backend keeps some buffers chunk by chunk, which the search's
+    arena counts whole): a program that does is kept as it is."""
     s = _Search(view, ex, roots, decode, model, candidates, barriers, deadline)
     notes: list[str] = []
     mat, kernels = _baseline(s, candidates, notes)
@@ -444,7 +449,8 @@ def choose_fusion(
         degraded.append(
             f"the fusion search stopped at its time budget ({time_budget:g} s); the best program found so far is used"
         )
-    if memory_limit is not None and (fused := trials.fit(memory_limit)):
+    met = memory_limit is None or (fits is not None and fits(_result(trials, baseline, deadline, [], [])))
+    if memory_limit is not None and not met and (fused := trials.fit(memory_limit)):
         cost = -sum(d.saving_s for d in fused)
         notes.append(
             f"memory_limit {memory_limit:,} bytes: {len(fused)} more buffer(s) fused to fit it, "
