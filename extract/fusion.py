@@ -449,7 +449,7 @@ def choose_fusion(
         degraded.append(
             f"the fusion search stopped at its time budget ({time_budget:g} s); the best program found so far is used"
         )
-    met = memory_limit is None or (fits is not None and fits(_result(trials, baseline, deadline, [], [])))
+    met = fits is not None and memory_limit is not None and fits(_result(trials, baseline, deadline, [], []))
     if memory_limit is not None and not met and (fused := trials.fit(memory_limit)):
         cost = -sum(d.saving_s for d in fused)
         notes.append(
