@@ -764,7 +764,7 @@ def work_floor(kernel: UOp, m: CPUMachine | None = None) -> float:
     REDUCE nested in another one's body costs at least the lesser of its two forms in the estimate: one
     accumulator chain waiting ADD_LATENCY on each of its own iterations (copies of the unrolled ranges around it
     may be one vector chain), or (with several) scalar chains whose body operations run one element at a time.
-    The kernel's buffers also stream through memory at least once.
+    The kernel's buffers also stream at least once, from the L3 where they all fit it (CPUMachine.stream_bps).
     Fusion trials whose floor is above what they would replace need no ranking."""
     m = m or CPUMachine.host()
     w = _Walk(m)
