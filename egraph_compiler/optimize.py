@@ -35,7 +35,7 @@ from egraph_compiler.egraph.view import EGraphView, ENode
 from egraph_compiler.ir.diagnostics import EstimateWarning, InvalidArgument, OutOfMemory, UnguardedAccess, UnsupportedOp
 from egraph_compiler.ir.dims import symbolic_placeholders
 from egraph_compiler.ir.dtypes import DType
-from egraph_compiler.ir.ops import OP_TABLE, Category, Ops
+from egraph_compiler.ir.ops import OP_TABLE, Category, Ops, reshape_groups
 from egraph_compiler.ir.uop import UOp, check_placeholder_names, pretty, toposort
 from egraph_compiler.kernel import disk_cache
 from egraph_compiler.kernel.cpu_target import CPUTarget
@@ -108,6 +108,17 @@ OFFERS_S_PER_NODE = 120e-6
 # may take what the default schedule would not need
 DEFAULT_S_PER_UOP = 6e-3
 INLINE_FROM = 3.0
+# under a time limit, for the CPU and reference targets: shorter than FULL_S_PER_UOP per UOp of the graph, it is
+# lowered without the e-graph (kernel/lowering.py: ~0.2 ms a UOp, and a few ms per reduction kernel to pick its
+# register tile), and so is the default schedule wherever the search falls back to it; the full search, from its
+# encoding to the ranked schedules, took 11-17 ms a UOp on a Zen 5 core (MLP, GPT-2 block, dense chains) and 35 for
+# the ResNet block's convolutions, and the default schedule in the e-graph nearly as long. DIRECT_S_PER_UOP is what
+# the saturation leaves for the direct lowering when it gives up offering values inline
+FULL_S_PER_UOP = 20e-3
+DIRECT_S_PER_UOP = 1e-3
+# the slowest kernels of a directly lowered program whose register tiles are priced even past the deadline (a few
+# ms each: a plain GEMM nest runs 10-100x slower than a tiled one)
+TILED_ANYWAY = 4
 # under the default node_limit the schedule stage may grow SCHEDULE_NODES_PER_REDUCE more nodes per reduction of the
 # program, up to SCHEDULE_NODES_CAP: it offers every reduction kernel its splits at once, and a fixed budget shared
 # by many kernels stopped after two steps (a 12-layer 64x128 dense chain got 8 schedules a layer and ran 2.2x slower)
@@ -218,11 +229,12 @@ def _declared(roots: list[UOp], inputs: Inputs | None) -> list[UOp]:
     return uops
 
 
-def materialization_candidates(roots: list[UOp]) -> list[UOp]:
+def materialization_candidates(roots: list[UOp], lone_reduces: bool = True) -> list[UOp]:
     """The safe baseline's buffers (tinygrad's and inductor's realize points): every REDUCE, every CONTIGUOUS,
     every computed value with several consumers, and every computed value read through a broadcast (an EXPAND
     behind movement ops: otherwise it is recomputed for every element it is broadcast to, as a GELU before a
-    matmul is for every output column). Outputs have buffers of their own."""
+    matmul is for every output column). Outputs have buffers of their own. `lone_reduces` False: not a REDUCE
+    its one consumer reads without a broadcast (each of its elements once: the consumer's kernel computes it)."""
     order = toposort(roots)
     users: dict[UOp, list[UOp]] = {}
     for u in order:
@@ -245,7 +257,8 @@ def materialization_candidates(roots: list[UOp]) -> list[UOp]:
                 out.append(u)
             continue
         mine = users.get(u, [])
-        if u.op in (Ops.REDUCE, Ops.CONTIGUOUS) or len(mine) > 1 or any(broadcast.get(x, False) for x in mine):
+        shared = len(mine) > 1 or any(broadcast.get(x, False) for x in mine)
+        if shared or u.op is Ops.CONTIGUOUS or (u.op is Ops.REDUCE and lone_reduces):
             out.append(u)
     return out
 
@@ -548,33 +561,6 @@ def _declare_inputs(program: Program, declared: list[UOp]) -> None:
     program.inputs = list(dict.fromkeys(u.arg[0] for u in declared))
 
 
-def reshape_groups(old: tuple[int, ...], new: tuple[int, ...]) -> list[tuple[list[int], list[int]]]:
-    """Split a reshape into groups of (new sizes, old sizes) with equal products, smallest first: kept axes
-    map one to one, size-1 axes stand alone, and only real merges/splits need div/mod."""
-    groups: list[tuple[list[int], list[int]]] = []
-    i = j = 0
-    while i < len(old) or j < len(new):
-        if j < len(new) and new[j] == 1:
-            groups.append(([1], []))
-            j += 1
-            continue
-        if i < len(old) and old[i] == 1:
-            groups.append(([], [1]))
-            i += 1
-            continue
-        nd, od = [new[j]], [old[i]]
-        j, i = j + 1, i + 1
-        while math.prod(nd) != math.prod(od):
-            if math.prod(nd) < math.prod(od):
-                nd.append(new[j])
-                j += 1
-            else:
-                od.append(old[i])
-                i += 1
-        groups.append((nd, od))
-    return groups
-
-
 def _group_term(nd: list[int], od: list[int]) -> str:
     if nd == [1] and not od:
         return "(GNewUnit)"
@@ -583,6 +569,18 @@ def _group_term(nd: list[int], od: list[int]) -> str:
     if len(nd) == 1 and nd == od:
         return "(GKeep)"
     return f"(GMix {egg_ilist(nd)} {egg_ilist(od)})"
+
+
+def input_spec(u: UOp) -> BufferSpec:
+    """The buffer of a placeholder or constant tensor (a BUFFER UOp): kernels address it flat, by its name."""
+    name, shape = u.arg
+    data = u.src[0].arg.data.reshape(shape) if u.src else None
+    return BufferSpec(name, u.dtype, max(1, math.prod(shape)), "const" if u.src else "input", tuple(shape), data)
+
+
+def value_spec(u: UOp, name: str, kind: str) -> BufferSpec:
+    """A buffer of its own for computed value u (an output or an intermediate)."""
+    return BufferSpec(name, u.dtype, max(1, math.prod(u.shape)), kind, tuple(u.shape))
 
 
 class Facts:
@@ -611,11 +609,8 @@ class Facts:
 
     def input_buffer(self, u: UOp) -> None:
         """A placeholder or constant tensor: kernels address it as a flat buffer of the same name."""
-        name, shape = u.arg
-        data = u.src[0].arg.data.reshape(shape) if u.src else None
-        self.buffers[name] = BufferSpec(
-            name, u.dtype, max(1, math.prod(shape)), "const" if u.src else "input", tuple(shape), data
-        )
+        name = u.arg[0]
+        self.buffers[name] = input_spec(u)
         srcs = f"(UCons {self.sess.name_of(u.src[0])} (UNil))" if u.src else "(UNil)"
         self.cmds.append(
             f"(in-buf {self.sess.name_of(u)} (BUFFER {egg_str(u.dtype.name)} {egg_str(name)} "
@@ -625,9 +620,8 @@ class Facts:
     def buffer_for(self, u: UOp, name: str, kind: str) -> str:
         """Give u a buffer of its own (`mat-buf`: a relation, so tensors proven equal never alias two buffers);
         returns the buffer's term."""
-        size = max(1, math.prod(u.shape))
-        self.buffers[name] = BufferSpec(name, u.dtype, size, kind, tuple(u.shape))
-        term = f"(BUFFER {egg_str(u.dtype.name)} {egg_str(name)} {egg_ilist([size])} (UNil))"
+        self.buffers[name] = spec = value_spec(u, name, kind)
+        term = f"(BUFFER {egg_str(u.dtype.name)} {egg_str(name)} {egg_ilist([spec.size])} (UNil))"
         self.cmds.append(f"(mat-buf {self.sess.name_of(u)} {term})")
         return term
 
@@ -797,6 +791,9 @@ def _build(
 
     t0 = time.perf_counter()
     uops = len(toposort(roots))
+    direct = deadline is not None and target != "cuda" and _directly_lowerable(roots, report)
+    if direct and deadline is not None and (every_barrier or deadline - t0 < FULL_S_PER_UOP * uops):
+        return _lower_directly(roots, names, req, report, uops, deadline)
     if deadline is not None and not every_barrier and deadline - t0 < INLINE_FROM * DEFAULT_S_PER_UOP * uops:
         short = f"the time limit is short for offering values inline in a graph of {uops} UOps"
         _note_default_schedule(short, report, progress)
@@ -821,7 +818,8 @@ def _build(
         # the graph is built again with nothing to inline across them, which grows linearly
         # with a time limit, offering values inline may go on until the default schedule's predicted build time
         # is left (DEFAULT_S_PER_UOP a UOp): the default schedule built again (below) needs that
-        cut: float | bool = False if every_barrier else True if deadline is None else deadline - DEFAULT_S_PER_UOP * uops
+        per_uop = DIRECT_S_PER_UOP if direct else DEFAULT_S_PER_UOP
+        cut: float | bool = False if every_barrier else True if deadline is None else deadline - per_uop * uops
         reserve = EXTRACT_S_PER_NODE + RANK_S_PER_NODE
         reason = sess.saturate(stages, lim, report, progress, deadline=deadline, cut_baseline=cut, reserve_per_node=reserve)
         why = _why_default_schedule(reason, sess.size(), deadline, every_barrier)
@@ -914,6 +912,104 @@ def _build(
         k.schedule, k.cost = entry.get("schedule", ""), dict(entry.get("cost", {}))
     check_accesses(program)
     return program
+
+
+def _directly_lowerable(roots: list[UOp], report: Report) -> bool:
+    """Can kernel/lowering.py lower the graph (else a report note says why not)?"""
+    from egraph_compiler.kernel.lowering import unsupported
+
+    if (why_not := unsupported(roots)) is None:
+        return True
+    report.notes.append(f"the graph is not lowered without the e-graph under the time limit: it has {why_not}")
+    return False
+
+
+def _lower_directly(
+    roots: list[UOp], names: list[str], req: _Request, report: Report, uops: int, deadline: float | None
+) -> Program:
+    """The default schedule lowered without the e-graph (kernel/lowering.py), each reduction kernel with the
+    register tile the cost model prices best (the slowest first, while the time limit lasts), priced for the
+    report."""
+    from egraph_compiler.extract.schedule import cost_model_for, describe_schedule
+
+    t0 = time.perf_counter()
+    note = (
+        f"the time limit is short for the search over a graph of {uops} UOps (~{FULL_S_PER_UOP * uops:.2g} s): the "
+        "graph was lowered without the e-graph, every materialization candidate in a buffer of its own (a reduction "
+        "its one consumer reads without a broadcast computed in that consumer's kernel), each kernel's loops in the "
+        "plain order but for a register tile per reduction (no fusion or schedule search)"
+    )
+    report.notes.append(note)
+    report.degraded.append(note)
+    report.stop_reason = "time_limit"  # what stopped the search: here, before it began
+    if req.progress is not None:
+        req.progress("the time limit is short: lowering the graph directly, without the e-graph")
+    program = _direct_program(roots, names, req)
+    cpu = _cpu_of(req.backend, req.target)
+    cost_model = cost_model_for(req.target, cpu, getattr(req.backend, "renders", None))
+    report.extra["machine"] = cost_model.machine
+    seconds = _tile_reductions(program, cost_model, cpu.simd_bytes if cpu is not None else 32, deadline)
+    for k in program.kernels:
+        k.schedule, k.cost = describe_schedule(k.ast), {"seconds": seconds[k.name]}
+    report.extra["kernels"] = [
+        {"name": k.name, "reads": list(k.reads), "writes": list(k.writes), "schedule": k.schedule, "cost": k.cost}
+        for k in program.kernels
+    ]
+    report.cost_after, report.cost_unit = sum(seconds.values()), "s"
+    check_roofline(roots, report.cost_after, cost_model, report)
+    check_accesses(program)
+    report.add_phase("lower", time.perf_counter() - t0)
+    return program
+
+
+def _direct_program(roots: list[UOp], names: list[str], req: _Request) -> Program:
+    """The program kernel/lowering.py makes of the graph: every materialization candidate but a lone REDUCE, and
+    every output another value reads, in a buffer of its own, each kernel's loops in the plain order."""
+    from egraph_compiler.kernel.lowering import lower_graph
+    from egraph_compiler.kernel.packing import pack_operands
+
+    packs: list[UOp] = []
+    if req.target == "llvm":  # GEMM panels and convolution weights by blocks of channels (kernel/packing.py)
+        roots, packs = pack_operands(roots)
+    specs: dict[str, BufferSpec] = {}
+    values: dict[UOp, str] = {}  # value -> its buffer's name
+    for u in toposort(roots):
+        if u.op is Ops.BUFFER:
+            specs[u.arg[0]] = input_spec(u)
+            values[u] = u.arg[0]
+    out_names: list[str] = []
+    for r, nm in zip(roots, names):
+        if r not in values:
+            values[r] = _unique(nm, specs)
+            specs[values[r]] = value_spec(r, values[r], "output")
+        out_names.append(values[r])
+    read = {s for u in toposort(roots) for s in u.src}
+    kept = materialization_candidates(roots, lone_reduces=False) + packs + [r for r in roots if r in read and r.shape]
+    for i, u in enumerate(dict.fromkeys(u for u in kept if u not in values)):
+        values[u] = f"tmp{i}"
+        specs[values[u]] = value_spec(u, values[u], "intermediate")
+    flat = {u: UOp(Ops.BUFFER, specs[n].dtype, (), (n, (specs[n].size,))) for u, n in values.items()}
+    distinct = list(dict.fromkeys(roots))
+    by_root = dict(zip(distinct, lower_graph(distinct, flat)))
+    return _split_kernels([by_root[r] for r in roots], out_names, specs, roots, req.backend, req.target)
+
+
+def _tile_reductions(program: Program, cost_model: CostModel, simd_bytes: int, deadline: float | None) -> dict[str, float]:
+    """Give each reduction kernel of `program` (in place; the slowest first, past the deadline only the
+    TILED_ANYWAY slowest) the register tile (kernel/lowering.py `register_tiles`) the cost model prices below
+    its plain nest, if any; returns each kernel's estimate in seconds."""
+    from egraph_compiler.kernel.lowering import register_tiles
+
+    seconds = {k.name: cost_model.estimate(k.ast).seconds for k in program.kernels}
+    slowest = sorted(enumerate(program.kernels), key=lambda ik: -seconds[ik[1].name])
+    for n, (i, k) in enumerate(slowest):
+        if n >= TILED_ANYWAY and deadline is not None and time.perf_counter() > deadline:
+            break
+        lanes = simd_bytes // max(1, program.buffers[k.writes[0]].dtype.itemsize)
+        for ast in register_tiles(k.ast, lanes):
+            if (est := cost_model.estimate(ast).seconds) < seconds[k.name]:
+                program.kernels[i], seconds[k.name] = Kernel.from_ast(k.name, ast), est
+    return seconds
 
 
 def _report_program(
@@ -1138,14 +1234,16 @@ def _split_kernels(
     inputs = [n for n, s in buffers.items() if s.kind == "input"]
     for n in out_names:
         buffers.setdefault(n, specs[n])
-    return Program(kernels, buffers, sorted(inputs, key=lambda n: _input_order(n, roots)), list(out_names), backend, target)
+    return Program(kernels, buffers, sorted(inputs, key=_input_order(roots)), list(out_names), backend, target)
 
 
-def _input_order(name: str, roots: list[UOp]) -> int:
+def _input_order(roots: list[UOp]) -> Callable[[str], int]:
+    """A sort key for input names: where the graph first has the placeholder."""
+    first: dict[str, int] = {}
     for i, u in enumerate(toposort(roots)):
-        if u.op is Ops.BUFFER and not u.src and u.arg[0] == name:
-            return i
-    return 1 << 30
+        if u.op is Ops.BUFFER and not u.src:
+            first.setdefault(u.arg[0], i)
+    return lambda name: first.get(name, 1 << 30)
 
 
 def check_accesses(program: Program) -> None:

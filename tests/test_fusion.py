@@ -6,6 +6,7 @@ graph), never against the compiler's own kernels.
 
 from __future__ import annotations
 
+import importlib
 import math
 import time
 import warnings
@@ -29,6 +30,8 @@ from egraph_compiler.ir.ops import Ops
 from egraph_compiler.ir.uop import UOp
 from egraph_compiler.kernel.cpu_target import host_cpu
 from egraph_compiler.optimize import RANGEIFY_STAGE, Facts, check_roofline, kernel_session, materialization_candidates, optimize
+
+optimize_module = importlib.import_module("egraph_compiler.optimize")  # the package exports the function by that name
 
 
 def E(*shape: int, name: str) -> Tensor:
@@ -575,10 +578,12 @@ def test_limits_never_fail_a_program() -> None:
     np.testing.assert_allclose(prog(**x), evaluate(t.uop, x), rtol=1e-4, atol=1e-4)
 
 
-def test_time_limit_bounds_the_whole_call() -> None:
+def test_time_limit_bounds_the_whole_call(monkeypatch: pytest.MonkeyPatch) -> None:
     """time_limit covers the fusion search and the schedule ranking too (it bounded saturation only, and
     optimize took 3-12 times the limit): past it no trial starts and quick rankings are kept, the program is
-    still correct and never estimated above the baseline, and the report says why."""
+    still correct and never estimated above the baseline, and the report says why. (A graph the direct lowering
+    cannot take: one it takes is lowered without the e-graph, test_direct_lowering.py.)"""
+    monkeypatch.setattr(optimize_module, "_directly_lowerable", lambda roots, report: False)
     t = ((E(64, 96, name="x") @ E(96, 128, name="w")).relu() @ E(128, 32, name="v")).softmax(-1)
     full = optimize(t, target="llvm")
     prog = optimize(t, target="llvm", time_limit=1e-3)
@@ -590,12 +595,15 @@ def test_time_limit_bounds_the_whole_call() -> None:
     np.testing.assert_allclose(full(**x), evaluate(t.uop, x), rtol=1e-4, atol=1e-4)
 
 
-def test_past_the_time_limit_kernels_are_ranked_in_a_hurry() -> None:
+def test_past_the_time_limit_kernels_are_ranked_in_a_hurry(monkeypatch: pytest.MonkeyPatch) -> None:
     """A limit already spent when the ranking starts: the graph is built as the default schedule straight away,
     the schedule stage still offers its splits, and each kernel is ranked among the extraction's loop nest and a
     guess per unrolling cap (no search); the GEMMs come out vectorized (the extraction's nest alone ran them
-    60-250x slower than their best); the report says so, and the program is correct."""
+    60-250x slower than their best); the report says so, and the program is correct. (A graph the direct
+    lowering cannot take, as on the CUDA target.)"""
     from egraph_compiler.extract.schedule import HURRIED_CAPS
+
+    monkeypatch.setattr(optimize_module, "_directly_lowerable", lambda roots, report: False)
 
     x, w = E(16, 32, name="x"), E(32, 24, name="w")
     t = ((x @ w).gelu() @ E(24, 8, name="v")).softmax(-1) + E(16, 8, name="r")

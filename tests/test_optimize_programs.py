@@ -19,8 +19,8 @@ from egraph_compiler import Tensor
 from egraph_compiler.frontend.frontend_ir import load_frontend_ir
 from egraph_compiler.ir.diagnostics import CompilerError
 from egraph_compiler.ir.interpret import evaluate
-from egraph_compiler.ir.ops import Ops
-from egraph_compiler.optimize import optimize, reshape_groups
+from egraph_compiler.ir.ops import Ops, reshape_groups
+from egraph_compiler.optimize import optimize
 
 Build = Callable[[], tuple[Tensor, dict[str, tuple[int, ...]]]]
 

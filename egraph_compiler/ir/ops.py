@@ -251,6 +251,33 @@ def _reshape_shape(shapes: tuple[Shape, ...], arg: Any) -> Shape:
     return tuple(arg)
 
 
+def reshape_groups(old: tuple[int, ...], new: tuple[int, ...]) -> list[tuple[list[int], list[int]]]:
+    """Split a reshape into groups of (new sizes, old sizes) with equal products, smallest first: kept axes
+    map one to one, size-1 axes stand alone, and only real merges/splits need div/mod."""
+    groups: list[tuple[list[int], list[int]]] = []
+    i = j = 0
+    while i < len(old) or j < len(new):
+        if j < len(new) and new[j] == 1:
+            groups.append(([1], []))
+            j += 1
+            continue
+        if i < len(old) and old[i] == 1:
+            groups.append(([], [1]))
+            i += 1
+            continue
+        nd, od = [new[j]], [old[i]]
+        j, i = j + 1, i + 1
+        while math.prod(nd) != math.prod(od):
+            if math.prod(nd) < math.prod(od):
+                nd.append(new[j])
+                j += 1
+            else:
+                od.append(old[i])
+                i += 1
+        groups.append((nd, od))
+    return groups
+
+
 def _expand_shape(shapes: tuple[Shape, ...], arg: Any) -> Shape:
     old = shapes[0]
     if len(arg) != len(old) or any(o != n and o != 1 for o, n in zip(old, arg)):
