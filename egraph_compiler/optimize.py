@@ -108,9 +108,8 @@ OFFERS_S_PER_NODE = 120e-6
 # may take what the default schedule would not need
 DEFAULT_S_PER_UOP = 6e-3
 INLINE_FROM = 3.0
-# under a time limit, for the CPU and reference targets: shorter than FULL_S_PER_UOP per UOp of the graph, it is
-# lowered without the e-graph (kernel/lowering.py: ~0.2 ms a UOp, and a few ms per reduction kernel to pick its
-# register tile), and so is the default schedule wherever the search falls back to it; the full search, from its
+# under a time limit shorter than FULL_S_PER_UOP per UOp of the graph, it is lowered without the e-graph
+# (kernel/lowering.py: ~0.2 ms a UOp, and a few ms per reduction kernel to pick its register tile), and so is the default schedule wherever the search falls back to it; the full search, from its
 # encoding to the ranked schedules, took 11-17 ms a UOp on a Zen 5 core (MLP, GPT-2 block, dense chains) and 35 for
 # the ResNet block's convolutions, and the default schedule in the e-graph nearly as long. DIRECT_S_PER_UOP is what
 # the saturation leaves for the direct lowering when it gives up offering values inline
@@ -791,7 +790,7 @@ def _build(
 
     t0 = time.perf_counter()
     uops = len(toposort(roots))
-    direct = deadline is not None and target != "cuda" and _directly_lowerable(roots, report)
+    direct = deadline is not None and _directly_lowerable(roots, report)
     if direct and deadline is not None and (every_barrier or deadline - t0 < FULL_S_PER_UOP * uops):
         return _lower_directly(roots, names, req, report, uops, deadline)
     if deadline is not None and not every_barrier and deadline - t0 < INLINE_FROM * DEFAULT_S_PER_UOP * uops:
@@ -948,7 +947,8 @@ def _lower_directly(
     cpu = _cpu_of(req.backend, req.target)
     cost_model = cost_model_for(req.target, cpu, getattr(req.backend, "renders", None))
     report.extra["machine"] = cost_model.machine
-    seconds = _tile_reductions(program, cost_model, cpu.simd_bytes if cpu is not None else 32, deadline)
+    simd = cpu.simd_bytes if cpu is not None else None if req.target == "cuda" else 32  # a thread per output on a GPU
+    seconds = _tile_reductions(program, cost_model, simd, deadline)
     for k in program.kernels:
         k.schedule, k.cost = describe_schedule(k.ast), {"seconds": seconds[k.name]}
     report.extra["kernels"] = [
@@ -994,13 +994,17 @@ def _direct_program(roots: list[UOp], names: list[str], req: _Request) -> Progra
     return _split_kernels([by_root[r] for r in roots], out_names, specs, roots, req.backend, req.target)
 
 
-def _tile_reductions(program: Program, cost_model: CostModel, simd_bytes: int, deadline: float | None) -> dict[str, float]:
+def _tile_reductions(
+    program: Program, cost_model: CostModel, simd_bytes: int | None, deadline: float | None
+) -> dict[str, float]:
     """Give each reduction kernel of `program` (in place; the slowest first, past the deadline only the
     TILED_ANYWAY slowest) the register tile (kernel/lowering.py `register_tiles`) the cost model prices below
-    its plain nest, if any; returns each kernel's estimate in seconds."""
+    its plain nest, if any (none without `simd_bytes`); returns each kernel's estimate in seconds."""
     from egraph_compiler.kernel.lowering import register_tiles
 
     seconds = {k.name: cost_model.estimate(k.ast).seconds for k in program.kernels}
+    if simd_bytes is None:
+        return seconds
     slowest = sorted(enumerate(program.kernels), key=lambda ik: -seconds[ik[1].name])
     for n, (i, k) in enumerate(slowest):
         if n >= TILED_ANYWAY and deadline is not None and time.perf_counter() > deadline:

@@ -11,8 +11,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from helpers import examples
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given, note, settings
 from test_api_fuzz import int_programs, programs
+from test_cuda_random_programs import RandomProgram, check_on_cuda, random_programs
 from test_optimize_programs import PROGRAMS, _check, _inputs
 
 from egraph_compiler import Tensor, optimize
@@ -120,13 +121,27 @@ def test_outputs_read_by_other_outputs_and_returned_twice() -> None:
         np.testing.assert_allclose(got, want, rtol=1e-5)
 
 
-def test_the_cuda_target_keeps_the_e_graph_under_a_time_limit() -> None:
-    """The direct lowering makes plain CPU loop nests; a CUDA kernel needs its thread axes from the schedule
-    rules, so the CUDA target is built in the e-graph whatever the limit (rendered here, not run)."""
-    t = Tensor.empty((8, 12), name="x").softmax(-1)
+def test_cuda_programs_lowered_directly_compile() -> None:
+    """On the CUDA target the direct lowering's plain loops are a flat launch (a thread per output element, its
+    reductions a loop): no register tiles, the CUDA C compiles for sm_80 and sm_90."""
+    from egraph_compiler.backends.cuda_toolchain import compile_ptx, find_nvcc
+
+    t = (Tensor.empty((8, 12), name="x").softmax(-1) @ Tensor.empty((12, 16), name="w")).relu()
     prog = optimize(t, target="cuda", time_limit=TIGHT, cache=False)
-    assert not _direct(prog)
+    assert _direct(prog) and all("u" not in k.schedule for k in prog.kernels)
     assert "__global__" in prog.source
+    if find_nvcc() is None:
+        pytest.skip("nvcc is not installed")
+    for arch in ("sm_80", "sm_90"):
+        assert ".entry" in compile_ptx(prog.source, arch)
+
+
+@settings(max_examples=examples(8), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(random_programs())
+def test_random_programs_lowered_directly_run_on_the_cuda_emulation(program: RandomProgram) -> None:
+    """The CUDA target's direct programs, nvcc-compiled and run on the host emulation of CUDA
+    (test_cuda_backend.py), against the reference interpreter."""
+    check_on_cuda(program, note, time_limit=TIGHT)
 
 
 @pytest.mark.parametrize("name", ["matmul", "gemm_bias_relu", "conv2d_stride_pad", "attention_causal"])

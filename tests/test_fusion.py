@@ -582,7 +582,7 @@ def test_time_limit_bounds_the_whole_call(monkeypatch: pytest.MonkeyPatch) -> No
     """time_limit covers the fusion search and the schedule ranking too (it bounded saturation only, and
     optimize took 3-12 times the limit): past it no trial starts and quick rankings are kept, the program is
     still correct and never estimated above the baseline, and the report says why. (A graph the direct lowering
-    cannot take: one it takes is lowered without the e-graph, test_direct_lowering.py.)"""
+    cannot take, one with a symbolic variable, say: one it takes is lowered without the e-graph, test_direct_lowering.py.)"""
     monkeypatch.setattr(optimize_module, "_directly_lowerable", lambda roots, report: False)
     t = ((E(64, 96, name="x") @ E(96, 128, name="w")).relu() @ E(128, 32, name="v")).softmax(-1)
     full = optimize(t, target="llvm")
@@ -600,7 +600,7 @@ def test_past_the_time_limit_kernels_are_ranked_in_a_hurry(monkeypatch: pytest.M
     the schedule stage still offers its splits, and each kernel is ranked among the extraction's loop nest and a
     guess per unrolling cap (no search); the GEMMs come out vectorized (the extraction's nest alone ran them
     60-250x slower than their best); the report says so, and the program is correct. (A graph the direct
-    lowering cannot take, as on the CUDA target.)"""
+    lowering cannot take, one with a symbolic variable, say: one it takes is lowered without the e-graph.)"""
     from egraph_compiler.extract.schedule import HURRIED_CAPS
 
     monkeypatch.setattr(optimize_module, "_directly_lowerable", lambda roots, report: False)

@@ -1,11 +1,11 @@
 """Direct lowering: a tensor graph to kernel ASTs in one walk, without the e-graph.
 
 The e-graph's rangeify (rules/rangeify.py) offers every value inline in every index context that reads it and
-lets the extractor choose; its default schedule (every materialization candidate in a buffer of its own) still
-costs a saturation, an extraction and a ranking, about 6 ms a UOp. Under a time limit shorter than that,
-`lower_graph` builds the same default schedule directly, in milliseconds: each materialized value is a kernel
-that stores it over a loop per axis of its shape, and everything else is computed inline, by pushing the
-kernel's index through the movement ops to the loads:
+lets the extractor choose; even its default schedule (every materialization candidate in a buffer of its own)
+costs a saturation, an extraction and a ranking, 10-17 ms a UOp. Under a time limit shorter than the search,
+`lower_graph` builds a default schedule directly, in milliseconds: each materialized value is a kernel that
+stores it over a loop per axis of its shape, and everything else is computed inline, by pushing the kernel's
+index through the movement ops to the loads:
 
     PERMUTE  the index permuted back          EXPAND  0 on each broadcast axis
     SHRINK   i + start                        FLIP    n - 1 - i
@@ -14,10 +14,11 @@ kernel's index through the movement ops to the loads:
     REDUCE   a REDUCE range per reduced axis  ALU     each operand at the index, broadcast axes at 0
 
 Index math is folded as it is built (constants, x + 0, x * 1) and its divs and mods by their terms' bounds
-(ir/affine.py). The loop nests are the plain ones (outputs' axes in order, the reduction innermost): the LLVM
-backend's vectorizer and its parallel outer loop are all the schedule they get. A kernel AST reads another
-kernel's buffer through AFTER(buffer, that kernel's SINK), as the e-graph's decoded kernels do, so the same
-splitting into a Program follows (optimize._split_kernels).
+(ir/affine.py). The loop nests are the plain ones (outputs' axes in order, the reduction innermost); for a
+reduction kernel `register_tiles` offers register-tiled variants (a vector along an output axis, rows of another
+beside it) for a cost model to pick from, and the LLVM backend's vectorizer and parallel outer loop do the rest.
+A kernel AST reads another kernel's buffer through AFTER(buffer, that kernel's SINK), as the e-graph's decoded
+kernels do, so the same splitting into a Program follows (optimize._split_kernels).
 """
 
 from __future__ import annotations
