@@ -109,10 +109,11 @@ OFFERS_S_PER_NODE = 120e-6
 DEFAULT_S_PER_UOP = 6e-3
 INLINE_FROM = 3.0
 # under a time limit shorter than FULL_S_PER_UOP per UOp of the graph, it is lowered without the e-graph
-# (kernel/lowering.py: ~0.2 ms a UOp, and a few ms per reduction kernel to pick its register tile), and so is the default schedule wherever the search falls back to it; the full search, from its
-# encoding to the ranked schedules, took 11-17 ms a UOp on a Zen 5 core (MLP, GPT-2 block, dense chains) and 35 for
-# the ResNet block's convolutions, and the default schedule in the e-graph nearly as long. DIRECT_S_PER_UOP is what
-# the saturation leaves for the direct lowering when it gives up offering values inline
+# (kernel/lowering.py: ~0.2 ms a UOp, and a few ms per reduction kernel to pick its register tile), and so is the
+# default schedule wherever the search falls back to it; the full search, from its encoding to the ranked
+# schedules, took 11-17 ms a UOp on a Zen 5 core (MLP, GPT-2 block, dense chains) and 35 for the ResNet block's
+# convolutions, and the default schedule in the e-graph nearly as long. DIRECT_S_PER_UOP is what the saturation
+# leaves for the direct lowering when it gives up offering values inline
 FULL_S_PER_UOP = 20e-3
 DIRECT_S_PER_UOP = 1e-3
 # the slowest kernels of a directly lowered program whose register tiles are priced even past the deadline (a few
@@ -989,9 +990,9 @@ def _direct_program(roots: list[UOp], names: list[str], req: _Request) -> Progra
         values[u] = f"tmp{i}"
         specs[values[u]] = value_spec(u, values[u], "intermediate")
     flat = {u: UOp(Ops.BUFFER, specs[n].dtype, (), (n, (specs[n].size,))) for u, n in values.items()}
-    distinct = list(dict.fromkeys(roots))
-    by_root = dict(zip(distinct, lower_graph(distinct, flat)))
-    return _split_kernels([by_root[r] for r in roots], out_names, specs, roots, req.backend, req.target)
+    asts = lower_graph(list(dict.fromkeys(roots)), flat)
+    addressed = dict.fromkeys(u.arg[0] for a in asts for u in a.toposort() if u.op is Ops.BUFFER)
+    return _program_of(asts, {n: specs[n] for n in addressed}, specs, out_names, roots, req.backend, req.target)
 
 
 def _tile_reductions(
@@ -1196,7 +1197,6 @@ def _split_kernels(
     first'."""
     from egraph_compiler.kernel.split_ranges import bind_split_ranges
 
-    order: list[tuple[str, UOp]] = []
     done: dict[UOp, UOp] = {}
     buffers: dict[str, BufferSpec] = {}
 
@@ -1223,15 +1223,32 @@ def _split_kernels(
                 src = tuple(memo[s] for s in x.src)
                 memo[x] = x if src == x.src else UOp(x.op, x.dtype, src, x.arg)
         out = bind_split_ranges(memo[ast])
-        if out not in [a for _, a in order]:
-            order.append((f"k{len(order)}", out))
+        if out not in seen:
+            seen.add(out)
+            order.append(out)
         return out
 
+    order: list[UOp] = []
+    seen: set[UOp] = set()
     for a in asts:
         if a not in done:
             done[a] = lower(a)
-    asts_out, buffers = with_slack([a for _, a in order], buffers)
-    kernels = [Kernel.from_ast(name, ast) for (name, _), ast in zip(order, asts_out)]
+    return _program_of(order, buffers, specs, out_names, roots, backend, target)
+
+
+def _program_of(
+    asts: list[UOp],
+    buffers: dict[str, BufferSpec],
+    specs: dict[str, BufferSpec],
+    out_names: list[str],
+    roots: list[UOp],
+    backend: Backend,
+    target: str,
+) -> Program:
+    """The program of flat kernel ASTs in dependency order over `buffers` (those they address; `specs` has the
+    outputs too), intermediates grown by the slack padded tiles read, leaf kernels sunk to their consumers."""
+    asts_out, buffers = with_slack(asts, buffers)
+    kernels = [Kernel.from_ast(f"k{i}", ast) for i, ast in enumerate(asts_out)]
     temps = [n for n, s in buffers.items() if s.kind == "intermediate"]
     late = sink_order([(k.reads, k.writes) for k in kernels], temps)
     kernels = [replace(kernels[j], name=f"k{i}") for i, j in enumerate(late)]

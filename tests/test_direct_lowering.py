@@ -14,6 +14,7 @@ from helpers import examples
 from hypothesis import HealthCheck, given, note, settings
 from test_api_fuzz import int_programs, programs
 from test_cuda_random_programs import RandomProgram, check_on_cuda, random_programs
+from test_fusion import _wide_random_dag
 from test_optimize_programs import PROGRAMS, _check, _inputs
 
 from egraph_compiler import Tensor, optimize
@@ -152,3 +153,18 @@ def test_avx2_code_lowered_directly_matches_the_interpreter(name: str) -> None:
     assert _direct(prog)
     x = _inputs(shapes, t)
     _check(prog(**x), evaluate(t.uop, x))
+
+
+@pytest.mark.filterwarnings("ignore::egraph_compiler.ir.diagnostics.EstimateWarning")  # ~600 tiny kernels
+def test_a_random_dag_of_2000_uops_lowered_directly() -> None:
+    """Row and column reductions broadcast back into a wide DAG of elementwise ops: ~600 kernels, each
+    materialized value computed once, the result the interpreter's."""
+    t = _wide_random_dag(0, 2000)
+    prog = optimize(t, target="llvm", time_limit=0.25, cache=False)
+    assert _direct(prog)
+    v = {
+        u.arg[0]: np.random.default_rng(0).standard_normal(u.arg[1]).astype(np.float32)
+        for u in t.uop.toposort()
+        if u.op is Ops.BUFFER
+    }
+    np.testing.assert_allclose(prog(**v), evaluate(t.uop, v), rtol=1e-3, atol=1e-3)

@@ -17,8 +17,8 @@ Index math is folded as it is built (constants, x + 0, x * 1) and its divs and m
 (ir/affine.py). The loop nests are the plain ones (outputs' axes in order, the reduction innermost); for a
 reduction kernel `register_tiles` offers register-tiled variants (a vector along an output axis, rows of another
 beside it) for a cost model to pick from, and the LLVM backend's vectorizer and parallel outer loop do the rest.
-A kernel AST reads another kernel's buffer through AFTER(buffer, that kernel's SINK), as the e-graph's decoded
-kernels do, so the same splitting into a Program follows (optimize._split_kernels).
+`lower_graph` returns the kernels in dependency order, each loading the others' values from their buffers: a
+Program's kernels (optimize._program_of).
 """
 
 from __future__ import annotations
@@ -152,26 +152,20 @@ class _Kernel:
 
 
 class _Kernels:
-    """The kernels of one graph: `sink(u)` is the SINK that stores materialized value u into its buffer (the
-    kernels of the values it loads made first)."""
+    """The kernels of one graph: `sink(u)` is the SINK that stores materialized value u into its buffer."""
 
     def __init__(self, buffers: Mapping[UOp, UOp]) -> None:
         self.buffers = buffers  # value -> its flat BUFFER (inputs, constants, intermediates and outputs)
-        self.sinks: dict[UOp, UOp] = {}
         self.numbers = count()
 
     def sink(self, u: UOp) -> UOp:
-        if u in self.sinks:
-            return self.sinks[u]
         k = _Kernel(u, next(self.numbers))
         idx = tuple(_range(n, AxisType.LOOP, ("out", k.number, a)) for a, n in enumerate(u.shape))
         value = self._value((u.src[0] if u.op is Ops.CONTIGUOUS else u, idx, None), k)
         buf = self.buffers[u]
         store = UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, buf.dtype, (buf, _linear(idx, u.shape))), value))
         loops = [r for r in idx if r.op is Ops.RANGE]
-        sink = UOp(Ops.SINK, dtypes.void, (UOp(Ops.END, dtypes.void, (store, *loops)) if loops else store,))
-        self.sinks[u] = sink
-        return sink
+        return UOp(Ops.SINK, dtypes.void, (UOp(Ops.END, dtypes.void, (store, *loops)) if loops else store,))
 
     def _value(self, want: Key, k: _Kernel) -> UOp:
         """The element `want` in kernel k: its plan's elements first, with a stack (chains of thousands of ops)."""
@@ -194,8 +188,7 @@ class _Kernels:
 
     def _load(self, u: UOp, idx: Index, gate: UOp | None) -> UOp:
         buf = self.buffers[u]
-        src = buf if u.op is Ops.BUFFER else UOp(Ops.AFTER, buf.dtype, (buf, self.sink(u)))
-        ptr = UOp(Ops.INDEX, buf.dtype, (src, _linear(idx, u.shape)))
+        ptr = UOp(Ops.INDEX, buf.dtype, (buf, _linear(idx, u.shape)))
         if gate is None:
             return UOp(Ops.LOAD, buf.dtype, (ptr,))
         return UOp(Ops.LOAD, buf.dtype, (ptr, UOp.const(0, buf.dtype), gate))
@@ -265,14 +258,13 @@ def _movement_index(u: UOp, idx: Index) -> Index:
 
 
 def lower_graph(roots: list[UOp], buffers: Mapping[UOp, UOp]) -> list[UOp]:
-    """Each root's kernel AST (roots in order), reading the other materialized values' kernels through AFTER.
-    `buffers`: every value with a buffer of its own (inputs and constants, each materialized value, each root)
-    -> its flat BUFFER UOp (arg (name, (size,)))."""
+    """The kernel AST of every materialized value the roots need (each root's included), in dependency order:
+    each stores its value into its buffer and loads the others' from theirs. `buffers`: every value with a buffer
+    of its own (inputs and constants, each materialized value, each root) -> its flat BUFFER UOp (arg
+    (name, (size,)))."""
     ks = _Kernels(buffers)
-    for u in toposort(roots):  # each kernel after those it loads from: no recursion through a deep graph
-        if u in buffers and u.op is not Ops.BUFFER:
-            ks.sink(u)
-    return [ks.sink(r) for r in roots]
+    values = [u for u in toposort(roots) if u in buffers and u.op is not Ops.BUFFER]
+    return [ks.sink(u) for u in values]
 
 
 ROW_TILES = (8, 4)  # register tile heights tried along a second output axis
