@@ -116,6 +116,7 @@ INLINE_FROM = 3.0
 # leaves for the direct lowering when it gives up offering values inline
 FULL_S_PER_UOP = 20e-3
 DIRECT_S_PER_UOP = 1e-3
+SESSION_SETUP_S = 0.3  # a thread's first search makes its egglog session: the schema and rules parsed (~0.2-0.3 s)
 # the slowest kernels of a directly lowered program whose register tiles are priced even past the deadline (a few
 # ms each: a plain GEMM nest runs 10-100x slower than a tiled one)
 TILED_ANYWAY = 4
@@ -783,7 +784,7 @@ def _build(
     from egraph_compiler.extract.schedule import cost_model_for, kernel_entry, schedule_report
     from egraph_compiler.kernel.packing import pack_operands
     from egraph_compiler.late_simplify import LateSimplifier
-    from egraph_compiler.simplify import shared_session
+    from egraph_compiler.simplify import has_session, shared_session
     from egraph_compiler.tuning import tune_schedules
 
     target, backend, tune, nolocals, progress = req.target, req.backend, req.tune, req.nolocals, req.progress
@@ -792,7 +793,8 @@ def _build(
     t0 = time.perf_counter()
     uops = len(toposort(roots))
     direct = deadline is not None and _directly_lowerable(roots, report)
-    if direct and deadline is not None and (every_barrier or deadline - t0 < FULL_S_PER_UOP * uops):
+    setup = 0.0 if has_session("kernel+provenance" if provenance else "kernel") else SESSION_SETUP_S
+    if direct and deadline is not None and (every_barrier or deadline - t0 < FULL_S_PER_UOP * uops + setup):
         return _lower_directly(roots, names, req, report, uops, deadline)
     if deadline is not None and not every_barrier and deadline - t0 < INLINE_FROM * DEFAULT_S_PER_UOP * uops:
         short = f"the time limit is short for offering values inline in a graph of {uops} UOps"

@@ -61,6 +61,11 @@ def shared_session(kind: str, make: Callable[[], EGraphSession]) -> EGraphSessio
     return sessions[kind]
 
 
+def has_session(kind: str) -> bool:
+    """Has this thread a session of that kind already (shared_session then costs nothing)?"""
+    return kind in (getattr(_SHARED, "sessions", None) or {})
+
+
 def uop_cost(u: UOp) -> float:
     """The scalar cost model applied to a UOp DAG (shared nodes once), for 'cost before'."""
     return sum(OP_COSTS.get(n.op, 1.0 if not OP_TABLE[n.op].is_alu else 4.0) for n in u.toposort())
