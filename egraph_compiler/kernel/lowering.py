@@ -275,20 +275,24 @@ def register_tiles(ast: UOp, lanes: int) -> list[UOp]:
     cost model to choose from: an output axis split into a loop over tiles of 2 * lanes, lanes or lanes / 2
     elements and an UPCAST range inside it (a vector) where some load or the store then walks the vector with
     stride 1, alone or with a second output axis split into ROW_TILES rows the same way (the loads that do not
-    depend on it are reused across the rows). Factors divide the axis: no remainder. An elementwise kernel gets
-    none (LLVM vectorizes its inner loop)."""
+    depend on it are reused across the rows). Each in the plain loop order and, where the vector's axis is not
+    the first, with its loop over tiles outermost (a packed panel of a GEMM's B then stays in cache while every
+    row of A passes it). Factors divide the axis: no remainder. An elementwise kernel gets none (LLVM vectorizes
+    its inner loop)."""
     (item,) = store_items(ast)
     if not any(u.op is Ops.REDUCE for u in item.store.toposort()):
         return []
     loops = [r for r in item.ranges if axis_type(r) is AxisType.LOOP]
     out = []
     for vec in loops:
+        orders = (False, True) if vec is not loops[0] else (False,)
         for fv in dict.fromkeys((2 * lanes, lanes, max(1, lanes // 2))):
-            if fv < 2 or range_size(vec) % fv or not _unit_stride(tiled := _split(item, {vec: fv}), vec, fv):
+            if fv < 2 or range_size(vec) % fv or not _unit_stride(_split(item, {vec: fv}), vec, fv):
                 continue
-            out.append(tiled)
-            for row in (r for r in loops if r is not vec):
-                out += [_split(item, {row: fr, vec: fv}) for fr in ROW_TILES if range_size(row) % fr == 0]
+            tiles = [{vec: fv}] + [
+                {row: fr, vec: fv} for row in loops if row is not vec for fr in ROW_TILES if range_size(row) % fr == 0
+            ]
+            out += [_split(item, t, vec if first else None) for t in tiles for first in orders]
     return out
 
 
@@ -303,10 +307,11 @@ def _unit_stride(ast: UOp, r: UOp, f: int) -> bool:
     return False
 
 
-def _split(item: StoreItem, factors: dict[UOp, int]) -> UOp:
+def _split(item: StoreItem, factors: dict[UOp, int], first: UOp | None = None) -> UOp:
     """The kernel of `item` with each range r in `factors` written as (outer * f + inner): the outer loops where r
-    was, the inner parts UPCAST, innermost in the order of `factors`; divs and mods of the indices folded where
-    the parts' bounds settle them (a packed operand's panel index: (32 * jo + ji) // 32 is jo)."""
+    was (`first`'s outermost), the inner parts UPCAST, innermost in the order of `factors`; divs and mods of the
+    indices folded where the parts' bounds settle them (a packed operand's panel index: (32 * jo + ji) // 32 is
+    jo)."""
     parts = {}
     for r, f in factors.items():
         outer = _range(range_size(r) // f, AxisType.LOOP, ("split", r.arg[0], f, 0))
@@ -315,5 +320,7 @@ def _split(item: StoreItem, factors: dict[UOp, int]) -> UOp:
     indices = {u.src[1] for u in store.toposort() if u.op is Ops.INDEX and len(u.src) > 1}
     store = store.substitute({i: folded for i in indices if (folded := fold_affine_divmod(i)) is not i})
     ranges = [parts[r][0] if r in parts else r for r in item.ranges]
+    if first is not None:
+        ranges = [parts[first][0]] + [r for r in ranges if r is not parts[first][0]]
     ranges = [r for r in ranges if r.op is Ops.RANGE] + [parts[r][1] for r in factors]
     return UOp(Ops.SINK, dtypes.void, (UOp(Ops.END, dtypes.void, (store, *ranges)),))
