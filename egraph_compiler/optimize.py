@@ -1001,21 +1001,32 @@ def _tile_reductions(
     program: Program, cost_model: CostModel, simd_bytes: int | None, deadline: float | None
 ) -> dict[str, float]:
     """Give each reduction kernel of `program` (in place; the slowest first, past the deadline only the
-    TILED_ANYWAY slowest) the register tile (kernel/lowering.py `register_tiles`) the cost model prices below
-    its plain nest, if any (none without `simd_bytes`); returns each kernel's estimate in seconds."""
-    from egraph_compiler.kernel.lowering import register_tiles
+    TILED_ANYWAY slowest) the register tile (kernel/lowering.py
+    `register_tiles`) the cost model prices below its plain nest, if any (none without `simd_bytes`); kernels of
+    one structure (the layers of a model) are priced once. Returns each kernel's estimate in seconds."""
+    from egraph_compiler.kernel.lowering import anonymous, register_tiles
 
     seconds = {k.name: cost_model.estimate(k.ast).seconds for k in program.kernels}
     if simd_bytes is None:
         return seconds
+    picked: dict[UOp, tuple[int, float]] = {}  # a kernel's structure -> (its tile's place in register_tiles, estimate)
     slowest = sorted(enumerate(program.kernels), key=lambda ik: -seconds[ik[1].name])
     for n, (i, k) in enumerate(slowest):
         if n >= TILED_ANYWAY and deadline is not None and time.perf_counter() > deadline:
             break
-        lanes = simd_bytes // max(1, program.buffers[k.writes[0]].dtype.itemsize)
-        for ast in register_tiles(k.ast, lanes):
-            if (est := cost_model.estimate(ast).seconds) < seconds[k.name]:
-                program.kernels[i], seconds[k.name] = Kernel.from_ast(k.name, ast), est
+        if not any(u.op is Ops.REDUCE for u in k.ast.toposort()):
+            continue
+        key = anonymous(k.ast)
+        tiles = register_tiles(k.ast, simd_bytes // max(1, program.buffers[k.writes[0]].dtype.itemsize))
+        if key not in picked:
+            best, est = -1, seconds[k.name]
+            for j, ast in enumerate(tiles):
+                if (e := cost_model.estimate(ast).seconds) < est:
+                    best, est = j, e
+            picked[key] = best, est
+        best, seconds[k.name] = picked[key]
+        if best >= 0:
+            program.kernels[i] = Kernel.from_ast(k.name, tiles[best])
     return seconds
 
 

@@ -267,6 +267,18 @@ def lower_graph(roots: list[UOp], buffers: Mapping[UOp, UOp]) -> list[UOp]:
     return [ks.sink(u) for u in values]
 
 
+def anonymous(ast: UOp) -> UOp:
+    """The kernel with its buffers and ranges named by order of appearance: kernels equal so differ only in which
+    buffers they address (a model's layers), and a choice made from the AST alone (a register tile) holds for all."""
+    names: dict[UOp, UOp] = {}
+    for u in ast.toposort():
+        if u.op is Ops.BUFFER:
+            names[u] = UOp(Ops.BUFFER, u.dtype, (), (f"b{len(names)}", u.arg[1]))
+        elif u.op is Ops.RANGE:
+            names[u] = UOp(Ops.RANGE, u.dtype, u.src, ((f"r{len(names)}",), u.arg[1]))
+    return ast.substitute(names)
+
+
 ROW_TILES = (8, 4)  # register tile heights tried along a second output axis
 
 
