@@ -19,7 +19,7 @@ import os
 import time
 import warnings
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from os import PathLike
 from typing import TYPE_CHECKING, Any, Protocol, TypeGuard, runtime_checkable
@@ -1264,11 +1264,32 @@ def _program_of(
     kernels = [Kernel.from_ast(f"k{i}", ast) for i, ast in enumerate(asts_out)]
     temps = [n for n, s in buffers.items() if s.kind == "intermediate"]
     late = sink_order([(k.reads, k.writes) for k in kernels], temps)
-    kernels = [replace(kernels[j], name=f"k{i}") for i, j in enumerate(late)]
     inputs = [n for n, s in buffers.items() if s.kind == "input"]
     for n in out_names:
         buffers.setdefault(n, specs[n])
-    return Program(kernels, buffers, sorted(inputs, key=_input_order(roots)), list(out_names), backend, target)
+
+    def program(order: list[int]) -> Program:
+        ks = [replace(kernels[j], name=f"k{i}") for i, j in enumerate(order)]
+        return Program(ks, buffers, sorted(inputs, key=_input_order(roots)), list(out_names), backend, target)
+
+    best = program(late)
+    for order in _leaves_ahead(late, kernels, set(temps)):  # a leaf between a producer and its consumer
+        other = program(order)
+        if (b := best.memory_plan()) is not None and (o := other.memory_plan()) is not None and o.size < b.size:
+            best = other
+    return best
+
+
+def _leaves_ahead(order: list[int], kernels: list[Kernel], temps: set[str]) -> Iterator[list[int]]:
+    """Run orders with one leaf kernel (a weight's packing copy) that sink_order put between a kernel and its
+    consumer moved before that kernel instead: the two may then run chunk by chunk (a padded copy of an activation
+    and the convolution reading it), which the caller's memory plan weighs against the leaf's longer lifetime."""
+    for at in range(1, len(order) - 1):
+        before, leaf, after = kernels[order[at - 1]], kernels[order[at]], kernels[order[at + 1]]
+        feeds = set(before.writes) & set(after.reads) & temps
+        ahead = not set(leaf.reads) & (temps | set(before.writes))  # nothing it reads is written before it
+        if feeds and set(leaf.writes) & set(after.reads) and ahead:
+            yield [*order[: at - 1], order[at], order[at - 1], *order[at + 1 :]]
 
 
 def _input_order(roots: list[UOp]) -> Callable[[str], int]:

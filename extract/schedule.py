@@ -30,6 +30,8 @@ from egraph_compiler.ir.ops import Ops
 from egraph_compiler.ir.uop import UOp
 from egraph_compiler.kernel.cpu_target import CPUTarget, host_cpu
 from egraph_compiler.kernel.split_ranges import BindMemo, bind_split_ranges
+from egraph_compiler.kernel.analysis import index_of, store_items
+from egraph_compiler.kernel.program import linear_terms
 
 BINDERS = ("END", "REDUCE")
 UNROLLED_LETTERS = ("u", "r")
@@ -41,6 +43,7 @@ Decode = Callable[[int, Callable[[int], ENode], dict[int, UOp]], UOp]
 MAX_COMBINATIONS = 96
 HURRIED_CAPS = (16, 64, 256)  # the unrolling caps of the guesses a kernel ranked past the caller's deadline gets
 QUICK_COMBINATIONS = 24  # a quick ranking (a fusion trial) enumerates fewer combinations ...
+EXACT_TIE = 1e-3  # nests with the same code and estimates this close: the one whose outer loop steps the store furthest
 CODE_TIE = 0.05  # schedules within 5% of the best, their compute within 5% of its time: the least code is chosen
 DESCENT_ROUNDS = 3  # ... and runs one round of coordinate descent, not three
 REPLAYED = 8  # a kernel shaped like one ranked before: its best schedules are tried, no others
@@ -407,6 +410,16 @@ def extracted_kernel(ex: Choices, sink: int, decode: Decode) -> UOp | None:
         return None
 
 
+def outer_stride(kernel: UOp) -> int:
+    """How far the kernel's outermost loop steps its (first) store's address: among nests priced alike, the one
+    walking its output's slowest axis outermost splits across threads as the kernels beside it do (a batch of
+    images), so the backend may run a producer and this consumer chunk by chunk."""
+    (item, *_) = store_items(kernel)
+    idx = index_of(item.store.src[0]) if item.ranges else None
+    terms = linear_terms(idx) if idx is not None else None
+    return abs((terms or {}).get(item.ranges[0], 0)) if item.ranges else 0
+
+
 def tie_winner(estimates: list[KernelEstimate]) -> int:
     """The index of the estimate a ranking puts first: estimates within CODE_TIE of the best, their compute
     sides within CODE_TIE of its time too, are a tie, and the least code wins it (LLVM's time grows with the
@@ -455,6 +468,8 @@ def _ranked(sink: int, found: list[Candidate], model: CostModel) -> KernelSchedu
     ranked = list(unique.values())
     if ranked:
         ranked.insert(0, ranked.pop(tie_winner([c.estimate for c in ranked])))
+        same = [c for c in ranked if c.estimate.code == ranked[0].estimate.code and c.estimate.seconds <= ranked[0].estimate.seconds * (1 + EXACT_TIE)]
+        ranked.insert(0, ranked.pop(ranked.index(max(same, key=lambda c: outer_stride(c.kernel)))))
     if model.renders is not None:  # the best candidates the backend cannot render go last
         ok = next((i for i, c in enumerate(ranked) if model.renders(c.kernel)), 0)
         ranked = ranked[ok:] + ranked[:ok]
