@@ -28,10 +28,10 @@ from egraph_compiler.extract.extractor import Extraction
 from egraph_compiler.extract.loop_cost import MAX_UNROLLED, CPUMachine, KernelEstimate, estimate, work_floor
 from egraph_compiler.ir.ops import Ops
 from egraph_compiler.ir.uop import UOp
-from egraph_compiler.kernel.cpu_target import CPUTarget, host_cpu
-from egraph_compiler.kernel.split_ranges import BindMemo, bind_split_ranges
 from egraph_compiler.kernel.analysis import index_of, store_items
+from egraph_compiler.kernel.cpu_target import CPUTarget, host_cpu
 from egraph_compiler.kernel.program import linear_terms
+from egraph_compiler.kernel.split_ranges import BindMemo, bind_split_ranges
 
 BINDERS = ("END", "REDUCE")
 UNROLLED_LETTERS = ("u", "r")
@@ -468,7 +468,11 @@ def _ranked(sink: int, found: list[Candidate], model: CostModel) -> KernelSchedu
     ranked = list(unique.values())
     if ranked:
         ranked.insert(0, ranked.pop(tie_winner([c.estimate for c in ranked])))
-        same = [c for c in ranked if c.estimate.code == ranked[0].estimate.code and c.estimate.seconds <= ranked[0].estimate.seconds * (1 + EXACT_TIE)]
+        same = [
+            c
+            for c in ranked
+            if c.estimate.code == ranked[0].estimate.code and c.estimate.seconds <= ranked[0].estimate.seconds * (1 + EXACT_TIE)
+        ]
         ranked.insert(0, ranked.pop(ranked.index(max(same, key=lambda c: outer_stride(c.kernel)))))
     if model.renders is not None:  # the best candidates the backend cannot render go last
         ok = next((i for i, c in enumerate(ranked) if model.renders(c.kernel)), 0)
