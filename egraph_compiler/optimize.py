@@ -38,6 +38,7 @@ from egraph_compiler.ir.dtypes import DType
 from egraph_compiler.ir.ops import OP_TABLE, Category, Ops, reshape_groups
 from egraph_compiler.ir.uop import UOp, check_placeholder_names, pretty, toposort
 from egraph_compiler.kernel import disk_cache
+from egraph_compiler.kernel.analysis import store_items
 from egraph_compiler.kernel.cpu_target import CPUTarget
 from egraph_compiler.kernel.memory_plan import ArenaPlan, sink_order
 from egraph_compiler.kernel.program import Backend, BufferSpec, Kernel, Program, buffer_of
@@ -946,28 +947,37 @@ def _lower_directly(
     report.stop_reason = "time_limit"  # what stopped the search: here, before it began
     if req.progress is not None:
         req.progress("the time limit is short: lowering the graph directly, without the e-graph")
-    program = _direct_program(roots, names, req)
     cpu = _cpu_of(req.backend, req.target)
     cost_model = cost_model_for(req.target, cpu, getattr(req.backend, "renders", None))
     report.extra["machine"] = cost_model.machine
     simd = cpu.simd_bytes if cpu is not None else None if req.target == "cuda" else 32  # a thread per output on a GPU
-    seconds = _tile_reductions(program, cost_model, simd, deadline)
-    for k in program.kernels:
-        k.schedule, k.cost = describe_schedule(k.ast), {"seconds": seconds[k.name]}
+    seconds: dict[UOp, float] = {}  # each kernel AST's estimate
+
+    def tiled(asts: list[UOp]) -> list[UOp]:
+        out, est = _tile_reductions(asts, cost_model, simd, deadline)
+        seconds.update(est)
+        return out
+
+    program = _direct_program(roots, names, req, tiled)
+    for k in program.kernels:  # (an AST that with_slack or Kernel.from_ast rewrote is priced again)
+        k.schedule = describe_schedule(k.ast)
+        k.cost = {"seconds": seconds[k.ast] if k.ast in seconds else cost_model.estimate(k.ast).seconds}
     report.extra["kernels"] = [
         {"name": k.name, "reads": list(k.reads), "writes": list(k.writes), "schedule": k.schedule, "cost": k.cost}
         for k in program.kernels
     ]
-    report.cost_after, report.cost_unit = sum(seconds.values()), "s"
+    report.cost_after, report.cost_unit = sum(k.cost["seconds"] for k in program.kernels), "s"
     check_roofline(roots, report.cost_after, cost_model, report)
     check_accesses(program)
     report.add_phase("lower", time.perf_counter() - t0)
     return program
 
 
-def _direct_program(roots: list[UOp], names: list[str], req: _Request) -> Program:
+def _direct_program(roots: list[UOp], names: list[str], req: _Request, schedule: Callable[[list[UOp]], list[UOp]]) -> Program:
     """The program kernel/lowering.py makes of the graph: every materialization candidate but a lone REDUCE, and
-    every output another value reads, in a buffer of its own, each kernel's loops in the plain order."""
+    every output another value reads, in a buffer of its own, each kernel's loops in the plain order until
+    `schedule` rewrites the kernel ASTs (before the program is assembled: its run order and memory plan read
+    their loop nests)."""
     from egraph_compiler.kernel.lowering import lower_graph
     from egraph_compiler.kernel.packing import pack_operands
 
@@ -992,42 +1002,45 @@ def _direct_program(roots: list[UOp], names: list[str], req: _Request) -> Progra
         values[u] = f"tmp{i}"
         specs[values[u]] = value_spec(u, values[u], "intermediate")
     flat = {u: UOp(Ops.BUFFER, specs[n].dtype, (), (n, (specs[n].size,))) for u, n in values.items()}
-    asts = lower_graph(list(dict.fromkeys(roots)), flat)
+    asts = schedule(lower_graph(list(dict.fromkeys(roots)), flat))
     addressed = dict.fromkeys(u.arg[0] for a in asts for u in a.toposort() if u.op is Ops.BUFFER)
     return _program_of(asts, {n: specs[n] for n in addressed}, specs, out_names, roots, req.backend, req.target)
 
 
 def _tile_reductions(
-    program: Program, cost_model: CostModel, simd_bytes: int | None, deadline: float | None
-) -> dict[str, float]:
-    """Give each reduction kernel of `program` (in place; the slowest first, past the deadline only the
-    TILED_ANYWAY slowest) the register tile (kernel/lowering.py
-    `register_tiles`) the cost model prices below its plain nest, if any (none without `simd_bytes`); kernels of
-    one structure (the layers of a model) are priced once. Returns each kernel's estimate in seconds."""
+    asts: list[UOp], cost_model: CostModel, simd_bytes: int | None, deadline: float | None
+) -> tuple[list[UOp], dict[UOp, float]]:
+    """The kernel ASTs with each reduction (the slowest first, past the deadline only the TILED_ANYWAY slowest) in
+    the register tile (kernel/lowering.py `register_tiles`) the cost model prices below its plain nest, if any
+    (none without `simd_bytes`), and each resulting AST's estimate in seconds. Kernels of one structure (the
+    layers of a model) are priced once."""
     from egraph_compiler.kernel.lowering import anonymous, register_tiles
 
-    seconds = {k.name: cost_model.estimate(k.ast).seconds for k in program.kernels}
+    out = list(asts)
+    seconds = {a: cost_model.estimate(a).seconds for a in asts}
     if simd_bytes is None:
-        return seconds
+        return out, seconds
     picked: dict[UOp, tuple[int, float]] = {}  # a kernel's structure -> (its tile's place in register_tiles, estimate)
-    slowest = sorted(enumerate(program.kernels), key=lambda ik: -seconds[ik[1].name])
-    for n, (i, k) in enumerate(slowest):
+    for n, i in enumerate(sorted(range(len(asts)), key=lambda i: -seconds[asts[i]])):
         if n >= TILED_ANYWAY and deadline is not None and time.perf_counter() > deadline:
             break
-        if not any(u.op is Ops.REDUCE for u in k.ast.toposort()):
+        ast = asts[i]
+        if not any(u.op is Ops.REDUCE for u in ast.toposort()):
             continue
-        key = anonymous(k.ast)
-        tiles = register_tiles(k.ast, simd_bytes // max(1, program.buffers[k.writes[0]].dtype.itemsize))
+        key = anonymous(ast)
+        (item, *_) = store_items(ast)
+        tiles = register_tiles(ast, simd_bytes // max(1, item.store.src[0].dtype.itemsize))
         if key not in picked:
-            best, est = -1, seconds[k.name]
-            for j, ast in enumerate(tiles):
-                if (e := cost_model.estimate(ast).seconds) < est:
+            best, est = -1, seconds[ast]
+            for j, tile in enumerate(tiles):
+                if (e := cost_model.estimate(tile).seconds) < est:
                     best, est = j, e
             picked[key] = best, est
-        best, seconds[k.name] = picked[key]
+        best, est = picked[key]
         if best >= 0:
-            program.kernels[i] = Kernel.from_ast(k.name, tiles[best])
-    return seconds
+            out[i] = tiles[best]
+            seconds[out[i]] = est
+    return out, seconds
 
 
 def _report_program(

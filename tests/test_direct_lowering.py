@@ -168,3 +168,18 @@ def test_a_random_dag_of_2000_uops_lowered_directly() -> None:
         if u.op is Ops.BUFFER
     }
     np.testing.assert_allclose(prog(**v), evaluate(t.uop, v), rtol=1e-3, atol=1e-3)
+
+
+def test_two_padded_convolutions_lowered_directly_run_chunk_by_chunk_right() -> None:
+    """Each padded copy may run chunk by chunk with the convolution reading it once a weight's packing copy moves
+    ahead of the pair; the run order and its chunk pairs are decided on the tiled kernels (decided on the plain
+    ones, a tile that split other axes across threads failed the runner's check of the pairs)."""
+    x = Tensor.empty((4, 64, 28, 28), name="x")
+    w1, w2 = Tensor.empty((64, 64, 3, 3), name="w1"), Tensor.empty((64, 64, 3, 3), name="w2")
+    t = x.conv2d(w1, padding=1).relu().conv2d(w2, padding=1) + x
+    prog = optimize(t, target="llvm", time_limit=TIGHT, cache=False)
+    assert _direct(prog)
+    rng = np.random.default_rng(3)
+    v = {"x": rng.standard_normal((4, 64, 28, 28), dtype=np.float32)}
+    v |= {w: rng.standard_normal((64, 64, 3, 3), dtype=np.float32) * 0.1 for w in ("w1", "w2")}
+    np.testing.assert_allclose(prog(**v), evaluate(t.uop, v), rtol=1e-3, atol=1e-3)

@@ -327,7 +327,7 @@ def _split(item: StoreItem, factors: dict[UOp, int], first: UOp | None = None) -
     parts = {}
     for r, f in factors.items():
         outer = _range(range_size(r) // f, AxisType.LOOP, ("split", r.arg[0], f, 0))
-        parts[r] = (outer, UOp(Ops.RANGE, dtypes.index, (_c(f),), (("split", r.arg[0], f, 1), AxisType.UPCAST)))
+        parts[r] = (outer, _range(f, AxisType.UPCAST, ("split", r.arg[0], f, 1)))
     store = item.store.substitute({r: _add(_mul(o, range_size(i)), i) for r, (o, i) in parts.items()})
     indices = {u.src[1] for u in store.toposort() if u.op is Ops.INDEX and len(u.src) > 1}
     store = store.substitute({i: folded for i in indices if (folded := fold_affine_divmod(i)) is not i})
