@@ -37,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from measure import time_calls
 
 SETTLE_S = 0.3  # between peers: OpenBLAS's and OpenMP's idle threads spin for a while before they sleep
+WARMUP_S = 0.3  # each contestant's untimed calls first: after the pause the VM's cores run slow for a while
 
 
 @dataclass(frozen=True)
@@ -168,7 +169,7 @@ def run_shape(s: Shape, cpu: str | None, repeat: int) -> Row:
         out = prog(**x)
         row.first_call_s = time.perf_counter() - t0
         row.ok = bool(np.allclose(out, ref, rtol=1e-3, atol=1e-3))
-        row.ours_ms = time_calls(lambda: prog(**x), repeat=repeat).median_s * 1e3
+        row.ours_ms = time_calls(lambda: prog(**x), repeat=repeat, warmup_s=WARMUP_S).median_s * 1e3
         scheds = prog.report.extra.get("schedules", [])
         row.estimate_ms = sum(sc["estimate"]["seconds"] for sc in scheds) * 1e3 if scheds else None
         row.schedule = "; ".join(sc["chosen"] for sc in scheds)
@@ -180,11 +181,11 @@ def run_shape(s: Shape, cpu: str | None, repeat: int) -> Row:
 
         time.sleep(SETTLE_S)
         with torch.no_grad():
-            row.torch_ms = time_calls(fn, repeat=repeat).median_s * 1e3
+            row.torch_ms = time_calls(fn, repeat=repeat, warmup_s=WARMUP_S).median_s * 1e3
     if s.kind == "gemm":
         a, b = x["a"], x["b"]
         time.sleep(SETTLE_S)
-        row.numpy_ms = time_calls(lambda: a @ b, repeat=repeat).median_s * 1e3
+        row.numpy_ms = time_calls(lambda: a @ b, repeat=repeat, warmup_s=WARMUP_S).median_s * 1e3
     time.sleep(SETTLE_S)
     return row
 

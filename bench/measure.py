@@ -40,13 +40,23 @@ class Result:
 
 
 def time_calls(
-    fn: Callable[[], Any], sync: Callable[[], Any] = lambda: None, repeat: int = 10, budget_s: float = 10.0, warmup: int = 1
+    fn: Callable[[], Any],
+    sync: Callable[[], Any] = lambda: None,
+    repeat: int = 10,
+    budget_s: float = 10.0,
+    warmup: int = 1,
+    warmup_s: float = 0.0,
 ) -> Timing:
-    """Median wall time of `fn(); sync()` over `repeat` calls after `warmup` untimed ones; stops early (after at
-    least 3 calls, or `repeat` if fewer) once `budget_s` seconds have gone by, so slow programs stay affordable."""
-    for _ in range(warmup):
+    """Median wall time of `fn(); sync()` over `repeat` calls after `warmup` untimed ones (and more until `warmup_s`
+    seconds have gone by: a VM's cores come back from idle at a fraction of their speed, for up to a second here);
+    stops early (after at least 3 calls, or `repeat` if fewer) once `budget_s` seconds have gone by, so slow
+    programs stay affordable."""
+    start = time.perf_counter()
+    done = 0
+    while done < warmup or time.perf_counter() - start < warmup_s:
         fn()
         sync()
+        done += 1
     times: list[float] = []
     start = time.perf_counter()
     while len(times) < repeat:
