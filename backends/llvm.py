@@ -903,17 +903,21 @@ class _Fn:
         non-negative: j < clamp(size - i0, 0, n), one 32-bit vector compare against a splat (per step of a padded
         GEMM tile's B row this was 4 64-bit compares, packs and shuffles in AVX2 code: 28 more instructions a
         k step, GEMM 250 at 4.6x its estimate); else i0 + j < size unsigned, in 64 bits."""
-        if not nonnegative:
-            ity = f"<{n} x i64>"
-            steps = f"<{', '.join(f'i64 {j}' for j in range(n))}>"
-            lanes = self.ins(f"add {ity} {self.splat('i64', n, i0)}, {steps}")
-            return self.ins(f"icmp ult {ity} {lanes}, splat (i64 {size})")
+        below = self.lanes_below(self.ins(f"sub i64 {size}, {i0}"), n)
+        if nonnegative:
+            return below
+        return self.ins(f"and <{n} x i1> {below}, {self.lanes_below(self.ins(f'sub i64 0, {i0}'), n, negate=True)}")
+
+    def lanes_below(self, bound: str, n: int, negate: bool = False) -> str:
+        """The lanes j < n with j < bound (an i64 scalar), as <n x i1>: bound clamped to [0, n] and compared with the
+        lane numbers in 32 bits, one vector compare (64-bit lanes took 4 compares, packs and shuffles per AVX2
+        vector); `negate`: those with j >= bound."""
         for f in ("smin", "smax"):
             self.kb.declare(f"declare i64 @llvm.{f}.i64(i64, i64)")
-        rem = self.ins(f"sub i64 {size}, {i0}")
-        rem = self.ins(f"call i64 @llvm.smax.i64(i64 {self.ins(f'call i64 @llvm.smin.i64(i64 {rem}, i64 {n})')}, i64 0)")
+        rem = self.ins(f"call i64 @llvm.smax.i64(i64 {self.ins(f'call i64 @llvm.smin.i64(i64 {bound}, i64 {n})')}, i64 0)")
         steps = f"<{', '.join(f'i32 {j}' for j in range(n))}>"
-        return self.ins(f"icmp slt <{n} x i32> {steps}, {self.splat('i32', n, self.ins(f'trunc i64 {rem} to i32'))}")
+        cmp = "sge" if negate else "slt"
+        return self.ins(f"icmp {cmp} <{n} x i32> {steps}, {self.splat('i32', n, self.ins(f'trunc i64 {rem} to i32'))}")
 
     def splat(self, ty: str, n: int, x: str) -> str:
         """A vector of n copies of the scalar x of type ty."""
@@ -932,6 +936,23 @@ class _Fn:
             out = self.splat(reg_ty(u.dtype), n, self.pick(self.emit(u), at | {lane: 0}))
         elif u is lane:
             out = "" if probe else f"<{', '.join(f'{reg_ty(u.dtype)} {j}' for j in range(n))}>"
+        elif (
+            u.op is Ops.CMPLT
+            and u.src[0].dtype.is_int
+            and not u.src[0].dtype.is_unsigned
+            and (sa := stride(u.src[0], lane)) is not None
+            and (sb := stride(u.src[1], lane)) is not None
+            and abs(sa - sb) == 1
+        ):  # a + s*j < b with s = +-1 (a padded window's column): j below, or at least, one scalar bound
+            if probe:
+                return ""
+            at0 = at | {lane: 0}
+            a, b = (self.to_i64(self.pick(self.emit(x), at0), x.dtype) for x in u.src)
+            d = self.ins(f"sub i64 {b}, {a}")  # (a - b)(j) = -d + (sa - sb) j < 0
+            if sa - sb == 1:
+                out = self.lanes_below(d, n)
+            else:  # -d - j < 0: j > -d, j >= 1 - d
+                out = self.lanes_below(self.ins(f"sub i64 1, {d}"), n, negate=True)
         elif u.op in (Ops.ADD, Ops.MUL, Ops.AND, Ops.OR, Ops.CMPLT, Ops.CMPNE) and (
             u.src[0].dtype.is_int or u.src[0].dtype.is_bool
         ):
