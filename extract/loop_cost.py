@@ -33,8 +33,10 @@ Traffic: every load's cache misses are counted per level (L1 and L2 of one
 core, and half the L3 the cores share) by reuse distance over the loop nest;
 L2 misses that hit the L3 move at its bandwidth, the rest at memory's; a kernel
 whose buffers all fit its share of the L3 finds them there (RESIDENT_L3).
-Going outwards from the loop the load runs in, a loop the load depends on touches new lines every iteration,
-and a loop it does not depend on re-touches the same lines, which hit when
+Going outwards from the loop the load runs in, a loop the load depends on touches new lines every iteration
+(a share of them where it steps by less than a line, unless one iteration's footprint overflows the cache: a
+window sliding by one pixel re-reads every line of the window), and a loop it does not depend on re-touches
+the same lines, which hit when
 one iteration's whole footprint (the lines every load of the nest touches
 inside it) fits the cache; once a whole loop's footprint fits, each line is
 missed once. So a GEMM whose B panel stays in L2 while the rows of A go by
@@ -736,6 +738,8 @@ def _misses(capacity: float, lines: _Lines, strided: float = 1.0) -> float:
             elif r in deps:
                 st = lines.stride_of(x).get(r)
                 share = 1.0 if st is None else min(1.0, st * max(1, x.dtype.itemsize) / LINE)
+                if lines.footprint(lx[: level + 1]) > capacity:
+                    share = 1.0  # an iteration's lines are gone before the next one steps onto them
                 misses = max(misses, misses * lines.size(r) * share)
             elif lines.footprint(lx[: level + 1]) > capacity:
                 misses *= lines.size(r)
