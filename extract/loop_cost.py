@@ -139,6 +139,12 @@ LINE = 64  # bytes in a cache line
 # data the model does not see: stores, the stack, other buffers' partial lines)
 CACHE_FILL = {1: 0.5, 2: 0.75, 3: 0.5}  # L3: shared by the cores
 ADD_LATENCY = 4.0  # cycles before a dependent add can start
+# a REDUCE's step takes the LATENCY_NORM-norm of its body's work and its chains' latency, not the larger of them:
+# where they are level the chains wait now and then (AVX2 code on Zen 5: a 4-row GEMM tile, 8 accumulator chains
+# of 4 cycles against 16 FMAs at 2 a cycle, ran 1.14-1.19x slower than the 6-row tile, priced 3-4% apart and
+# chosen for its smaller code; 8 adds 9% where they are level and nothing where the work is twice the latency
+# (4 made native tiles flip on ties)
+LATENCY_NORM = 8.0
 # the share of the vector registers a tile's accumulators may hold. Half kept AVX2's 6x16 GEMM tile (12 of 16
 # registers, 2 for B and one broadcast) out, which ran 10-34% faster than 4x16 on Zen 4 (768^3 143 -> 158
 # GFLOP/s, 512^3 98 -> 132, 128x768 @ 768x768 133 -> 156; interleaved in one process); all but the operands' let
@@ -589,7 +595,11 @@ class _Walk:
         latency = inner_trips[-1] * chain * ADD_LATENCY
         # scalar chains of a nested REDUCE wait on it whatever the body: LLVM shuffles their copies in and out of
         # vectors around each add (the fused pair of dense layers above)
-        self.cycles += adds + (latency if scalar else max(0.0, latency - (self.cycles - body_before + adds)))
+        body = self.cycles - body_before + adds
+        if scalar:
+            self.cycles += adds + latency
+        else:  # the body's work hides the chains' latency, not perfectly where the two are close
+            self.cycles += adds + (body**LATENCY_NORM + latency**LATENCY_NORM) ** (1 / LATENCY_NORM) - body
         # the accumulators share the registers with a step's operands (the vectors along their axis, a GEMM tile's
         # row of B, and a broadcast) and keep at most ACC_REGS_SHARE of them; beyond that they spill
         if vectors + self.operand_vectors(vec, u) + 1 > self.m.vector_regs or vectors > ACC_REGS_SHARE * self.m.vector_regs:
