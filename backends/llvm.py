@@ -902,7 +902,7 @@ class _Fn:
         """The lanes j < n whose element i0 + j lies inside a buffer of `size`, as <n x i1>. Where i0 is known
         non-negative: j < clamp(size - i0, 0, n), one 32-bit vector compare against a splat (per step of a padded
         GEMM tile's B row this was 4 64-bit compares, packs and shuffles in AVX2 code: 28 more instructions a
-        k step, GEMM 250 at 4.6x its estimate); else i0 + j < size unsigned, in 64 bits."""
+        k step, GEMM 250 at 4.6x its estimate); else also j >= clamp(-i0, 0, n), a second such compare."""
         below = self.lanes_below(self.ins(f"sub i64 {size}, {i0}"), n)
         if nonnegative:
             return below
@@ -947,8 +947,8 @@ class _Fn:
             if probe:
                 return ""
             at0 = at | {lane: 0}
-            a, b = (self.to_i64(self.pick(self.emit(x), at0), x.dtype) for x in u.src)
-            d = self.ins(f"sub i64 {b}, {a}")  # (a - b)(j) = -d + (sa - sb) j < 0
+            lhs, rhs = (self.to_i64(self.pick(self.emit(x), at0), x.dtype) for x in u.src)
+            d = self.ins(f"sub i64 {rhs}, {lhs}")  # (lhs - rhs)(j) = -d + (sa - sb) j < 0
             if sa - sb == 1:
                 out = self.lanes_below(d, n)
             else:  # -d - j < 0: j > -d, j >= 1 - d

@@ -891,28 +891,32 @@ def test_padded_gemm_rows_with_k_unrolled_stay_scalar_broadcasts(m: int, ko: int
     kk=st.integers(1, 5),
     pad=st.integers(0, 3),
     cpu=st.sampled_from([None, "haswell"]),
+    flip=st.booleans(),
 )
 def test_guarded_copies_of_a_window_are_one_masked_load(
-    gated: bool, n: int, up: int, kk: int, pad: int, cpu: str | None
+    gated: bool, n: int, up: int, kk: int, pad: int, cpu: str | None, flip: bool
 ) -> None:
     """A padded window read by an upcast tile (a convolution's padding, `pad` columns before the row and the
     tile's last columns past it): the guard is evaluated over the lanes as a vector and the copies are one masked
     vector load, no branch per copy; WHERE-guarded or gated, for AVX-512 and AVX2 code. Each bound of the window
-    is one 32-bit compare of the lane numbers with a scalar (no 64-bit lane vectors), and the sums match the
-    reference at every size, the tiles that cross both edges included."""
+    is one 32-bit compare of the lane numbers with a scalar (no 64-bit lane vectors), with the lanes on either
+    side of the comparison, and the sums match the reference at every size, the tiles that cross both edges
+    included."""
     tiles = -(-n // up)
     x, y = buf("X", n), buf("Y", n)
     jo, ju, k = rng(tiles, 0), rng(up, 1, AxisType.UPCAST), rng(kk, 2, AxisType.REDUCE)
     j = jo * up + ju
     pos = j + k - pad
-    valid = (pos >= 0) & (pos < n)
+    # the lower bound as pos >= 0, or as -1 < pos (the lanes on the comparison's right)
+    valid = ((UOp.const(-1, pos.dtype) < pos) if flip else (pos >= 0)) & (pos < n)
     v = load(x, pos, UOp.const(0.0, F32), valid) if gated else valid.where(load(x, pos), UOp.const(0.0, F32))
     ast = kernel((store(y, j, reduce(v, k), j < n), (jo, ju)))
     backend = LLVMBackend(cpu=cpu)
     compare(ast, {"X": rand_array((n,), seed=45 + n)}, backend=backend)
     text = backend.render(Kernel.from_ast("k", ast), None)
-    assert f"llvm.masked.load.v{up}f32" in text and "label %ld" not in text, text
-    assert "x i64> " not in text, text
+    if pad > 0 or tiles * up + kk - 2 - pad >= n:  # the window reaches outside the row: guarded lanes
+        assert f"llvm.masked.load.v{up}f32" in text, text
+    assert "label %ld" not in text and "x i64> " not in text, text
 
 
 def test_render_names_arguments_in_order() -> None:
