@@ -11,8 +11,9 @@ its default threads) and PyTorch's. Ratios are peer time / our time: above 1 mea
 `--cpu haswell` generates and prices AVX2 code (on any AVX2 or AVX-512 host; the peers keep their own code, so
 on an AVX-512 host they run AVX-512 kernels); the header prints the machine model used. Ours runs first for each
 shape, then torch, then numpy, with a pause between them: their thread pools spin for a while after a call, on
-the cores the next contestant is timed on. Outputs are checked against numpy (float64 accumulation). torch is
-optional: without it the torch column reads n/a. Exit status 1 if any of our results was wrong or failed.
+the cores the next contestant is timed on; each then calls itself for WARMUP_S untimed before it is timed.
+Outputs are checked against numpy (float64 accumulation). torch is optional: without it the torch column reads
+n/a. Exit status 1 if any of our results was wrong or failed.
 """
 
 from __future__ import annotations
