@@ -853,36 +853,35 @@ class _Fn:
         out: dict[tuple[int, ...], str] = {}
         for at in self.combos(rest):
             i0 = self.to_i64(self.pick(idx, at | {lane: 0}), idx_u.dtype)
-            if not conds and idx_u.vmin >= 0:
-                v = self.tail_masked_load(u, i0, n, size, fn)
-                for j in range(n):
-                    out[tuple(at[a] if a is not lane else j for a in axes)] = self.ins(f"extractelement {vty} {v}, i64 {j}")
-                continue
-            mask = self.bounds_mask(i0, n, size, idx_u.vmin >= 0)
-            memo: dict[UOp, str] = {}
-            for c, pol in conds or []:
-                m = self.lane_vector(c, lane, at, memo)
-                assert m is not None
-                if not pol:
-                    m = self.ins(f"xor {mty} {m}, splat (i1 true)")
-                mask = self.ins(f"and {mty} {mask}, {m}")
-            pass_v = "zeroinitializer" if alt is None else self.splat(ty, n, self.pick(self.emit(alt), at | {lane: 0}))
             # no `inbounds`: the first lane's address may lie outside the buffer when its lane is masked off
             p = self.ins(f"getelementptr {ty}, ptr {self.kb.arg_of(buffer_of(index).arg[0])}, i64 {i0}")
-            v = self.ins(f"call {vty} {fn}(ptr {p}, i32 {al}, {mty} {mask}, {vty} {pass_v})")
+
+            def load(mask: str, pass_v: str = "zeroinitializer", p: str = p) -> str:
+                return self.ins(f"call {vty} {fn}(ptr {p}, i32 {al}, {mty} {mask}, {vty} {pass_v})")
+
+            if not conds and idx_u.vmin >= 0:
+                v = self.tail_masked_load(p, i0, n, vty, al, size, load)
+            else:
+                mask = self.bounds_mask(i0, n, size, idx_u.vmin >= 0)
+                memo: dict[UOp, str] = {}
+                for c, pol in conds or []:
+                    m = self.lane_vector(c, lane, at, memo)
+                    assert m is not None
+                    if not pol:
+                        m = self.ins(f"xor {mty} {m}, splat (i1 true)")
+                    mask = self.ins(f"and {mty} {mask}, {m}")
+                pass_v = "zeroinitializer" if alt is None else self.splat(ty, n, self.pick(self.emit(alt), at | {lane: 0}))
+                v = load(mask, pass_v)
             for j in range(n):
                 out[tuple(at[a] if a is not lane else j for a in axes)] = self.ins(f"extractelement {vty} {v}, i64 {j}")
         return Val(axes, tuple(out[tuple(at[a] for a in axes)] for at in self.combos(axes)))
 
-    def tail_masked_load(self, u: UOp, i0: str, n: int, size: int, fn: str) -> str:
-        """The n elements from i0 (non-negative) of u's buffer: a plain vector load where all n lie inside it, which
-        is every step but the buffer's last, else the masked load of those that do. Computing the lane mask at every
-        step (broadcast, compare, masked load) took two more vector registers in the loop: a padded 6x16 GEMM tile
-        in AVX2 code, 12 accumulators in 16 registers, spilled one and ran at 40% of the peak (250^3, 0.31 ms)."""
-        ty = mem_ty(u.dtype)
-        vty, mty = f"<{n} x {ty}>", f"<{n} x i1>"
-        al = max(1, _np_storage(u.dtype).itemsize)
-        p = self.ins(f"getelementptr {ty}, ptr {self.kb.arg_of(buffer_of(u.src[0]).arg[0])}, i64 {i0}")
+    def tail_masked_load(self, p: str, i0: str, n: int, vty: str, al: int, size: int, masked: Callable[[str], str]) -> str:
+        """The n-lane vector (vty) at p, element i0 (non-negative) of a buffer of `size`: a plain vector load where it
+        lies wholly inside the buffer, which is every step but the buffer's last, else `masked` of the lanes that do.
+        Computing the lane mask at every step (broadcast, compare, masked load) took two more vector registers in the
+        loop: a padded 6x16 GEMM tile in AVX2 code, 12 accumulators in 16 registers, spilled one and ran at 40% of
+        the peak (250^3, 0.31 ms)."""
         self.kb.declare("declare i1 @llvm.expect.i1(i1, i1)")
         inside = self.ins(f"call i1 @llvm.expect.i1(i1 {self.ins(f'icmp sle i64 {i0}, {size - n}')}, i1 true)")
         whole, tail, done = self.label("vld"), self.label("vtail"), self.label("vldx")
@@ -891,8 +890,7 @@ class _Fn:
         v_whole = self.ins(f"load {vty}, ptr {p}, align {al}")
         self.put(f"br label %{done}")
         self.start_block(tail)
-        mask = self.bounds_mask(i0, n, size, True)
-        v_tail = self.ins(f"call {vty} {fn}(ptr {p}, i32 {al}, {mty} {mask}, {vty} zeroinitializer)")
+        v_tail = masked(self.bounds_mask(i0, n, size, True))
         tail_end = self.cur_label
         self.put(f"br label %{done}")
         self.start_block(done)

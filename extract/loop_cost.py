@@ -599,7 +599,8 @@ class _Walk:
         if scalar:
             self.cycles += adds + latency
         else:  # the body's work hides the chains' latency, not perfectly where the two are close
-            self.cycles += adds + (body**LATENCY_NORM + latency**LATENCY_NORM) ** (1 / LATENCY_NORM) - body
+            hi, lo = max(body, latency), min(body, latency)
+            self.cycles += adds + (hi * (1 + (lo / hi) ** LATENCY_NORM) ** (1 / LATENCY_NORM) if hi > 0 else 0.0) - body
         # the accumulators share the registers with a step's operands (the vectors along their axis, a GEMM tile's
         # row of B, and a broadcast) and keep at most ACC_REGS_SHARE of them; beyond that they spill
         if vectors + self.operand_vectors(vec, u) + 1 > self.m.vector_regs or vectors > ACC_REGS_SHARE * self.m.vector_regs:
