@@ -119,11 +119,14 @@ from egraph_compiler.kernel.analysis import Cond, RangeDeps, guards, index_of, r
 from egraph_compiler.kernel.cpu_target import CPUTarget, cpu_target, host_cpu
 from egraph_compiler.kernel.memory_plan import ALIGN, Coslice
 from egraph_compiler.kernel.program import (
+    LANE_CONDITION_OPS,
     HostBuffers,
     Kernel,
     Program,
     accumulator_axis,
     buffer_of,
+    lane_condition,
+    lane_step,
     linear_terms,
     stride,
 )
@@ -430,7 +433,7 @@ class _Fn:
         self.groups: dict[UOp, _Group] = {}  # group REDUCEs read back from the partials at %p
         self.contiguous: frozenset[UOp] = frozenset()  # unrolled ranges the item's store index has stride 1 in
         self.lane: UOp | None = None  # the contiguous range float32 values outside REDUCE bodies are vectors over
-        self.in_reduce = 0  # REDUCE bodies being emitted
+        self.body_lanes: list[UOp | None] = []  # per REDUCE body being emitted, the range its values are vectors over
         self.start_block("entry")
 
     # -- text ---------------------------------------------------------------------------------------
@@ -550,10 +553,16 @@ class _Fn:
 
     # -- vectors over the item's lane --------------------------------------------------------------------
     def vector_lane(self, axes: tuple[UOp, ...]) -> UOp | None:
-        """The item's lane, where a value over `axes` is computed as vectors of it: outside REDUCE bodies
-        (a GEMM's epilogue; the bodies' copies stay scalars, which the accumulators gather) and along it."""
-        lane = self.lane
-        return lane if lane is not None and not self.in_reduce and axes and axes[-1] is lane else None
+        """The lane a value over `axes` is computed as vectors of, if it runs along it: the item's lane (a GEMM's
+        epilogue), or inside a REDUCE body the range its accumulators are vectors over (a padded window's masked
+        row loads, multiplied and added as they are), none where its accumulators are scalars."""
+        lane = self.active_lane
+        return lane if lane is not None and axes and axes[-1] is lane else None
+
+    @property
+    def active_lane(self) -> UOp | None:
+        """The range float32 values are vectors over here (see vector_lane)."""
+        return self.body_lanes[-1] if self.body_lanes else self.lane
 
     def each_vector(self, axes: tuple[UOp, ...], fn: Callable[[dict[UOp, int]], tuple[str, str]]) -> Val:
         """A vector value over `axes` (the lane last): fn gives the vector and its type per combination of the rest."""
@@ -563,7 +572,7 @@ class _Fn:
     def lanes_of(self, v: Val, src: UOp, at: dict[UOp, int]) -> str:
         """Operand v as a vector over the lane at `at`: its own vector, a splat of a value the same in every lane,
         or its copies gathered."""
-        lane = self.lane
+        lane = self.active_lane
         assert lane is not None
         n, ty = range_size(lane), reg_ty(src.dtype)
         if v.lane is lane:
@@ -571,6 +580,8 @@ class _Fn:
         if lane not in v.axes:
             x = self.pick(v, at)
             return f"splat ({ty} {x})" if src.op is Ops.CONST else self.splat(ty, n, x)
+        if src.dtype.is_bool and lane_condition(src, lane):  # a padded window's mask: compares of vectors
+            return self.lane_vector(src, lane, at, {})
         y = "poison"
         for j in range(n):
             y = self.ins(f"insertelement <{n} x {ty}> {y}, {ty} {self.pick(v, at | {lane: j})}, i64 {j}")
@@ -756,6 +767,10 @@ class _Fn:
                 return self.ins(f"load {vty}, ptr {p}, align 4"), vty
 
             return self.each_vector(axes, vload)
+        across = self.transposable(u, idx_u, axes, lane) if safe and gate is None and not guards else None
+        if across is not None:
+            assert lane is not None and idx_u is not None
+            return self.transposed_load(index, idx, idx_u, axes, lane, across)
 
         def guard(at: dict[UOp, int]) -> tuple[str | None, str]:
             """The copy's condition (None: unguarded) and the value it has when false."""
@@ -773,18 +788,16 @@ class _Fn:
         # A 100x640 @ 640x2560 GEMM's 8x16 tiles with k unrolled by 4: 164 -> 60 instructions per 32 FMAs, 69 -> 29
         # cycles in llvm-mca's Skylake-AVX512 model (49 -> 29 Ice Lake); Zen 4 ran both alike (1.7-1.8 ms)
         lane = next((a for a in reversed(axes) if idx_u is not None and range_size(a) >= 2 and stride(idx_u, a) == 1), None)
-        if not safe and lane is not None and u.dtype in MASKED_LOAD_DTYPES:
+        if lane is not None and u.dtype in MASKED_LOAD_DTYPES:
             if gate is None and not guards:
-                if lane.arg[1] is not AxisType.UNROLL:
+                if not safe and lane.arg[1] is not AxisType.UNROLL:
                     return self.masked_load(u, idx, lane, axes, size)
             else:
                 # guarded copies (a padded window): the guards evaluated over the lanes as vectors, if they are
                 # integer comparisons; else the branch per copy below
                 conds = [(u.src[2], True)] if gate is not None else [(c, pol) for _, c, pol in guards]
                 alt_u = u.src[1] if gate is not None else None
-                if all(self.lane_vector(c, lane, {}, {}, probe=True) is not None for c, _ in conds) and (
-                    alt_u is None or lane not in self.kb.deps[alt_u]
-                ):
+                if all(lane_condition(c, lane) for c, _ in conds) and (alt_u is None or lane not in self.kb.deps[alt_u]):
                     return self.masked_load(u, idx, lane, axes, size, conds, alt_u)
 
         blocks = None if safe else _clamp_blocks(idx_u, size)
@@ -809,6 +822,47 @@ class _Fn:
             return self.ins(f"phi {reg_ty(u.dtype)} [ {v}, %{ld_end} ], [ {a}, %{pre} ]")
 
         return self.each(axes, one)
+
+    def transposable(self, u: UOp, idx_u: UOp | None, axes: tuple[UOp, ...], lane: UOp | None) -> UOp | None:
+        """The unrolled axis along which a float32 load reads consecutive elements when it does not along the
+        item's lane (a tile copied to a transposed layout: a packed weight panel), if its copies come in whole
+        squares of the lane's size: they are then loaded as vectors along it and transposed in registers."""
+        if lane is None or idx_u is None or u.dtype is not dtypes.float32 or stride(idx_u, lane) == 1:
+            return None
+        n = range_size(lane)
+        if n > 16:  # wider squares take more shuffles than they save
+            return None
+        return next((a for a in axes if a is not lane and range_size(a) % n == 0 and stride(idx_u, a) == 1), None)
+
+    def transposed_load(self, index: UOp, idx: Val, idx_u: UOp, axes: tuple[UOp, ...], lane: UOp, across: UOp) -> Val:
+        """The copies of a load contiguous along `across`, as vectors along the lane: per square of n x n copies
+        (n the lane's size), n vector loads along `across`, then a transpose in log2(n) rounds of n two-vector
+        shuffles (each swaps the off-diagonal blocks of a size between two rows)."""
+        n = range_size(lane)
+        vty = f"<{n} x float>"
+        squares: dict[tuple[int, ...], list[str]] = {}
+
+        def vector(at: dict[UOp, int]) -> tuple[str, str]:
+            key = tuple(at[a] // n if a is across else at[a] for a in axes if a is not lane)
+            if key not in squares:
+                corner = at | {across: at[across] - at[across] % n}
+                rows = []
+                for j in range(n):
+                    p, _, _ = self.address(index, self.to_i64(self.pick(idx, corner | {lane: j}), idx_u.dtype))
+                    rows.append(self.ins(f"load {vty}, ptr {p}, align 4"))
+                h = n // 2
+                while h:
+                    for i in (i for i in range(n) if not i & h):
+                        a, b = rows[i], rows[i + h]
+                        lo = ", ".join(f"i32 {c if not c & h else n + c - h}" for c in range(n))
+                        hi = ", ".join(f"i32 {c + h if not c & h else n + c}" for c in range(n))
+                        rows[i] = self.ins(f"shufflevector {vty} {a}, {vty} {b}, <{n} x i32> <{lo}>")
+                        rows[i + h] = self.ins(f"shufflevector {vty} {a}, {vty} {b}, <{n} x i32> <{hi}>")
+                    h //= 2
+                squares[key] = rows
+            return squares[key][at[across] % n], vty
+
+        return self.each_vector(axes, vector)
 
     def clamp(self, i: str, size: int, blocks: tuple[list[tuple[UOp, int]], int] | None, at: dict[UOp, int]) -> str:
         """Index `i` (of the copy at `at`) kept inside a buffer of `size` elements. With `blocks` (its terms over
@@ -839,7 +893,7 @@ class _Fn:
         """A load whose copies along `lane` read consecutive elements: per combination of the other axes, one
         `llvm.masked.load` of the lanes, those at or past `size` masked off (they read nothing and give 0), or,
         with `conds`, those whose conditions (each with its polarity) do not all hold (they give `alt`, or 0);
-        then one value per copy."""
+        the vector as it is where the values over `axes` are vectors along `lane`, else one value per copy."""
         index = u.src[0]
         idx_u = index_of(index)
         assert idx_u is not None
@@ -850,6 +904,7 @@ class _Fn:
         fn = f"@llvm.masked.load.v{n}{ {'float': 'f32', 'double': 'f64'}.get(ty, ty) }.p0"
         self.kb.declare(f"declare {vty} {fn}(ptr, i32, {mty}, {vty})")
         rest = tuple(a for a in axes if a is not lane)
+        whole_vector = self.vector_lane(axes) is lane and u.dtype is dtypes.float32  # else one value per copy
         out: dict[tuple[int, ...], str] = {}
         for at in self.combos(rest):
             i0 = self.to_i64(self.pick(idx, at | {lane: 0}), idx_u.dtype)
@@ -861,19 +916,33 @@ class _Fn:
 
             if not conds and idx_u.vmin >= 0:
                 v = self.tail_masked_load(p, i0, n, vty, al, size, load)
+            elif not conds:
+                v = load(self.bounds_mask(i0, n, size, nonnegative=False))
             else:
-                mask = self.bounds_mask(i0, n, size, idx_u.vmin >= 0)
+                # the guards alone decide, as they do for a guarded scalar load (its address is only valid where they
+                # hold); those the same in every lane are one scalar condition selecting the mask or no lanes
                 memo: dict[UOp, str] = {}
-                for c, pol in conds or []:
+                mask, whole = "", []
+                for c, pol in conds:
+                    if lane not in self.kb.deps[c]:
+                        whole.append((self.pick(self.emit(c), at | {lane: 0}), c.dtype, pol))
+                        continue
                     m = self.lane_vector(c, lane, at, memo)
-                    assert m is not None
                     if not pol:
                         m = self.ins(f"xor {mty} {m}, splat (i1 true)")
-                    mask = self.ins(f"and {mty} {mask}, {m}")
+                    mask = self.ins(f"and {mty} {mask}, {m}") if mask else m
+                mask = mask or "splat (i1 true)"
+                if whole:
+                    mask = self.ins(f"select i1 {self.all_of(whole)}, {mty} {mask}, {mty} zeroinitializer")
                 pass_v = "zeroinitializer" if alt is None else self.splat(ty, n, self.pick(self.emit(alt), at | {lane: 0}))
                 v = load(mask, pass_v)
+            if whole_vector:
+                out[tuple(at[a] for a in rest)] = v
+                continue
             for j in range(n):
                 out[tuple(at[a] if a is not lane else j for a in axes)] = self.ins(f"extractelement {vty} {v}, i64 {j}")
+        if whole_vector:
+            return Val(axes, tuple(out[tuple(at[a] for a in rest)] for at in self.combos(rest)), lane, vty)
         return Val(axes, tuple(out[tuple(at[a] for a in axes)] for at in self.combos(axes)))
 
     def tail_masked_load(self, p: str, i0: str, n: int, vty: str, al: int, size: int, masked: Callable[[str], str]) -> str:
@@ -922,43 +991,27 @@ class _Fn:
         one = self.ins(f"insertelement <{n} x {ty}> poison, {ty} {x}, i64 0")
         return self.ins(f"shufflevector <{n} x {ty}> {one}, <{n} x {ty}> poison, <{n} x i32> zeroinitializer")
 
-    def lane_vector(self, u: UOp, lane: UOp, at: dict[UOp, int], memo: dict[UOp, str], probe: bool = False) -> str | None:
-        """u's values over the lanes of `lane` (the other unrolled ranges at `at`) as one vector, for integer and
-        boolean arithmetic and comparisons; None for anything else. `probe`: only say whether it can."""
+    def lane_vector(self, u: UOp, lane: UOp, at: dict[UOp, int], memo: dict[UOp, str]) -> str:
+        """u's values over the lanes of `lane` (the other unrolled ranges at `at`) as one vector, for the integer and
+        boolean arithmetic and comparisons program.lane_condition accepts."""
         if u in memo:
             return memo[u]
         n = range_size(lane)
         if lane not in self.kb.deps[u]:  # the same for every lane: its scalar, splat
-            if probe:
-                return ""
             out = self.splat(reg_ty(u.dtype), n, self.pick(self.emit(u), at | {lane: 0}))
         elif u is lane:
-            out = "" if probe else f"<{', '.join(f'{reg_ty(u.dtype)} {j}' for j in range(n))}>"
-        elif (
-            u.op is Ops.CMPLT
-            and u.src[0].dtype.is_int
-            and not u.src[0].dtype.is_unsigned
-            and (sa := stride(u.src[0], lane)) is not None
-            and (sb := stride(u.src[1], lane)) is not None
-            and abs(sa - sb) == 1
-        ):  # a + s*j < b with s = +-1 (a padded window's column): j below, or at least, one scalar bound
-            if probe:
-                return ""
+            out = f"<{', '.join(f'{reg_ty(u.dtype)} {j}' for j in range(n))}>"
+        elif step := lane_step(u, lane):  # a + s*j < b with s = +-1 (a padded window's column): one scalar bound
             at0 = at | {lane: 0}
             lhs, rhs = (self.to_i64(self.pick(self.emit(x), at0), x.dtype) for x in u.src)
-            d = self.ins(f"sub i64 {rhs}, {lhs}")  # (lhs - rhs)(j) = -d + (sa - sb) j < 0
-            if sa - sb == 1:
+            d = self.ins(f"sub i64 {rhs}, {lhs}")  # (lhs - rhs)(j) = -d + step * j < 0
+            if step == 1:
                 out = self.lanes_below(d, n)
             else:  # -d - j < 0: j > -d, j >= 1 - d
                 out = self.lanes_below(self.ins(f"sub i64 1, {d}"), n, negate=True)
-        elif u.op in (Ops.ADD, Ops.MUL, Ops.AND, Ops.OR, Ops.CMPLT, Ops.CMPNE) and (
-            u.src[0].dtype.is_int or u.src[0].dtype.is_bool
-        ):
-            a, b = (self.lane_vector(x, lane, at, memo, probe) for x in u.src)
-            if a is None or b is None:
-                return None
-            if probe:
-                return ""
+        else:
+            assert u.op in LANE_CONDITION_OPS, u.op
+            a, b = (self.lane_vector(x, lane, at, memo) for x in u.src)
             ty = f"<{n} x {reg_ty(u.src[0].dtype)}>"
             if u.op is Ops.CMPLT:
                 out = self.ins(f"icmp {'ult' if u.src[0].dtype.is_unsigned else 'slt'} {ty} {a}, {b}")
@@ -966,8 +1019,6 @@ class _Fn:
                 out = self.ins(f"icmp ne {ty} {a}, {b}")
             else:
                 out = self.ins(f"{ {Ops.ADD: 'add', Ops.MUL: 'mul', Ops.AND: 'and', Ops.OR: 'or'}[u.op] } {ty} {a}, {b}")
-        else:
-            return None
         memo[u] = out
         return out
 
@@ -1005,6 +1056,16 @@ class _Fn:
                 p, _, _ = self.address(index, self.to_i64(self.pick(idx, at | {lane: 0}), idx_u.dtype))
                 self.put(f"store {val.vty} {self.vector_at(val, at)}, ptr {p}, align 4")
             return
+        if (
+            lane is not None
+            and axes[-1] is lane
+            and idx_u is not None
+            and stride(idx_u, lane) == 1
+            and b.dtype is value.dtype is dtypes.float32
+            and (gate is None or lane_condition(st.src[2], lane))
+        ):
+            self.masked_store(st, idx, val, axes, size)
+            return
         for at in self.combos(axes):
             i = self.to_i64(self.pick(idx, at), idx_u.dtype if idx_u is not None else dtypes.index)
             x = self.pick(val, at)
@@ -1025,6 +1086,24 @@ class _Fn:
             self.put(f"store {ty} {m}, ptr {p}, align {al}")
             self.put(f"br label %{done}")
             self.start_block(done)
+
+    def masked_store(self, st: UOp, idx: Val, val: Val, axes: tuple[UOp, ...], size: int) -> None:
+        """A float32 vector store along the lane (the last of `axes`) of consecutive elements with some lanes off:
+        those whose gate does not hold (a padded tile's columns past the row), and those outside the buffer.
+        One `llvm.masked.store` per combination of the other axes, not a branch and a scalar store per lane."""
+        index, lane = st.src[0], axes[-1]
+        idx_u = index_of(index)
+        assert idx_u is not None and val.lane is lane
+        n, vty, mty = range_size(lane), val.vty, f"<{range_size(lane)} x i1>"
+        self.kb.declare(f"declare void @llvm.masked.store.v{n}f32.p0({vty}, ptr, i32, {mty})")
+        for at in self.combos(axes[:-1]):
+            i0 = self.to_i64(self.pick(idx, at | {lane: 0}), idx_u.dtype)
+            mask = "" if _in_bounds(idx_u, size) else self.bounds_mask(i0, n, size, idx_u.vmin >= 0)
+            if len(st.src) == 3:
+                m = self.lane_vector(st.src[2], lane, at, {})
+                mask = self.ins(f"and {mty} {mask}, {m}") if mask else m
+            p = self.ins(f"getelementptr float, ptr {self.kb.arg_of(buffer_of(index).arg[0])}, i64 {i0}")
+            self.put(f"call void @llvm.masked.store.v{n}f32.p0({vty} {self.vector_at(val, at)}, ptr {p}, i32 4, {mty} {mask})")
 
     # -- reduce -------------------------------------------------------------------------------------
     def emit_reduce(self, u: UOp) -> Val:
@@ -1054,13 +1133,16 @@ class _Fn:
             closers.append(self.loop(r, "0", str(range_size(r))))
         unr = [r for r in rngs if _is_unrolled(r)]
         self.push("unroll", [(r, Val((r,), tuple(str(k) for k in range(range_size(r))))) for r in unr])
-        self.in_reduce += 1
+        vector_body = vec is not None and u.dtype is dtypes.float32 and at_ty == "float"
+        self.body_lanes.append(vec if vector_body else None)
         val = self.emit(body)
         for a, at in zip(accs, self.combos(rest)):
             x = self.ins(f"load {ty}, ptr {a}")
             for k in self.combos(tuple(unr)):
                 if vec is None:
                     y = self.kb.alu.to_acc(self, self.pick(val, at | k), u.dtype)
+                elif val.lane is vec:
+                    y = self.vector_at(val, at | k)
                 else:
                     y = "poison"
                     for j in range(lanes):
@@ -1068,7 +1150,7 @@ class _Fn:
                         y = self.ins(f"insertelement {ty} {y}, {at_ty} {lane}, i64 {j}")
                 x = self.kb.alu.accumulate(self, op, u.dtype, x, y, ty)
             self.put(f"store {ty} {x}, ptr {a}")
-        self.in_reduce -= 1
+        self.body_lanes.pop()
         self.pop()
         for close in reversed(closers):
             close()
@@ -1092,9 +1174,9 @@ class _Fn:
         body, g = u.src[0], u.src[1]
         self.hoist(body)
         close = self.loop(g, "%start", "%end")
-        self.in_reduce += 1
+        self.body_lanes.append(None)
         v = self.emit(body)
-        self.in_reduce -= 1
+        self.body_lanes.pop()
         assert not v.axes, "a group REDUCE's body depends on no unrolled range"
         x = self.kb.alu.to_acc(self, v.names[0], u.dtype)
         if u.dtype.is_bool:
@@ -1287,7 +1369,7 @@ class _Alu:
 
     def vector(self, f: _Fn, u: UOp, a: list[str]) -> tuple[str, str]:
         """u (see _vectorizable) on vectors of n float32 lanes: the result and its type."""
-        lane = f.lane
+        lane = f.active_lane
         assert lane is not None
         n = range_size(lane)
         vt, bt = f"<{n} x float>", f"<{n} x i1>"

@@ -60,7 +60,14 @@ from egraph_compiler.ir.ops import AxisType, Ops
 from egraph_compiler.ir.uop import UOp
 from egraph_compiler.kernel.analysis import RangeDeps, trip_count, value_nodes
 from egraph_compiler.kernel.cpu_target import CPUTarget, host_cpu
-from egraph_compiler.kernel.program import accumulator_axis, buffer_of, has_gate, stride, vector_accumulators
+from egraph_compiler.kernel.program import (
+    accumulator_axis,
+    buffer_of,
+    has_gate,
+    lane_condition,
+    stride,
+    vector_accumulators,
+)
 
 UNROLLED = (AxisType.UPCAST, AxisType.UNROLL)
 # cycles per scalar operation (throughput on a modern x86 core); anything else costs DEFAULT_OP
@@ -115,6 +122,7 @@ SCALAR_MATH = (Ops.LOG2, Ops.SIN, Ops.COS)
 # 16-lane vector on Zen 5 and 20 a 8-lane one (AVX2 code), 2.2x and 2.4x the estimate that halved it
 SEQUENCES = frozenset({Ops.EXP2})
 GATE_CYCLES = 2.0  # the branch (or select) around a gated load
+TILE_MASK_CYCLES = 0.5  # ... or the mask of a masked vector load of a guarded tile (a compare or two, a mask AND)
 # a load of one element (a broadcast operand, a gathered lane) issues slower than a vector load: 0.6 cycles, two
 # loads in 1.2 cycles against two FMAs a cycle. Measured on Zen 4, 3x3 convolution 64 -> 64 channels at 56x56: one
 # broadcast weight per 8-lane FMA (17 loads and 16 FMAs a step) ran 15% slower than one broadcast pixel per 16-lane
@@ -494,14 +502,27 @@ class _Walk:
             # also along a reduction unrolled over its contiguous elements (8 rows x 16 columns, k unrolled by 4:
             # priced as 8 vector loads a step, run as 32 broadcasts; 4.5 ms against 3.7 for 8 x 32 not unrolled)
             along = []
-        runs = [_width(trip_count(r), lanes) for r in along if lin is not None and stride(lin, r) == 1]
         # a gated load of consecutive elements in the innermost loop, one copy an iteration: LLVM if-converts the
         # branch into a masked vector load (a padding copy: 4-5x faster than priced as a branch per element)
         masked = gated and not unr and lin is not None and 0 < depth == len(loops) and stride(lin, loops[-1]) == 1
+        # ... or of consecutive elements along the vectors' range whose gate the backend computes as a vector of
+        # lanes (a padded window's tile row): one masked vector load per run, the gate's lanes a compare or two
+        lane = self.acc_axis if self.acc_axis is not None else next(iter(self.contiguous & set(unr)), None)
+        tile = False
+        if (
+            gated
+            and lin is not None
+            and lane in unr
+            and stride(lin, lane) == 1
+            and lane_condition(u.src[2], lane)
+            and lane not in self.deps(u.src[1])
+        ):
+            masked, along, tile = True, [lane], True
+        runs = [_width(trip_count(r), lanes) for r in along if lin is not None and stride(lin, r) == 1]
         vectorizes = lin is not None and (not gated or masked) and (not unr or bool(runs))
         per = OP_CYCLES.get(u.op, DEFAULT_OP)
         if gated:  # a branch around every copy (neither vectorized nor cheap), or the mask of every vector
-            per += GATE_CYCLES
+            per += TILE_MASK_CYCLES if tile else GATE_CYCLES
         if u.op is Ops.LOAD:
             self.loads.append((u, tuple(loops), depth))
             if lin is not None:

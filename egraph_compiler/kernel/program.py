@@ -717,6 +717,33 @@ def stride(idx: UOp, r: UOp) -> int | None:
     return None
 
 
+def lane_step(u: UOp, lane: UOp) -> int:
+    """For u = `a < b` over signed integers whose sides step along `lane` by amounts differing by 1 (a padded
+    window's column against its edge): that difference, +1 or -1 (the compare is then `j < bound` or `j > bound`
+    for the lane's number j and one scalar bound); else 0."""
+    if u.op is not Ops.CMPLT or not u.src[0].dtype.is_int or u.src[0].dtype.is_unsigned:
+        return 0
+    sa, sb = stride(u.src[0], lane), stride(u.src[1], lane)
+    return sa - sb if sa is not None and sb is not None and abs(sa - sb) == 1 else 0
+
+
+LANE_CONDITION_OPS = (Ops.ADD, Ops.MUL, Ops.AND, Ops.OR, Ops.CMPLT, Ops.CMPNE)
+
+
+def lane_condition(u: UOp, lane: UOp) -> bool:
+    """Can the CPU backend compute boolean or integer u over the copies of an unrolled `lane` as one vector (the
+    mask of a guarded load of consecutive elements, a padded window's row)? Values the same in every lane, the
+    lane's own number, `a + s*j < b` with the two sides' steps along it differing by 1 (one compare against a
+    scalar bound), and integer or boolean arithmetic and comparisons of such values."""
+    if lane not in ranges_in(u) or u is lane or lane_step(u, lane):
+        return True
+    return (
+        u.op in LANE_CONDITION_OPS
+        and (u.src[0].dtype.is_int or u.src[0].dtype.is_bool)
+        and all(lane_condition(s, lane) for s in u.src)
+    )
+
+
 MAX_ACC_LANES = 128  # the widest vector of accumulators a REDUCE keeps along one unrolled axis
 
 
