@@ -143,10 +143,20 @@ def _split_rule(
 
 
 def _padto_rule(
-    rs: RuleSet, name: str, binder: str, inner: str, pos: int, op: str = "", thrifty: bool = False, whole: str = ""
+    rs: RuleSet,
+    name: str,
+    binder: str,
+    inner: str,
+    pos: int,
+    op: str = "",
+    thrifty: bool = False,
+    whole: str = "",
+    snug: bool = False,
 ) -> None:
     """Pad range `pos` up to a multiple of f and split it; the padding is masked off. `thrifty` (factor kind
-    "pad-<inner>-thrifty"): only a range of 64 or more that the padding grows by at most an eighth. `whole`
+    "pad-<inner>-thrifty"): only a range of 64 or more that the padding grows by at most an eighth. `snug` (kind
+    "pad-<inner>-snug"): only a range of 16 or more that the padding grows by at most an eighth where padding it to
+    8 grows it by more, and neither 8 nor 7 divides (a 17-pixel row: 3 x 6, not 3 x 8). `whole`
     (factor kind "<inner>-whole"): a range of exactly f, split into one outer iteration and all of it inner (a
     split cannot: its outer part is proved 0, see _split_rule), with no padding; the mask is provably true.
     `whole="rows"` (factor kind "<inner>-whole-rows", pos 1): only the second range of an END of two (a matrix's
@@ -163,11 +173,12 @@ def _padto_rule(
         f"(= key ({keyc} t k))",
         f'(split-factor "{inner}-whole{rows}" f)'
         if whole
-        else f'(split-factor "pad-{inner}{"-thrifty" if thrifty else ""}" f)',
+        else f'(split-factor "pad-{inner}{"-thrifty" if thrifty else "-snug" if snug else ""}" f)',
         *(["(= n f)"] if whole else ["(< f (* 2 n))", "(!= (% n f) 0)"]),
         *(["(<= (* 8 (- f (% n f))) n)", "(>= n 64)"] if thrifty else []),
+        *(["(<= (* 8 (- f (% n f))) n)", "(> (* 8 (- 8 (% n 8))) n)", "(!= (% n 7) 0)", "(>= n 16)"] if snug else []),
     ]
-    prefix = "thrifty-" if thrifty else f"whole{rows}-" if whole else ""
+    prefix = "thrifty-" if thrifty else "snug-" if snug else f"whole{rows}-" if whole else ""
     if binder == "END":  # the store of a padded iteration is skipped (its loads run under the gate too)
         # an ungated store, or one a padding of another range already gates (both ranges of a tile padded)
         for suffix, gate, both in (("", "", valid), ("-gated", " (UCons g (UNil))", f'(AND "bool" g {valid})')):
@@ -191,6 +202,7 @@ def _padto_rule(
                     else f"Padto: range {pos} of an END padded to a multiple of f and split (inner part "
                     f"{name.upper()}); padded iterations skip the store{' (AND its gate)' if suffix else ''}"
                     + ("; only a range of 64 or more, grown by at most an eighth" if thrifty else "")
+                    + ("; only a range of 16 or more, grown by at most an eighth where 8 grows it more" if snug else "")
                 ),
             )
         return
@@ -441,6 +453,7 @@ def build() -> dict[str, RuleSet]:
                 _padto_rule(rs(f"pad-{inner}"), name, binder, inner, pos)
                 if inner == "u":
                     _padto_rule(rs("pad-u-thrifty"), name, binder, inner, pos, thrifty=True)
+                    _padto_rule(rs("pad-u-snug"), name, binder, inner, pos, snug=True)
                     _padto_rule(rs("u-whole"), name, binder, inner, pos, whole="any")
                     if pos == 1:  # as the first of two, egglog's match took 10x GPT-2's optimize time
                         _padto_rule(rs("u-whole-rows"), name, binder, inner, pos, whole="rows")
@@ -493,6 +506,7 @@ SPLIT_FACTORS: dict[str, dict[str, tuple[int, ...]]] = {
         "r": (4,),
         "acc": (16, 32),
         "pad-u": (8, 32),
+        "pad-u-snug": (6,),
         "u-whole": (32,),
         "u-whole-rows": (2, 3, 4, 8),
         "swap": (1,),
@@ -510,7 +524,9 @@ BLOCK_KINDS = ("l", "G", "pad-l", "pad-G", "tc")  # what Nolocals leaves out: no
 # 0.84-0.98x their time, in-process A/B). Rows 6 does not divide are padded to a multiple of 6 where that adds at
 # most an eighth of 64 or more rows ("pad-u-thrifty": padding every range to 6 tripled a convolution block's
 # optimize time for nothing; 56-pixel rows gained no program), and an axis of exactly 16 (two vectors) is a tile
-# axis whole
+# axis whole. Every CPU pads to 6 a range of 16 to 63 that padding to 8 grows by more than an eighth, 6 by at most
+# that, and neither 8 nor 7 divides ("pad-u-snug": a 17-pixel row as 3 x 6, not 3 x 8 of which 7 are masked off;
+# 5x5 and 3x3 convolutions at 17x17 0.78x their time natively, 0.51-0.55x in AVX2 code, optimize times the same)
 NARROW_LANES = 8
 NARROW_FACTORS: dict[str, tuple[int, ...]] = {"u": (4, 6), "pad-u": (16,), "pad-u-thrifty": (6,), "u-whole": (16,)}
 

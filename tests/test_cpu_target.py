@@ -333,3 +333,24 @@ def test_depthwise_convolutions_match_numpy(c: int, hw: int, stride: int, cpu: s
             win = xp[:, :, kh : kh + stride * (out - 1) + 1 : stride, kw : kw + stride * (out - 1) + 1 : stride]
             ref += win * wv[:, 0, kh, kw].astype(np.float64)[None, :, None, None]
     np.testing.assert_allclose(prog(x=xv, w=wv), ref, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("cpu", [None, "haswell"])
+def test_a_row_no_tile_divides_is_padded_snugly(cpu: str | None) -> None:
+    """A 3x3 convolution over 17x17 images: its rows of 17 pixels are tiled 3 x 6 (one pixel masked off), not
+    3 x 8 (seven of 24 masked off: 1.3-2x slower), and the output matches numpy's sums."""
+    c, hw = 32, 17
+    rng = np.random.default_rng(17)
+    xv = rng.standard_normal((1, c, hw, hw), dtype=np.float32)
+    wv = rng.standard_normal((c, c, 3, 3), dtype=np.float32)
+    x, w = Tensor.empty(xv.shape, dtype="float32", name="x"), Tensor.empty(wv.shape, dtype="float32", name="w")
+    prog = optimize(x.conv2d(w, padding=1), target="llvm", cpu=cpu, cache=False)
+    nests = [k["schedule"] for k in prog.report.extra["kernels"]]
+    assert any("3L 6u" in n and "red[" in n for n in nests), nests
+    xp = np.pad(xv.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
+    ref = sum(
+        np.einsum("nchw,oc->nohw", xp[:, :, kh : kh + hw, kw : kw + hw], wv[:, :, kh, kw].astype(np.float64))
+        for kh in range(3)
+        for kw in range(3)
+    )
+    np.testing.assert_allclose(prog(x=xv, w=wv), ref, rtol=1e-3, atol=1e-3)

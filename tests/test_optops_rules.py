@@ -34,6 +34,7 @@ ALL_OPTOPS = {
     "acc": (4,),
     "pad-u": (8,),
     "pad-u-thrifty": (6,),
+    "pad-u-snug": (6,),
     "u-whole": (4,),
     "u-whole-rows": (4,),
     "pad-l": (8,),
@@ -54,6 +55,7 @@ FAMILIES = (
     "split-thread",
     "padto-upcast-",
     "padto-thrifty-upcast-",
+    "padto-snug-upcast-",
     "padto-whole-upcast-",
     "padto-whole-rows-upcast-",
     "padto-local-",
@@ -91,6 +93,8 @@ PROGRAMS: dict[str, tuple[Any, dict[str, tuple[tuple[int, ...], str]], Any]] = {
     # 100 columns: padded to 102 by 6 (an eighth or less of 64 or more), not to 104 by 8 alone; its 4 rows are
     # one whole UPCAST (u-whole, u-whole-rows)
     "ew_wide": (lambda a: a * 2.0 + 1.0, {"a": ((4, 100), "float32")}, lambda a: a * 2.0 + 1.0),
+    # rows of 17: padded to 18 by 6 (8 would pad them to 24)
+    "ew_17": (lambda a: a - 1.0, {"a": ((2, 17), "float32")}, lambda a: a - 1.0),
     "long_sum": (lambda a: a.sum(), {"a": ((1 << 16,), "float32")}, lambda a: a.sum(dtype=np.float64)),
 }
 
