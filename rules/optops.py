@@ -155,7 +155,7 @@ def _padto_rule(
 ) -> None:
     """Pad range `pos` up to a multiple of f and split it; the padding is masked off. `thrifty` (factor kind
     "pad-<inner>-thrifty"): only a range of 64 or more that the padding grows by at most an eighth. `snug` (kind
-    "pad-<inner>-snug"): only a range of 16 or more that the padding grows by at most an eighth where padding it to
+    "pad-<inner>-snug"): only a range of 9 or more that the padding grows by at most an eighth where padding it to
     8 grows it by more, and neither 8 nor 7 divides (a 17-pixel row: 3 x 6, not 3 x 8). `whole`
     (factor kind "<inner>-whole"): a range of exactly f, split into one outer iteration and all of it inner (a
     split cannot: its outer part is proved 0, see _split_rule), with no padding; the mask is provably true.
@@ -176,7 +176,11 @@ def _padto_rule(
         else f'(split-factor "pad-{inner}{"-thrifty" if thrifty else "-snug" if snug else ""}" f)',
         *(["(= n f)"] if whole else ["(< f (* 2 n))", "(!= (% n f) 0)"]),
         *(["(<= (* 8 (- f (% n f))) n)", "(>= n 64)"] if thrifty else []),
-        *(["(<= (* 8 (- f (% n f))) n)", "(> (* 8 (- 8 (% n 8))) n)", "(!= (% n 7) 0)", "(>= n 16)"] if snug else []),
+        *(
+            ["(<= (* 8 (- f (% n f))) n)", "(!= (% n 8) 0)", "(> (* 8 (- 8 (% n 8))) n)", "(!= (% n 7) 0)", "(>= n 9)"]
+            if snug
+            else []
+        ),
     ]
     prefix = "thrifty-" if thrifty else "snug-" if snug else f"whole{rows}-" if whole else ""
     if binder == "END":  # the store of a padded iteration is skipped (its loads run under the gate too)
@@ -202,7 +206,7 @@ def _padto_rule(
                     else f"Padto: range {pos} of an END padded to a multiple of f and split (inner part "
                     f"{name.upper()}); padded iterations skip the store{' (AND its gate)' if suffix else ''}"
                     + ("; only a range of 64 or more, grown by at most an eighth" if thrifty else "")
-                    + ("; only a range of 16 or more, grown by at most an eighth where 8 grows it more" if snug else "")
+                    + ("; only a range of 9 or more, grown by at most an eighth where 8 grows it more" if snug else "")
                 ),
             )
         return
@@ -524,19 +528,22 @@ BLOCK_KINDS = ("l", "G", "pad-l", "pad-G", "tc")  # what Nolocals leaves out: no
 # 0.84-0.98x their time, in-process A/B). Rows 6 does not divide are padded to a multiple of 6 where that adds at
 # most an eighth of 64 or more rows ("pad-u-thrifty": padding every range to 6 tripled a convolution block's
 # optimize time for nothing; 56-pixel rows gained no program), and an axis of exactly 16 (two vectors) is a tile
-# axis whole. Every CPU pads to 6 a range of 16 to 63 that padding to 8 grows by more than an eighth, 6 by at most
+# axis whole. Every CPU pads to 6 a range of 9 to 63 that padding to 8 grows by more than an eighth, 6 by at most
 # that, and neither 8 nor 7 divides ("pad-u-snug": a 17-pixel row as 3 x 6, not 3 x 8 of which 7 are masked off;
 # 5x5 and 3x3 convolutions at 17x17 0.78x their time natively, 0.51-0.55x in AVX2 code, optimize times the same)
 NARROW_LANES = 8
 NARROW_FACTORS: dict[str, tuple[int, ...]] = {"u": (4, 6), "pad-u": (16,), "pad-u-thrifty": (6,), "u-whole": (16,)}
+# wider vectors (AVX-512) also pad snugly to 7: rows of 13, 19 or 26 pixels as 2, 3 or 4 x 7 beside 32 output
+# channels (0.87-0.89x their time); AVX2 code took none of them, for 1.35-1.45x the optimize time
+WIDE_FACTORS: dict[str, tuple[int, ...]] = {"pad-u-snug": (7,)}
 
 
 def target_kinds(target: str, nolocals: bool = False, lanes: int | None = None) -> dict[str, tuple[int, ...]]:
     """The factor kinds (and factors) a target explores; `lanes`: the float32 lanes of the CPU code is generated
-    for (target "llvm"), whose narrow vectors add NARROW_FACTORS."""
+    for (target "llvm"), whose narrow vectors add NARROW_FACTORS, and wider ones WIDE_FACTORS."""
     kinds = {k: fs for k, fs in SPLIT_FACTORS.get(target, {}).items() if not (nolocals and k in BLOCK_KINDS)}
-    if target == "llvm" and lanes is not None and lanes <= NARROW_LANES:
-        for k, fs in NARROW_FACTORS.items():
+    if target == "llvm" and lanes is not None:
+        for k, fs in (NARROW_FACTORS if lanes <= NARROW_LANES else WIDE_FACTORS).items():
             kinds[k] = tuple(sorted({*kinds.get(k, ()), *fs}))
     cores = os.cpu_count() or 1
     if target == "llvm" and cores > 1:  # GROUP_REDUCE: one slice per core
