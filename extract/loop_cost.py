@@ -153,6 +153,21 @@ ADD_LATENCY = 4.0  # cycles before a dependent add can start
 # chosen for its smaller code; 8 adds 9% where they are level and nothing where the work is twice the latency
 # (4 made native tiles flip on ties)
 LATENCY_NORM = 8.0
+# a core's line traffic takes the CACHE_LEVEL_NORM-norm of the times its levels need (L1 fills from L2, L2 fills
+# from L3, L3 misses from memory), not the longest: where two are level both slow it (a 3x3 convolution of 64
+# channels at 224x224, 8 output channels a tile: blocks of channels outside the rows re-stream the 12 MiB image
+# from L3 once a block, its L2 traffic level with its L1 fills, and ran 1.02-1.13x slower than the rows outside,
+# which the larger of the two had priced alike)
+CACHE_LEVEL_NORM = 4.0
+
+
+def _norm(xs: tuple[float, ...], p: float) -> float:
+    """The p-norm of non-negative xs, computed from the largest (no overflow): near the largest where the others
+    are well below it, up to 2^(1/p) times it where two are level."""
+    hi = max(xs)
+    return hi * sum((x / hi) ** p for x in xs) ** (1 / p) if hi > 0 else 0.0
+
+
 # the share of the vector registers a tile's accumulators may hold. Half kept AVX2's 6x16 GEMM tile (12 of 16
 # registers, 2 for B and one broadcast) out, which ran 10-34% faster than 4x16 on Zen 4 (768^3 143 -> 158
 # GFLOP/s, 512^3 98 -> 132, 128x768 @ 768x768 133 -> 156; interleaved in one process); all but the operands' let
@@ -888,7 +903,8 @@ def estimate(kernel: UOp, m: CPUMachine | None = None) -> KernelEstimate:
         est.l1_misses += l1
         est.l2_misses += l2
         l2_fill = l1 * LINE / (m.l2_bytes_per_cycle * m.ghz * 1e9)
-        cache_s += max(l2_fill, (l2 - l3) * LINE / (m.l3_gbps * 1e9), l3 * LINE / (m.mem_gbps * 1e9))
+        levels = (l2_fill, (l2 - l3) * LINE / (m.l3_gbps * 1e9), l3 * LINE / (m.mem_gbps * 1e9))
+        cache_s += _norm(levels, CACHE_LEVEL_NORM)
     est.cycles, est.bytes = max(w.cycles + w.loop_cycles, w.load_cycles) + w.stalls, nbytes
     est.spills, est.code = w.spills, w.code
     est.parallel = max(est.parallel, w.group_parallel)

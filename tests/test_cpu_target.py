@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -357,3 +360,31 @@ def test_a_row_no_tile_divides_is_padded_snugly(cpu: str | None, hw: int, tile: 
         for kw in range(3)
     )
     np.testing.assert_allclose(prog(x=xv, w=wv), ref, rtol=1e-3, atol=1e-3)
+
+
+def test_levels_of_line_traffic_that_are_level_both_count() -> None:
+    """A 3x3 convolution of 64 channels over a 224x224 image (12 MiB: more than the L2, more than half the L3), 8
+    output channels a register tile: with the blocks of channels outside the rows every block streams the whole
+    image from L3 again (its L2 traffic level with its L1 fills); with the rows outside, each row's window stays
+    in L2 for every block. On Zen 5's caches the estimate ranks the rows outside first (both levels count where
+    they are level; the larger of them alone had priced the two alike), and both match numpy's sums."""
+    c, hw = 64, 224
+    x, w = Tensor.empty((1, c, hw, hw), dtype="float32", name="x"), Tensor.empty((c, c, 3, 3), dtype="float32", name="w")
+    alts: list[tuple[str, Any]] = []
+    optimize(x.conv2d(w, padding=1), target="llvm", cpu="skylake-avx512", cache=False, alternatives=alts)
+    conv = {s: p for s, p in alts if s.startswith((f"[{hw}L 8L 8u", f"[8L 8u {hw}L"))}
+    rows, blocks = (next(p for s, p in conv.items() if s.startswith(first)) for first in (f"[{hw}L", "[8L"))
+    m = CPUMachine(simd_bytes=64, vector_regs=32, ghz=4.0, l1_bytes=48 << 10, l1_ways=12, l2_bytes=1 << 20)
+    m = dataclasses.replace(m, l3_bytes=32 << 20, l3_gbps=55.0, mem_gbps=20.0, mem_gbps_all=35.0)
+    (kr,), (kb,) = ([k for k in p.kernels if any(u.op is Ops.REDUCE for u in k.ast.toposort())] for p in (rows, blocks))
+    assert estimate(kr.ast, m).memory_s < estimate(kb.ast, m).memory_s
+    rng = np.random.default_rng(224)
+    xv, wv = rng.standard_normal((1, c, hw, hw), dtype=np.float32), rng.standard_normal((c, c, 3, 3), dtype=np.float32)
+    xp = np.pad(xv, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    ref = sum(
+        np.einsum("nchw,oc->nohw", xp[:, :, kh : kh + hw, kw : kw + hw], wv[:, :, kh, kw], optimize=True)
+        for kh in range(3)
+        for kw in range(3)
+    )
+    for p in (rows, blocks):
+        np.testing.assert_allclose(p(x=xv, w=wv), ref, rtol=2e-3, atol=2e-3)
