@@ -522,7 +522,8 @@ class _Walk:
         masked = gated and not unr and lin is not None and 0 < depth == len(loops) and stride(lin, loops[-1]) == 1
         # ... or of consecutive elements along the vectors' range whose gate the backend computes as a vector of
         # lanes (a padded window's tile row): one masked vector load per run, the gate's lanes a compare or two
-        lane = self.acc_axis if self.acc_axis is not None else next(iter(self.contiguous & set(unr)), None)
+        lanes_here = sorted(self.contiguous & set(unr), key=lambda r: (trip_count(r), repr(r.arg)))  # same in every run
+        lane = self.acc_axis if self.acc_axis is not None else lanes_here[-1] if lanes_here else None
         tile = False
         if (
             gated
