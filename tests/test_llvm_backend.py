@@ -1232,3 +1232,18 @@ def test_a_repeated_call_raises_no_audit_events() -> None:
     np.testing.assert_allclose(out, want(xv), rtol=1e-4, atol=1e-4)
     other = rng.standard_normal((4, 8), dtype=np.float32)
     np.testing.assert_allclose(prog(x=other, w=wv), want(other), rtol=1e-4, atol=1e-4)
+
+
+def test_a_tile_whose_index_may_look_negative_is_one_masked_load() -> None:
+    """A tile's copies at consecutive elements whose index the interval analysis cannot keep non-negative
+    (j + r//2 - r//2: in bounds when run, not provably so): one masked vector load, both ends of the buffer
+    masked, and the values match the reference."""
+    n, up = 24, 8
+    jo, ju, r = rng(n // up, "jo"), rng(up, "ju", AxisType.UPCAST), rng(4, "r")
+    j = jo * up + ju
+    half = alu(Ops.IDIV, r, UOp.const(2, dtypes.index))
+    x, y = buf("X", n), buf("Y", 4 * n)
+    ast = kernel((store(y, r * n + j, load(x, j + half - half) * UOp.const(2.0, F32)), (r, jo, ju)))
+    compare(ast, {"X": rand_array((n,), seed=3)})
+    text = LLVMBackend().render(Kernel.from_ast("k", ast), None)
+    assert f"llvm.masked.load.v{up}f32" in text, text
