@@ -767,7 +767,7 @@ class _Fn:
                 return self.ins(f"load {vty}, ptr {p}, align 4"), vty
 
             return self.each_vector(axes, vload)
-        across = self.transposable(u, idx_u, axes, lane) if safe and gate is None and not guards else None
+        across = self.transposable(u, idx_u, axes, lane) if safe and gate is None else None
         if across is not None:
             assert lane is not None and idx_u is not None
             return self.transposed_load(index, idx, idx_u, axes, lane, across)

@@ -522,13 +522,11 @@ class _Walk:
         masked = gated and not unr and lin is not None and 0 < depth == len(loops) and stride(lin, loops[-1]) == 1
         # ... or of consecutive elements along the vectors' range whose gate the backend computes as a vector of
         # lanes (a padded window's tile row): one masked vector load per run, the gate's lanes a compare or two
-        lanes_here = sorted(self.contiguous & set(unr), key=lambda r: (trip_count(r), repr(r.arg)))  # same in every run
-        lane = self.acc_axis if self.acc_axis is not None else lanes_here[-1] if lanes_here else None
+        lane = self.tile_lane(unr) if gated and lin is not None else None
         tile = False
         if (
-            gated
+            lane is not None
             and lin is not None
-            and lane in unr
             and stride(lin, lane) == 1
             and lane_condition(u.src[2], lane)
             and lane not in self.deps(u.src[1])
@@ -544,6 +542,15 @@ class _Walk:
             if lin is not None:
                 self.load_penalties(lin, unr, loops, depth, trip, itemsize)
         return vectorizes, max(runs, default=lanes), per
+
+    def tile_lane(self, unr: list[UOp]) -> UOp | None:
+        """The unrolled range among `unr` the backend computes a copy's values as vectors along: the accumulators'
+        inside a REDUCE with vector accumulators, else the longest the item's store steps by 1 along (sorted, so
+        the same in every process)."""
+        if self.acc_axis is not None:
+            return self.acc_axis if self.acc_axis in unr else None
+        along = sorted(self.contiguous & set(unr), key=lambda r: (trip_count(r), repr(r.arg)))
+        return along[-1] if along else None
 
     def load_penalties(self, lin: UOp, unr: list[UOp], loops: list[UOp], depth: int, trip: int, itemsize: int) -> None:
         """The misses of a load's unrolled copies that overfill one L1 set, and the stall of a load half a page or
@@ -636,8 +643,7 @@ class _Walk:
         if scalar:
             self.cycles += adds + latency
         else:  # the body's work hides the chains' latency, not perfectly where the two are close
-            hi, lo = max(body, latency), min(body, latency)
-            self.cycles += adds + (hi * (1 + (lo / hi) ** LATENCY_NORM) ** (1 / LATENCY_NORM) if hi > 0 else 0.0) - body
+            self.cycles += adds + _norm((body, latency), LATENCY_NORM) - body
         # the accumulators share the registers with a step's operands (the vectors along their axis, a GEMM tile's
         # row of B, and a broadcast) and keep at most ACC_REGS_SHARE of them; beyond that they spill
         if vectors + self.operand_vectors(vec, u) + 1 > self.m.vector_regs or vectors > ACC_REGS_SHARE * self.m.vector_regs:
