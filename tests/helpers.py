@@ -85,3 +85,16 @@ def gpu_or_skip() -> None:
             pytest.skip("no CUDA GPU")
     except Exception as e:  # no driver / no device
         pytest.skip(f"no usable CUDA GPU: {e}")
+
+
+def tinygrad_cpu_or_skip() -> Any:
+    """The tinygrad module, or skip the calling test where it is not installed or its CPU device cannot run here
+    (the device compiles each kernel with clang)."""
+    import shutil
+
+    import pytest
+
+    tinygrad = pytest.importorskip("tinygrad")
+    if shutil.which("clang") is None:
+        pytest.skip("tinygrad's CPU device needs clang, which this machine lacks")
+    return tinygrad

@@ -19,6 +19,7 @@ from egraph_compiler.kernel.cpu_target import ENV, NAMED, CPUTarget, cpu_target,
 
 HOST = host_cpu()
 HAS_AVX2 = HOST.isa in ("avx2", "avx512")
+NEEDS_AVX512 = pytest.mark.skipif(HOST.isa != "avx512", reason="runs AVX-512 code: needs an AVX-512 host")
 
 
 def test_host_is_the_default_and_describes_itself() -> None:
@@ -339,7 +340,8 @@ def test_depthwise_convolutions_match_numpy(c: int, hw: int, stride: int, cpu: s
 
 
 @pytest.mark.parametrize(
-    ("cpu", "hw", "tile"), [(None, 17, "3L 6u"), ("haswell", 17, "3L 6u"), ("skylake-avx512", 13, "2L 7u")]
+    ("cpu", "hw", "tile"),
+    [(None, 17, "3L 6u"), ("haswell", 17, "3L 6u"), pytest.param("skylake-avx512", 13, "2L 7u", marks=NEEDS_AVX512)],
 )
 def test_a_row_no_tile_divides_is_padded_snugly(cpu: str | None, hw: int, tile: str) -> None:
     """A 3x3 convolution over 17x17 images: its rows of 17 pixels are tiled 3 x 6 (one pixel masked off), not
@@ -362,6 +364,7 @@ def test_a_row_no_tile_divides_is_padded_snugly(cpu: str | None, hw: int, tile: 
     np.testing.assert_allclose(prog(x=xv, w=wv), ref, rtol=1e-3, atol=1e-3)
 
 
+@NEEDS_AVX512
 def test_levels_of_line_traffic_that_are_level_both_count() -> None:
     """A 3x3 convolution of 64 channels over a 224x224 image (12 MiB: more than the L2, more than half the L3), 8
     output channels a register tile: with the blocks of channels outside the rows every block streams the whole

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers import check, rand_array, run
+from helpers import check, rand_array, run, tinygrad_cpu_or_skip
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -635,7 +635,7 @@ def test_layers_check_their_inputs() -> None:
 
 
 def test_default_initialisation_and_state_dict_names_match_tinygrad() -> None:
-    tg = pytest.importorskip("tinygrad")
+    tg = tinygrad_cpu_or_skip()
     from tinygrad.dtype import _to_np_dtype
     from tinygrad.nn.state import get_state_dict as tg_state_dict
 

@@ -6,6 +6,7 @@ loads, and its values are numpy's."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from egraph_compiler import AxisType, Ops, Tensor, UOp, dtypes, optimize
 from egraph_compiler.kernel.program import BufferSpec
@@ -68,9 +69,11 @@ def test_a_convolution_whose_column_tile_passes_its_padded_input_reads_it_unmask
     wv = rng.standard_normal((c, c, 3, 3), dtype=np.float32) * np.float32(0.05)
     x, w = Tensor.empty((n, c, hw, hw), name="x"), Tensor.empty((c, c, 3, 3), name="w")
     prog = optimize(x.conv2d(w, padding=1), target="llvm", cache=False)
+    conv = next(k for k in prog.kernels if "red[" in k.schedule)
+    if "3L 8u" not in conv.schedule:  # AVX2 code on Zen 3 tiles 4 pixels by 16 channels: no tile passes a row
+        pytest.skip(f"this host's estimate tiles the rows otherwise ({conv.schedule}): no read passes the row")
     grown = [s for s in prog.buffers.values() if s.kind == "intermediate" and s.size > int(np.prod(s.shape))]
     assert grown, [(s.name, s.size, s.shape) for s in prog.buffers.values()]
-    conv = next(k for k in prog.kernels if "red[" in k.schedule)
     assert "masked.load" not in prog.source[conv.name]
     xp = np.pad(xv, ((0, 0), (0, 0), (1, 1), (1, 1)))
     windows = np.lib.stride_tricks.sliding_window_view(xp, (3, 3), axis=(2, 3))  # n, c, h, w, 3, 3

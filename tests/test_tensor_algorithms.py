@@ -6,6 +6,7 @@ pure-Python Threefry checked on the Random123 known answers, and tinygrad itself
 from __future__ import annotations
 
 import hashlib
+import shutil
 from typing import Any
 
 import numpy as np
@@ -21,7 +22,9 @@ try:
 except ImportError:  # pragma: no cover - an optional oracle
     tinygrad = None
 
-needs_tinygrad = pytest.mark.skipif(tinygrad is None, reason="tinygrad is not installed")
+needs_tinygrad = pytest.mark.skipif(
+    tinygrad is None or shutil.which("clang") is None, reason="tinygrad is not installed, or its CPU device lacks clang"
+)
 RNG = np.random.default_rng(0)
 
 

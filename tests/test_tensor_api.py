@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers import check, rand_array, run
+from helpers import check, rand_array, run, tinygrad_cpu_or_skip
 
 from egraph_compiler import Tensor
 from egraph_compiler.ir.diagnostics import MissingInput
@@ -601,7 +601,7 @@ def test_small_integer_matmul_sums_in_int32_and_keeps_the_operands_dtype(dt: Any
 
 @pytest.mark.parametrize("dt", [np.int8, np.uint8, np.bool_])
 def test_small_integer_matmul_is_tinygrads(dt: Any) -> None:
-    tinygrad = pytest.importorskip("tinygrad")
+    tinygrad = tinygrad_cpu_or_skip()
     rng = np.random.default_rng(1)
     x = (rng.random((5, 8)) < 0.5) if dt is np.bool_ else rng.integers(0, 120, (5, 8)).astype(dt)
     y = (rng.random((8, 3)) < 0.5) if dt is np.bool_ else rng.integers(0, 120, (8, 3)).astype(dt)

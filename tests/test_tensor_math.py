@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers import check, examples, rand_array, run
+from helpers import check, examples, rand_array, run, tinygrad_cpu_or_skip
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -596,7 +596,7 @@ def test_compiled_llvm_matches_numpy() -> None:
 
 def test_against_tinygrad() -> None:
     """tinygrad's own results (on its CPU device, stacked into one kernel: each kernel costs a clang compile)."""
-    tinygrad = pytest.importorskip("tinygrad")
+    tinygrad = tinygrad_cpu_or_skip()
     x = np.array([-3.5, -2.5, -1.3, -0.5, -1e-3, 0.0, 0.4, 0.5, 1.5, 2.5, 3.7, 20.0], np.float32)
     y = np.array([1.5, -2.0, 0.7, 3.0, 2.0, 1.0, -1.0, 0.3, -0.25, 2.0, 1.5, -7.0], np.float32)
     names = ["round", "hardswish", "hardsigmoid", "relu6", "softsign", "quick_gelu", "elu", "celu", "softplus", "mish"]

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers import check, examples, rand_array, run
+from helpers import check, examples, rand_array, run, tinygrad_cpu_or_skip
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -519,7 +519,7 @@ def test_movement_ops_match_numpy(data: st.DataObject) -> None:
 def test_against_tinygrad() -> None:
     """tinygrad's own answers for its tie rules and dtypes (sort and topk stable, cummax's first index, scatter's
     last write, one_hot's int32)."""
-    tinygrad = pytest.importorskip("tinygrad")
+    tinygrad = tinygrad_cpu_or_skip()
 
     def tg(a: np.ndarray) -> Any:
         return tinygrad.Tensor(a, device="CPU")
