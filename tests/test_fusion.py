@@ -250,12 +250,15 @@ def test_a_chain_of_matmuls_grows_its_egraph_linearly_with_depth() -> None:
 
 def test_a_reduction_of_no_other_is_offered_inside_another_reductions_loop() -> None:
     """A sum of a sum of an input: the inner sum reads no other REDUCE, so it is offered inline inside the outer
-    one's loop (rules/rangeify.py `at-reduce-anywhere`), and the two sums are one kernel, right by numpy (at
-    8x16x32 a second kernel costs about what it saves: 0.3 us, which the estimate may price either way)."""
+    one's loop (rules/rangeify.py `at-reduce-anywhere`): the fusion search prices it inline and decides by the
+    host's machine model (on Zen 5 one kernel, on Zen 3 its 16 KiB kept, 12 us cheaper there by the estimate),
+    and either program is right by numpy."""
     x = E(64, 64, 64, name="x")
     t = x.sum(2).sum(1)
     prog = optimize(t, target="llvm", cache=False)
-    assert len(prog.kernels) == 1
+    (inner,) = [d for d in _fusion(prog)["decisions"] if d["tensor"].startswith("REDUCE ADD 64x64x1")]
+    assert isinstance(inner["saving_s"], float) and math.isfinite(inner["saving_s"]), inner
+    assert len(prog.kernels) == (1 if inner["decision"] == "fused" else 2), (inner, prog.kernels)
     xv = _inputs(t)["x"]
     np.testing.assert_allclose(prog(x=xv), xv.astype(np.float64).sum((1, 2)), rtol=1e-4, atol=1e-4)
 
@@ -315,8 +318,13 @@ def test_fusion_trials_narrowed_to_the_best_binders_choose_what_trying_all_does(
     narrow_count, estimated = estimated, 0
     monkeypatch.setattr(fusion, "binder_order", lambda *a: {})  # no prior: every trial tries every binder
     every = optimize(t, target="llvm", cache=False)
-    for key in ("decisions", "chosen_s", "baseline_s"):
+    for key in ("chosen_s", "baseline_s"):
         assert _fusion(narrowed)[key] == _fusion(every)[key], key
+    # the same decisions; a trial's saving may differ by a near-tie its quick ranking settles another way
+    (dn, de) = ([(d["buffer"], d["decision"]) for d in _fusion(p)["decisions"]] for p in (narrowed, every))
+    assert dn == de
+    for a, b in zip(_fusion(narrowed)["decisions"], _fusion(every)["decisions"]):
+        assert a["saving_s"] == pytest.approx(b["saving_s"], rel=0.01), (a, b)
     assert [s["chosen"] for s in narrowed.report.extra["schedules"]] == [s["chosen"] for s in every.report.extra["schedules"]]
     assert narrow_count < estimated, (narrow_count, estimated)
     _check(t)
@@ -533,15 +541,21 @@ def test_random_dags_under_a_memory_limit_are_correct_and_fit_or_say_so(data: st
 # ---- limits and warnings --------------------------------------------------------------------------------------------
 
 
-def test_many_small_buffers_fuse_in_batches(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_many_small_buffers_fuse_in_batches(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> None:
     """A graph of hundreds of small ops: one buffer at a time, each trial decodes the growing kernel again
     (quadratic: 190 trials, 17 s at 700 ops); in doubling batches a handful of trials fuse it. (Batches start
     above BATCH_ABOVE buffers: lowered here, so that a small graph shows it.)"""
     import random
 
     from egraph_compiler.extract import fusion
+    from egraph_compiler.extract.loop_cost import CPUMachine
 
     monkeypatch.setattr(fusion, "BATCH_ABOVE", 16)
+    # how many batches pay depends on the clock the estimate assumes (at Zen 3's 2.6 GHz 58 trials, at 3 GHz
+    # fewer than 40): the test pins it, and the machine model is made again under it and after it
+    monkeypatch.setenv("EGC_GHZ", "3.0")
+    CPUMachine.for_cpu.cache_clear()
+    request.addfinalizer(CPUMachine.for_cpu.cache_clear)
     rng = random.Random(0)
     vals = [E(8, 6, name="x")]
     for i in range(120):
