@@ -728,13 +728,12 @@ class _Lines:
         if any(strides.get(r) is None for r in rs) or math.prod(self.size(r) for r in rs) > CROWDED_LIST:
             return 0.0
         isz = max(1, load.dtype.itemsize)
-        offsets = np.zeros(1, dtype=np.int64)
-        for r in rs:
-            st = strides[r] or 0
-            offsets = (offsets[:, None] + np.arange(self.size(r), dtype=np.int64)[None, :] * (st * isz)).ravel()
-        lines = np.unique(offsets // LINE)
-        fullest = int(np.bincount(lines % sets).max())
-        return float(fullest * sets) if fullest > 2 * -(-len(lines) // sets) else 0.0
+        steps = tuple(sorted((abs(strides[r] or 0) * isz, self.size(r)) for r in rs if strides[r] and self.size(r) > 1))
+        return _crowded(steps, sets)
+
+    def fits(self, prefix: tuple[UOp, ...], capacity: float, sets: int = 0) -> bool:
+        """Does one run of what is inside the loops `prefix` fit a cache of `capacity` bytes (and `sets` sets)?"""
+        return self.footprint(prefix) <= capacity and (not sets or self.footprint(prefix, sets) <= capacity)
 
     def __call__(self, load: UOp, inside: frozenset[UOp]) -> float:
         key = (load, inside)
@@ -765,6 +764,29 @@ class _Lines:
 
 
 CROWDED_LIST = 1 << 16  # the most lines of one load whose sets the estimate lists (_Lines.crowded)
+
+
+@lru_cache(maxsize=1 << 12)
+def _crowded(steps: tuple[tuple[int, int], ...], sets: int) -> float:
+    """_Lines.crowded for the elements a load reads at the offsets sum(i * step) (bytes) over (step, count) pairs:
+    the fullest set's lines times the sets, where that set holds more than twice its even share (else 0). Many
+    candidate schedules read alike: the answer is kept by pattern."""
+    if sum((count - 1) * step for step, count in steps) < sets * LINE:
+        return 0.0  # the lines span less than the sets: one each
+    offsets = np.zeros(1, dtype=np.int64)
+    for step, count in steps:
+        offsets = (offsets[:, None] + np.arange(count, dtype=np.int64)[None, :] * step).ravel()
+    last = int(offsets.max()) // LINE
+    if last < 1 << 22:  # a bitmap of the lines (no sort)
+        seen = np.zeros(last + 1, dtype=bool)
+        seen[offsets // LINE] = True
+        lines = np.flatnonzero(seen)
+    else:
+        lines = np.unique(offsets // LINE)
+    fullest = int(np.bincount(lines % sets).max())
+    return float(fullest * sets) if fullest > 2 * -(-len(lines) // sets) else 0.0
+
+
 TYPICAL_SAMPLE = 256  # iterations of a range evaluated to find a non-linear index's usual step
 TYPICAL_SHARE = 0.875  # the share of those steps that must agree for it to count as the load's stride
 
@@ -822,15 +844,15 @@ def _misses(capacity: float, lines: _Lines, strided: float = 1.0, sets: int = 0)
         misses = lines.inside(x, lx, d)
         for level in range(d - 1, -1, -1):
             r = lx[level]
-            if lines.footprint(lx[:level], sets) <= capacity:
+            if lines.fits(lx[:level], capacity, sets):
                 misses = lines.inside(x, lx, level)
             elif r in deps:
                 st = lines.stride_of(x).get(r)
                 share = 1.0 if st is None else min(1.0, st * max(1, x.dtype.itemsize) / LINE)
-                if lines.footprint(lx[: level + 1], sets) > capacity:
+                if not lines.fits(lx[: level + 1], capacity, sets):
                     share = 1.0  # an iteration's lines are gone before the next one steps onto them
                 misses = max(misses, misses * lines.size(r) * share)
-            elif lines.footprint(lx[: level + 1], sets) > capacity:
+            elif not lines.fits(lx[: level + 1], capacity, sets):
                 misses *= lines.size(r)
         total += misses * weight
     return total
