@@ -728,7 +728,7 @@ class _Lines:
         if any(strides.get(r) is None for r in rs) or math.prod(self.size(r) for r in rs) > CROWDED_LIST:
             return 0.0
         isz = max(1, load.dtype.itemsize)
-        steps = tuple(sorted((abs(strides[r] or 0) * isz, self.size(r)) for r in rs if strides[r] and self.size(r) > 1))
+        steps = tuple(sorted(((strides[r] or 0) * isz, self.size(r)) for r in rs if strides[r] and self.size(r) > 1))
         return _crowded(steps, sets)
 
     def fits(self, prefix: tuple[UOp, ...], capacity: float, sets: int = 0) -> bool:

@@ -297,12 +297,20 @@ def test_repeated_layers_replay_one_ranking(monkeypatch: pytest.MonkeyPatch) -> 
     np.testing.assert_allclose(prog(**x), ref, rtol=1e-4, atol=1e-5 * np.abs(ref).max())
 
 
-def test_fusion_trials_narrowed_to_the_best_binders_choose_what_trying_all_does(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_fusion_trials_narrowed_to_the_best_binders_choose_what_trying_all_does(
+    monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> None:
     """A trial's quick ranking tries, of each schedule class, the binders that did best in the class's last full
     ranking with as many REDUCEs (schedule.QUICK_PRIOR): an MLP block chooses the same fusions and schedules as
     with every binder tried, and decodes fewer candidates."""
     from egraph_compiler.extract import fusion, schedule
+    from egraph_compiler.extract.loop_cost import CPUMachine
 
+    # the machine model of the 3 GHz default: at Zen 3's 2.6 GHz one trial's near-tie (4.418 against 4.425 us
+    # saved) is settled another way by the quick ranking, with the same decisions and schedules
+    monkeypatch.setenv("EGC_GHZ", "3.0")
+    CPUMachine.for_cpu.cache_clear()
+    request.addfinalizer(CPUMachine.for_cpu.cache_clear)
     x, w1, w2 = E(32, 64, name="x"), E(64, 256, name="w1"), E(256, 64, name="w2")
     t = ((x @ w1).gelu() @ w2 + x).layernorm()
     estimated = 0
@@ -318,13 +326,8 @@ def test_fusion_trials_narrowed_to_the_best_binders_choose_what_trying_all_does(
     narrow_count, estimated = estimated, 0
     monkeypatch.setattr(fusion, "binder_order", lambda *a: {})  # no prior: every trial tries every binder
     every = optimize(t, target="llvm", cache=False)
-    for key in ("chosen_s", "baseline_s"):
+    for key in ("decisions", "chosen_s", "baseline_s"):
         assert _fusion(narrowed)[key] == _fusion(every)[key], key
-    # the same decisions; a trial's saving may differ by a near-tie its quick ranking settles another way
-    (dn, de) = ([(d["buffer"], d["decision"]) for d in _fusion(p)["decisions"]] for p in (narrowed, every))
-    assert dn == de
-    for a, b in zip(_fusion(narrowed)["decisions"], _fusion(every)["decisions"]):
-        assert a["saving_s"] == pytest.approx(b["saving_s"], rel=0.01), (a, b)
     assert [s["chosen"] for s in narrowed.report.extra["schedules"]] == [s["chosen"] for s in every.report.extra["schedules"]]
     assert narrow_count < estimated, (narrow_count, estimated)
     _check(t)
