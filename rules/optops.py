@@ -152,6 +152,7 @@ def _padto_rule(
     thrifty: bool = False,
     whole: str = "",
     snug: bool = False,
+    short: bool = False,
 ) -> None:
     """Pad range `pos` up to a multiple of f and split it; the padding is masked off. `thrifty` (factor kind
     "pad-<inner>-thrifty"): only a range of 64 or more that the padding grows by at most an eighth. `snug` (kind
@@ -160,7 +161,8 @@ def _padto_rule(
     (factor kind "<inner>-whole"): a range of exactly f, split into one outer iteration and all of it inner (a
     split cannot: its outer part is proved 0, see _split_rule), with no padding; the mask is provably true.
     `whole="rows"` (factor kind "<inner>-whole-rows", pos 1): only the second range of an END of two (a matrix's
-    rows inside its column panel, as swap-0 orders them)."""
+    rows inside its column panel, as swap-0 orders them). `short` (kind "pad-<inner>-short"): as thrifty, for a
+    range of 16 to 63 that 16 does not divide (a convolution's row of 28 pixels as 5 x 6)."""
     before = [f"x{i}" for i in range(pos)]
     kind, keyc = ("L", "RKOut") if binder == "END" else ("R", "RKRed")
     quoted_op = f'"{op}"'
@@ -173,16 +175,17 @@ def _padto_rule(
         f"(= key ({keyc} t k))",
         f'(split-factor "{inner}-whole{rows}" f)'
         if whole
-        else f'(split-factor "pad-{inner}{"-thrifty" if thrifty else "-snug" if snug else ""}" f)',
+        else f'(split-factor "pad-{inner}{"-thrifty" if thrifty else "-short" if short else "-snug" if snug else ""}" f)',
         *(["(= n f)"] if whole else ["(< f (* 2 n))", "(!= (% n f) 0)"]),
         *(["(<= (* 8 (- f (% n f))) n)", "(>= n 64)"] if thrifty else []),
+        *(["(<= (* 8 (- f (% n f))) n)", "(>= n 16)", "(< n 64)", "(!= (% n 16) 0)"] if short else []),
         *(
             ["(<= (* 8 (- f (% n f))) n)", "(!= (% n 8) 0)", "(> (* 8 (- 8 (% n 8))) n)", "(!= (% n 7) 0)", "(>= n 9)"]
             if snug
             else []
         ),
     ]
-    prefix = "thrifty-" if thrifty else "snug-" if snug else f"whole{rows}-" if whole else ""
+    prefix = "thrifty-" if thrifty else "short-" if short else "snug-" if snug else f"whole{rows}-" if whole else ""
     if binder == "END":  # the store of a padded iteration is skipped (its loads run under the gate too)
         # an ungated store, or one a padding of another range already gates (both ranges of a tile padded)
         for suffix, gate, both in (("", "", valid), ("-gated", " (UCons g (UNil))", f'(AND "bool" g {valid})')):
@@ -207,6 +210,7 @@ def _padto_rule(
                     f"{name.upper()}); padded iterations skip the store{' (AND its gate)' if suffix else ''}"
                     + ("; only a range of 64 or more, grown by at most an eighth" if thrifty else "")
                     + ("; only a range of 9 or more, grown by at most an eighth where 8 grows it more" if snug else "")
+                    + ("; only a range of 16 to 63 that 16 does not divide, grown by at most an eighth" if short else "")
                 ),
             )
         return
@@ -458,6 +462,7 @@ def build() -> dict[str, RuleSet]:
                 if inner == "u":
                     _padto_rule(rs("pad-u-thrifty"), name, binder, inner, pos, thrifty=True)
                     _padto_rule(rs("pad-u-snug"), name, binder, inner, pos, snug=True)
+                    _padto_rule(rs("pad-u-short"), name, binder, inner, pos, short=True)
                     _padto_rule(rs("u-whole"), name, binder, inner, pos, whole="any")
                     if pos == 1:  # as the first of two, egglog's match took 10x GPT-2's optimize time
                         _padto_rule(rs("u-whole-rows"), name, binder, inner, pos, whole="rows")
@@ -530,9 +535,19 @@ BLOCK_KINDS = ("l", "G", "pad-l", "pad-G", "tc")  # what Nolocals leaves out: no
 # optimize time for nothing; 56-pixel rows gained no program), and an axis of exactly 16 (two vectors) is a tile
 # axis whole. Every CPU pads to 6 a range of 9 to 63 that padding to 8 grows by more than an eighth, 6 by at most
 # that, and neither 8 nor 7 divides ("pad-u-snug": a 17-pixel row as 3 x 6, not 3 x 8 of which 7 are masked off;
-# 5x5 and 3x3 convolutions at 17x17 0.78x their time natively, 0.51-0.55x in AVX2 code, optimize times the same)
+# 5x5 and 3x3 convolutions at 17x17 0.78x their time natively, 0.51-0.55x in AVX2 code, optimize times the same).
+# AVX2 code also pads to 6 a range of 16 to 63 that this grows by at most an eighth and 16 does not divide
+# ("pad-u-short": a 28-pixel row as 5 x 6 beside two vectors of channels, 12 accumulators instead of 7 x 4's 8; 3x3
+# convolutions at 28 and 56 pixels 0.89-0.95x their time, ResNet blocks 0.89-0.92x, in-process A/B on Zen 5 and
+# Zen 3, one batch-1 shape 1.06x on Zen 3; multiples of 16 are left out: 32-wide blocks optimized 1.6x longer)
 NARROW_LANES = 8
-NARROW_FACTORS: dict[str, tuple[int, ...]] = {"u": (4, 6), "pad-u": (16,), "pad-u-thrifty": (6,), "u-whole": (16,)}
+NARROW_FACTORS: dict[str, tuple[int, ...]] = {
+    "u": (4, 6),
+    "pad-u": (16,),
+    "pad-u-thrifty": (6,),
+    "pad-u-short": (6,),
+    "u-whole": (16,),
+}
 # wider vectors (AVX-512) also pad snugly to 7: rows of 13, 19 or 26 pixels as 2, 3 or 4 x 7 beside 32 output
 # channels (0.87-0.89x their time); AVX2 code took none of them, for 1.35-1.45x the optimize time
 WIDE_FACTORS: dict[str, tuple[int, ...]] = {"pad-u-snug": (7,)}

@@ -341,12 +341,18 @@ def test_depthwise_convolutions_match_numpy(c: int, hw: int, stride: int, cpu: s
 
 @pytest.mark.parametrize(
     ("cpu", "hw", "tile"),
-    [(None, 17, "3L 6u"), ("haswell", 17, "3L 6u"), pytest.param("skylake-avx512", 13, "2L 7u", marks=NEEDS_AVX512)],
+    [
+        (None, 17, "3L 6u"),
+        ("haswell", 17, "3L 6u"),
+        ("haswell", 28, "5L 6u"),
+        pytest.param("skylake-avx512", 13, "2L 7u", marks=NEEDS_AVX512),
+    ],
 )
 def test_a_row_no_tile_divides_is_padded_snugly(cpu: str | None, hw: int, tile: str) -> None:
     """A 3x3 convolution over 17x17 images: its rows of 17 pixels are tiled 3 x 6 (one pixel masked off), not
-    3 x 8 (seven of 24 masked off: 1.3-2x slower); AVX-512 code tiles rows of 13 by 2 x 7, not 2 x 8. The output
-    matches numpy's sums."""
+    3 x 8 (seven of 24 masked off: 1.3-2x slower); AVX-512 code tiles rows of 13 by 2 x 7, not 2 x 8; AVX2 code
+    tiles rows of 28 by 5 x 6 (two masked off: 12 accumulators beside two vectors of channels, not 7 x 4's 8). The
+    output matches numpy's sums."""
     c = 32
     rng = np.random.default_rng(hw)
     xv = rng.standard_normal((1, c, hw, hw), dtype=np.float32)
