@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from egraph_compiler import AxisType, Ops, Tensor, UOp, optimize
@@ -368,6 +368,39 @@ def test_a_row_no_tile_divides_is_padded_snugly(cpu: str | None, hw: int, tile: 
         for kw in range(3)
     )
     np.testing.assert_allclose(prog(x=xv, w=wv), ref, rtol=1e-3, atol=1e-3)
+
+
+@settings(max_examples=4, deadline=None)
+@given(
+    wo=st.integers(16, 63).filter(lambda n: n % 16 and n % 6 and 8 * (6 - n % 6) <= n),
+    cin=st.sampled_from([3, 8]),
+    stride=st.sampled_from([1, 2]),
+)
+@example(wo=28, cin=8, stride=1)  # ResNet's 28-pixel rows: padded by this rule alone
+def test_avx2_rows_padded_short_match_numpy(wo: int, cin: int, stride: int) -> None:
+    """AVX2 code: a convolution whose output rows are 16 to 63 pixels wide (not a multiple of 16) has schedules
+    with each row padded to a multiple of 6 ("pad-u-short": 28 as 5 x 6); every such schedule matches numpy's
+    sums, at the row's end too, where the padded pixels are masked off."""
+    hw, cout = (wo - 1) * stride + 1, 16
+    rng = np.random.default_rng(wo * 10 + cin)
+    xv = rng.standard_normal((1, cin, hw, hw), dtype=np.float32)
+    wv = rng.standard_normal((cout, cin, 3, 3), dtype=np.float32)
+    x, w = Tensor.empty(xv.shape, dtype="float32", name="x"), Tensor.empty(wv.shape, dtype="float32", name="w")
+    alts: list[tuple[str, Any]] = []
+    optimize(x.conv2d(w, stride=stride, padding=1), target="llvm", cpu="haswell", cache=False, alternatives=alts)
+    padded = [(s, p) for s, p in alts if f"{-(-wo // 6)}L 6u" in s]
+    assert padded, [s for s, _ in alts]
+    xp = np.pad(xv.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
+    span = stride * (wo - 1) + 1
+    ref = sum(
+        np.einsum(
+            "nchw,oc->nohw", xp[:, :, kh : kh + span : stride, kw : kw + span : stride], wv[:, :, kh, kw].astype(np.float64)
+        )
+        for kh in range(3)
+        for kw in range(3)
+    )
+    for s, p in padded[:3]:
+        np.testing.assert_allclose(p(x=xv, w=wv), ref, rtol=1e-3, atol=1e-3, err_msg=s)
 
 
 @NEEDS_AVX512
