@@ -1,12 +1,16 @@
 """GEMM and convolution kernels against numpy and PyTorch (CPU), on the same inputs, in one run.
 
-    python bench/kernels.py [--quick] [--only NAME[,NAME]] [--cpu NAME] [--repeat N] [--json FILE]
+    python bench/kernels.py [--quick | --extra] [--only NAME[,NAME]] [--cpu NAME] [--repeat N] [--json FILE]
 
 The shapes real models are made of: square GEMMs (including sizes no tile divides), the products of a transformer
 block at 128 tokens, the 3x3 and 1x1 convolutions of ResNet-18 at batch 1 and 8, and a depthwise 3x3 (MobileNet).
 Per shape: our first-call time (optimize + compile + first run), our run time (median, compilation excluded) with
 GFLOP/s and the fraction of the machine model's peak, the cost model's estimate beside it, numpy's time (GEMMs;
 its default threads) and PyTorch's. Ratios are peer time / our time: above 1 means we are faster.
+
+`--extra`: shapes outside that list, the kind a held-out check picks: odd and thin GEMMs (a matrix-vector product
+and products of 8 and 33 rows among them), a ResNet stem, a 1x1 expansion, 5x5 and grouped convolutions, other
+batches and depthwise sizes.
 
 `--cpu haswell` generates and prices AVX2 code (on any AVX2 or AVX-512 host; the peers keep their own code, so
 on an AVX-512 host they run AVX-512 kernels); the header prints the machine model used. Ours runs first for each
@@ -87,6 +91,27 @@ def shapes(quick: bool) -> list[Shape]:
     return out
 
 
+def extra_shapes() -> list[Shape]:
+    """Held-out-like shapes (not the issue's list): GEMMs (m, k, n) and convolutions (batch, cin, hw, cout,
+    kernel, stride, groups)."""
+    gemms = [(300, 300, 300), (777, 777, 777), (1500, 1500, 1500), (96, 640, 1920), (200, 3000, 200)]
+    gemms += [(64, 4096, 64), (33, 511, 129), (8, 768, 3072), (16, 768, 3072), (1, 768, 3072), (1, 4096, 4096)]
+    convs = [
+        (1, 3, 224, 64, 7, 2, 1),  # ResNet's stem
+        (1, 256, 14, 1024, 1, 1, 1),  # ResNet-50's 1x1 expansion
+        (2, 96, 20, 160, 3, 1, 1),
+        (4, 64, 30, 64, 5, 1, 1),
+        (2, 64, 28, 64, 3, 1, 2),  # two groups
+        (1, 32, 112, 32, 3, 1, 32),  # depthwise (MobileNet's first)
+        (1, 144, 56, 144, 3, 2, 144),  # depthwise, stride 2
+    ]
+    out = [Shape(f"x_gemm_{m}x{k}x{n}", "gemm", (m, k, n)) for m, k, n in gemms]
+    for b, ci, hw, co, k, st, g in convs:
+        kind = "dw" if g == ci == co else f"g{g}conv" if g > 1 else "conv"
+        out.append(Shape(f"x_{kind}{k}x{k}_s{st}_b{b}_c{ci}_{hw}_to{co}", "conv", (b, ci, hw, co, k, st, g)))
+    return out
+
+
 def inputs(s: Shape) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(zlib.crc32(s.name.encode()))
     if s.kind == "gemm":
@@ -156,10 +181,11 @@ class Row:
     schedule: str = ""
     numpy_ms: float | None = None
     torch_ms: float | None = None
+    kind: str = "gemm"  # Shape.kind
 
 
 def run_shape(s: Shape, cpu: str | None, repeat: int) -> Row:
-    row = Row(s.name, s.flops / 1e9)
+    row = Row(s.name, s.flops / 1e9, kind=s.kind)
     x = inputs(s)
     ref = reference(s, x)
     try:
@@ -236,7 +262,7 @@ def table(rows: list[Row], peak: float) -> str:
         return fmt(math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None)
 
     for kind in ("gemm", "conv"):
-        sel = [r for r in rows if (r.name.startswith(("gemm", "tfm")) == (kind == "gemm")) and r.ok and r.ours_ms]
+        sel = [r for r in rows if r.kind == kind and r.ok and r.ours_ms]
         lines.append(
             f"{kind}: geomean {geo([r.numpy_ms / r.ours_ms for r in sel if r.numpy_ms])}x numpy, "
             f"{geo([r.torch_ms / r.ours_ms for r in sel if r.torch_ms])}x torch ({len(sel)} shapes)"
@@ -246,7 +272,9 @@ def table(rows: list[Row], peak: float) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="five small shapes (a smoke run)")
+    group = ap.add_mutually_exclusive_group()
+    group.add_argument("--quick", action="store_true", help="five small shapes (a smoke run)")
+    group.add_argument("--extra", action="store_true", help="held-out-like shapes outside the issue's list")
     ap.add_argument("--only", default="", help="comma-separated shape names (prefixes match)")
     ap.add_argument("--cpu", default=None, help="the CPU to generate code for (an LLVM name: haswell = AVX2)")
     ap.add_argument("--repeat", type=int, default=10)
@@ -267,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"machine model: {machine.describe()}; peak {peak:.0f} GFLOP/s (float32 FMA on every core)")
     print(f"load average {load:.2f}; {peers}; float32")
-    todo = shapes(args.quick)
+    todo = extra_shapes() if args.extra else shapes(args.quick)
     if args.only:
         todo = [s for s in todo if any(s.name.startswith(w) for w in args.only.split(","))]
     rows = []

@@ -185,6 +185,36 @@ def test_kernel_bench_quick_runs_checks_and_names_its_machine(tmp_path: Path) ->
         assert [x["name"] for x in rows] == ["gemm_250", "dw3x3_b1_c64_28"] and all(x["ok"] for x in rows)
 
 
+def test_kernel_bench_extra_shapes_run_and_check(tmp_path: Path) -> None:
+    """bench/kernels.py --extra: held-out-like shapes (here a 33-row GEMM and a grouped convolution) run and are
+    checked against numpy; each summary line counts its own kind."""
+    out = tmp_path / "k.json"
+    r = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "kernels.py"),
+            "--extra",
+            "--only",
+            "x_gemm_33x511x129,x_g2conv",
+            "--repeat",
+            "2",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows = json.loads(out.read_text())["rows"]
+    assert [(x["name"], x["kind"]) for x in rows] == [
+        ("x_gemm_33x511x129", "gemm"),
+        ("x_g2conv3x3_s1_b2_c64_28_to64", "conv"),
+    ]
+    assert all(x["ok"] for x in rows)
+    assert "gemm: geomean" in r.stdout and "(1 shapes)" in r.stdout.split("gemm: geomean")[1].splitlines()[0]
+
+
 def test_calibration_quick_runs_and_summarizes(tmp_path: Path) -> None:
     """bench/calibrate.py: every candidate of two small kernels timed, the estimate's pick and its regret
     printed; regrets are at least 1 by construction (no timing is asserted)."""
