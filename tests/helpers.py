@@ -64,6 +64,13 @@ def broadcastable_pair(draw: st.DrawFn, max_dims: int = 3) -> tuple[tuple[int, .
     return pair if draw(st.booleans()) else pair[::-1]
 
 
+def conv_ref(x: np.ndarray, w: np.ndarray, stride: int = 1, padding: int = 0) -> np.ndarray:
+    """A direct convolution in float64 (numpy's sliding windows), groups 1: the oracle of the conv2d tests."""
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (padding, padding), (padding, padding)))
+    win = np.lib.stride_tricks.sliding_window_view(xp, w.shape[2:], axis=(2, 3))[:, :, ::stride, ::stride]
+    return np.einsum("nchwyx,ocyx->nohw", win, w.astype(np.float64), optimize=True)
+
+
 def examples(fast: int) -> int:
     """Hypothesis examples for a property with its own count: `fast` in the default profile, the profile's count
     under HYPOTHESIS_PROFILE=thorough or nightly (`make fuzz`)."""

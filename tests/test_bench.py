@@ -155,6 +155,12 @@ def test_gpu_bench_without_a_gpu_says_what_to_do() -> None:
         assert proc.returncode == 2 and "--compile-only" in proc.stderr, proc.stderr
 
 
+def _run_kernels(*args: str) -> subprocess.CompletedProcess[str]:
+    """bench/kernels.py with these arguments, two timed calls a contestant."""
+    cmd = [sys.executable, str(ROOT / "bench" / "kernels.py"), *args, "--repeat", "2"]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+
+
 def test_kernel_bench_quick_runs_checks_and_names_its_machine(tmp_path: Path) -> None:
     """bench/kernels.py: a padded GEMM and a depthwise convolution, native and AVX2 code, checked against numpy
     (float64); the header names the machine model; no timing is asserted."""
@@ -162,23 +168,7 @@ def test_kernel_bench_quick_runs_checks_and_names_its_machine(tmp_path: Path) ->
 
     out = tmp_path / "k.json"
     for cpu in ([], ["--cpu", "haswell"]) if host_cpu().isa in ("avx2", "avx512") else ([],):
-        r = subprocess.run(
-            [
-                sys.executable,
-                str(ROOT / "bench" / "kernels.py"),
-                "--quick",
-                "--only",
-                "gemm_250,dw",
-                "--repeat",
-                "2",
-                "--json",
-                str(out),
-                *cpu,
-            ],
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
+        r = _run_kernels("--quick", "--only", "gemm_250,dw", "--json", str(out), *cpu)
         assert r.returncode == 0, r.stdout + r.stderr
         assert "machine model:" in r.stdout and ("haswell" in r.stdout) == bool(cpu)
         rows = json.loads(out.read_text())["rows"]
@@ -189,22 +179,7 @@ def test_kernel_bench_extra_shapes_run_and_check(tmp_path: Path) -> None:
     """bench/kernels.py --extra: held-out-like shapes (here a 33-row GEMM and a grouped convolution) run and are
     checked against numpy; each summary line counts its own kind."""
     out = tmp_path / "k.json"
-    r = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "bench" / "kernels.py"),
-            "--extra",
-            "--only",
-            "x_gemm_33x511x129,x_g2conv",
-            "--repeat",
-            "2",
-            "--json",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    r = _run_kernels("--extra", "--only", "x_gemm_33x511x129,x_g2conv", "--json", str(out))
     assert r.returncode == 0, r.stdout + r.stderr
     rows = json.loads(out.read_text())["rows"]
     assert [(x["name"], x["kind"]) for x in rows] == [

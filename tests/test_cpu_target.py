@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from helpers import conv_ref
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -361,13 +362,7 @@ def test_a_row_no_tile_divides_is_padded_snugly(cpu: str | None, hw: int, tile: 
     prog = optimize(x.conv2d(w, padding=1), target="llvm", cpu=cpu, cache=False)
     nests = [k["schedule"] for k in prog.report.extra["kernels"]]
     assert any(tile in n and "red[" in n for n in nests), nests
-    xp = np.pad(xv.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
-    ref = sum(
-        np.einsum("nchw,oc->nohw", xp[:, :, kh : kh + hw, kw : kw + hw], wv[:, :, kh, kw].astype(np.float64))
-        for kh in range(3)
-        for kw in range(3)
-    )
-    np.testing.assert_allclose(prog(x=xv, w=wv), ref, rtol=1e-3, atol=1e-3)
+    np.testing.assert_allclose(prog(x=xv, w=wv), conv_ref(xv, wv, padding=1), rtol=1e-3, atol=1e-3)
 
 
 @settings(max_examples=4, deadline=None)
@@ -390,15 +385,7 @@ def test_avx2_rows_padded_short_match_numpy(wo: int, cin: int, stride: int) -> N
     optimize(x.conv2d(w, stride=stride, padding=1), target="llvm", cpu="haswell", cache=False, alternatives=alts)
     padded = [(s, p) for s, p in alts if f"{-(-wo // 6)}L 6u" in s]
     assert padded, [s for s, _ in alts]
-    xp = np.pad(xv.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
-    span = stride * (wo - 1) + 1
-    ref = sum(
-        np.einsum(
-            "nchw,oc->nohw", xp[:, :, kh : kh + span : stride, kw : kw + span : stride], wv[:, :, kh, kw].astype(np.float64)
-        )
-        for kh in range(3)
-        for kw in range(3)
-    )
+    ref = conv_ref(xv, wv, stride, padding=1)
     for s, p in padded[:3]:
         np.testing.assert_allclose(p(x=xv, w=wv), ref, rtol=1e-3, atol=1e-3, err_msg=s)
 
@@ -422,11 +409,6 @@ def test_levels_of_line_traffic_that_are_level_both_count() -> None:
     assert estimate(kr.ast, m).memory_s < estimate(kb.ast, m).memory_s
     rng = np.random.default_rng(224)
     xv, wv = rng.standard_normal((1, c, hw, hw), dtype=np.float32), rng.standard_normal((c, c, 3, 3), dtype=np.float32)
-    xp = np.pad(xv, ((0, 0), (0, 0), (1, 1), (1, 1)))
-    ref = sum(
-        np.einsum("nchw,oc->nohw", xp[:, :, kh : kh + hw, kw : kw + hw], wv[:, :, kh, kw], optimize=True)
-        for kh in range(3)
-        for kw in range(3)
-    )
+    ref = conv_ref(xv, wv, padding=1)
     for p in (rows, blocks):
         np.testing.assert_allclose(p(x=xv, w=wv), ref, rtol=2e-3, atol=2e-3)

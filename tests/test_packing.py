@@ -6,6 +6,7 @@ import itertools
 
 import numpy as np
 import pytest
+from helpers import conv_ref
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -150,13 +151,6 @@ def test_stride_through_mod_and_div_is_exact(s: int, n: int, outer: int, const: 
         assert val(ov, rv + 1) - val(ov, rv) == step
 
 
-def _conv_ref(x: np.ndarray, w: np.ndarray, stride: int, padding: int) -> np.ndarray:
-    """Direct convolution in float64 (sliding_window_view), groups 1."""
-    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (padding, padding), (padding, padding)))
-    win = np.lib.stride_tricks.sliding_window_view(xp, w.shape[2:], axis=(2, 3))[:, :, ::stride, ::stride]
-    return np.einsum("nchwyx,ocyx->nohw", win, w.astype(np.float64))
-
-
 def _channel_vector_reduces(prog: object, lanes: int = 16) -> list[UOp]:
     """The REDUCEs of a program whose accumulators the CPU backend keeps along a range the store does not step by 1
     (a convolution's output channels), for vectors of `lanes` floats."""
@@ -218,7 +212,7 @@ def test_accumulators_along_output_channels_are_correct(
     rng = np.random.default_rng(n * cin * hw + cout)
     x = rng.standard_normal((n, cin, hw, hw), dtype=np.float32)
     w = rng.standard_normal((cout, cin, k, k), dtype=np.float32)
-    want = _conv_ref(x, w, stride_, padding)
+    want = conv_ref(x, w, stride_, padding)
     along = [(s, p) for s, p in alts if _channel_vector_reduces(p, cpu_target().simd_bytes // 4)]
     assert along, [s for s, _ in alts]
     for s, p in along[:4]:
@@ -244,4 +238,4 @@ def test_a_resnet_convolution_keeps_channels_in_vectors() -> None:
     rng = np.random.default_rng(5)
     x = rng.standard_normal((2, 128, 28, 28), dtype=np.float32)
     w = rng.standard_normal((128, 128, 3, 3), dtype=np.float32)
-    np.testing.assert_allclose(prog(x=x, w=w), _conv_ref(x, w, 1, 1), rtol=1e-3, atol=1e-3)
+    np.testing.assert_allclose(prog(x=x, w=w), conv_ref(x, w, 1, 1), rtol=1e-3, atol=1e-3)
