@@ -142,6 +142,25 @@ def _split_rule(
     )
 
 
+# Padto's variants (factor kind "pad-<inner>-<variant>"): the ranges each admits, and its rules' doc suffix.
+# thrifty: 64 or more, grown by at most an eighth; snug: 9 or more, grown by at most an eighth where padding to 8
+# grows it more and neither 8 nor 7 divides (a 17-pixel row: 3 x 6, not 3 x 8); short: 16 to 63, grown by at most
+# an eighth, not a multiple of 16 (a convolution's row of 28 pixels as 5 x 6)
+EIGHTH = "(<= (* 8 (- f (% n f))) n)"
+PAD_VARIANTS: dict[str, tuple[list[str], str]] = {
+    "": ([], ""),
+    "thrifty": ([EIGHTH, "(>= n 64)"], "; only a range of 64 or more, grown by at most an eighth"),
+    "snug": (
+        [EIGHTH, "(!= (% n 8) 0)", "(> (* 8 (- 8 (% n 8))) n)", "(!= (% n 7) 0)", "(>= n 9)"],
+        "; only a range of 9 or more, grown by at most an eighth where 8 grows it more",
+    ),
+    "short": (
+        [EIGHTH, "(>= n 16)", "(< n 64)", "(!= (% n 16) 0)"],
+        "; only a range of 16 to 63 that 16 does not divide, grown by at most an eighth",
+    ),
+}
+
+
 def _padto_rule(
     rs: RuleSet,
     name: str,
@@ -149,20 +168,15 @@ def _padto_rule(
     inner: str,
     pos: int,
     op: str = "",
-    thrifty: bool = False,
+    variant: str = "",
     whole: str = "",
-    snug: bool = False,
-    short: bool = False,
 ) -> None:
-    """Pad range `pos` up to a multiple of f and split it; the padding is masked off. `thrifty` (factor kind
-    "pad-<inner>-thrifty"): only a range of 64 or more that the padding grows by at most an eighth. `snug` (kind
-    "pad-<inner>-snug"): only a range of 9 or more that the padding grows by at most an eighth where padding it to
-    8 grows it by more, and neither 8 nor 7 divides (a 17-pixel row: 3 x 6, not 3 x 8). `whole`
-    (factor kind "<inner>-whole"): a range of exactly f, split into one outer iteration and all of it inner (a
-    split cannot: its outer part is proved 0, see _split_rule), with no padding; the mask is provably true.
-    `whole="rows"` (factor kind "<inner>-whole-rows", pos 1): only the second range of an END of two (a matrix's
-    rows inside its column panel, as swap-0 orders them). `short` (kind "pad-<inner>-short"): as thrifty, for a
-    range of 16 to 63 that 16 does not divide (a convolution's row of 28 pixels as 5 x 6)."""
+    """Pad range `pos` up to a multiple of f and split it; the padding is masked off. `variant` (factor kind
+    "pad-<inner>-<variant>"): only the ranges PAD_VARIANTS admits. `whole` (factor kind "<inner>-whole"): a
+    range of exactly f, split into one outer iteration and all of it inner (a split cannot: its outer part is
+    proved 0, see _split_rule), with no padding; the mask is provably true. `whole="rows"` (factor kind
+    "<inner>-whole-rows", pos 1): only the second range of an END of two (a matrix's rows inside its column panel,
+    as swap-0 orders them)."""
     before = [f"x{i}" for i in range(pos)]
     kind, keyc = ("L", "RKOut") if binder == "END" else ("R", "RKRed")
     quoted_op = f'"{op}"'
@@ -175,17 +189,11 @@ def _padto_rule(
         f"(= key ({keyc} t k))",
         f'(split-factor "{inner}-whole{rows}" f)'
         if whole
-        else f'(split-factor "pad-{inner}{"-thrifty" if thrifty else "-short" if short else "-snug" if snug else ""}" f)',
+        else f'(split-factor "pad-{inner}{f"-{variant}" if variant else ""}" f)',
         *(["(= n f)"] if whole else ["(< f (* 2 n))", "(!= (% n f) 0)"]),
-        *(["(<= (* 8 (- f (% n f))) n)", "(>= n 64)"] if thrifty else []),
-        *(["(<= (* 8 (- f (% n f))) n)", "(>= n 16)", "(< n 64)", "(!= (% n 16) 0)"] if short else []),
-        *(
-            ["(<= (* 8 (- f (% n f))) n)", "(!= (% n 8) 0)", "(> (* 8 (- 8 (% n 8))) n)", "(!= (% n 7) 0)", "(>= n 9)"]
-            if snug
-            else []
-        ),
+        *PAD_VARIANTS[variant][0],
     ]
-    prefix = "thrifty-" if thrifty else "short-" if short else "snug-" if snug else f"whole{rows}-" if whole else ""
+    prefix = f"{variant}-" if variant else f"whole{rows}-" if whole else ""
     if binder == "END":  # the store of a padded iteration is skipped (its loads run under the gate too)
         # an ungated store, or one a padding of another range already gates (both ranges of a tile padded)
         for suffix, gate, both in (("", "", valid), ("-gated", " (UCons g (UNil))", f'(AND "bool" g {valid})')):
@@ -208,9 +216,7 @@ def _padto_rule(
                     if whole
                     else f"Padto: range {pos} of an END padded to a multiple of f and split (inner part "
                     f"{name.upper()}); padded iterations skip the store{' (AND its gate)' if suffix else ''}"
-                    + ("; only a range of 64 or more, grown by at most an eighth" if thrifty else "")
-                    + ("; only a range of 9 or more, grown by at most an eighth where 8 grows it more" if snug else "")
-                    + ("; only a range of 16 to 63 that 16 does not divide, grown by at most an eighth" if short else "")
+                    + PAD_VARIANTS[variant][1]
                 ),
             )
         return
@@ -460,9 +466,8 @@ def build() -> dict[str, RuleSet]:
             if binder == "END":
                 _padto_rule(rs(f"pad-{inner}"), name, binder, inner, pos)
                 if inner == "u":
-                    _padto_rule(rs("pad-u-thrifty"), name, binder, inner, pos, thrifty=True)
-                    _padto_rule(rs("pad-u-snug"), name, binder, inner, pos, snug=True)
-                    _padto_rule(rs("pad-u-short"), name, binder, inner, pos, short=True)
+                    for variant in ("thrifty", "snug", "short"):
+                        _padto_rule(rs(f"pad-u-{variant}"), name, binder, inner, pos, variant=variant)
                     _padto_rule(rs("u-whole"), name, binder, inner, pos, whole="any")
                     if pos == 1:  # as the first of two, egglog's match took 10x GPT-2's optimize time
                         _padto_rule(rs("u-whole-rows"), name, binder, inner, pos, whole="rows")
