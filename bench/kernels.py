@@ -12,8 +12,10 @@ its default threads) and PyTorch's. Ratios are peer time / our time: above 1 mea
 and products of 8 and 33 rows among them), a ResNet stem, a 1x1 expansion, 5x5 and grouped convolutions, other
 batches and depthwise sizes.
 
-`--cpu haswell` generates and prices AVX2 code (on any AVX2 or AVX-512 host; the peers keep their own code, so
-on an AVX-512 host they run AVX-512 kernels); the header prints the machine model used. Ours runs first for each
+`--cpu haswell` generates and prices AVX2 code (on any AVX2 or AVX-512 host); the header prints the machine model
+used. By default the peers are held to the same ISA (`--peers same`: OpenBLAS's Haswell kernels, oneDNN and ATen
+at AVX2, MKL at AVX2), so that AVX2 code is judged against AVX2 code; `--peers native` lets them run their best
+code for the host. The header prints what each peer ran. Ours runs first for each
 shape, then torch, then numpy, with a pause between them: their thread pools spin for a while after a call, on
 the cores the next contestant is timed on; each then calls itself for WARMUP_S untimed before it is timed.
 Outputs are checked against numpy (float64 accumulation). torch is optional: without it the torch column reads
@@ -270,6 +272,37 @@ def table(rows: list[Row], peak: float) -> str:
     return "\n".join(lines)
 
 
+# What holds each peer's libraries to an ISA: read when the library loads, so set before the process starts
+PEER_ISA_ENV = {
+    "avx2": {
+        "OPENBLAS_CORETYPE": "Haswell",
+        "ONEDNN_MAX_CPU_ISA": "AVX2",
+        "ATEN_CPU_CAPABILITY": "avx2",
+        "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+    },
+}
+
+
+def _restrict_peers(isa: str) -> bool:
+    """Put the settings that hold the peers to `isa` into the environment; True when one changed (the process must
+    start again for the libraries to read them)."""
+    changed = False
+    for key, value in PEER_ISA_ENV.get(isa, {}).items():
+        changed |= os.environ.get(key) != value
+        os.environ[key] = value
+    return changed
+
+
+def _blas_kernels() -> str:
+    """The BLAS numpy calls and the kernels it picked for this host (threadpoolctl when installed)."""
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return "BLAS kernels unknown"
+    blas = [i for i in threadpool_info() if i.get("user_api") == "blas"]
+    return ", ".join(f"{i.get('internal_api')} {i.get('architecture', '?')} kernels" for i in blas) or "no BLAS found"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     group = ap.add_mutually_exclusive_group()
@@ -277,6 +310,12 @@ def main(argv: list[str] | None = None) -> int:
     group.add_argument("--extra", action="store_true", help="held-out-like shapes outside the issue's list")
     ap.add_argument("--only", default="", help="comma-separated shape names (prefixes match)")
     ap.add_argument("--cpu", default=None, help="the CPU to generate code for (an LLVM name: haswell = AVX2)")
+    ap.add_argument(
+        "--peers",
+        choices=("same", "native"),
+        default="same",
+        help="same: hold numpy and torch to the ISA our code is generated for; native: their best for the host",
+    )
     ap.add_argument("--repeat", type=int, default=10)
     ap.add_argument("--json", default="", help="write the rows to this file")
     args = ap.parse_args(argv)
@@ -284,14 +323,19 @@ def main(argv: list[str] | None = None) -> int:
     from egraph_compiler.extract.loop_cost import CPUMachine
     from egraph_compiler.kernel.cpu_target import cpu_target
 
-    machine = CPUMachine.for_cpu(cpu_target(args.cpu))
+    target = cpu_target(args.cpu)
+    if args.peers == "same" and _restrict_peers(target.isa):  # the peers read these settings when they load
+        os.execv(sys.executable, [sys.executable, str(Path(__file__).resolve()), *(sys.argv[1:] if argv is None else argv)])
+    machine = CPUMachine.for_cpu(target)
     peak = machine.peak_flops() / 1e9
     try:
         import torch
 
-        peers = f"numpy {np.__version__}, torch {torch.__version__} ({torch.get_num_threads()} threads)"
+        onednn = os.environ.get("ONEDNN_MAX_CPU_ISA", "host's")
+        peers = f"numpy {np.__version__} ({_blas_kernels()}), torch {torch.__version__} ({torch.get_num_threads()} "
+        peers += f"threads, ATen {torch.backends.cpu.get_cpu_capability()}, oneDNN {onednn} ISA)"
     except ImportError:
-        peers = f"numpy {np.__version__}, torch not installed"
+        peers = f"numpy {np.__version__} ({_blas_kernels()}), torch not installed"
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"machine model: {machine.describe()}; peak {peak:.0f} GFLOP/s (float32 FMA on every core)")
     print(f"load average {load:.2f}; {peers}; float32")
@@ -308,7 +352,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error {r.name}: {r.error}")
     if args.json:
         Path(args.json).write_text(
-            json.dumps({"machine": machine.describe(), "peak_gflops": peak, "rows": [asdict(r) for r in rows]}, indent=2)
+            json.dumps(
+                {"machine": machine.describe(), "peers": peers, "peak_gflops": peak, "rows": [asdict(r) for r in rows]},
+                indent=2,
+            )
         )
     return 0 if all(r.ok for r in rows) else 1
 

@@ -163,7 +163,8 @@ def _run_kernels(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_kernel_bench_quick_runs_checks_and_names_its_machine(tmp_path: Path) -> None:
     """bench/kernels.py: a padded GEMM and a depthwise convolution, native and AVX2 code, checked against numpy
-    (float64); the header names the machine model; no timing is asserted."""
+    (float64); the header names the machine model, and the peers are held to AVX2 when ours is; no timing is
+    asserted."""
     from egraph_compiler.kernel.cpu_target import host_cpu
 
     out = tmp_path / "k.json"
@@ -171,7 +172,9 @@ def test_kernel_bench_quick_runs_checks_and_names_its_machine(tmp_path: Path) ->
         r = _run_kernels("--quick", "--only", "gemm_250,dw", "--json", str(out), *cpu)
         assert r.returncode == 0, r.stdout + r.stderr
         assert "machine model:" in r.stdout and ("haswell" in r.stdout) == bool(cpu)
-        rows = json.loads(out.read_text())["rows"]
+        report = json.loads(out.read_text())
+        assert ("oneDNN AVX2 ISA" in report["peers"]) == (bool(cpu) and "torch not installed" not in report["peers"])
+        rows = report["rows"]
         assert [x["name"] for x in rows] == ["gemm_250", "dw3x3_b1_c64_28"] and all(x["ok"] for x in rows)
 
 
