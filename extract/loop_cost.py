@@ -582,6 +582,18 @@ class _Walk:
             return 1
         return math.ceil(trip_count(vec) / self.m.lanes(max(1, u.dtype.itemsize)) - 1e-9)
 
+    def spilled(self, vectors: int, vec: UOp | None, u: UOp) -> float:
+        """Accumulator vectors of a REDUCE that do not stay in registers: those beyond the registers its step's
+        operands leave, or beyond ACC_REGS_SHARE. A tile one copy deep across its vectors (a matrix-vector
+        product's row) uses each operand vector once, straight from memory: one register for it and the
+        broadcast. Only the excess is charged (AVX2, 8 rows x 2 vectors, 16 accumulators of 16 registers: 8 x
+        768 @ 768 x 3072 ran 0.26-0.31 ms against 0.42 for 4 x 2 vectors, which charging all 16 had picked;
+        16 rows 0.56-0.59 against 0.78-0.84)."""
+        regs, ops = self.m.vector_regs, self.operand_vectors(vec, u)
+        if vectors <= ops:
+            return max(0, vectors + 2 - regs)
+        return max(0, vectors + ops + 1 - regs, vectors - ACC_REGS_SHARE * regs)
+
     def wide(self, nbytes: float) -> float:
         """The cost of a vector of nbytes against a 256-bit one: twice where the core runs 512-bit operations as
         two halves (Zen 4: a GEMM tile of 16 zmm accumulators measured no faster than 16 ymm ones)."""
@@ -652,10 +664,11 @@ class _Walk:
         else:  # the body's work hides the chains' latency, not perfectly where the two are close
             self.cycles += adds + _norm((body, latency), LATENCY_NORM) - body
         # the accumulators share the registers with a step's operands (the vectors along their axis, a GEMM tile's
-        # row of B, and a broadcast) and keep at most ACC_REGS_SHARE of them; beyond that they spill
-        if vectors + self.operand_vectors(vec, u) + 1 > self.m.vector_regs or vectors > ACC_REGS_SHARE * self.m.vector_regs:
+        # row of B, and a broadcast) and keep at most ACC_REGS_SHARE of them; those beyond spill and reload
+        excess = self.spilled(vectors, vec, u)
+        if excess > 0:
             self.spills = True
-            self.cycles += inner_trips[-1] * vectors * SPILL_CYCLES
+            self.cycles += inner_trips[-1] * excess * SPILL_CYCLES
         group = math.prod(trip_count(r) for r in own if r.arg[1] is AxisType.GROUP_REDUCE)
         if group > 1:  # slices on separate cores: the work inside runs that much faster, plus a hand-off
             par = min(self.m.cores, group)
