@@ -381,7 +381,7 @@ def coslice_chunk(producer: UOp, consumer: UOp, threads: int, auto_parallel: boo
 
 # ---- values and scopes -------------------------------------------------------------------------------
 
-VECTOR_LANES = (2, 4, 8, 16, 32, 64, 128)  # lane counts an item's float32 values outside REDUCE bodies are vectors of
+VECTOR_LANES = (2, 4, 8, 16, 32, 64, 128, 256, 512)  # lane counts an item's float32 values outside REDUCE bodies are vectors of
 _VECTOR_INTRINSICS = {Ops.SQRT: "sqrt", Ops.TRUNC: "trunc"}  # one LLVM intrinsic on a vector
 _VECTOR_INSTRUCTIONS = {Ops.ADD: "fadd", Ops.MUL: "fmul", Ops.FDIV: "fdiv"}  # one LLVM instruction on a vector
 _VECTOR_OPS = frozenset({*_VECTOR_INTRINSICS, *_VECTOR_INSTRUCTIONS, Ops.MAX, Ops.EXP2, Ops.RECIP})

@@ -840,11 +840,14 @@ def _step_bytes(stride: int | None, itemsize: int) -> int:
     return PAGE if stride is None else abs(stride) * itemsize
 
 
-def _misses(capacity: float, lines: _Lines, strided: float = 1.0, sets: int = 0) -> float:
+def _misses(capacity: float, lines: _Lines, strided: float = 1.0, sets: int = 0, pages: bool = False) -> float:
     """Lines the loads of one loop nest item (`lines.loads`) miss in a cache of `capacity` bytes (the reuse-distance
     model in the module docstring), one core's share when `lines.bound` narrows the parallel loop. `strided`: what
     a missing line costs, in lines, where its load steps half a page or more every innermost iteration (the
-    prefetchers do not follow it: each line waits on memory's latency)."""
+    prefetchers do not follow it: each line waits on memory's latency). `pages` (lines from memory): the lines one
+    step reads from each page it lands on share that page's cost instead (a TLB walk and a DRAM row opened a step:
+    a matrix-vector product of 4096 x 4096 read 512 bytes a row a step and ran 1.4-1.6x slower than reading 1-2
+    KiB, which the lines in flight had priced alike; Zen 5)."""
     total = 0.0
     for x, lx, d in lines.loads:
         deps = lines.w.deps(x)
@@ -853,7 +856,15 @@ def _misses(capacity: float, lines: _Lines, strided: float = 1.0, sets: int = 0)
             step = _step_bytes(lines.stride_of(x).get(lx[-1], 0), max(1, x.dtype.itemsize))
             # the lines one iteration reads side by side wait on memory together (a matrix-vector tile of 128
             # columns: 8 lines a step, priced 3x as one each it was estimated at 3.7x its time)
-            weight = max(1.0, strided / max(1.0, lines.inside(x, lx, d))) if step >= PAGE // 2 else 1.0
+            n_side = max(1.0, lines.inside(x, lx, d))
+            if step < PAGE // 2:
+                weight = 1.0
+            elif pages:  # each page the step lands on costs (strided - 1) lines beside the lines read from it
+                item = max(1, x.dtype.itemsize)
+                far = [r for r in lines.unrolled.get(x, ()) if _step_bytes(lines.stride_of(x).get(r, 0), item) >= PAGE // 2]
+                weight = 1.0 + (strided - 1.0) * math.prod(trip_count(r) for r in far) / n_side
+            else:
+                weight = max(1.0, strided / n_side)
         misses = lines.inside(x, lx, d)
         for level in range(d - 1, -1, -1):
             r = lx[level]
@@ -976,11 +987,11 @@ def estimate(kernel: UOp, m: CPUMachine | None = None) -> KernelEstimate:
         l1 = _misses(m.l1_bytes * CACHE_FILL[1], lines) + (w.conflicts - before_conflicts) / par
         l2 = _misses(m.l2_bytes * CACHE_FILL[2], lines, STRIDED_MISS, m.l2_bytes // (LINE * max(1, m.l2_ways)))
         # L2 misses that miss the L3 too (none where the kernel's buffers all stay in it)
-        l3 = 0.0 if resident else _misses(m.l3_bytes * CACHE_FILL[3], lines, STRIDED_MISS) if m.l3_bytes else l2
+        l3 = 0.0 if resident else _misses(m.l3_bytes * CACHE_FILL[3], lines, STRIDED_MISS, pages=True) if m.l3_bytes else l2
         est.l1_misses += l1
         est.l2_misses += l2
         l2_fill = l1 * LINE / (m.l2_bytes_per_cycle * m.ghz * 1e9)
-        levels = (l2_fill, (l2 - l3) * LINE / (m.l3_gbps * 1e9), l3 * LINE / (m.mem_gbps * 1e9))
+        levels = (l2_fill, max(0.0, l2 - l3) * LINE / (m.l3_gbps * 1e9), l3 * LINE / (m.mem_gbps * 1e9))
         cache_s += _norm(levels, CACHE_LEVEL_NORM)
     est.cycles, est.bytes = max(w.cycles + w.loop_cycles, w.load_cycles) + w.stalls, nbytes
     est.spills, est.code = w.spills, w.code

@@ -744,7 +744,8 @@ def lane_condition(u: UOp, lane: UOp) -> bool:
     )
 
 
-MAX_ACC_LANES = 128  # the widest vector of accumulators a REDUCE keeps along one unrolled axis
+MAX_ACC_LANES = 512  # the widest vector of accumulators a REDUCE keeps along one unrolled axis (a matrix-vector
+# product's 512 columns: 32 AVX-512 registers; wider, it kept one scalar per copy for LLVM to pack again)
 
 
 def _loads_contiguous(body: UOp, r: UOp) -> bool:
