@@ -238,37 +238,43 @@ def table(rows: list[Row], peak: float) -> str:
         "torch ms",
         "x torch",
     )
-    lines = ["  ".join(head)]
+    cells = [list(head)]
     for r in rows:
         rate = r.gflop / (r.ours_ms * 1e-3) if r.ours_ms else None
-        lines.append(
-            "  ".join(
-                [
-                    r.name,
-                    "yes" if r.ok else ("ERR" if r.error else "WRONG"),
-                    fmt(r.gflop, ".3f"),
-                    fmt(r.first_call_s),
-                    fmt(r.ours_ms, ".3f"),
-                    fmt(rate, ".1f"),
-                    fmt(rate / peak if rate else None, ".0%"),
-                    fmt(r.estimate_ms, ".3f"),
-                    fmt(r.numpy_ms, ".3f"),
-                    fmt(r.numpy_ms / r.ours_ms if r.numpy_ms and r.ours_ms and r.ok else None),
-                    fmt(r.torch_ms, ".3f"),
-                    fmt(r.torch_ms / r.ours_ms if r.torch_ms and r.ours_ms and r.ok else None),
-                ]
-            )
+        cells.append(
+            [
+                r.name,
+                "yes" if r.ok else ("ERR" if r.error else "WRONG"),
+                fmt(r.gflop, ".3f"),
+                fmt(r.first_call_s),
+                fmt(r.ours_ms, ".3f"),
+                fmt(rate, ".1f"),
+                fmt(rate / peak if rate else None, ".0%"),
+                fmt(r.estimate_ms, ".3f"),
+                fmt(r.numpy_ms, ".3f"),
+                fmt(r.numpy_ms / r.ours_ms if r.numpy_ms and r.ours_ms and r.ok else None),
+                fmt(r.torch_ms, ".3f"),
+                fmt(r.torch_ms / r.ours_ms if r.torch_ms and r.ours_ms and r.ok else None),
+            ]
         )
+    widths = [max(len(row[i]) for row in cells) for i in range(len(head))]
+    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))) for row in cells]
 
-    def geo(xs: list[float]) -> str:
-        return fmt(math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None)
+    def geo(xs: list[float]) -> str | None:
+        return fmt(math.exp(sum(map(math.log, xs)) / len(xs))) if xs else None
 
     for kind in ("gemm", "conv"):
         sel = [r for r in rows if r.kind == kind and r.ok and r.ours_ms]
-        lines.append(
-            f"{kind}: geomean {geo([r.numpy_ms / r.ours_ms for r in sel if r.numpy_ms])}x numpy, "
-            f"{geo([r.torch_ms / r.ours_ms for r in sel if r.torch_ms])}x torch ({len(sel)} shapes)"
-        )
+        ratios = [
+            f"{g}x {peer}"
+            for peer, g in (
+                ("numpy", geo([r.numpy_ms / r.ours_ms for r in sel if r.numpy_ms])),
+                ("torch", geo([r.torch_ms / r.ours_ms for r in sel if r.torch_ms])),
+            )
+            if g is not None
+        ]
+        if sel:
+            lines.append(f"{kind}: geomean {', '.join(ratios) or 'no peer'} ({len(sel)} shapes)")
     return "\n".join(lines)
 
 
