@@ -381,6 +381,7 @@ def coslice_chunk(producer: UOp, consumer: UOp, threads: int, auto_parallel: boo
 
 # ---- values and scopes -------------------------------------------------------------------------------
 
+LANE_STEPS = (2, 3, 4)  # strides along the lane read as one load of their span and a shuffle (stepped_load)
 VECTOR_LANES = (2, 4, 8, 16, 32, 64, 128, 256, 512)  # lane counts an item's float32 values outside REDUCE bodies are vectors of
 _VECTOR_INTRINSICS = {Ops.SQRT: "sqrt", Ops.TRUNC: "trunc"}  # one LLVM intrinsic on a vector
 _VECTOR_INSTRUCTIONS = {Ops.ADD: "fadd", Ops.MUL: "fmul", Ops.FDIV: "fdiv"}  # one LLVM instruction on a vector
@@ -771,6 +772,9 @@ class _Fn:
         if across is not None:
             assert lane is not None and idx_u is not None
             return self.transposed_load(index, idx, idx_u, axes, lane, across)
+        step = stride(idx_u, lane) if lane is not None and idx_u is not None else None
+        if lane is not None and safe and gate is None and not guards and u.dtype is dtypes.float32 and step in LANE_STEPS:
+            return self.stepped_load(index, idx, idx_u, axes, lane, step)
 
         def guard(at: dict[UOp, int]) -> tuple[str | None, str]:
             """The copy's condition (None: unguarded) and the value it has when false."""
@@ -822,6 +826,21 @@ class _Fn:
             return self.ins(f"phi {reg_ty(u.dtype)} [ {v}, %{ld_end} ], [ {a}, %{pre} ]")
 
         return self.each(axes, one)
+
+    def stepped_load(self, index: UOp, idx: Val, idx_u: UOp, axes: tuple[UOp, ...], lane: UOp, step: int) -> Val:
+        """Copies `step` elements apart along the lane (a stride-2 convolution's row of pixels): one load of the
+        span from the first to the last, then a shuffle that keeps every step-th element, not a scalar load and
+        an insert per copy."""
+        n = range_size(lane)
+        span = f"<{(n - 1) * step + 1} x float>"
+        keep = ", ".join(f"i32 {j * step}" for j in range(n))
+
+        def sload(at: dict[UOp, int]) -> tuple[str, str]:
+            p, _, _ = self.address(index, self.to_i64(self.pick(idx, at), idx_u.dtype))
+            wide = self.ins(f"load {span}, ptr {p}, align 4")
+            return self.ins(f"shufflevector {span} {wide}, {span} poison, <{n} x i32> <{keep}>"), f"<{n} x float>"
+
+        return self.each_vector(axes, sload)
 
     def transposable(self, u: UOp, idx_u: UOp | None, axes: tuple[UOp, ...], lane: UOp | None) -> UOp | None:
         """The unrolled axis along which a float32 load reads consecutive elements when it does not along the

@@ -342,6 +342,30 @@ def test_depthwise_convolutions_match_numpy(c: int, hw: int, stride: int, cpu: s
     np.testing.assert_allclose(prog(x=xv, w=wv), ref, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("cpu", [None, pytest.param("haswell", marks=pytest.mark.skipif(not HAS_AVX2, reason="AVX2"))])
+@pytest.mark.parametrize(("c", "hw", "groups"), [(8, 31, 8), (4, 13, 1)])
+def test_stride_two_rows_load_as_one_span_and_a_shuffle(cpu: str | None, c: int, hw: int, groups: int) -> None:
+    """A stride-2 convolution whose tile runs along a row of output pixels reads every other input pixel: the
+    LLVM backend loads the span from the first to the last and keeps every second element with one shuffle, not
+    a load and an insert per pixel. Every ranked schedule of a depthwise and of a dense one (odd sizes, so the
+    span ends on the row's last pixel) matches numpy, native and in AVX2 code, and some schedule takes that path."""
+    rng = np.random.default_rng(c + hw)
+    xv = rng.standard_normal((1, c, hw, hw), dtype=np.float32)
+    wv = rng.standard_normal((c, c // groups, 3, 3), dtype=np.float32)
+    x, w = Tensor.empty(xv.shape, dtype="float32", name="x"), Tensor.empty(wv.shape, dtype="float32", name="w")
+    alts: list[tuple[str, Any]] = []
+    optimize(x.conv2d(w, stride=2, padding=1, groups=groups), target="llvm", cpu=cpu, alternatives=alts, cache=False)
+    if groups == 1:
+        ref = conv_ref(xv, wv, stride=2, padding=1)
+    else:
+        ref = np.concatenate([conv_ref(xv[:, i : i + 1], wv[i : i + 1], 2, 1) for i in range(c)], axis=1)
+    stepped = 0
+    for sched, prog in alts:
+        stepped += "shufflevector <" in str(prog.source) and " x i32> <i32 0, i32 2," in str(prog.source)
+        np.testing.assert_allclose(prog(x=xv, w=wv), ref, rtol=1e-4, atol=1e-4, err_msg=sched)
+    assert stepped, [s for s, _ in alts]
+
+
 @pytest.mark.parametrize(
     ("cpu", "hw", "tile"),
     [

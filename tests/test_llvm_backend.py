@@ -947,6 +947,26 @@ def test_a_tile_copied_to_a_transposed_layout_is_transposed_in_registers(
     assert f"shufflevector <{lanes} x float>" in text and "load float" not in text, text
 
 
+@given(
+    lanes=st.sampled_from([2, 4, 8, 16]),
+    step=st.sampled_from([2, 3, 4]),
+    n=st.integers(1, 3),
+    cpu=st.sampled_from([None, "haswell"]),
+)
+def test_a_load_stepping_along_the_lane_is_one_span_and_a_shuffle(lanes: int, step: int, n: int, cpu: str | None) -> None:
+    """out[i, c] = W[(i*lanes + c) * step]: the copies along the lane `step` elements apart load the span from
+    the first to the last (the last copy reads the buffer's last element: nothing past it) and keep every
+    step-th element by a shuffle; the values match the reference interpreter."""
+    i, c = rng(n, "i"), rng(lanes, "c", AxisType.UPCAST)
+    size = (n * lanes - 1) * step + 1
+    w, out = buf("W", size), buf("O", n * lanes)
+    ast = kernel((store(out, i * lanes + c, load(w, (i * lanes + c) * step)), (i, c)))
+    backend = LLVMBackend(cpu=cpu)
+    compare(ast, {"W": rand_array((size,), seed=lanes + step)}, backend=backend)
+    text = backend.render(Kernel.from_ast("k", ast), None)
+    assert f"load <{(lanes - 1) * step + 1} x float>" in text and "load float" not in text, text
+
+
 def test_render_names_arguments_in_order() -> None:
     i = rng(3, 0)
     k = Kernel.from_ast("k", kernel((store(buf("out", 3), i, load(buf("inp", 3), i)), (i,))))
