@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from measure import time_calls
+from measure import table, time_calls
 
 SETTLE_S = 0.3  # between peers: OpenBLAS's and OpenMP's idle threads spin for a while before they sleep
 WARMUP_S = 0.3  # each contestant's untimed calls first: after the pause the VM's cores run slow for a while
@@ -223,7 +223,7 @@ def fmt(v: float | None, spec: str = ".2f") -> str:
     return "n/a" if v is None else format(v, spec)
 
 
-def table(rows: list[Row], peak: float) -> str:
+def results_table(rows: list[Row], peak: float) -> str:
     head = (
         "shape",
         "ok",
@@ -238,7 +238,7 @@ def table(rows: list[Row], peak: float) -> str:
         "torch ms",
         "x torch",
     )
-    cells = [list(head)]
+    cells = []
     for r in rows:
         rate = r.gflop / (r.ours_ms * 1e-3) if r.ours_ms else None
         cells.append(
@@ -257,8 +257,7 @@ def table(rows: list[Row], peak: float) -> str:
                 fmt(r.torch_ms / r.ours_ms if r.torch_ms and r.ours_ms and r.ok else None),
             ]
         )
-    widths = [max(len(row[i]) for row in cells) for i in range(len(head))]
-    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))) for row in cells]
+    lines = [table(list(head), cells)]
 
     def geo(xs: list[float]) -> str | None:
         return fmt(math.exp(sum(map(math.log, xs)) / len(xs))) if xs else None
@@ -352,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
     for s in todo:
         print(f"[kernels {time.strftime('%H:%M:%S')}] {s.name}", file=sys.stderr, flush=True)
         rows.append(run_shape(s, args.cpu, args.repeat))
-    print(table(rows, peak))
+    print(results_table(rows, peak))
     for r in rows:
         if r.error:
             print(f"error {r.name}: {r.error}")

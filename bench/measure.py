@@ -69,6 +69,20 @@ def time_calls(
     return Timing(statistics.median(times), min(times), len(times))
 
 
+def table(headers: list[str], rows: list[list[str]], left: int = 1) -> str:
+    """Aligned columns: the first `left` ones left-aligned (names), the rest right-aligned (numbers)."""
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+    line = lambda cells: "  ".join(
+        c.ljust(w) if i < left else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))
+    ).rstrip()
+    return "\n".join([line(headers), line(["-" * w for w in widths]), *(line(r) for r in rows)])
+
+
+def amount(x: float, unit: str) -> str:
+    scale, prefix = next(((s, p) for s, p in ((1e9, "G"), (1e6, "M"), (1e3, "k")) if x >= s), (1.0, ""))
+    return f"{x / scale:.3g} {prefix}{unit}"
+
+
 def short_error(e: BaseException) -> str:
     text = str(e).strip().splitlines()
     return f"{type(e).__name__}: {text[0] if text else ''}"[:300]

@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from measure import time_calls
+from measure import table, time_calls
 from model_defs import DENSE_DEPTHS, Model, suite, variants
 
 
@@ -194,7 +194,7 @@ def cpu_name() -> str:
     return platform.processor() or "unknown CPU"
 
 
-def table(rows: list[Row]) -> str:
+def results_table(rows: list[Row]) -> str:
     head = (
         "model",
         "ok",
@@ -209,27 +209,26 @@ def table(rows: list[Row]) -> str:
         "compiled ms",
         "x compiled",
     )
-    lines = ["  ".join(head)]
+    cells = []
     for r in rows:
         est_ratio = None if r.estimate_ms is None or not r.ours_ms else r.estimate_ms / r.ours_ms
-        lines.append(
-            "  ".join(
-                [
-                    r.model,
-                    "yes" if r.ok else ("ERR" if r.error else "WRONG"),
-                    fmt(r.kernels, "d"),
-                    fmt(r.first_call_s),
-                    fmt(r.ours_ms, ".3f"),
-                    fmt(r.estimate_ms, ".3f"),
-                    fmt(est_ratio),
-                    fmt(r.eager_ms, ".3f"),
-                    fmt(r.ratio("eager")),
-                    fmt(r.compile_s, ".1f"),
-                    fmt(r.compiled_ms, ".3f"),
-                    fmt(r.ratio("compiled")),
-                ]
-            )
+        cells.append(
+            [
+                r.model,
+                "yes" if r.ok else ("ERR" if r.error else "WRONG"),
+                fmt(r.kernels, "d"),
+                fmt(r.first_call_s),
+                fmt(r.ours_ms, ".3f"),
+                fmt(r.estimate_ms, ".3f"),
+                fmt(est_ratio),
+                fmt(r.eager_ms, ".3f"),
+                fmt(r.ratio("eager")),
+                fmt(r.compile_s, ".1f"),
+                fmt(r.compiled_ms, ".3f"),
+                fmt(r.ratio("compiled")),
+            ]
         )
+    lines = [table(list(head), cells)]
     eager = [x for r in rows if (x := r.ratio("eager")) is not None]
     comp = [x for r in rows if (x := r.ratio("compiled")) is not None]
     lines.append(
@@ -320,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         if r.kernels_detail:
             print(f"--- {r.model}: kernels (estimate beside measured, each run alone)\n{r.kernels_detail}")
-    print(table(rows))
+    print(results_table(rows))
     for r in rows:
         for n in r.notes:
             print(f"note {r.model}: {n}")

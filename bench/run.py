@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from measure import Result, blas_threads, copy_bandwidth, have_threadpoolctl, run_numpy
+from measure import Result, amount, blas_threads, copy_bandwidth, have_threadpoolctl, run_numpy, table
 from programs import Benchmark, check, select, suite
 from worker import launch
 
@@ -166,20 +166,6 @@ def rate_cell(row: Row, copy_gbs: float) -> str:
     if row.bench.kind == "flop":
         return f"{r:.2f} GFLOP/s"
     return f"{r:.2f} GB/s ({100 * r / copy_gbs:.0f}% copy)"
-
-
-def table(headers: list[str], rows: list[list[str]], left: int = 1) -> str:
-    """Aligned columns: the first `left` ones left-aligned (names), the rest right-aligned (numbers)."""
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
-    line = lambda cells: "  ".join(
-        c.ljust(w) if i < left else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))
-    ).rstrip()
-    return "\n".join([line(headers), line(["-" * w for w in widths]), *(line(r) for r in rows)])
-
-
-def amount(x: float, unit: str) -> str:
-    scale, prefix = next(((s, p) for s, p in ((1e9, "G"), (1e6, "M"), (1e3, "k")) if x >= s), (1.0, ""))
-    return f"{x / scale:.3g} {prefix}{unit}"
 
 
 def programs_table(rows: list[Row]) -> str:
