@@ -773,7 +773,8 @@ class _Fn:
             assert lane is not None and idx_u is not None
             return self.transposed_load(index, idx, idx_u, axes, lane, across)
         step = stride(idx_u, lane) if lane is not None and idx_u is not None else None
-        if lane is not None and safe and gate is None and not guards and u.dtype is dtypes.float32 and step in LANE_STEPS:
+        if safe and gate is None and not guards and u.dtype is dtypes.float32 and step in LANE_STEPS:
+            assert lane is not None and idx_u is not None and step is not None
             return self.stepped_load(index, idx, idx_u, axes, lane, step)
 
         def guard(at: dict[UOp, int]) -> tuple[str | None, str]:
