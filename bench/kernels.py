@@ -288,14 +288,9 @@ PEER_ISA_ENV = {
 }
 
 
-def _restrict_peers(isa: str) -> bool:
-    """Put the settings that hold the peers to `isa` into the environment; True when one changed (the process must
-    start again for the libraries to read them)."""
-    changed = False
-    for key, value in PEER_ISA_ENV.get(isa, {}).items():
-        changed |= os.environ.get(key) != value
-        os.environ[key] = value
-    return changed
+def _peers_unheld(isa: str) -> dict[str, str]:
+    """The settings that hold the peers to `isa` and are not yet in this process's environment."""
+    return {k: v for k, v in PEER_ISA_ENV.get(isa, {}).items() if os.environ.get(k) != v}
 
 
 def _blas_kernels() -> str:
@@ -329,8 +324,12 @@ def main(argv: list[str] | None = None) -> int:
     from egraph_compiler.kernel.cpu_target import cpu_target
 
     target = cpu_target(args.cpu)
-    if args.peers == "same" and _restrict_peers(target.isa):  # the peers read these settings when they load
-        os.execv(sys.executable, [sys.executable, str(Path(__file__).resolve()), *(sys.argv[1:] if argv is None else argv)])
+    unheld = _peers_unheld(target.isa) if args.peers == "same" else {}
+    if unheld and argv is None:  # the peers read these settings when they load: start the script again with them
+        os.environ.update(unheld)
+        os.execv(sys.executable, [sys.executable, str(Path(__file__).resolve()), *sys.argv[1:]])
+    if unheld:  # called from Python: the libraries are loaded already, and this process is not ours to replace
+        print(f"note: the peers keep their own ISA (run the script to hold them to {target.isa})")
     machine = CPUMachine.for_cpu(target)
     peak = machine.peak_flops() / 1e9
     try:
