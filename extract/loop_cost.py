@@ -861,7 +861,7 @@ def _misses(capacity: float, lines: _Lines, strided: float = 1.0, sets: int = 0,
                 weight = 1.0
             elif pages:  # each page the step lands on costs (strided - 1) lines beside the lines read from it
                 item = max(1, x.dtype.itemsize)
-                far = [r for r in lines.unrolled.get(x, ()) if _step_bytes(lines.stride_of(x).get(r, 0), item) >= PAGE // 2]
+                far = [r for r in deps if _unrolled(r) and _step_bytes(lines.stride_of(x).get(r, 0), item) >= PAGE // 2]
                 weight = 1.0 + (strided - 1.0) * math.prod(trip_count(r) for r in far) / n_side
             else:
                 weight = max(1.0, strided / n_side)
