@@ -67,6 +67,7 @@ from egraph_compiler.kernel.program import (
     buffer_of,
     has_gate,
     lane_condition,
+    linear_terms,
     stride,
     vector_accumulators,
 )
@@ -403,6 +404,10 @@ class _Walk:
         # scalar accumulator: copies along them are scalar code (a softmax's exponentials in a sum of 4 copies an
         # iteration: priced as one vector, run as scalar chains 3.5x slower than 16 partial sums)
         self.serial: frozenset[UOp] = frozenset()
+        # inside a REDUCE that runs no loop (straight_windows), whose padded window's masked loads zero-fill: the
+        # WHERE around each is free. Priced so only there: everywhere, it moved padding copies and fusions of AVX2
+        # convolutions to programs up to 1.7x slower (the estimate's errors elsewhere, not this fact's)
+        self.window = False
 
     def deps(self, u: UOp) -> frozenset[UOp]:
         """Ranges u depends on (a REDUCE's own ranges are bound inside it)."""
@@ -482,9 +487,15 @@ class _Walk:
         itemsize = max(1, (u.src[1].dtype if u.op is Ops.STORE and len(u.src) > 1 else u.dtype).itemsize)
         lanes = self.m.lanes(itemsize)
         if u.op in (Ops.LOAD, Ops.STORE):
-            vectorizes, width, per = self.access(u, loops, depth, trip, itemsize, lanes)
+            vectorizes, width, per, copies = self.access(u, loops, depth, trip, itemsize, lanes)
+        elif self.window and zero_fill(u):  # a straight window's masked loads give 0 past their gate already
+            return
         else:  # arithmetic packs the copies the item's store packs
             vectorizes, width, per = u.op not in SCALAR_MATH, self.packed(u, lanes), OP_CYCLES.get(u.op, DEFAULT_OP)
+            if u.op in GATE_OPS and copies > 1:  # a gate's compares of copies that compare the same values: once
+                along = [r for r in self.deps(u) if _unrolled(r) and (r is self.vec or r in self.contiguous)]
+                rest = tuple(sorted((r for r in self.deps(u) if _unrolled(r) and r not in along), key=lambda r: repr(r.arg)))
+                copies = math.prod(trip_count(r) for r in along) * distinct_copies(u, rest)
         auto = vector_loop and depth == len(loops) and depth > 0 and copies == 1
         if copies > 1 and vectorizes and not scalar:
             cost = math.ceil(copies / width - 1e-9) * per * self.wide(min(width, copies) * itemsize)
@@ -508,9 +519,12 @@ class _Walk:
             per = OP_CYCLES[u.op] if c <= 0 else POW2_DIVMOD_CYCLES if c & (c - 1) == 0 else CONST_DIVMOD_CYCLES
             self.cycles += trips[self.place(u, loops, frozenset())] * copies * per
 
-    def access(self, u: UOp, loops: list[UOp], depth: int, trip: int, itemsize: int, lanes: int) -> tuple[bool, float, float]:
-        """A LOAD's or STORE's (vectorizes?, copies one vector covers, cycles per copy): one vector per contiguous
-        run of its unrolled copies (the others are more loads), none when a gate branches around every copy. A
+    def access(
+        self, u: UOp, loops: list[UOp], depth: int, trip: int, itemsize: int, lanes: int
+    ) -> tuple[bool, float, float, int]:
+        """A LOAD's or STORE's (vectorizes?, copies one vector covers, cycles per copy, copies): one vector per
+        contiguous run of its unrolled copies (the others are more loads), none when a gate branches around every
+        copy; a load's copies that read the same elements under the same gate count once (distinct_copies). A
         load is also noted for the cache model, with its unrolled copies' L1 set conflicts and page-step stalls."""
         idx = u.src[0]
         lin = idx.src[1] if idx.op is Ops.INDEX and len(idx.src) > 1 else None
@@ -544,11 +558,16 @@ class _Walk:
         per = OP_CYCLES.get(u.op, DEFAULT_OP)
         if gated:  # a branch around every copy (neither vectorized nor cheap), or the mask of every vector
             per += TILE_MASK_CYCLES if tile else GATE_CYCLES
+        copies = math.prod(trip_count(r) for r in unr)
         if u.op is Ops.LOAD:
             self.loads.append((u, tuple(loops), depth))
             if lin is not None:
                 self.load_penalties(lin, unr, loops, depth, trip, itemsize)
-        return vectorizes, max(runs, default=lanes), per
+                # copies along the vectors' range are lanes of one load; the others may repeat each other
+                vector = [r for r in along if vectorizes and stride(lin, r) == 1]
+                rest = tuple(sorted((r for r in unr if r not in vector), key=lambda r: repr(r.arg)))
+                copies = math.prod(trip_count(r) for r in vector) * distinct_copies(u, rest)
+        return vectorizes, max(runs, default=lanes), per, copies
 
     def tile_lane(self, unr: list[UOp]) -> UOp | None:
         """The unrolled range among `unr` the backend computes a copy's values as vectors along: the accumulators'
@@ -643,12 +662,13 @@ class _Walk:
         before, before_loads, before_stalls = self.cycles + self.loop_cycles, self.load_cycles, self.stalls
         # a strict-FP reduction loop is not vectorized by LLVM: its body runs one element per iteration
         self.scalar_depth += scalar
-        body_before = self.cycles
+        body_before, outer_window = self.cycles, self.window
+        self.window = _straight(own)
         self.visit(
             u.src[0], inner_loops, inner_trips, unrolled | {r for r in own if _unrolled(r)}, vector_loop=False, in_reduce=True
         )
         self.scalar_depth -= scalar
-        self.vec, self.acc_axis, self.serial = outer_vec, outer_acc, outer_serial
+        self.vec, self.acc_axis, self.serial, self.window = outer_vec, outer_acc, outer_serial, outer_window
         # the accumulating adds: one per accumulator vector and own unrolled copy (none for a float sum of products:
         # the backend contracts each product and its add into one FMA, already charged as the product); each
         # accumulator's adds form a dependency chain, so an iteration takes at least the add latency per own
@@ -882,6 +902,100 @@ def _misses(capacity: float, lines: _Lines, strided: float = 1.0, sets: int = 0,
     return total
 
 
+MAX_DISTINCT = 4096  # copies beyond this are not compared (MAX_UNROLLED keeps kernels far below it)
+
+
+@lru_cache(maxsize=1 << 14)
+def distinct_copies(u: UOp, unrolled: tuple[UOp, ...]) -> int:
+    """How many of a LOAD's (or a gate's) copies over `unrolled` differ: two copies whose index and gate sides
+    (the operands of its comparisons) are the same linear function of the ranges read the same element under the
+    same gate, and LLVM loads it once. A depthwise 3x3 window with its rows (kh) unrolled inside a tile of 4
+    output rows reads input row r + kh: 6 rows, not 12. Anything not linear in the ranges (a MOD, a loaded value
+    in the gate) counts every copy."""
+    n = math.prod(trip_count(r) for r in unrolled)
+    if len(unrolled) < 2 or n > MAX_DISTINCT:
+        return n
+    idx = u.src[0] if u.op is Ops.LOAD else None
+    probes = [idx.src[1]] if idx is not None and idx.op is Ops.INDEX and len(idx.src) > 1 else []
+    if u.op is not Ops.LOAD or has_gate(u):
+        sides = _gate_sides(u.src[2] if u.op is Ops.LOAD else u)
+        if sides is None:
+            return n
+        probes += sides
+    rows = []
+    for p in probes:
+        terms = linear_terms(p)
+        if terms is None:
+            return n
+        rows.append([terms.get(r, 0) for r in unrolled])
+    if not probes:
+        return n
+    grid = np.stack(np.meshgrid(*(np.arange(trip_count(r)) for r in unrolled), indexing="ij"), -1).reshape(-1, len(unrolled))
+    return len(np.unique(grid @ np.array(rows, dtype=np.int64).T, axis=0))
+
+
+GATE_OPS = (Ops.AND, Ops.OR, Ops.CMPLT, Ops.CMPNE)
+
+
+def _whole(r: UOp, own: list[UOp]) -> bool:
+    """Is r the inner part of a range split 1 x n (rules/optops.py `r-whole`: a window row unrolled whole)?"""
+    key = r.arg[0]
+    if not (isinstance(key, tuple) and len(key) == 4 and key[0] == "pad" and key[3] == 1):
+        return False
+    return any(o.arg[0] == (*key[:3], 0) and trip_count(o) == 1 for o in own)
+
+
+def _straight(own: list[UOp]) -> bool:
+    """Do a REDUCE's ranges run no loop: an UNROLL range among them, every one unrolled or of one iteration?"""
+    return any(r.arg[1] is AxisType.UNROLL for r in own) and all(_unrolled(r) or trip_count(r) == 1 for r in own)
+
+
+def straight_windows(nodes: list[UOp]) -> tuple[frozenset[UOp], bool]:
+    """(the unrolled ranges of the REDUCEs among `nodes` that run no loop, whether some REDUCE runs a loop around
+    a window unrolled whole). A REDUCE of an UNROLL range with every range unrolled or of one iteration (not
+    partial sums combined over an UPCAST range, which keep their limit) is straight code: a
+    depthwise 3x3 window unrolled whole, 9 copies at most, its tile keeping its registers, so its ranges do not
+    count toward MAX_UNROLLED (7 rows x 32 columns with the window straight: 2016 copies, 1.9x faster than 8
+    channels x 32 columns with the window a loop). A window unrolled inside a loop (a dense convolution's kh
+    inside its input channels) measured no faster natively and up to 1.16x slower in AVX2 code than the
+    reduction unrolled by 4, which the estimate ranked below it: it is priced out (infinite)."""
+    straight: set[UOp] = set()
+    looped = False
+    for u in nodes:
+        if u.op is Ops.REDUCE:
+            own = [r for r in u.src[1:] if r.op is Ops.RANGE]
+            if _straight(own):
+                straight.update(r for r in own if _unrolled(r))
+            elif any(_unrolled(r) and _whole(r, own) for r in own):
+                looped = True
+    return frozenset(straight), looped
+
+
+def zero_fill(u: UOp) -> bool:
+    """Is u `WHERE(g, LOAD(.., g), 0)`: the value of a load under gate g, 0 where g is false, which the load
+    itself gives (a masked vector load zero-fills)?"""
+    return (
+        u.op is Ops.WHERE
+        and u.src[1].op is Ops.LOAD
+        and len(u.src[1].src) == 3
+        and u.src[1].src[2] is u.src[0]
+        and u.src[2].op is Ops.CONST
+        and u.src[2].arg == 0
+    )
+
+
+def _gate_sides(gate: UOp) -> list[UOp] | None:
+    """The integer operands of the comparisons a boolean gate combines (None: it has other leaves)."""
+    if gate.op in (Ops.AND, Ops.OR) or (gate.op in (Ops.CMPNE, Ops.XOR) and gate.src[0].dtype.is_bool):  # NOT too
+        parts = [_gate_sides(s) for s in gate.src]
+        return None if any(p is None for p in parts) else [x for p in parts for x in p or []]
+    if gate.op in (Ops.CMPLT, Ops.CMPNE) and gate.src[0].dtype.is_int:
+        return list(gate.src)
+    if gate.op is Ops.CONST:
+        return []
+    return None
+
+
 @lru_cache(maxsize=1 << 14)
 def set_conflicts(lin: UOp, unrolled: tuple[UOp, ...], itemsize: int, m: CPUMachine) -> int:
     """Lines a load's unrolled copies touch in L1 sets that hold more of them than the cache has ways: these miss
@@ -1000,10 +1114,14 @@ def estimate(kernel: UOp, m: CPUMachine | None = None) -> KernelEstimate:
     est.overhead_s = m.launch_us * 1e-6
     # the cores keep computing while lines arrive, but not all the time: part of the lesser side shows
     est.seconds = max(est.compute_s, est.memory_s) + OVERLAP_MISS * min(est.compute_s, est.memory_s) + est.overhead_s
-    unrolled = math.prod(trip_count(r) for r in kernel_ranges if _unrolled(r))
+    straight, looped = straight_windows(nodes)
+    unrolled = math.prod(trip_count(r) for r in kernel_ranges if _unrolled(r) and r not in straight)
     if unrolled > MAX_UNROLLED:  # straight-line code this long compiles slowly and thrashes registers and caches
         est.seconds = math.inf
         est.notes.append(f"{unrolled} unrolled copies: more than {MAX_UNROLLED}")
+    if looped:
+        est.seconds = math.inf
+        est.notes.append("a window unrolled whole inside a reduction loop")
     if w.spills:
         est.notes.append("more accumulators than vector registers: spills")
     return est

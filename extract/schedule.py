@@ -261,12 +261,26 @@ def _unrolled(view: EGraphView, ex: Choices, sink: int, choice: dict[int, ENode]
     give), read off the e-graph."""
     out = 1
     for _, (n,) in _walk_kernel(view, ex, sink, lambda c: [choice.get(c) or ex.node(c)]):
-        if n.fn in BINDERS:
+        if n.fn in BINDERS and not _straight(view, ex, n, choice):  # as loop_cost.straight_windows
             for r in _ulist(ex, view.children(n)[-1], choice)[1:]:
                 rn = choice.get(r) or ex.node(r)
                 if rn.fn == "RANGE" and rn.args[2] in UNROLLED_LETTERS:
                     out *= _const(view, rn.args[3].id)
     return out
+
+
+def _straight(view: EGraphView, ex: Choices, n: ENode, choice: Mapping[int, ENode]) -> bool:
+    """Does binder n run no loop: a REDUCE of an UNROLL range whose every range is unrolled or of one iteration (a
+    depthwise window unrolled whole; not partial sums combined over an UPCAST range)?"""
+    if n.fn != "REDUCE":
+        return False
+    letters = []
+    for r in _ulist(ex, view.children(n)[-1], dict(choice))[1:]:
+        rn = choice.get(r) or (ex.node(r) if r in ex.best else None)
+        if rn is None or rn.fn != "RANGE" or not (rn.args[2] in UNROLLED_LETTERS or _const(view, rn.args[3].id) == 1):
+            return False
+        letters.append(rn.args[2])
+    return "r" in letters
 
 
 def _own_unrolled(view: EGraphView, ex: Choices, n: ENode) -> int:
@@ -554,8 +568,18 @@ def _coordinate_descent(
     plainest = {c: min(nodes, key=lambda n: _own_unrolled(view, ex, n)) for c, nodes in alts.items()}
     order = sorted(alts, key=lambda c: -len(alts[c]))
     starts = [{c: ex.node(c) for c in alts}, plainest]
+    # and from the plainest tiles with their windows straight (a REDUCE that runs no loop): a tile of output rows
+    # whose window reads each input row once (a depthwise convolution's, kh unrolled) pays only with both, and
+    # from either alone the descent stays where it is (a quick ranking too: a fusion trial found no such tile and
+    # kept a depthwise convolution's output in a buffer of its own)
+    straight = {
+        c: max(ns, key=lambda n: _own_unrolled(view, ex, n))
+        for c, nodes in alts.items()
+        if (ns := [n for n in nodes if _straight(view, ex, n, {})])
+    }
+    windows = [{**plainest, **straight}] if straight else []
     found: list[Candidate] = []
-    for start in starts[:1] if quick else starts:
+    for start in starts[:1] + windows if quick else starts + windows:
         current = dict(start)
         for _ in range(1 if quick else DESCENT_ROUNDS):
             before = dict(current)

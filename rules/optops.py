@@ -174,7 +174,8 @@ def _padto_rule(
     """Pad range `pos` up to a multiple of f and split it; the padding is masked off. `variant` (factor kind
     "pad-<inner>-<variant>"): only the ranges PAD_VARIANTS admits. `whole` (factor kind "<inner>-whole"): a
     range of exactly f, split into one outer iteration and all of it inner (a split cannot: its outer part is
-    proved 0, see _split_rule), with no padding; the mask is provably true. `whole="rows"` (factor kind
+    proved 0, see _split_rule), with no padding; the mask is provably true (a REDUCE's: "r-whole", its body kept
+    as it is). `whole="rows"` (factor kind
     "<inner>-whole-rows", pos 1): only the second range of an END of two (a matrix's rows inside its column panel,
     as swap-0 orders them)."""
     before = [f"x{i}" for i in range(pos)]
@@ -220,12 +221,12 @@ def _padto_rule(
                 ),
             )
         return
-    # a REDUCE: a padded iteration adds the identity
+    # a REDUCE: a padded iteration adds the identity (a whole range has none: its body stays as it is)
     guards = [f"(= e {_binder(binder, 'body', ranges, quoted_op)})", *guards, "(dt-float d)"]
-    masked = f"(WHERE d {valid} body (CONST d {PADDED_REDUCES[op]}))"
+    masked = "body" if whole else f"(WHERE d {valid} body (CONST d {PADDED_REDUCES[op]}))"
     rule(
         rs,
-        f"padto-{name}-{op.lower()}-{pos}",
+        f"padto-{prefix}{name}-{op.lower()}-{pos}",
         guards,
         [
             "(let np (* (/ (+ n (- f 1)) f) f))",
@@ -234,7 +235,9 @@ def _padto_rule(
         ],
         category="optops",
         check="structural",
-        doc=f"Padto: range {pos} of a {binder} padded to a multiple of f and split (inner part "
+        doc=f"range {pos} of a {op} REDUCE of exactly f iterations, all of them one UNROLL (split 1 x f)"
+        if whole
+        else f"Padto: range {pos} of a {binder} padded to a multiple of f and split (inner part "
         f"{name.upper()}); padded iterations add the identity",
     )
 
@@ -474,6 +477,8 @@ def build() -> dict[str, RuleSet]:
             else:
                 for op in PADDED_REDUCES:
                     _padto_rule(rs(f"pad-{inner}"), name, binder, inner, pos, op)
+                    if inner == "r":
+                        _padto_rule(rs("r-whole"), name, binder, inner, pos, op, whole="any")
     for pos in range(MAX_POSITION):
         _accumulate_rule(rs("acc"), pos, "(RKRed t k)", "")
     # the slice of a group reduce gets accumulators too
@@ -558,8 +563,14 @@ NARROW_FACTORS: dict[str, tuple[int, ...]] = {
     "u-whole": (16,),
 }
 # wider vectors (AVX-512) also pad snugly to 7: rows of 13, 19 or 26 pixels as 2, 3 or 4 x 7 beside 32 output
-# channels (0.87-0.89x their time); AVX2 code took none of them, for 1.35-1.45x the optimize time
-WIDE_FACTORS: dict[str, tuple[int, ...]] = {"pad-u-snug": (7,)}
+# channels (0.87-0.89x their time); AVX2 code took none of them, for 1.35-1.45x the optimize time. They also unroll
+# a reduction range of exactly 3 whole ("r-whole": a 3x3 window's row or column), which the estimate admits only
+# where it leaves its REDUCE no loop (loop_cost.straight_windows): a depthwise window in a tile of output rows,
+# each input row loaded once for the three output rows that read it (Zen 5, 256 channels of 28x28 27 -> 14 us, 32
+# of 112x112 53 -> 25 us; stride 2, 144 of 56x56, 48-52 -> 52-55 us). In AVX2 code (16 registers) the same tiles
+# ran 1.04-1.22x slower, and a dense convolution's window inside its loop over input channels no faster natively
+# and up to 1.16x slower in AVX2 code than the reduction unrolled by 4
+WIDE_FACTORS: dict[str, tuple[int, ...]] = {"pad-u-snug": (7,), "r-whole": (3,)}
 
 
 def target_kinds(target: str, nolocals: bool = False, lanes: int | None = None) -> dict[str, tuple[int, ...]]:

@@ -335,7 +335,7 @@ def test_fusion_trials_narrowed_to_the_best_binders_choose_what_trying_all_does(
 
 @pytest.mark.skipif(host_cpu().isa not in ("avx2", "avx512"), reason="needs an AVX2 host")
 def test_a_prior_counts_the_reduces_that_offer_no_schedule(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A depthwise convolution's 3x3 window offers no split, so its kernel's only schedule class is the output's,
+    """A depthwise convolution's 3x3 window offers no split in AVX2 code, so its kernel's only schedule class is the output's,
     as in the copy it fuses into: keyed by REDUCE schedule classes alone, the copy's best tiles were the trial's
     prior, the fusion looked 10x dearer than it is and was refused. Keyed by every REDUCE, AVX2 code (tiles of
     4 offered) chooses the fusions that trying every binder does."""

@@ -38,6 +38,7 @@ ALL_OPTOPS = {
     "pad-u-short": (6,),
     "u-whole": (4,),
     "u-whole-rows": (4,),
+    "r-whole": (3,),
     "pad-l": (8,),
     "pad-r": (8,),
     "pad-G": (8,),
@@ -60,6 +61,7 @@ FAMILIES = (
     "padto-short-upcast-",
     "padto-whole-upcast-",
     "padto-whole-rows-upcast-",
+    "padto-whole-unroll-",
     "padto-local-",
     "padto-unroll-",
     "padto-group-threads-",
@@ -97,6 +99,8 @@ PROGRAMS: dict[str, tuple[Any, dict[str, tuple[tuple[int, ...], str]], Any]] = {
     "ew_wide": (lambda a: a * 2.0 + 1.0, {"a": ((4, 100), "float32")}, lambda a: a * 2.0 + 1.0),
     # rows of 17: padded to 18 by 6 (8 would pad them to 24)
     "ew_17": (lambda a: a - 1.0, {"a": ((2, 17), "float32")}, lambda a: a - 1.0),
+    # rows of 3: the reduction unrolled whole (r-whole), the REDUCE running no loop
+    "row_max_3": (lambda a: a.max(1), {"a": ((10, 3), "float32")}, lambda a: a.max(1)),
     "long_sum": (lambda a: a.sum(), {"a": ((1 << 16,), "float32")}, lambda a: a.sum(dtype=np.float64)),
 }
 
