@@ -493,9 +493,8 @@ class _Walk:
         else:  # arithmetic packs the copies the item's store packs
             vectorizes, width, per = u.op not in SCALAR_MATH, self.packed(u, lanes), OP_CYCLES.get(u.op, DEFAULT_OP)
             if u.op in GATE_OPS and copies > 1:  # a gate's compares of copies that compare the same values: once
-                along = [r for r in self.deps(u) if _unrolled(r) and (r is self.vec or r in self.contiguous)]
-                rest = tuple(sorted((r for r in self.deps(u) if _unrolled(r) and r not in along), key=lambda r: repr(r.arg)))
-                copies = math.prod(trip_count(r) for r in along) * distinct_copies(u, rest)
+                unr = [r for r in self.deps(u) if _unrolled(r)]
+                copies = self.distinct(u, unr, [r for r in unr if r is self.vec or r in self.contiguous])
         auto = vector_loop and depth == len(loops) and depth > 0 and copies == 1
         if copies > 1 and vectorizes and not scalar:
             cost = math.ceil(copies / width - 1e-9) * per * self.wide(min(width, copies) * itemsize)
@@ -563,11 +562,14 @@ class _Walk:
             self.loads.append((u, tuple(loops), depth))
             if lin is not None:
                 self.load_penalties(lin, unr, loops, depth, trip, itemsize)
-                # copies along the vectors' range are lanes of one load; the others may repeat each other
-                vector = [r for r in along if vectorizes and stride(lin, r) == 1]
-                rest = tuple(sorted((r for r in unr if r not in vector), key=lambda r: repr(r.arg)))
-                copies = math.prod(trip_count(r) for r in vector) * distinct_copies(u, rest)
+                copies = self.distinct(u, unr, [r for r in along if vectorizes and stride(lin, r) == 1])
         return vectorizes, max(runs, default=lanes), per, copies
+
+    def distinct(self, u: UOp, unr: list[UOp], lanes: list[UOp]) -> int:
+        """u's copies over its unrolled ranges `unr` that differ (distinct_copies), those along `lanes` each a lane
+        of one vector."""
+        rest = tuple(sorted((r for r in unr if r not in lanes), key=lambda r: repr(r.arg)))
+        return math.prod(trip_count(r) for r in lanes) * distinct_copies(u, rest)
 
     def tile_lane(self, unr: list[UOp]) -> UOp | None:
         """The unrolled range among `unr` the backend computes a copy's values as vectors along: the accumulators'
@@ -922,14 +924,14 @@ def distinct_copies(u: UOp, unrolled: tuple[UOp, ...]) -> int:
         if sides is None:
             return n
         probes += sides
+    if not probes:
+        return n
     rows = []
     for p in probes:
         terms = linear_terms(p)
         if terms is None:
             return n
         rows.append([terms.get(r, 0) for r in unrolled])
-    if not probes:
-        return n
     grid = np.stack(np.meshgrid(*(np.arange(trip_count(r)) for r in unrolled), indexing="ij"), -1).reshape(-1, len(unrolled))
     return len(np.unique(grid @ np.array(rows, dtype=np.int64).T, axis=0))
 
@@ -988,7 +990,7 @@ def _gate_sides(gate: UOp) -> list[UOp] | None:
     """The integer operands of the comparisons a boolean gate combines (None: it has other leaves)."""
     if gate.op in (Ops.AND, Ops.OR) or (gate.op in (Ops.CMPNE, Ops.XOR) and gate.src[0].dtype.is_bool):  # NOT too
         parts = [_gate_sides(s) for s in gate.src]
-        return None if any(p is None for p in parts) else [x for p in parts for x in p or []]
+        return None if any(p is None for p in parts) else [x for p in parts if p is not None for x in p]
     if gate.op in (Ops.CMPLT, Ops.CMPNE) and gate.src[0].dtype.is_int:
         return list(gate.src)
     if gate.op is Ops.CONST:

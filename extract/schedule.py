@@ -274,13 +274,13 @@ def _straight(view: EGraphView, ex: Choices, n: ENode, choice: Mapping[int, ENod
     depthwise window unrolled whole; not partial sums combined over an UPCAST range)?"""
     if n.fn != "REDUCE":
         return False
-    letters = []
+    unroll = False
     for r in _ulist(ex, view.children(n)[-1], dict(choice))[1:]:
         rn = choice.get(r) or (ex.node(r) if r in ex.best else None)
         if rn is None or rn.fn != "RANGE" or not (rn.args[2] in UNROLLED_LETTERS or _const(view, rn.args[3].id) == 1):
             return False
-        letters.append(rn.args[2])
-    return "r" in letters
+        unroll |= rn.args[2] == "r"
+    return unroll
 
 
 def _own_unrolled(view: EGraphView, ex: Choices, n: ENode) -> int:
