@@ -1350,7 +1350,7 @@ class _Alu:
         raise UnsupportedOp(at=f"REDUCE {op}", why="reduce ops are ADD, MUL and MAX", suggestion="use one of those")
 
     def accumulate(self, f: _Fn, op: Ops, d: DType, acc: str, x: str, ty: str | None = None) -> str:
-        """acc op x, in the accumulator type (or `ty`, a vector of it: ADD and MUL only)."""
+        """acc op x, in the accumulator type (or `ty`, a vector of it: ADD, MUL or a float MAX)."""
         ty = ty or acc_ty(d)
         if d.is_float:
             fm = "reassoc nsz contract " if self.kb.fast_math else "contract "

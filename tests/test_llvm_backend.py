@@ -407,7 +407,7 @@ def test_gemm_with_upcast_and_unroll(up: int, unroll: int) -> None:
 @pytest.mark.parametrize("swap", [False, True])
 def test_gemm_tile_with_epilogue(d: DType, op: Ops, swap: bool) -> None:
     """A register tile (rows x columns upcast) with a residual epilogue, its column loop nested outside or
-    inside the row loop: the column copies accumulate in one vector (ADD, MUL) or as scalars (MAX)."""
+    inside the row loop: the column copies accumulate in one vector, a max's too."""
     m, n, kk, um, un = 6, 16, 7, 3, 8
     a, b, x, c = buf("A", m * kk, d), buf("B", kk * n, d), buf("X", m * n, d), buf("C", m * n, d)
     io, iu, jo, ju = rng(m // um, 0), rng(um, 1, AxisType.UPCAST), rng(n // un, 2), rng(un, 3, AxisType.UPCAST)
@@ -426,7 +426,25 @@ def test_gemm_tile_with_epilogue(d: DType, op: Ops, swap: bool) -> None:
         },
     )
     vector = f"alloca <{un} x {'double' if d is dtypes.float64 else 'float'}>"
-    assert (vector in LLVMBackend().render(Kernel.from_ast("k", ast), None)) == (op is not Ops.MAX)
+    assert vector in LLVMBackend().render(Kernel.from_ast("k", ast), None)
+
+
+def test_vector_max_accumulators_keep_nan_and_zero_order() -> None:
+    """A max tile with vector accumulators (8 columns a vector, the window of 3 unrolled) does per lane what the
+    scalar chain does: a NaN anywhere in a lane's window propagates, and of -0.0 and 0.0 the later one wins, bit
+    for bit as the reference interpreter gives them."""
+    rows, cols, win = 3, 16, 3
+    x, y = buf("X", rows * (cols + win - 1)), buf("Y", rows * cols)
+    i, jo, ju = rng(rows, 0), rng(cols // 8, 1), rng(8, 2, AxisType.UPCAST)
+    k = rng(win, 3, AxisType.UNROLL)
+    j = jo * 8 + ju
+    ast = kernel((store(y, i * cols + j, reduce(load(x, i * (cols + win - 1) + j + k), k, op=Ops.MAX)), (i, jo, ju)))
+    assert "alloca <8 x float>" in LLVMBackend().render(Kernel.from_ast("k", ast), None)
+    data = values(F32, rows * (cols + win - 1), seed=44)
+    data[10:14] = [-0.0, 0.0, -0.0, np.nan]
+    data[20:23] = [0.0, -0.0, -np.inf]
+    mine, ref = run_both(ast, {"X": data})
+    assert mine["Y"].tobytes() == ref["Y"].tobytes()
 
 
 def test_tile_without_a_contiguous_axis_keeps_scalar_accumulators() -> None:
