@@ -120,11 +120,13 @@ from egraph_compiler.kernel.cpu_target import CPUTarget, cpu_target, host_cpu
 from egraph_compiler.kernel.memory_plan import ALIGN, Coslice
 from egraph_compiler.kernel.program import (
     LANE_CONDITION_OPS,
+    LANE_STEPS,
     HostBuffers,
     Kernel,
     Program,
     accumulator_axis,
     buffer_of,
+    in_bounds,
     lane_condition,
     lane_step,
     linear_terms,
@@ -213,12 +215,6 @@ def _is_unrolled(r: UOp) -> bool:
 
 def _buf_size(index: UOp) -> int:
     return math.prod(buffer_of(index).arg[1])
-
-
-def _in_bounds(idx: UOp | None, size: int) -> bool:
-    if idx is None:
-        return size > 0
-    return idx.vmin >= 0 and idx.vmax < size
 
 
 def _clamp_blocks(idx: UOp | None, size: int) -> tuple[list[tuple[UOp, int]], int] | None:
@@ -381,7 +377,6 @@ def coslice_chunk(producer: UOp, consumer: UOp, threads: int, auto_parallel: boo
 
 # ---- values and scopes -------------------------------------------------------------------------------
 
-LANE_STEPS = (2, 3, 4)  # strides along the lane read as one load of their span and a shuffle (stepped_load)
 VECTOR_LANES = (2, 4, 8, 16, 32, 64, 128, 256, 512)  # lane counts an item's float32 values outside REDUCE bodies are vectors of
 _VECTOR_INTRINSICS = {Ops.SQRT: "sqrt", Ops.TRUNC: "trunc"}  # one LLVM intrinsic on a vector
 _VECTOR_INSTRUCTIONS = {Ops.ADD: "fadd", Ops.MUL: "fmul", Ops.FDIV: "fdiv"}  # one LLVM instruction on a vector
@@ -741,7 +736,7 @@ class _Fn:
         index = u.src[0]
         idx_u = index_of(index)
         size = _buf_size(index)
-        safe = _in_bounds(idx_u, size)
+        safe = in_bounds(index)
         idx = self.emit(idx_u) if idx_u is not None else Val((), ("0",))
         alt = self.emit(u.src[1]) if len(u.src) == 3 else None
         gate = self.emit(u.src[2]) if len(u.src) == 3 else None
@@ -1057,7 +1052,7 @@ class _Fn:
         b = buffer_of(index)
         idx_u = index_of(index)
         size = _buf_size(index)
-        safe = _in_bounds(idx_u, size)
+        safe = in_bounds(index)
         val = self.emit(value)  # first: the index of the store is computed after any loop inside the value
         idx = self.emit(idx_u) if idx_u is not None else Val((), ("0",))
         gate = self.emit(st.src[2]) if len(st.src) == 3 else None
@@ -1118,7 +1113,7 @@ class _Fn:
         self.kb.declare(f"declare void @llvm.masked.store.v{n}f32.p0({vty}, ptr, i32, {mty})")
         for at in self.combos(axes[:-1]):
             i0 = self.to_i64(self.pick(idx, at | {lane: 0}), idx_u.dtype)
-            mask = "" if _in_bounds(idx_u, size) else self.bounds_mask(i0, n, size, idx_u.vmin >= 0)
+            mask = "" if in_bounds(index) else self.bounds_mask(i0, n, size, idx_u.vmin >= 0)
             if len(st.src) == 3:
                 m = self.lane_vector(st.src[2], lane, at, {})
                 mask = self.ins(f"and {mty} {mask}, {m}") if mask else m

@@ -63,9 +63,11 @@ from egraph_compiler.ir.uop import UOp
 from egraph_compiler.kernel.analysis import RangeDeps, trip_count, value_nodes
 from egraph_compiler.kernel.cpu_target import CPUTarget, host_cpu
 from egraph_compiler.kernel.program import (
+    LANE_STEPS,
     accumulator_axis,
     buffer_of,
     has_gate,
+    in_bounds,
     lane_condition,
     linear_terms,
     stride,
@@ -124,6 +126,7 @@ SCALAR_MATH = (Ops.LOG2, Ops.SIN, Ops.COS)
 # in flight (LOOP_VECTOR_INTERLEAVE) take twice as long as one. Elementwise exp over 256x1536 ran 18 cycles a
 # 16-lane vector on Zen 5 and 20 a 8-lane one (AVX2 code), 2.2x and 2.4x the estimate that halved it
 SEQUENCES = frozenset({Ops.EXP2})
+INSERT_CYCLES = 0.5  # a scalar inserted into a lane of a vector (a shuffle; two issue a cycle)
 GATE_CYCLES = 2.0  # the branch (or select) around a gated load
 TILE_MASK_CYCLES = 0.5  # ... or the mask of a masked vector load of a guarded tile (a compare or two, a mask AND)
 # a load of one element (a broadcast operand, a gathered lane) issues slower than a vector load: 0.6 cycles, two
@@ -532,11 +535,27 @@ class _Walk:
         # a copy along a range whose copies chain one after another (a scalar accumulator's own unrolled range) is
         # its own scalar: loads along it do not make vectors
         along = [r for r in unr if r not in self.serial] if self.vec is None else [self.vec] if self.vec in unr else []
+        gathered: UOp | None = None  # the accumulators' range, where its copies are inserted into their lanes one by one
         if u.op is Ops.LOAD and self.acc_axis is not None and self.acc_axis not in unr:
             # an operand the accumulators' vectors broadcast (a GEMM's A beside B's row): one scalar load per copy,
             # also along a reduction unrolled over its contiguous elements (8 rows x 16 columns, k unrolled by 4:
             # priced as 8 vector loads a step, run as 32 broadcasts; 4.5 ms against 3.7 for 8 x 32 not unrolled)
             along = []
+        elif u.op is Ops.LOAD and self.acc_axis is not None and lin is not None and stride(lin, self.acc_axis) != 1:
+            # a load the accumulators' vectors take lane by lane: only along their range can it make vectors (its
+            # copies along the REDUCE's own unrolled range are added one after another), as a square of copies
+            # contiguous along another range transposed in registers. Lanes a few elements apart (stepped_load:
+            # vectors of their span and shuffles, or LLVM's own) stay priced as scalar loads of the distinct
+            # elements: priced as the vectors and shuffles they are, AVX2 stride-2 convolutions went unpacked and
+            # ran 1.44x slower. Lanes further apart are a scalar load and an insert each (32 rows' maxima over 256
+            # columns, k unrolled by 4 along them: priced as 8 vector loads a step, ran as 128 loads and inserts,
+            # at the loop's 7 us)
+            along = []
+            vector = not gated and u.dtype.is_float and u.dtype.itemsize == 4 and in_bounds(idx)
+            if vector and (across := self.transposed(u, lin, unr, trip_count(self.acc_axis))) is not None:
+                along = [across]
+            elif not (vector and abs(stride(lin, self.acc_axis) or 0) in LANE_STEPS):
+                gathered = self.acc_axis
         # a gated load of consecutive elements in the innermost loop, one copy an iteration: LLVM if-converts the
         # branch into a masked vector load (a padding copy: 4-5x faster than priced as a branch per element)
         masked = gated and not unr and lin is not None and 0 < depth == len(loops) and stride(lin, loops[-1]) == 1
@@ -563,6 +582,8 @@ class _Walk:
             if lin is not None:
                 self.load_penalties(lin, unr, loops, depth, trip, itemsize)
                 copies = self.distinct(u, unr, [r for r in along if vectorizes and stride(lin, r) == 1])
+                if gathered is not None:
+                    self.cycles += trip * INSERT_CYCLES * self.distinct(u, unr, [gathered])
         return vectorizes, max(runs, default=lanes), per, copies
 
     def distinct(self, u: UOp, unr: list[UOp], lanes: list[UOp]) -> int:
@@ -570,6 +591,13 @@ class _Walk:
         of one vector."""
         rest = tuple(sorted((r for r in unr if r not in lanes), key=lambda r: repr(r.arg)))
         return math.prod(trip_count(r) for r in lanes) * distinct_copies(u, rest)
+
+    def transposed(self, u: UOp, lin: UOp, unr: list[UOp], n: int) -> UOp | None:
+        """The range along which the backend loads u's copies as vectors and transposes them onto the
+        accumulators' lanes of `n` (transposable there): contiguous, in whole squares, at most 16 lanes."""
+        if n > 16:
+            return None
+        return next((r for r in unr if r is not self.acc_axis and trip_count(r) % n == 0 and stride(lin, r) == 1), None)
 
     def tile_lane(self, unr: list[UOp]) -> UOp | None:
         """The unrolled range among `unr` the backend computes a copy's values as vectors along: the accumulators'

@@ -128,6 +128,15 @@ def without_true_gates(ast: UOp) -> UOp:
     return ast.substitute({u: UOp(u.op, u.dtype, u.src[:1] if u.op is Ops.LOAD else u.src[:2], u.arg) for u in true})
 
 
+def in_bounds(index: UOp) -> bool:
+    """Whether every element an INDEX(buffer[, idx]) addresses lies inside its buffer: the CPU backend then loads
+    or stores its copies as vectors, unclamped and unmasked (and the estimate prices them so)."""
+    size = math.prod(buffer_of(index).arg[1])
+    if len(index.src) < 2:
+        return size > 0
+    return index.src[1].vmin >= 0 and index.src[1].vmax < size
+
+
 def has_gate(u: UOp) -> bool:
     """Is u a LOAD or STORE under a gate (not the constant True, which guards nothing)?"""
     gate = u.src[2] if u.op in (Ops.LOAD, Ops.STORE) and len(u.src) == 3 else None
@@ -727,6 +736,7 @@ def lane_step(u: UOp, lane: UOp) -> int:
     return sa - sb if sa is not None and sb is not None and abs(sa - sb) == 1 else 0
 
 
+LANE_STEPS = (2, 3, 4)  # strides along a vector's lane the CPU backend reads as one load of their span and a shuffle
 LANE_CONDITION_OPS = (Ops.ADD, Ops.MUL, Ops.AND, Ops.OR, Ops.CMPLT, Ops.CMPNE)
 
 
