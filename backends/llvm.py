@@ -131,6 +131,7 @@ from egraph_compiler.kernel.program import (
     lane_step,
     linear_terms,
     stride,
+    transpose_axis,
 )
 
 UNROLLED = frozenset({AxisType.UPCAST, AxisType.UNROLL})
@@ -842,12 +843,9 @@ class _Fn:
         """The unrolled axis along which a float32 load reads consecutive elements when it does not along the
         item's lane (a tile copied to a transposed layout: a packed weight panel), if its copies come in whole
         squares of the lane's size: they are then loaded as vectors along it and transposed in registers."""
-        if lane is None or idx_u is None or u.dtype is not dtypes.float32 or stride(idx_u, lane) == 1:
+        if lane is None or idx_u is None or u.dtype is not dtypes.float32:
             return None
-        n = range_size(lane)
-        if n > 16:  # wider squares take more shuffles than they save
-            return None
-        return next((a for a in axes if a is not lane and range_size(a) % n == 0 and stride(idx_u, a) == 1), None)
+        return transpose_axis(idx_u, lane, axes)
 
     def transposed_load(self, index: UOp, idx: Val, idx_u: UOp, axes: tuple[UOp, ...], lane: UOp, across: UOp) -> Val:
         """The copies of a load contiguous along `across`, as vectors along the lane: per square of n x n copies

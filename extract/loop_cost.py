@@ -71,6 +71,7 @@ from egraph_compiler.kernel.program import (
     lane_condition,
     linear_terms,
     stride,
+    transpose_axis,
     vector_accumulators,
 )
 
@@ -552,7 +553,9 @@ class _Walk:
             # at the loop's 7 us)
             along = []
             vector = not gated and u.dtype.is_float and u.dtype.itemsize == 4 and in_bounds(idx)
-            if vector and (across := self.transposed(u, lin, unr, trip_count(self.acc_axis))) is not None:
+            # the ranges in a fixed order (not the set's): the same choice in every process
+            order = sorted(unr, key=lambda r: repr(r.arg))
+            if vector and (across := transpose_axis(lin, self.acc_axis, order)) is not None:
                 along = [across]
             elif not (vector and abs(stride(lin, self.acc_axis) or 0) in LANE_STEPS):
                 gathered = self.acc_axis
@@ -591,13 +594,6 @@ class _Walk:
         of one vector."""
         rest = tuple(sorted((r for r in unr if r not in lanes), key=lambda r: repr(r.arg)))
         return math.prod(trip_count(r) for r in lanes) * distinct_copies(u, rest)
-
-    def transposed(self, u: UOp, lin: UOp, unr: list[UOp], n: int) -> UOp | None:
-        """The range along which the backend loads u's copies as vectors and transposes them onto the
-        accumulators' lanes of `n` (transposable there): contiguous, in whole squares, at most 16 lanes."""
-        if n > 16:
-            return None
-        return next((r for r in unr if r is not self.acc_axis and trip_count(r) % n == 0 and stride(lin, r) == 1), None)
 
     def tile_lane(self, unr: list[UOp]) -> UOp | None:
         """The unrolled range among `unr` the backend computes a copy's values as vectors along: the accumulators'

@@ -25,7 +25,7 @@ import statistics
 import sys
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import MISSING, dataclass, field, fields
 from functools import lru_cache
 from typing import Any, NamedTuple, Protocol, cast
@@ -37,7 +37,7 @@ from egraph_compiler.ir.dtypes import DType, bf16_from_bits, bf16_round, compute
 from egraph_compiler.ir.interpret import coerce_input
 from egraph_compiler.ir.ops import OP_TABLE, Ops
 from egraph_compiler.ir.uop import UOp
-from egraph_compiler.kernel.analysis import value_nodes
+from egraph_compiler.kernel.analysis import trip_count, value_nodes
 from egraph_compiler.kernel.memory_plan import ALIGN, ArenaPlan, Coslice, lifetimes, plan
 
 
@@ -734,6 +734,20 @@ def lane_step(u: UOp, lane: UOp) -> int:
         return 0
     sa, sb = stride(u.src[0], lane), stride(u.src[1], lane)
     return sa - sb if sa is not None and sb is not None and abs(sa - sb) == 1 else 0
+
+
+MAX_TRANSPOSE_LANES = 16  # wider squares take more shuffles than they save
+
+
+def transpose_axis(idx: UOp, lane: UOp, axes: Iterable[UOp]) -> UOp | None:
+    """The first unrolled range among `axes` along which a float32 load at index `idx` reads consecutive elements
+    where it does not along `lane` (a tile copied to a transposed layout: a packed weight panel), if its copies come
+    in whole squares of the lane's size: the CPU backend loads them as vectors along it and transposes them in
+    registers (and the estimate prices them so)."""
+    n = trip_count(lane)
+    if stride(idx, lane) == 1 or n > MAX_TRANSPOSE_LANES:
+        return None
+    return next((a for a in axes if a is not lane and trip_count(a) % n == 0 and stride(idx, a) == 1), None)
 
 
 LANE_STEPS = (2, 3, 4)  # strides along a vector's lane the CPU backend reads as one load of their span and a shuffle
