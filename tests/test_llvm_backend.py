@@ -1285,3 +1285,34 @@ def test_a_tile_whose_index_may_look_negative_is_one_masked_load() -> None:
     compare(ast, {"X": rand_array((n,), seed=3)})
     text = LLVMBackend().render(Kernel.from_ast("k", ast), None)
     assert f"llvm.masked.load.v{up}f32" in text, text
+
+
+@given(
+    pixels=st.sampled_from([3, 5, 6]),
+    vectors=st.integers(1, 2),
+    blocks=st.integers(1, 3),
+    step=st.sampled_from([1, 2]),
+    cpu=st.sampled_from([None, "haswell"]),
+)
+def test_accumulators_along_a_range_the_store_does_not_step_by_1_load_their_operand_as_vectors(
+    pixels: int, vectors: int, blocks: int, step: int, cpu: str | None
+) -> None:
+    """A 1x1 convolution's tile: out[o, p] = sum_k W[k, o] * X[k, p*step], the store contiguous along the pixels
+    p (too few for a vector) and the accumulators along the output channels o (a packed weight's row), the
+    reduction unrolled by 4 inside its loop. The weight's copies are vector loads along o, in the copies of the
+    unrolled k too (they were scalar loads packed lane by lane: AVX2 code, 64 -> 128 channels at 28x28 stride 2,
+    0.097 -> 0.064 ms), and the values match the reference interpreter."""
+    lanes = LLVMBackend(cpu=cpu).cpu.simd_bytes // 4
+    n_o, n_k = lanes * vectors, 4 * blocks
+    o, p = rng(n_o, "o", AxisType.UPCAST), rng(pixels, "p", AxisType.UPCAST)
+    ko, kr = rng(blocks, "ko", AxisType.REDUCE), rng(4, "kr", AxisType.UNROLL)
+    k = ko * 4 + kr
+    w, x, out = buf("W", n_k * n_o), buf("X", n_k * pixels * step), buf("O", n_o * pixels)
+    acc = reduce(alu(Ops.MUL, load(w, k * n_o + o), load(x, k * (pixels * step) + p * step)), ko, kr)
+    ast = kernel((store(out, o * pixels + p, acc), (o, p)))
+    backend = LLVMBackend(cpu=cpu)
+    inputs = {"W": rand_array((n_k * n_o,), seed=pixels), "X": rand_array((n_k * pixels * step,), seed=blocks)}
+    compare(ast, inputs, backend=backend)
+    text = backend.render(Kernel.from_ast("k", ast), None)
+    # every scalar load is one of X's broadcasts: one per pixel and copy of k
+    assert text.count("load float,") == pixels * 4, text
