@@ -551,9 +551,9 @@ BLOCK_KINDS = ("l", "G", "pad-l", "pad-G", "tc")  # what Nolocals leaves out: no
 # AVX2 code also pads to 6 a range of 16 to 63 that this grows by at most an eighth and 16 does not divide
 # ("pad-u-short": a 28-pixel row as 5 x 6 beside two vectors of channels, 12 accumulators instead of 7 x 4's 8; 3x3
 # convolutions at 28 and 56 pixels 0.89-0.95x their time, ResNet blocks 0.89-0.92x, in-process A/B on Zen 5 and
-# Zen 3, one batch-1 shape 1.06x on Zen 3; but a 1x1 stride-2 one at batch 1 1.5x: its reduction unrolled by 4
-# with no window loop inside spills three accumulators, which the estimate does not see; multiples of 16 are
-# left out: 32-wide blocks optimized 1.6x longer)
+# Zen 3, one batch-1 shape 1.06x on Zen 3; a 1x1 stride-2 one at batch 1 ran 1.5x slower until the backend
+# loaded its weight's copies as vectors along the accumulators' range with the reduction unrolled by 4, and runs
+# as fast as 7 x 4 now; multiples of 16 are left out: 32-wide blocks optimized 1.6x longer)
 NARROW_LANES = 8
 NARROW_FACTORS: dict[str, tuple[int, ...]] = {
     "u": (4, 6),
