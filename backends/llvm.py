@@ -254,6 +254,19 @@ def _items(ast: UOp, deps: RangeDeps, threads: int, auto_parallel: bool) -> list
     return out
 
 
+def _peeled_loop(item: _Item, deps: RangeDeps) -> UOp | None:
+    """The loop whose last iteration the backend emits apart: the innermost of the item's loops (not the one
+    split across threads) that its store's gate depends on together with an unrolled range, a padded tile's
+    outer part, when it runs more than once."""
+    st = item.store
+    if len(st.src) < 3:
+        return None
+    gate = deps[st.src[2]]
+    if not any(r in gate for r in item.unrolled):
+        return None
+    return next((r for r in reversed(item.loops) if r in gate and r is not item.parallel and range_size(r) > 1), None)
+
+
 def _group_reduces(item: _Item, deps: RangeDeps) -> list[UOp]:
     """REDUCEs of the item computed as parallel partials: those over exactly one non-empty GROUP_REDUCE range,
     in an item without loops, not inside any REDUCE's body (their value is one scalar for the whole item).
@@ -1225,11 +1238,36 @@ class _Fn:
 
     # -- items --------------------------------------------------------------------------------------
     def emit_item(self, item: _Item) -> None:
+        peel = _peeled_loop(item, self.kb.deps)
         closers = []
-        for r in item.loops:
+        for j, r in enumerate(item.loops):
             self.hoist(item.store)
-            lo, hi = ("%start", "%end") if r is item.parallel else ("0", str(range_size(r)))
+            lo, hi = ("%start", "%end") if r is item.parallel else ("0", str(range_size(r) - (r is peel)))
             closers.append(self.loop(r, lo, hi))
+            if r is peel:
+                inner = item.loops[j + 1 :]
+                break
+        else:
+            inner = []
+        self.emit_tile(item, inner)
+        for close in reversed(closers):
+            if peel is not None and close is closers[-1]:
+                close()
+                # the last iteration of a tile's loop whose store is masked, as straight code: its copies' gates
+                # are constants there, and LLVM drops the copies that are never stored with their work
+                self.push("loop", [(peel, Val((), (str(range_size(peel) - 1),)))])
+                self.emit_tile(item, inner)
+                self.pop()
+                continue
+            close()
+        self.put("ret void")
+
+    def emit_tile(self, item: _Item, loops: list[UOp]) -> None:
+        """`loops` (the item's innermost, opened here) around the item's unrolled store."""
+        closers = []
+        for r in loops:
+            self.hoist(item.store)
+            closers.append(self.loop(r, "0", str(range_size(r))))
         self.push("unroll", [(r, Val((r,), tuple(str(k) for k in range(range_size(r))))) for r in item.unrolled])
         idx = index_of(item.store.src[0])
         self.contiguous = frozenset(r for r in item.unrolled if idx is not None and stride(idx, r) == 1)
@@ -1239,7 +1277,6 @@ class _Fn:
         self.pop()
         for close in reversed(closers):
             close()
-        self.put("ret void")
 
 
 # ---- ALU ---------------------------------------------------------------------------------------------

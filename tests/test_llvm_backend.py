@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 from helpers import check, rand_array
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from egraph_compiler import AxisType, Ops, UOp
@@ -1316,3 +1316,33 @@ def test_accumulators_along_a_range_the_store_does_not_step_by_1_load_their_oper
     text = backend.render(Kernel.from_ast("k", ast), None)
     # every scalar load is one of X's broadcasts: one per pixel and copy of k
     assert text.count("load float,") == pixels * 4, text
+
+
+@given(
+    pixels=st.integers(7, 40),
+    tile=st.sampled_from([4, 6]),
+    k=st.integers(1, 9),
+    cpu=st.sampled_from([None, "haswell"]),
+)
+def test_the_last_iteration_of_a_padded_tile_is_emitted_apart(pixels: int, tile: int, k: int, cpu: str | None) -> None:
+    """A tile padded past its row (out[o, p] = sum_k W[k, o] * X[k, p], p = po*tile + pi < pixels gating the
+    store and X's load): the loop over po runs all but its last iteration, which is emitted apart as straight
+    code where the gates are constants (LLVM drops the copies past the row with their work), and the values
+    match the reference interpreter whatever the remainder."""
+    if pixels % tile == 0:
+        pixels += 1
+    lanes = LLVMBackend(cpu=cpu).cpu.simd_bytes // 4
+    tiles = -(-pixels // tile)
+    assume(k not in (tiles - 1, tiles))  # the loops' bounds tell the tile loop apart
+    o, pi = rng(lanes, "o", AxisType.UPCAST), rng(tile, "pi", AxisType.UPCAST)
+    po, r = rng(tiles, "po"), rng(k, "k", AxisType.REDUCE)
+    p = po * tile + pi
+    valid = alu(Ops.CMPLT, p, UOp.const(pixels, dtypes.index))
+    w, x, out = buf("W", k * lanes), buf("X", k * pixels), buf("O", lanes * pixels)
+    acc = reduce(alu(Ops.MUL, load(w, r * lanes + o), load(x, r * pixels + p, gate=valid)), r)
+    ast = kernel((store(out, o * pixels + p, acc, gate=valid), (po, o, pi)))
+    backend = LLVMBackend(cpu=cpu)
+    compare(ast, {"W": rand_array((k * lanes,), seed=k), "X": rand_array((k * pixels,), seed=pixels)}, backend=backend)
+    text = backend.render(Kernel.from_ast("k", ast), None)
+    bounds = {int(b) for b in re.findall(r"icmp slt i64 %t\d+, (\d+)", text)}
+    assert tiles - 1 in bounds and tiles not in bounds, bounds
