@@ -1239,26 +1239,22 @@ class _Fn:
     # -- items --------------------------------------------------------------------------------------
     def emit_item(self, item: _Item) -> None:
         peel = _peeled_loop(item, self.kb.deps)
+        outer = item.loops[: item.loops.index(peel) + 1] if peel is not None else item.loops
+        inner = item.loops[len(outer) :]
         closers = []
-        for j, r in enumerate(item.loops):
+        for r in outer:
             self.hoist(item.store)
-            lo, hi = ("%start", "%end") if r is item.parallel else ("0", str(range_size(r) - (r is peel)))
+            lo, hi = ("%start", "%end") if r is item.parallel else ("0", str(range_size(r) - (1 if r is peel else 0)))
             closers.append(self.loop(r, lo, hi))
-            if r is peel:
-                inner = item.loops[j + 1 :]
-                break
-        else:
-            inner = []
         self.emit_tile(item, inner)
+        if peel is not None:
+            closers.pop()()
+            # the peeled loop's last iteration as straight code: its copies' gates are constants there, and LLVM
+            # drops the copies that are never stored with their work
+            self.push("loop", [(peel, Val((), (str(range_size(peel) - 1),)))])
+            self.emit_tile(item, inner)
+            self.pop()
         for close in reversed(closers):
-            if peel is not None and close is closers[-1]:
-                close()
-                # the last iteration of a tile's loop whose store is masked, as straight code: its copies' gates
-                # are constants there, and LLVM drops the copies that are never stored with their work
-                self.push("loop", [(peel, Val((), (str(range_size(peel) - 1),)))])
-                self.emit_tile(item, inner)
-                self.pop()
-                continue
             close()
         self.put("ret void")
 
