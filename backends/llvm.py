@@ -255,16 +255,17 @@ def _items(ast: UOp, deps: RangeDeps, threads: int, auto_parallel: bool) -> list
 
 
 def _peeled_loop(item: _Item, deps: RangeDeps) -> UOp | None:
-    """The loop whose last iteration the backend emits apart: the innermost of the item's loops (not the one
-    split across threads) that its store's gate depends on together with an unrolled range, a padded tile's
-    outer part, when it runs more than once."""
+    """The loop whose last iteration the backend emits apart: the innermost of the item's loops inside the one
+    split across threads (emit_tile opens them whole) that its store's gate depends on together with an unrolled
+    range, a padded tile's outer part, when it runs more than once."""
     st = item.store
     if len(st.src) < 3:
         return None
     gate = deps[st.src[2]]
     if not any(r in gate for r in item.unrolled):
         return None
-    return next((r for r in reversed(item.loops) if r in gate and r is not item.parallel and range_size(r) > 1), None)
+    inside = item.loops[item.loops.index(item.parallel) + 1 :] if item.parallel is not None else item.loops
+    return next((r for r in reversed(inside) if r in gate and range_size(r) > 1), None)
 
 
 def _group_reduces(item: _Item, deps: RangeDeps) -> list[UOp]:
